@@ -1,0 +1,186 @@
+"""Command line: ``python -m fedrepro <command>``; the Snakemake rules call these same commands.
+
+  run EXP --out DIR [--seed N] [--scale S] [--set KEY=VALUE ...]   one seeded run of one experiment
+  aggregate EXP --runs DIR... --out FILE                            mean ± std over seeds -> summary.json
+  figure PAPER.FIG --out FILE.pdf [--png FILE.png]                  one paper figure from the summaries
+  tables PAPER --out-dir DIR                                        the paper's tables (CSV + Markdown)
+  report --out-dir DIR                                              replication report (md, csv, html)
+  ci-check --report FILE                                            fail if a CI-flagged target is not reproduced
+  data fetch DATASET [--allow-unpinned] [--offline]                 fetch + verify one dataset
+  list                                                              experiments, kinds and datasets
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from fedrepro.errors import FedreproError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="global config file (default: config/config.yaml)")
+    p.add_argument(
+        "--config-set", action="append", default=[], metavar="KEY=VALUE",
+        help="override a global config key (dotted), e.g. data.mirror=/mnt/mirror",
+    )
+
+
+def _load_cfg(args):
+    from fedrepro.config import load_global, parse_overrides
+
+    return load_global(args.config, parse_overrides(args.config_set))
+
+
+def cmd_run(args) -> int:
+    from fedrepro.config import parse_overrides, resolve_experiment
+    from fedrepro.data.sources import dataset_files
+    from fedrepro.experiments import RunContext, get_kind
+    from fedrepro.runio import write_run
+    from fedrepro.seeding import rng_for
+
+    cfg = _load_cfg(args)
+    exp = resolve_experiment(cfg, args.experiment, args.scale, parse_overrides(args.set))
+    ctx = RunContext(exp_id=exp.id, seed=args.seed, data={d: dataset_files(cfg, d) for d in exp.datasets})
+    kind = get_kind(exp.kind)
+    print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
+    t0 = time.perf_counter()
+    output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
+    wall = time.perf_counter() - t0
+    write_run(Path(args.out), exp, args.seed, output, wall)
+    print(f"[fedrepro] done in {wall:.2f}s -> {args.out}", flush=True)
+    return 0
+
+
+def cmd_aggregate(args) -> int:
+    from fedrepro.aggregate import aggregate_runs
+
+    aggregate_runs([Path(r) for r in args.runs], Path(args.out))
+    return 0
+
+
+def cmd_figure(args) -> int:
+    from fedrepro.plots import render_figure
+
+    render_figure(_load_cfg(args), args.figure, Path(args.out), Path(args.png) if args.png else None, args.scale)
+    return 0
+
+
+def cmd_tables(args) -> int:
+    from fedrepro.report.tables import write_tables
+
+    write_tables(_load_cfg(args), args.paper, Path(args.out_dir), args.scale)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from fedrepro.report.build import write_report
+
+    write_report(_load_cfg(args), Path(args.out_dir), args.scale)
+    return 0
+
+
+def cmd_ci_check(args) -> int:
+    from fedrepro.report.cicheck import ci_check
+
+    return ci_check(Path(args.report))
+
+
+def cmd_data(args) -> int:
+    from fedrepro.data.sources import fetch, is_available
+
+    cfg = _load_cfg(args)
+    if args.action == "fetch":
+        stamp = fetch(cfg, args.dataset, allow_unpinned=args.allow_unpinned, offline=args.offline)
+        print(stamp.read_text(), end="")
+    else:
+        print(f"{args.dataset}: {'available' if is_available(cfg, args.dataset) else 'not available offline'}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from fedrepro.config import list_experiments, load_paper
+    from fedrepro.data.catalog import DATASETS
+    from fedrepro.experiments import all_kinds
+
+    cfg = _load_cfg(args)
+    for paper in cfg["papers"]:
+        doc = load_paper(cfg, paper)
+        for name in list_experiments(cfg, paper):
+            e = doc["experiments"][name]
+            print(f"{paper}.{name:<18} kind={e['kind']:<28} {e['description']}")
+    print("kinds:", ", ".join(sorted(all_kinds())))
+    print("datasets:", ", ".join(sorted(DATASETS)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedrepro", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="one seeded run of one experiment")
+    r.add_argument("experiment", help="PAPER.NAME, e.g. adaped.fig1a")
+    r.add_argument("--out", required=True, help="run directory to write")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--scale", choices=["quick", "paper"], default=None, help="default: config's scale")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an experiment param")
+    _common(r)
+    r.set_defaults(fn=cmd_run)
+
+    a = sub.add_parser("aggregate", help="mean ± std over seeds")
+    a.add_argument("--runs", nargs="+", required=True)
+    a.add_argument("--out", required=True)
+    a.set_defaults(fn=cmd_aggregate)
+
+    f = sub.add_parser("figure", help="render one paper figure")
+    f.add_argument("figure", help="PAPER.FIG, e.g. adaped.fig1a")
+    f.add_argument("--out", required=True)
+    f.add_argument("--png", default=None)
+    f.add_argument("--scale", choices=["quick", "paper"], default=None)
+    _common(f)
+    f.set_defaults(fn=cmd_figure)
+
+    t = sub.add_parser("tables", help="a paper's tables, laid out like the paper")
+    t.add_argument("paper")
+    t.add_argument("--out-dir", required=True)
+    t.add_argument("--scale", choices=["quick", "paper"], default=None)
+    _common(t)
+    t.set_defaults(fn=cmd_tables)
+
+    rep = sub.add_parser("report", help="replication report over every registered target")
+    rep.add_argument("--out-dir", required=True)
+    rep.add_argument("--scale", choices=["quick", "paper"], default=None)
+    _common(rep)
+    rep.set_defaults(fn=cmd_report)
+
+    c = sub.add_parser("ci-check", help="exit 1 if a CI-flagged target deviates or was not built")
+    c.add_argument("--report", required=True, help="replication.csv written by `report`")
+    c.set_defaults(fn=cmd_ci_check)
+
+    d = sub.add_parser("data", help="fetch or check a dataset")
+    d.add_argument("action", choices=["fetch", "status"])
+    d.add_argument("dataset")
+    d.add_argument("--allow-unpinned", action="store_true", help="accept a file whose sha256 is not pinned yet")
+    d.add_argument("--offline", action="store_true", help="never try the canonical URL")
+    _common(d)
+    d.set_defaults(fn=cmd_data)
+
+    lst = sub.add_parser("list", help="experiments, kinds, datasets")
+    _common(lst)
+    lst.set_defaults(fn=cmd_list)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except FedreproError as exc:
+        print(f"fedrepro: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

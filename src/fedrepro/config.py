@@ -1,0 +1,183 @@
+"""Load and validate the global config and the per-paper experiment files.
+
+Every validation failure is raised as :class:`ConfigError` whose message names the offending key as a dotted
+path (e.g. ``experiments.fig1a.params.m``), the file it came from, and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from fedrepro.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
+DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
+SCALES = ("quick", "paper")
+
+
+def _key_path(path) -> str:
+    parts = [str(p) if not isinstance(p, int) else f"[{p}]" for p in path]
+    return ".".join(parts).replace(".[", "[") or "<top level>"
+
+
+def validate(instance: Any, schema: Mapping, *, source: str, prefix: tuple = ()) -> None:
+    """Validate ``instance`` against a JSON schema; raise ConfigError naming the first bad key."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    if not errors:
+        return
+    err = errors[0]
+    path = list(prefix) + list(err.absolute_path)
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        key = _key_path(path + extra[:1])
+        hint = f"unknown key (allowed here: {', '.join(allowed)})" if allowed else "unknown key"
+        raise ConfigError(f"{source}: {key}: {hint}")
+    if err.validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        raise ConfigError(f"{source}: {_key_path(path + [missing])}: required key is missing")
+    raise ConfigError(f"{source}: {_key_path(path)}: {err.message}")
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def load_schema(name: str) -> dict:
+    return yaml.safe_load((SCHEMA_DIR / name).read_text())
+
+
+def resolve_path(p: str | Path, base: Path = REPO_ROOT) -> Path:
+    p = Path(p)
+    return p if p.is_absolute() else base / p
+
+
+def parse_overrides(items: list[str] | None) -> dict:
+    """Turn ``["n=7", "eps0=[0.1,0.2]", "gmm.k=3"]`` into a nested dict; values are parsed as YAML."""
+    out: dict = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def deep_merge(base: Mapping, over: Mapping) -> dict:
+    out = copy.deepcopy(dict(base))
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def validate_global(cfg: Mapping, source: str = "config") -> dict:
+    validate(cfg, load_schema("config.schema.yaml"), source=source)
+    return dict(cfg)
+
+
+def load_global(path: str | Path | None = None, overrides: Mapping | None = None) -> dict:
+    path = Path(path) if path else DEFAULT_CONFIG
+    cfg = deep_merge(read_yaml(path), overrides or {})
+    return validate_global(cfg, source=str(path))
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment of one paper, with parameters resolved for a scale."""
+
+    paper: str
+    name: str
+    kind: str
+    description: str
+    params: dict
+    paper_params: dict
+    scale: str
+    datasets: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.paper}.{self.name}"
+
+    @property
+    def effective_scale(self) -> str:
+        """``paper`` whenever the parameters equal the paper's, whatever scale was asked for."""
+        return "paper" if self.params == self.paper_params else self.scale
+
+
+def load_paper(cfg: Mapping, paper: str) -> dict:
+    if paper not in cfg["papers"]:
+        raise ConfigError(f"papers.{paper}: no such paper (configured: {', '.join(sorted(cfg['papers']))})")
+    path = resolve_path(cfg["papers"][paper])
+    doc = read_yaml(path)
+    validate(doc, load_schema("paper.schema.yaml"), source=str(path))
+    if doc["paper"] != paper:
+        raise ConfigError(f"{path}: paper: is {doc['paper']!r} but config.yaml lists it as {paper!r}")
+    for name, fig in (doc.get("figures") or {}).items():
+        if fig["experiment"] not in doc["experiments"]:
+            raise ConfigError(f"{path}: figures.{name}.experiment: unknown experiment {fig['experiment']!r}")
+    return doc
+
+
+def resolve_experiment(
+    cfg: Mapping, exp_id: str, scale: str | None = None, overrides: Mapping | None = None
+) -> Experiment:
+    """Resolve ``paper.name`` to an :class:`Experiment` with validated parameters for ``scale``."""
+    from fedrepro.experiments import get_kind  # local import: the registry imports the experiment modules
+
+    if "." not in exp_id:
+        raise ConfigError(f"experiment id {exp_id!r}: expected PAPER.NAME, e.g. adaped.fig1a")
+    paper, name = exp_id.split(".", 1)
+    doc = load_paper(cfg, paper)
+    if name not in doc["experiments"]:
+        known = ", ".join(sorted(doc["experiments"]))
+        raise ConfigError(f"{cfg['papers'][paper]}: experiments.{name}: no such experiment (known: {known})")
+    scale = scale or cfg["scale"]
+    if scale not in SCALES:
+        raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
+    entry = doc["experiments"][name]
+    kind = get_kind(entry["kind"], source=f"{cfg['papers'][paper]}: experiments.{name}.kind")
+    paper_params = dict(entry["params"])
+    params = deep_merge(paper_params, entry.get("quick") or {}) if scale == "quick" else dict(paper_params)
+    params = deep_merge(params, overrides or {})
+    source = str(cfg["papers"][paper])
+    validate(paper_params, kind.schema, source=source, prefix=("experiments", name, "params"))
+    validate(params, kind.schema, source=source + " (after quick/--set overrides)", prefix=("experiments", name, "params"))
+    return Experiment(
+        paper=paper,
+        name=name,
+        kind=entry["kind"],
+        description=entry["description"],
+        params=params,
+        paper_params=paper_params,
+        scale=scale,
+        datasets=tuple(entry.get("datasets") or ()),
+    )
+
+
+def list_experiments(cfg: Mapping, paper: str) -> list[str]:
+    return list(load_paper(cfg, paper)["experiments"])

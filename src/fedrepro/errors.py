@@ -1,0 +1,13 @@
+"""Errors that carry a message meant for the person running the workflow (no traceback needed)."""
+
+
+class FedreproError(Exception):
+    """Base class: the CLI prints the message and exits with status 2."""
+
+
+class ConfigError(FedreproError):
+    """A configuration value is missing, misnamed or of the wrong type; the message names the key."""
+
+
+class DataError(FedreproError):
+    """A dataset file is missing or corrupt; the message names the file, its checksum and where to put it."""

@@ -1,0 +1,119 @@
+"""Writing and reading the files of one run, atomically.
+
+A run directory holds ``metrics.json`` (metrics, checks and run facts: seed, scale, wall time, accountant,
+versions), ``history.parquet`` (per-round / per-grid-point rows) and ``config.yaml`` (the resolved experiment).
+Each file is written to a temporary name in the same directory and renamed into place, and ``metrics.json`` is
+written last, so a killed run never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import yaml
+
+import fedrepro
+from fedrepro.config import Experiment
+from fedrepro.experiments import RunOutput
+
+METRICS = "metrics.json"
+HISTORY = "history.parquet"
+CONFIG = "config.yaml"
+
+
+def atomic_write(path: Path, writer: Callable[[Path], None]) -> None:
+    """Call ``writer(tmp_path)`` and rename the result onto ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        writer(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> None:
+    text = json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n"
+    atomic_write(path, lambda p: p.write_text(text))
+
+
+def versions() -> dict[str, str]:
+    import scipy
+    import sklearn
+
+    return {
+        "fedrepro": fedrepro.__version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "pandas": pd.__version__,
+        "scikit-learn": sklearn.__version__,
+    }
+
+
+def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall_time_s: float) -> None:
+    out_dir = Path(out_dir)
+    resolved = {
+        "experiment": exp.id,
+        "kind": exp.kind,
+        "description": exp.description,
+        "scale": exp.scale,
+        "effective_scale": exp.effective_scale,
+        "seed": seed,
+        "params": exp.params,
+        "paper_params": exp.paper_params,
+        "datasets": list(exp.datasets),
+    }
+    cfg_text = yaml.safe_dump(to_jsonable(resolved), sort_keys=False)
+    atomic_write(out_dir / CONFIG, lambda p: p.write_text(cfg_text))
+    history = output.history if output.history is not None else pd.DataFrame()
+    atomic_write(out_dir / HISTORY, lambda p: history.to_parquet(p, engine="pyarrow", index=False))
+    doc = {
+        "experiment": exp.id,
+        "kind": exp.kind,
+        "seed": seed,
+        "scale": exp.scale,
+        "effective_scale": exp.effective_scale,
+        "metrics": output.metrics,
+        "checks": {k: asdict(v) for k, v in output.checks.items()},
+        "accountant": output.accountant,
+        "wall_time_s": wall_time_s,
+        "versions": versions(),
+    }
+    write_json(out_dir / METRICS, doc)
+
+
+def read_metrics(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / METRICS).read_text())
+
+
+def read_history(run_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(Path(run_dir) / HISTORY)
