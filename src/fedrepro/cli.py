@@ -71,7 +71,7 @@ def cmd_figure(args) -> int:
 def cmd_tables(args) -> int:
     from fedrepro.report.tables import write_tables
 
-    write_tables(_load_cfg(args), args.paper, Path(args.out_dir), args.scale)
+    write_tables(_load_cfg(args), args.paper, Path(args.out_dir), args.scale, args.only)
     return 0
 
 
@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tables", help="a paper's tables, laid out like the paper")
     t.add_argument("paper")
     t.add_argument("--out-dir", required=True)
+    t.add_argument("--only", default=None, help="one table, e.g. table3")
     t.add_argument("--scale", choices=["quick", "paper"], default=None)
     _common(t)
     t.set_defaults(fn=cmd_tables)

@@ -77,6 +77,11 @@ def parse_overrides(items: list[str] | None) -> dict:
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
             value = raw
+        if isinstance(value, str):  # PyYAML (YAML 1.1) reads "1e-5" as a string; a number is meant
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         node = out
         parts = key.strip().split(".")
         for part in parts[:-1]:

@@ -1,0 +1,21 @@
+# fedrepro: every printed number of four private/personalized FL papers as a rebuildable target.
+# Default target (`snakemake --cores 2`): every experiment runnable here at the configured scale, the papers'
+# figures and tables, and the replication report (results/report/replication.{md,html,csv}).
+from snakemake.utils import min_version
+
+min_version("8.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/estimate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_outputs(),

@@ -1,0 +1,64 @@
+"""Figures: one plot function per figure style, registered by name and chosen in config/<paper>.yaml.
+
+A plot function gets the figure spec, the experiment summary and the per-seed histories, and returns a
+matplotlib Figure. :func:`render_figure` saves it as PDF (+ PNG) with fixed metadata so reruns are identical.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import Callable, Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fedrepro import paths  # noqa: E402
+from fedrepro.config import load_paper  # noqa: E402
+from fedrepro.errors import ConfigError  # noqa: E402
+from fedrepro.runio import atomic_write, read_history  # noqa: E402
+
+PlotFn = Callable[[Mapping, dict, list[pd.DataFrame]], "plt.Figure"]
+_PLOTS: dict[str, PlotFn] = {}
+
+
+def plot(name: str):
+    def deco(fn: PlotFn) -> PlotFn:
+        _PLOTS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_plot(name: str) -> PlotFn:
+    for mod in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{mod.name}")
+    if name not in _PLOTS:
+        raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(_PLOTS))})")
+    return _PLOTS[name]
+
+
+def render_figure(cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None = None,
+                  scale: str | None = None) -> None:
+    import json
+
+    paper, fig = fig_id.split(".", 1)
+    figs = load_paper(cfg, paper).get("figures") or {}
+    if fig not in figs:
+        raise ConfigError(f"{cfg['papers'][paper]}: figures.{fig}: no such figure (known: {', '.join(figs)})")
+    spec = figs[fig]
+    scale = scale or cfg["scale"]
+    summary_file = paths.summary_path(cfg, paper, spec["experiment"], scale)
+    summary = json.loads(summary_file.read_text())
+    histories = [read_history(paths.run_dir(cfg, paper, spec["experiment"], scale, s)) for s in summary["seeds"]]
+    figure = get_plot(spec["plot"])(spec, summary, histories)
+    figure.text(0.99, 0.01, f"fedrepro · {summary['effective_scale']} scale · {len(summary['seeds'])} seeds",
+                ha="right", va="bottom", fontsize=6, color="0.5")
+    atomic_write(Path(out_pdf), lambda p: figure.savefig(p, format="pdf", metadata={"CreationDate": None}))
+    if out_png:
+        atomic_write(Path(out_png), lambda p: figure.savefig(p, format="png", dpi=150, metadata={"Software": None}))
+    plt.close(figure)

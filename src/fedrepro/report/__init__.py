@@ -1,0 +1,1 @@
+"""Target registry, comparison of rebuilt values with printed ones, tables and the replication report."""

@@ -1,0 +1,90 @@
+"""Config validation: every mistake is reported with the key that caused it."""
+
+import copy
+
+import pytest
+import yaml
+
+from fedrepro.cli import main
+from fedrepro.config import deep_merge, load_global, parse_overrides, resolve_experiment, validate_global
+from fedrepro.errors import ConfigError
+
+
+def test_repository_config_is_valid():
+    cfg = load_global()
+    assert cfg["scale"] in ("quick", "paper")
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda c: c.update(scale="huge"), "scale"),
+        (lambda c: c.update(sedes=[1]), "sedes"),
+        (lambda c: c["seeds"].update(quick="0"), "seeds.quick"),
+        (lambda c: c["seeds"].update(paper=[-1]), "seeds.paper[0]"),
+        (lambda c: c["data"].pop("dir"), "data.dir"),
+        (lambda c: c["data"].update(mirorr="/x"), "data.mirorr"),
+    ],
+)
+def test_global_schema_error_names_the_key(mutate, key):
+    c = copy.deepcopy(load_global())
+    mutate(c)
+    with pytest.raises(ConfigError) as err:
+        validate_global(c)
+    assert f": {key}:" in str(err.value)
+
+
+def _paper_cfg(tmp_path, mutate):
+    cfg = load_global()
+    doc = yaml.safe_load(open(cfg["papers"]["adaped"]))
+    mutate(doc)
+    p = tmp_path / "adaped.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return deep_merge(cfg, {"papers": {"adaped": str(p)}})
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda d: d["experiments"]["fig1a"]["params"].update(m="many"), "experiments.fig1a.params.m"),
+        (lambda d: d["experiments"]["fig1a"]["params"].update(nn=3), "experiments.fig1a.params.nn"),
+        (lambda d: d["experiments"]["fig1a"]["params"].pop("delta"), "experiments.fig1a.params.delta"),
+        (lambda d: d["experiments"]["fig1a"].update(knd="x"), "experiments.fig1a.knd"),
+    ],
+)
+def test_experiment_param_error_names_the_key(tmp_path, mutate, key):
+    cfg = _paper_cfg(tmp_path, mutate)
+    with pytest.raises(ConfigError) as err:
+        resolve_experiment(cfg, "adaped.fig1a", "paper")
+    assert key in str(err.value)
+
+
+def test_unknown_kind_is_named(tmp_path):
+    cfg = _paper_cfg(tmp_path, lambda d: d["experiments"]["fig1a"].update(kind="nope"))
+    with pytest.raises(ConfigError, match="experiments.fig1a.kind: unknown experiment kind 'nope'"):
+        resolve_experiment(cfg, "adaped.fig1a", "paper")
+
+
+def test_overrides_parse_yaml_values_and_dotted_keys():
+    assert parse_overrides(["n=7", "eps0=[0.1, 0.5]", "a.b=x", "f=1e-5"]) == {
+        "n": 7, "eps0": [0.1, 0.5], "a": {"b": "x"}, "f": 1e-5}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides(["n"])
+
+
+def test_set_override_is_validated_and_changes_effective_scale():
+    cfg = load_global()
+    exp = resolve_experiment(cfg, "adaped.fig1a", "quick", {"n": 7})
+    assert exp.params["n"] == 7 and exp.effective_scale == "quick"
+    assert resolve_experiment(cfg, "adaped.fig1a", "quick").effective_scale == "paper"
+    with pytest.raises(ConfigError, match=r"experiments.fig1a.params.n"):
+        resolve_experiment(cfg, "adaped.fig1a", "quick", {"n": 0})
+
+
+def test_cli_reports_config_errors_without_traceback(tmp_path, capsys):
+    rc = main(["run", "adaped.fig1a", "--out", str(tmp_path), "--set", "m=oops"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "experiments.fig1a.params.m" in err and "Traceback" not in err
+    assert main(["run", "adaped.nosuch", "--out", str(tmp_path)]) == 2
+    assert "experiments.nosuch: no such experiment" in capsys.readouterr().err

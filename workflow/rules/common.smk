@@ -1,0 +1,112 @@
+# Shared helpers: validated config, experiment lookup, output paths. No rules here (catalog convention).
+import shlex
+from pathlib import Path
+
+import yaml
+from snakemake.exceptions import WorkflowError
+
+from fedrepro import paths
+from fedrepro.config import load_paper, resolve_experiment, validate_global
+from fedrepro.data.sources import is_available, stamp_path
+from fedrepro.errors import FedreproError
+from fedrepro.report.tables import table_artifacts, table_slug
+
+try:
+    CFG = validate_global(config, source="config (config/config.yaml + --config)")
+    PAPERS = {p: load_paper(CFG, p) for p in CFG["papers"]}
+    SCALE = CFG["scale"]
+    # Resolving every experiment validates its parameters now, before any job starts.
+    EXPERIMENTS = {
+        f"{p}.{name}": resolve_experiment(CFG, f"{p}.{name}", SCALE)
+        for p, doc in PAPERS.items()
+        for name in doc["experiments"]
+    }
+except FedreproError as exc:
+    raise WorkflowError(str(exc)) from None
+
+RES = CFG["results_dir"]
+FIGS = CFG["figures_dir"]
+LOGS = CFG["logs_dir"]
+DATA = CFG["data"]["dir"]
+# Global settings every CLI call must share with this Snakemake invocation (for --config overrides).
+CLI_CONFIG = " ".join(
+    shlex.quote(f"--config-set={k}={yaml.safe_dump(CFG[k], default_flow_style=True).strip()}")
+    for k in ("papers", "targets", "data", "results_dir", "figures_dir")
+    if k in CFG
+)
+
+
+def seeds(scale):
+    return CFG["seeds"][scale]
+
+
+def runnable(exp_id):
+    """An experiment runs here when every dataset it reads is present locally or in the mirror."""
+    return all(is_available(CFG, d) for d in EXPERIMENTS[exp_id].datasets)
+
+
+def run_files(paper, exp, scale):
+    return [
+        f"{RES}/{paper}/{exp}/{scale}/seed{s}/metrics.json" for s in seeds(scale)
+    ]
+
+
+def summary_file(paper, exp, scale=SCALE):
+    return f"{RES}/{paper}/{exp}/{scale}/summary.json"
+
+
+def runnable_summaries(paper):
+    return [
+        summary_file(paper, e.name)
+        for e in EXPERIMENTS.values()
+        if e.paper == paper and runnable(e.id)
+    ]
+
+
+def figure_files(paper, ext):
+    figs = PAPERS[paper].get("figures") or {}
+    return [
+        f"{FIGS}/{paper}/{name}.{ext}"
+        for name, spec in figs.items()
+        if runnable(f"{paper}.{spec['experiment']}")
+    ]
+
+
+def table_files(paper):
+    if paper not in CFG.get("targets", {}):
+        return []
+    return [
+        f"{RES}/tables/{paper}/{table_slug(a)}.{ext}"
+        for a in table_artifacts(CFG, paper)
+        for ext in ("csv", "md")
+    ]
+
+
+def dataset_stamps(wildcards):
+    exp = EXPERIMENTS[f"{wildcards.paper}.{wildcards.exp}"]
+    return [f"{DATA}/{d}/.verified" for d in exp.datasets]
+
+
+def resolved_params(wildcards):
+    """The experiment's resolved parameters: a change in config/<paper>.yaml reruns exactly that experiment."""
+    exp = resolve_experiment(CFG, f"{wildcards.paper}.{wildcards.exp}", wildcards.scale)
+    return yaml.safe_dump(exp.params, sort_keys=True, default_flow_style=True).strip()
+
+
+def figure_inputs(wildcards):
+    spec = PAPERS[wildcards.paper]["figures"][wildcards.fig]
+    return {
+        "summary": summary_file(wildcards.paper, spec["experiment"]),
+        "runs": run_files(wildcards.paper, spec["experiment"], SCALE),
+    }
+
+
+REPORT_FILES = [f"{RES}/report/replication.{ext}" for ext in ("md", "csv", "html")]
+
+
+def all_outputs():
+    out = []
+    for paper in PAPERS:
+        out += runnable_summaries(paper) + figure_files(paper, "pdf") + figure_files(paper, "png")
+        out += table_files(paper)
+    return out + REPORT_FILES

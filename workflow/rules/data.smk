@@ -1,0 +1,14 @@
+# Data stage: fetch each dataset from the data dir, the offline mirror or its canonical URL, verify sha256.
+
+
+rule fetch_dataset:
+    output:
+        stamp=f"{DATA}/{{dataset}}/.verified",
+    log:
+        f"{LOGS}/data/{{dataset}}.log",
+    params:
+        cli=CLI_CONFIG,
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m fedrepro data fetch {wildcards.dataset} {params.cli} > {log} 2>&1"

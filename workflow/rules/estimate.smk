@@ -1,0 +1,43 @@
+# Train/estimate stage: one job per (experiment, scale, seed), then mean ± std over seeds.
+
+
+rule run_experiment:
+    input:
+        dataset_stamps,
+    output:
+        metrics=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/metrics.json",
+        history=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/history.parquet",
+        config=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/config.yaml",
+    log:
+        f"{LOGS}/run/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}.log",
+    wildcard_constraints:
+        scale="quick|paper",
+        seed=r"\d+",
+    params:
+        resolved=resolved_params,
+        cli=CLI_CONFIG,
+        outdir=lambda wildcards, output: Path(output.metrics).parent,
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m fedrepro run {wildcards.paper}.{wildcards.exp} --seed {wildcards.seed} "
+        "--scale {wildcards.scale} --out {params.outdir} {params.cli} > {log} 2>&1"
+
+
+rule aggregate_seeds:
+    input:
+        runs=lambda wildcards: run_files(
+            wildcards.paper, wildcards.exp, wildcards.scale
+        ),
+    output:
+        summary=f"{RES}/{{paper}}/{{exp}}/{{scale}}/summary.json",
+    log:
+        f"{LOGS}/aggregate/{{paper}}/{{exp}}/{{scale}}.log",
+    wildcard_constraints:
+        scale="quick|paper",
+    params:
+        dirs=lambda wildcards, input: [Path(p).parent for p in input.runs],
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m fedrepro aggregate --runs {params.dirs} --out {output.summary} > {log} 2>&1"

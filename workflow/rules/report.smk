@@ -1,0 +1,58 @@
+# Report stage: figures and tables laid out like the papers', and the replication report over every target.
+
+
+rule figure:
+    input:
+        unpack(figure_inputs),
+    output:
+        pdf=f"{FIGS}/{{paper}}/{{fig}}.pdf",
+        png=f"{FIGS}/{{paper}}/{{fig}}.png",
+    log:
+        f"{LOGS}/figures/{{paper}}/{{fig}}.log",
+    params:
+        scale=SCALE,
+        cli=CLI_CONFIG,
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m fedrepro figure {wildcards.paper}.{wildcards.fig} --scale {params.scale} "
+        "--out {output.pdf} --png {output.png} {params.cli} > {log} 2>&1"
+
+
+rule table:
+    input:
+        summaries=lambda wildcards: runnable_summaries(wildcards.paper),
+        registry=lambda wildcards: CFG["targets"][wildcards.paper],
+    output:
+        csv=f"{RES}/tables/{{paper}}/{{table}}.csv",
+        md=f"{RES}/tables/{{paper}}/{{table}}.md",
+    log:
+        f"{LOGS}/tables/{{paper}}/{{table}}.log",
+    params:
+        scale=SCALE,
+        cli=CLI_CONFIG,
+        outdir=lambda wildcards, output: Path(output.csv).parent,
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m fedrepro tables {wildcards.paper} --only {wildcards.table} --scale {params.scale} "
+        "--out-dir {params.outdir} {params.cli} > {log} 2>&1"
+
+
+rule report:
+    input:
+        summaries=[s for p in PAPERS for s in runnable_summaries(p)],
+        figures=[f for p in PAPERS for f in figure_files(p, "png")],
+        registries=list(CFG.get("targets", {}).values()),
+    output:
+        REPORT_FILES,
+    log:
+        f"{LOGS}/report.log",
+    params:
+        scale=SCALE,
+        cli=CLI_CONFIG,
+        outdir=f"{RES}/report",
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m fedrepro report --scale {params.scale} --out-dir {params.outdir} {params.cli} > {log} 2>&1"
