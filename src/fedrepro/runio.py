@@ -8,6 +8,7 @@ written last, so a killed run never leaves a file that looks complete.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
@@ -65,18 +66,18 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, lambda p: p.write_text(text))
 
 
-def versions() -> dict[str, str]:
-    import scipy
-    import sklearn
+VERSIONED = ("numpy", "scipy", "pandas", "pyarrow", "scikit-learn", "torch", "dp-accounting", "opacus")
 
-    return {
-        "fedrepro": fedrepro.__version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "pandas": pd.__version__,
-        "scikit-learn": sklearn.__version__,
-    }
+
+def versions() -> dict[str, str]:
+    """Versions of the interpreter and of the installed numerical packages (read from metadata, not imported)."""
+    out = {"fedrepro": fedrepro.__version__, "python": platform.python_version()}
+    for dist in VERSIONED:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
 
 
 def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall_time_s: float) -> None:

@@ -30,7 +30,9 @@ LOGS = CFG["logs_dir"]
 DATA = CFG["data"]["dir"]
 # Global settings every CLI call must share with this Snakemake invocation (for --config overrides).
 CLI_CONFIG = " ".join(
-    shlex.quote(f"--config-set={k}={yaml.safe_dump(CFG[k], default_flow_style=True).strip()}")
+    shlex.quote(
+        f"--config-set={k}={yaml.safe_dump(CFG[k], default_flow_style=True).strip()}"
+    )
     for k in ("papers", "targets", "data", "results_dir", "figures_dir")
     if k in CFG
 )
@@ -46,9 +48,7 @@ def runnable(exp_id):
 
 
 def run_files(paper, exp, scale):
-    return [
-        f"{RES}/{paper}/{exp}/{scale}/seed{s}/metrics.json" for s in seeds(scale)
-    ]
+    return [f"{RES}/{paper}/{exp}/{scale}/seed{s}/metrics.json" for s in seeds(scale)]
 
 
 def summary_file(paper, exp, scale=SCALE):
@@ -107,6 +107,10 @@ REPORT_FILES = [f"{RES}/report/replication.{ext}" for ext in ("md", "csv", "html
 def all_outputs():
     out = []
     for paper in PAPERS:
-        out += runnable_summaries(paper) + figure_files(paper, "pdf") + figure_files(paper, "png")
+        out += (
+            runnable_summaries(paper)
+            + figure_files(paper, "pdf")
+            + figure_files(paper, "png")
+        )
         out += table_files(paper)
     return out + REPORT_FILES

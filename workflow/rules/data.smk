@@ -6,9 +6,9 @@ rule fetch_dataset:
         stamp=f"{DATA}/{{dataset}}/.verified",
     log:
         f"{LOGS}/data/{{dataset}}.log",
-    params:
-        cli=CLI_CONFIG,
     conda:
         "../../environment.yml"
+    params:
+        cli=CLI_CONFIG,
     shell:
         "python -m fedrepro data fetch {wildcards.dataset} {params.cli} > {log} 2>&1"

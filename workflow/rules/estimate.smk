@@ -13,12 +13,12 @@ rule run_experiment:
     wildcard_constraints:
         scale="quick|paper",
         seed=r"\d+",
+    conda:
+        "../../environment.yml"
     params:
         resolved=resolved_params,
         cli=CLI_CONFIG,
         outdir=lambda wildcards, output: Path(output.metrics).parent,
-    conda:
-        "../../environment.yml"
     shell:
         "python -m fedrepro run {wildcards.paper}.{wildcards.exp} --seed {wildcards.seed} "
         "--scale {wildcards.scale} --out {params.outdir} {params.cli} > {log} 2>&1"
@@ -35,9 +35,9 @@ rule aggregate_seeds:
         f"{LOGS}/aggregate/{{paper}}/{{exp}}/{{scale}}.log",
     wildcard_constraints:
         scale="quick|paper",
-    params:
-        dirs=lambda wildcards, input: [Path(p).parent for p in input.runs],
     conda:
         "../../environment.yml"
+    params:
+        dirs=lambda wildcards, input: [Path(p).parent for p in input.runs],
     shell:
         "python -m fedrepro aggregate --runs {params.dirs} --out {output.summary} > {log} 2>&1"

@@ -9,11 +9,11 @@ rule figure:
         png=f"{FIGS}/{{paper}}/{{fig}}.png",
     log:
         f"{LOGS}/figures/{{paper}}/{{fig}}.log",
+    conda:
+        "../../environment.yml"
     params:
         scale=SCALE,
         cli=CLI_CONFIG,
-    conda:
-        "../../environment.yml"
     shell:
         "python -m fedrepro figure {wildcards.paper}.{wildcards.fig} --scale {params.scale} "
         "--out {output.pdf} --png {output.png} {params.cli} > {log} 2>&1"
@@ -28,12 +28,12 @@ rule table:
         md=f"{RES}/tables/{{paper}}/{{table}}.md",
     log:
         f"{LOGS}/tables/{{paper}}/{{table}}.log",
+    conda:
+        "../../environment.yml"
     params:
         scale=SCALE,
         cli=CLI_CONFIG,
         outdir=lambda wildcards, output: Path(output.csv).parent,
-    conda:
-        "../../environment.yml"
     shell:
         "python -m fedrepro tables {wildcards.paper} --only {wildcards.table} --scale {params.scale} "
         "--out-dir {params.outdir} {params.cli} > {log} 2>&1"
@@ -48,11 +48,11 @@ rule report:
         REPORT_FILES,
     log:
         f"{LOGS}/report.log",
+    conda:
+        "../../environment.yml"
     params:
         scale=SCALE,
         cli=CLI_CONFIG,
-        outdir=f"{RES}/report",
-    conda:
-        "../../environment.yml"
+        outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
         "python -m fedrepro report --scale {params.scale} --out-dir {params.outdir} {params.cli} > {log} 2>&1"

@@ -32,7 +32,7 @@ class Result:
 
 
 def rebuild_command(cfg: Mapping, t: Target, scale: str) -> str:
-    summary = paths.summary_path(cfg, t.paper, t.exp_name, scale).relative_to(resolve_path("."))
+    summary = f"{cfg['results_dir']}/{t.paper}/{t.exp_name}/{scale}/summary.json"
     return f"snakemake --cores 2 --config scale={scale} -- {summary}"
 
 
