@@ -1,0 +1,1 @@
+"""Datasets: canonical sources with checksums, an offline mirror, and parsers."""
