@@ -334,7 +334,7 @@ def test_corrupted_text_rows_are_rejected(registry, paper, rid, changes):
     ("K.lin.d50.alt", {"tolerance": "0.05"}),
     ("S4.pol", {"experiment": "political"}),
     ("F1a", {"key": ""}),
-    ("T4.r1", {"ci": "true"}),
+    ("T4.r1", {"ci": "yes"}),
 ])
 def test_corrupted_fields_are_rejected(registry, rid, changes):
     header, rows = registry
