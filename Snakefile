@@ -9,6 +9,10 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
+envvars:
+    "PATH",
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/estimate.smk"

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
+_BESIDE = Path(sys.executable).parent / "snakemake"  # the snakemake installed with this interpreter, if any
+SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
 pytestmark = pytest.mark.slow
 
 REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,tolerance,experiment,key,ci,needs,note

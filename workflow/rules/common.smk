@@ -1,5 +1,7 @@
 # Shared helpers: validated config, experiment lookup, output paths. No rules here (catalog convention).
+import os
 import shlex
+import sys
 from pathlib import Path
 
 import yaml
@@ -23,6 +25,12 @@ try:
     }
 except FedreproError as exc:
     raise WorkflowError(str(exc)) from None
+
+# Jobs call `python -m fedrepro`: make `python` the interpreter running Snakemake (e.g. .venv/bin/snakemake
+# without an activated venv). With --use-conda the rule's environment is activated after this and wins.
+os.environ["PATH"] = (
+    f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+)
 
 RES = CFG["results_dir"]
 FIGS = CFG["figures_dir"]
