@@ -107,3 +107,13 @@ def test_run_writes_all_files_and_is_deterministic(tmp_path):
     assert not list(a.glob(".*tmp"))  # no temporaries left behind
     main(["run", "adaped.fig3b", "--out", str(b), "--seed", "4", "--set", "reps=5"])
     assert json.loads((b / "metrics.json").read_text())["metrics"] != ma["metrics"]
+
+
+def test_gap_comments_carry_their_key_path(tmp_path):
+    from fedrepro.report.gaps import gap_comments
+
+    p = tmp_path / "x.yaml"
+    p.write_text("experiments:\n  a:\n    params:\n      m: 3   # GAP: m unstated\n      n: 4\n"
+                 "  b:\n    params:\n      # GAP: whole block guessed\n      k: 1  # not a gap\n")
+    assert gap_comments(p) == [("experiments.a.params.m", "3", "m unstated"),
+                               ("experiments.b.params", "", "whole block guessed")]

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Mapping
 
 from fedrepro import paths
-from fedrepro.config import load_paper
+from fedrepro.config import load_paper, resolve_path
+from fedrepro.report.gaps import gap_comments
 from fedrepro.report.fmt import fmt_pm, fmt_value, printed
 from fedrepro.report.registry import K_SIGMA
 from fedrepro.report.status import DEVIATES, NOT_RUN, STATUSES, Result, evaluate_paper
@@ -96,6 +97,11 @@ def markdown(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]], out
         doc = load_paper(cfg, paper)
         lines += [f"## {paper}: {doc['title']}", "", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
         lines += ["| " + " | ".join(_md_escape(c) for c in _row_cells(r)) + " |" for r in results]
+        gaps = gap_comments(resolve_path(cfg["papers"][paper]))
+        if gaps:
+            lines += ["", f"### Defaults chosen where the paper is silent ({cfg['papers'][paper]}, `# GAP:` comments)",
+                      "", "| key | value | why |", "|---|---|---|"]
+            lines += [f"| `{k}` | {_md_escape(v)} | {_md_escape(c)} |" for k, v, c in gaps]
         figs = [(n, s, p) for n, s, p in _figures(cfg, paper) if p.is_file()]
         if figs:
             lines += ["", f"### Figures ({paper})", ""]
@@ -131,6 +137,11 @@ def html_report(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]]) 
             cls = r.status.replace(" ", "-")
             out.append(f"<tr class='{cls}'>" + "".join(f"<td>{e(c)}</td>" for c in _row_cells(r)) + "</tr>")
         out.append("</table>")
+        gaps = gap_comments(resolve_path(cfg["papers"][paper]))
+        if gaps:
+            out.append(f"<h3>Defaults chosen where the paper is silent</h3><table><tr><th>key</th><th>value</th>"
+                       "<th>why</th></tr>" + "".join(f"<tr><td><code>{e(k)}</code></td><td>{e(v)}</td><td>{e(c)}</td>"
+                                                    "</tr>" for k, v, c in gaps) + "</table>")
         for name, spec, png in _figures(cfg, paper):
             if png.is_file():
                 data = base64.b64encode(png.read_bytes()).decode()
