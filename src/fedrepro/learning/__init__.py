@@ -1,0 +1,1 @@
+"""Personalized federated learning algorithms of the reproduced papers (vectorized over clients)."""
