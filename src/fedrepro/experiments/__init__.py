@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -80,6 +81,24 @@ def experiment_kind(name: str, schema: dict):
     return deco
 
 
+_DECL = re.compile(r"""@experiment_kind\(\s*["']([A-Za-z0-9_]+)["']""")
+
+
+def _kind_index() -> dict[str, str]:
+    """kind name -> module name, read from the modules' source without importing them.
+
+    A run imports only the module that defines its kind, so one experiment's heavy dependencies (scikit-learn,
+    torch) never slow down another's start-up.
+    """
+    index = {}
+    for mod in pkgutil.iter_modules(__path__):
+        src = Path(__path__[0], f"{mod.name}.py")
+        if src.is_file():
+            for name in _DECL.findall(src.read_text(encoding="utf-8")):
+                index[name] = f"{__name__}.{mod.name}"
+    return index
+
+
 def _load_all() -> None:
     global _loaded
     if _loaded:
@@ -90,7 +109,12 @@ def _load_all() -> None:
 
 
 def get_kind(name: str, source: str = "kind") -> Kind:
-    _load_all()
+    if name not in _KINDS:
+        module = _kind_index().get(name)
+        if module is not None:
+            importlib.import_module(module)
+    if name not in _KINDS:
+        _load_all()
     if name not in _KINDS:
         raise ConfigError(f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(_KINDS))})")
     return _KINDS[name]
