@@ -102,7 +102,7 @@ def cmd_data(args) -> int:
 
 def cmd_list(args) -> int:
     from fedrepro.config import list_experiments, load_paper
-    from fedrepro.data.catalog import DATASETS
+    from fedrepro.data.catalog import all_datasets
     from fedrepro.experiments import all_kinds
 
     cfg = _load_cfg(args)
@@ -112,7 +112,7 @@ def cmd_list(args) -> int:
             e = doc["experiments"][name]
             print(f"{paper}.{name:<18} kind={e['kind']:<28} {e['description']}")
     print("kinds:", ", ".join(sorted(all_kinds())))
-    print("datasets:", ", ".join(sorted(DATASETS)))
+    print("datasets:", ", ".join(sorted(all_datasets())))
     return 0
 
 

@@ -7,6 +7,8 @@ be pinned here.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 
 from fedrepro.errors import ConfigError
@@ -29,37 +31,37 @@ class Dataset:
 
 
 DATASETS: dict[str, Dataset] = {}
+_loaded = False
 
 
 def register(ds: Dataset) -> Dataset:
+    """Called at import by each source module of this package (fedrepro.data.<source>) for its datasets."""
+    if ds.id in DATASETS and DATASETS[ds.id] != ds:
+        raise RuntimeError(f"dataset {ds.id!r} registered twice")
     DATASETS[ds.id] = ds
     return ds
 
 
+def _load_all() -> None:
+    """Import every source module of fedrepro.data (they keep heavy imports such as h5py inside functions)."""
+    global _loaded
+    if _loaded:
+        return
+    import fedrepro.data as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name not in ("catalog", "sources"):
+            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    _loaded = True
+
+
+def all_datasets() -> dict[str, Dataset]:
+    _load_all()
+    return dict(DATASETS)
+
+
 def get_dataset(dataset_id: str) -> Dataset:
+    _load_all()
     if dataset_id not in DATASETS:
         raise ConfigError(f"datasets: unknown dataset {dataset_id!r} (known: {', '.join(sorted(DATASETS))})")
     return DATASETS[dataset_id]
-
-
-register(
-    Dataset(
-        id="election_county_returns",
-        title="MIT Election Data and Science Lab, County Presidential Election Returns 2000-2020",
-        files=(
-            RemoteFile(
-                name="countypres_2000-2020.csv",
-                # Harvard Dataverse, doi:10.7910/DVN/VOQCHQ, file IQNIFU; format=original serves the CSV as deposited.
-                url="https://dataverse.harvard.edu/api/access/datafile/:persistentId"
-                "?persistentId=doi:10.7910/DVN/VOQCHQ/IQNIFU&format=original",
-                # GAP: not pinned. No machine with internet access has fetched this file for fedrepro yet; run
-                # `python -m fedrepro data fetch election_county_returns --allow-unpinned` on one and pin the
-                # sha256 it records here.
-                sha256=None,
-            ),
-        ),
-        citation='MIT Election Data and Science Lab, 2018, "County Presidential Election Returns 2000-2020", '
-        "https://doi.org/10.7910/DVN/VOQCHQ, Harvard Dataverse",
-        licence="CC0 1.0",
-    )
-)
