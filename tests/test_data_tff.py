@@ -1,0 +1,592 @@
+"""TFF federated EMNIST / Stack Overflow sources (fedrepro.data.tff_*), guarded extraction (fedrepro.data.archive).
+
+Fixtures are written here with h5py / sqlite3 in the upstream layouts (TFF hdf5_client_data.py and
+sql_client_data.py: group ``examples/<client id>/`` with one dataset per feature; tables ``examples`` and
+``client_metadata`` with serialized tf.train.Example protos), wrapped in tar.bz2 / lzma as published, and read back
+through the real mirror path (``sources.fetch`` with a temp ``data.mirror`` and a monkeypatched sha256).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import lzma
+import os
+import sqlite3
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+h5py = pytest.importorskip("h5py")
+
+from fedrepro.config import validate_global  # noqa: E402
+from fedrepro.data import catalog  # noqa: E402
+from fedrepro.data import tff_emnist as em  # noqa: E402
+from fedrepro.data import tff_stackoverflow as so  # noqa: E402
+from fedrepro.data.archive import decompress_file, extract_members  # noqa: E402
+from fedrepro.data.sources import dataset_files, fetch, sha256_of  # noqa: E402
+from fedrepro.errors import DataError  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _cfg(tmp_path: Path, mirror: Path) -> dict:
+    return validate_global({
+        "scale": "quick", "seeds": {"quick": [0], "paper": [0]}, "results_dir": str(tmp_path / "results"),
+        "figures_dir": str(tmp_path / "figures"), "logs_dir": str(tmp_path / "logs"),
+        "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)}, "papers": {"adaped": "config/adaped.yaml"},
+    })
+
+
+def _pin(monkeypatch, ds_id: str, mirror_dir: Path) -> None:
+    """Pin the catalog entry's sha256 values to the fixture files in the mirror (the real values are upstream's)."""
+    ds = catalog.get_dataset(ds_id)
+    files = tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name)) for f in ds.files)
+    monkeypatch.setitem(catalog.DATASETS, ds_id, dataclasses.replace(ds, files=files))
+
+
+def _tar_bz2(path: Path, members: dict[str, Path | bytes]) -> Path:
+    with tarfile.open(path, "w:bz2") as tar:
+        for name, src in members.items():
+            if isinstance(src, Path):
+                tar.add(src, arcname=name)
+            else:
+                info = tarfile.TarInfo(name)
+                info.size = len(src)
+                tar.addfile(info, io.BytesIO(src))
+    return path
+
+
+# --- TFF federated EMNIST fixture ---------------------------------------------------------------------------------
+
+EMNIST_CLIENTS = {"f0007_12": (4, 2), "f0002_45": (3, 1), "f3100_30": (5, 2)}  # id -> (n_train, n_test)
+
+
+def _emnist_arrays(seed: int, n_classes: int = 10):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for cid, (ntr, nte) in EMNIST_CLIENTS.items():
+        split = {}
+        for s, n in (("train", ntr), ("test", nte)):
+            pix = np.ones((n, 28, 28), dtype=np.float32)  # 1.0 = background, as TFF ships it
+            pix[:, 8:20, 10:18] = rng.random((n, 12, 8), dtype=np.float32)
+            split[s] = (pix, rng.integers(0, n_classes, size=n).astype(np.int32))
+        out[cid] = split
+    return out
+
+
+def _write_emnist_h5(path: Path, arrays, split: str) -> Path:
+    with h5py.File(path, "w") as f:
+        ex = f.create_group("examples")
+        for cid, splits in arrays.items():
+            g = ex.create_group(cid)
+            pix, lab = splits[split]
+            g.create_dataset("pixels", data=pix)  # float32 (n, 28, 28)
+            g.create_dataset("label", data=lab)  # int32 (n,)
+    return path
+
+
+@pytest.fixture
+def emnist_mirror(tmp_path):
+    arrays = _emnist_arrays(0)
+    src = tmp_path / "src"
+    src.mkdir()
+    h5s = {s: _write_emnist_h5(src / f"fed_emnist_digitsonly_{s}.h5", arrays, s) for s in ("train", "test")}
+    mirror = tmp_path / "mirror"
+    (mirror / em.DIGITS_ID).mkdir(parents=True)
+    _tar_bz2(mirror / em.DIGITS_ID / "fed_emnist_digitsonly.tar.bz2",
+             {"fed_emnist_digitsonly_train.h5": h5s["train"], "./fed_emnist_digitsonly_test.h5": h5s["test"]})
+    return _cfg(tmp_path, mirror), mirror / em.DIGITS_ID, arrays
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# catalog
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_catalog_entries_and_published_checksums():
+    ds = catalog.all_datasets()
+    expect = {
+        "tff_emnist_digits": {"fed_emnist_digitsonly.tar.bz2":
+                              "55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b"},
+        "tff_emnist": {"fed_emnist.tar.bz2": "fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0"},
+        "tff_stackoverflow": {"stackoverflow.tar.bz2":
+                              "99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2"},
+        "tff_stackoverflow_counts": {
+            "stackoverflow.word_count.tar.bz2": "1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
+            "stackoverflow.tag_count.tar.bz2": "6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d"},
+        "tff_stackoverflow_sqlite": {"stackoverflow.sqlite.lzma": None},
+    }
+    for ds_id, files in expect.items():
+        got = {f.name: f.sha256 for f in ds[ds_id].files}
+        assert got == files, ds_id
+        for f in ds[ds_id].files:
+            assert f.url == "https://storage.googleapis.com/tff-datasets-public/" + f.name
+    assert em.UPSTREAM_SIZES == {"tff_emnist_digits": (3383, 341_873, 40_832),
+                                 "tff_emnist": (3400, 671_585, 77_483)}
+
+
+def test_source_modules_keep_h5py_out_of_import():
+    code = ("import sys; from fedrepro.data import catalog; catalog.all_datasets(); "
+            "print(int('h5py' in sys.modules), int('scipy.sparse' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "0"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# EMNIST through the mirror
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_emnist_through_the_mirror_reads_back_exactly(emnist_mirror, monkeypatch):
+    cfg, mdir, arrays = emnist_mirror
+    _pin(monkeypatch, em.DIGITS_ID, mdir)
+    assert fetch(cfg, em.DIGITS_ID, offline=True).is_file()
+    files = dataset_files(cfg, em.DIGITS_ID)
+    assert [f.name for f in files] == ["fed_emnist_digitsonly.tar.bz2"]
+    train, test = em.load_data(files)
+    with train, test:
+        assert train.client_ids == sorted(EMNIST_CLIENTS) == test.client_ids
+        assert len(train) == 3 and "f0002_45" in train and "nobody" not in train
+        for cid, splits in arrays.items():
+            for split, h5 in (("train", train), ("test", test)):
+                c = h5.client(cid)
+                pix, lab = splits[split]
+                assert c.pixels.dtype == np.float32 and c.labels.dtype == np.int32
+                np.testing.assert_array_equal(c.pixels, pix)
+                np.testing.assert_array_equal(c.labels, lab)
+                assert h5.num_examples(cid) == len(lab)
+        clients = em.ppsgd_clients(train, test, num_clients=2)
+    assert [c.client_id for c in clients] == sorted(EMNIST_CLIENTS)[:2]
+    first = arrays[sorted(EMNIST_CLIENTS)[0]]
+    np.testing.assert_array_equal(clients[0].x_train, first["train"][0].reshape(-1, 784))  # raw, not inverted
+    np.testing.assert_array_equal(clients[0].y_test, first["test"][1])
+    # extracted beside the verified archive, once
+    data = Path(cfg["data"]["dir"]) / em.DIGITS_ID
+    h5 = data / "fed_emnist_digitsonly_train.h5"
+    stamp = h5.stat().st_mtime_ns
+    em.open_split(files, "train").close()
+    assert h5.stat().st_mtime_ns == stamp
+    assert sorted(p.name for p in data.iterdir() if not p.name.startswith(".")) == [
+        "fed_emnist_digitsonly.tar.bz2", "fed_emnist_digitsonly_test.h5", "fed_emnist_digitsonly_train.h5"]
+
+
+def test_emnist_corrupted_byte_is_an_error(emnist_mirror, monkeypatch):
+    cfg, mdir, _ = emnist_mirror
+    _pin(monkeypatch, em.DIGITS_ID, mdir)
+    arc = mdir / "fed_emnist_digitsonly.tar.bz2"
+    b = bytearray(arc.read_bytes())
+    b[len(b) // 2] ^= 0x01
+    arc.write_bytes(bytes(b))
+    with pytest.raises(DataError, match="checksum mismatch"):
+        fetch(cfg, em.DIGITS_ID, offline=True)
+    assert not (Path(cfg["data"]["dir"]) / em.DIGITS_ID / arc.name).exists()
+
+
+def test_emnist_missing_names_file_sha_url_and_searched_paths(tmp_path):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    cfg = _cfg(tmp_path, mirror)
+    with pytest.raises(DataError) as err:
+        fetch(cfg, em.FULL_ID, offline=True)
+    msg = str(err.value)
+    f = catalog.get_dataset(em.FULL_ID).files[0]
+    for part in (f.name, f.sha256, f.url, str(mirror / em.FULL_ID / f.name), str(mirror / f.name),
+                 str(tmp_path / "data" / em.FULL_ID / f.name)):
+        assert part in msg
+
+
+def test_emnist_reads_one_client_without_touching_the_others(tmp_path):
+    """The other clients' pixels live in an external raw file that does not exist: any read of them fails."""
+    path = tmp_path / "fed_emnist_train.h5"
+    rng = np.random.default_rng(1)
+    good = rng.random((3, 28, 28), dtype=np.float32)
+    with h5py.File(path, "w") as f:
+        for i in range(50):
+            g = f.create_group(f"examples/w{i:03d}")
+            n = 2 + i % 3
+            if i == 17:
+                g.create_dataset("pixels", data=good)
+                g.create_dataset("label", data=np.array([1, 61, 7], dtype=np.int32))
+            else:
+                g.create_dataset("pixels", shape=(n, 28, 28), dtype="f4",
+                                 external=[(str(tmp_path / "absent.bin"), 0, n * 28 * 28 * 4)])
+                g.create_dataset("label", shape=(n,), dtype="i4",
+                                 external=[(str(tmp_path / "absent2.bin"), 0, n * 4)])
+    with em.EmnistH5(path, num_classes=62) as h5:
+        assert len(h5.client_ids) == 50  # listing reads the group index only
+        assert [h5.num_examples(c) for c in h5.client_ids[:4]] == [2, 3, 4, 2]  # shapes only
+        c = h5.client("w017")
+        np.testing.assert_array_equal(c.pixels, good)
+        assert c.labels.tolist() == [1, 61, 7]
+        with pytest.raises(DataError, match="w018"):
+            h5.client("w018")  # the trap is real
+
+
+def test_emnist_rejects_wrong_layout(tmp_path):
+    p = tmp_path / "fed_emnist_train.h5"
+    with h5py.File(p, "w") as f:
+        f.create_group("clients/a")
+    with pytest.raises(DataError, match="examples"):
+        em.EmnistH5(p)
+    with h5py.File(p, "w") as f:
+        g = f.create_group("examples/a")
+        g.create_dataset("pixels", data=np.ones((2, 28, 27), np.float32))
+        g.create_dataset("label", data=np.zeros(2, np.int32))
+        g = f.create_group("examples/b")
+        g.create_dataset("pixels", data=np.ones((1, 28, 28), np.float32))
+        g.create_dataset("label", data=np.array([10], np.int32))
+    with em.EmnistH5(p, num_classes=10) as h5:
+        with pytest.raises(DataError, match="shape"):
+            h5.client("a")
+        with pytest.raises(DataError, match="outside"):
+            h5.client("b")
+        with pytest.raises(KeyError):
+            h5.client("c")
+    with pytest.raises(DataError, match="not a TFF federated EMNIST"):
+        em.open_split(tmp_path / "emnist.tar.bz2")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# guarded extraction
+# ---------------------------------------------------------------------------------------------------------------
+
+def _evil_tar(path: Path, kind: str) -> None:
+    with tarfile.open(path, "w:bz2") as tar:
+        ok = tarfile.TarInfo("good.h5")
+        ok.size = 3
+        tar.addfile(ok, io.BytesIO(b"abc"))
+        if kind in ("dotdot", "absolute", "nested_dotdot", "backslash"):
+            name = {"dotdot": "../evil.h5", "absolute": "/tmp/evil.h5", "nested_dotdot": "a/../../evil.h5",
+                    "backslash": "..\\evil.h5"}[kind]
+            info = tarfile.TarInfo(name)
+            info.size = 4
+            tar.addfile(info, io.BytesIO(b"evil"))
+        elif kind in ("symlink", "hardlink"):
+            info = tarfile.TarInfo("want.h5")
+            info.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.LNKTYPE
+            info.linkname = "/etc/passwd" if kind == "symlink" else "good.h5"
+            tar.addfile(info)
+        elif kind == "directory":
+            info = tarfile.TarInfo("want.h5")
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "nested_dotdot", "backslash", "symlink", "hardlink",
+                                  "directory", "missing"])
+def test_archive_refuses_unsafe_or_unexpected_members(tmp_path, kind):
+    arc = tmp_path / "a.tar.bz2"
+    _evil_tar(arc, "missing" if kind == "missing" else kind)
+    dest = tmp_path / "out" / "inner"
+    wanted = ["good.h5", "want.h5"] if kind in ("symlink", "hardlink", "directory", "missing") else ["good.h5"]
+    with pytest.raises(DataError, match="refusing|lacks"):
+        extract_members(arc, dest, wanted)
+    assert not (tmp_path / "out" / "evil.h5").exists() and not Path("/tmp/evil.h5").exists()
+    assert not (dest / "want.h5").exists() and not (dest / "want.h5").is_symlink()
+    assert not any(p.name.startswith(".extracted") for p in dest.iterdir())
+
+
+def test_archive_extracts_only_expected_members_and_never_follows_links(tmp_path):
+    arc = _tar_bz2(tmp_path / "a.tar.bz2", {"./x.h5": b"xx", "y.h5": b"yyy", "sub/z.txt": b"z"})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep")
+    (dest / "x.h5").symlink_to(outside)  # planted link at a target name
+    out = extract_members(arc, dest, ["x.h5"])
+    assert out == {"x.h5": dest / "x.h5"}
+    assert not (dest / "x.h5").is_symlink() and (dest / "x.h5").read_bytes() == b"xx"
+    assert outside.read_bytes() == b"keep"
+    assert sorted(p.name for p in dest.iterdir()) == [".extracted-a.tar.bz2", "x.h5"]
+    with pytest.raises(DataError, match="plain file name"):
+        extract_members(arc, dest, ["sub/z.txt"])
+    with pytest.raises(DataError, match="plain file name"):
+        extract_members(arc, dest, ["../x.h5"])
+
+
+def test_decompress_lzma_and_a_corrupt_stream(tmp_path):
+    payload = b"SQLite format 3\x00" + bytes(range(256)) * 10
+    src = tmp_path / "stackoverflow.sqlite.lzma"
+    src.write_bytes(lzma.compress(payload, format=lzma.FORMAT_ALONE))
+    out = decompress_file(src, tmp_path / "d", "stackoverflow.sqlite")
+    assert out.read_bytes() == payload
+    src.write_bytes(lzma.compress(payload, format=lzma.FORMAT_XZ))  # the .xz container is accepted too
+    assert decompress_file(src, tmp_path / "e", "stackoverflow.sqlite").read_bytes() == payload
+    bad = tmp_path / "bad.lzma"
+    bad.write_bytes(src.read_bytes()[:40])
+    with pytest.raises(DataError, match="cannot decompress"):
+        decompress_file(bad, tmp_path / "f", "x.sqlite")
+    assert not (tmp_path / "f" / "x.sqlite").exists()
+    with pytest.raises(DataError, match="plain file name"):
+        decompress_file(src, tmp_path / "g", "../x.sqlite")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stack Overflow
+# ---------------------------------------------------------------------------------------------------------------
+
+# client -> list of (tokens, title, tags, type, creation_date, score); split by file
+SO_DATA = {
+    "train": {
+        "00000017": [("the list to the python .", "python list", "python|java|sql", "question",
+                      "2010-01-08 09:34:05 UTC", 3),
+                     ("  to\tto  ", "", "c++", "answer", "2011-02-01 10:00:00.1 UTC", -1),
+                     ("", "", "", "answer", "2012-03-04 05:06:07 UTC", 0),
+                     ("java", "Python", "java|java", "question", "2013-01-01 00:00:00 UTC", 12),
+                     ("to the", "t", "sql", "answer", "2014-01-01 00:00:00 UTC", 1)],
+        "00000003": [("python python", "x", "java", "question", "2015-01-01 00:00:00 UTC", 5),
+                     ("é to", "ü", "python", "answer", "2016-01-01 00:00:00 UTC", 7)],
+    },
+    "held_out": {"00000010": [("the", "the", "sql", "question", "2009-01-01 00:00:00 UTC", 2)]},
+    "test": {
+        "00000017": [("python to", "", "python", "answer", "2018-02-01 00:00:00 UTC", 0)],
+        "00000003": [("the the", "list", "java|python", "question", "2018-03-01 00:00:00 UTC", 4)],
+        "00000099": [("to", "to", "sql", "answer", "2018-04-01 00:00:00 UTC", 1)],
+    },
+}
+COLS = ("tokens", "title", "tags", "type", "creation_date", "score")
+WORD_COUNT = "the 10\npython 8\nto 7\nlist 5\n. 4\n"
+TAG_COUNT = {"java": 3, "python": 5, "c++": 3, "sql": 1}
+
+
+def _write_so_h5(path: Path, clients: dict, fixed_length: bool = False) -> Path:
+    with h5py.File(path, "w") as f:
+        ex = f.create_group("examples")
+        for cid, rows in clients.items():
+            g = ex.create_group(cid)
+            for j, col in enumerate(COLS):
+                vals = [r[j] for r in rows]
+                if col == "score":
+                    g.create_dataset(col, data=np.asarray(vals, dtype=np.int64))
+                elif fixed_length:
+                    g.create_dataset(col, data=np.array([v.encode() for v in vals], dtype="S"))
+                else:
+                    g.create_dataset(col, data=[v.encode() for v in vals], dtype=h5py.string_dtype("utf-8"))
+    return path
+
+
+# --- an independent tf.train.Example encoder (protobuf wire format) ------------------------------------------------
+
+def _pb_varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _pb_ld(field: int, payload: bytes) -> bytes:
+    return _pb_varint(field << 3 | 2) + _pb_varint(len(payload)) + payload
+
+
+def encode_example(features: dict) -> bytes:
+    entries = b""
+    for key, v in features.items():
+        if isinstance(v, int):
+            feat = _pb_ld(3, _pb_ld(1, _pb_varint(v)))  # Int64List, packed
+        else:
+            feat = _pb_ld(1, _pb_ld(1, v))  # BytesList
+        entries += _pb_ld(1, _pb_ld(1, key.encode()) + _pb_ld(2, feat))
+    return _pb_ld(1, entries)
+
+
+def test_tf_example_wire_format():
+    # Hand-serialized Example{features{feature{key:"score" value{int64_list{value:-1}}}
+    #                                  feature{key:"type" value{bytes_list{value:"answer"}}}}}
+    golden = bytes.fromhex(
+        "0a2d"                                    # Example.features (field 1, LEN 45)
+        "0a17" "0a05" + b"score".hex()            # map entry (LEN 23): key "score"
+        + "120e" "1a0c" "0a0a" + "ff" * 9 + "01"  # value: Feature.int64_list: packed [-1] (10-byte varint)
+        + "0a12" "0a04" + b"type".hex()           # map entry (LEN 18): key "type"
+        + "120a" "0a08" "0a06" + b"answer".hex()  # value: Feature.bytes_list: ["answer"]
+    )
+    assert encode_example({"score": -1, "type": b"answer"}) == golden
+    assert so.parse_tf_example(golden) == {"score": [-1], "type": [b"answer"]}
+    # unpacked int64, float list (packed and unpacked), an unknown field and a repeated key (last wins)
+    unpacked = _pb_ld(3, bytes([0x08]) + _pb_varint(2**63 - 1) + bytes([0x08]) + _pb_varint(-5))
+    floats = _pb_ld(2, _pb_ld(1, np.array([0.5, -2.0], "<f4").tobytes()) + bytes([0x0D]) +
+                    np.array([3.25], "<f4").tobytes())
+    entry = lambda k, feat: _pb_ld(1, _pb_ld(1, k) + _pb_ld(2, feat))  # noqa: E731
+    msg = _pb_ld(1, entry(b"a", unpacked) + entry(b"f", floats) + entry(b"a", _pb_ld(1, _pb_ld(1, b"z")))
+                 + entry(b"b", unpacked)) + bytes([0x10, 0x07])  # Example field 2 (varint): unknown, skipped
+    assert so.parse_tf_example(msg) == {"a": [b"z"], "f": [0.5, -2.0, 3.25], "b": [2**63 - 1, -5]}
+    with pytest.raises(DataError):
+        so.parse_tf_example(golden[:-3])
+    with pytest.raises(DataError):
+        so.parse_tf_example(bytes([0x0B]))  # wire type 3 (group)
+
+
+def _write_so_sqlite(path: Path) -> Path:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
+                "serialized_example_proto BLOB NOT NULL)")
+    con.execute("CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
+                "num_examples INTEGER NOT NULL)")
+    for split, clients in SO_DATA.items():
+        for cid, rows in reversed(list(clients.items())):  # not sorted on disk: the reader sorts
+            con.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (cid, so.SQL_SPLIT[split], len(rows)))
+            for r in rows:
+                feats = {c: (v if c == "score" else v.encode()) for c, v in zip(COLS, r)}
+                con.execute("INSERT INTO examples VALUES (?, ?, ?)",
+                            (so.SQL_SPLIT[split], cid, encode_example(feats)))
+    con.commit()
+    con.close()
+    return path
+
+
+def _check_so_split(h5, split: str) -> None:
+    assert h5.client_ids == sorted(SO_DATA[split])
+    for cid, rows in SO_DATA[split].items():
+        c = h5.client(cid)
+        assert len(c) == len(rows) == h5.num_examples(cid)
+        for j, col in enumerate(COLS):
+            want = [r[j] for r in rows]
+            got = getattr(c, col)
+            assert (got.tolist() if col == "score" else got) == want, (split, cid, col)
+        assert c.score.dtype == np.int64
+
+
+@pytest.fixture
+def so_mirror(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    _tar_bz2(mirror / so.ARCHIVE, {so.H5_MEMBERS[s]: _write_so_h5(src / so.H5_MEMBERS[s], SO_DATA[s])
+                                   for s in SO_DATA})
+    _tar_bz2(mirror / so.WORD_COUNT_ARCHIVE, {so.WORD_COUNT_FILE: WORD_COUNT.encode()})
+    _tar_bz2(mirror / so.TAG_COUNT_ARCHIVE, {so.TAG_COUNT_FILE: json.dumps(TAG_COUNT).encode()})
+    (mirror / so.SQLITE_ARCHIVE).write_bytes(
+        lzma.compress(_write_so_sqlite(src / "so.sqlite").read_bytes(), format=lzma.FORMAT_ALONE))
+    return _cfg(tmp_path, mirror), mirror
+
+
+def test_stackoverflow_h5_and_sqlite_through_the_mirror(so_mirror, monkeypatch):
+    cfg, mirror = so_mirror
+    for ds_id in (so.H5_ID, so.COUNTS_ID, so.SQLITE_ID):
+        _pin(monkeypatch, ds_id, mirror)
+        fetch(cfg, ds_id, offline=True)
+    h5_files = dataset_files(cfg, so.H5_ID)
+    sql_files = dataset_files(cfg, so.SQLITE_ID)
+    for files in (h5_files, sql_files):
+        train, held_out, test = so.load_data(files)
+        for split, h in (("train", train), ("held_out", held_out), ("test", test)):
+            with h:
+                _check_so_split(h, split)
+    assert isinstance(so.open_split(h5_files, "test"), so.StackOverflowH5)
+    assert isinstance(so.open_split(sql_files, "test"), so.StackOverflowSqlite)
+    counts = dataset_files(cfg, so.COUNTS_ID)
+    assert list(so.load_word_counts(counts).items()) == [("the", 10), ("python", 8), ("to", 7), ("list", 5),
+                                                          (".", 4)]
+    assert list(so.load_word_counts(counts, vocab_size=2)) == ["the", "python"]
+    # sorted by decreasing count; the tie java/c++ keeps the file's order (a stable sort, as TFF)
+    assert list(so.load_tag_counts(counts).items()) == [("python", 5), ("java", 3), ("c++", 3), ("sql", 1)]
+
+
+def test_stackoverflow_corrupt_and_missing(so_mirror, monkeypatch, tmp_path):
+    cfg, mirror = so_mirror
+    _pin(monkeypatch, so.COUNTS_ID, mirror)
+    b = bytearray((mirror / so.TAG_COUNT_ARCHIVE).read_bytes())
+    b[-5] ^= 0xFF
+    (mirror / so.TAG_COUNT_ARCHIVE).write_bytes(bytes(b))
+    with pytest.raises(DataError, match="checksum mismatch"):
+        fetch(cfg, so.COUNTS_ID, offline=True)
+    (mirror / so.ARCHIVE).unlink()
+    with pytest.raises(DataError) as err:
+        fetch(cfg, so.H5_ID, offline=True)
+    f = catalog.get_dataset(so.H5_ID).files[0]
+    assert all(s in str(err.value) for s in (f.name, f.sha256, f.url, str(mirror / f.name)))
+    with pytest.raises(DataError, match="not pinned|no pinned sha256"):  # the sqlite file is unpinned upstream
+        fetch(cfg, so.SQLITE_ID, offline=True)
+
+
+def test_stackoverflow_fixed_length_strings_and_limit(tmp_path):
+    p = _write_so_h5(tmp_path / "stackoverflow_train.h5", SO_DATA["train"], fixed_length=True)
+    with so.StackOverflowH5(p) as h5:
+        _check_so_split(h5, "train")
+        c = h5.client("00000017", limit=2)
+        assert c.title == ["python list", ""] and c.score.tolist() == [3, -1]
+
+
+def test_bag_of_words_and_tags_known_counts():
+    vocab = ["the", "python", "to"]
+    rows = SO_DATA["train"]["00000017"]
+    x = so.bag_of_words([r[0] for r in rows], [r[1] for r in rows], vocab).toarray()
+    assert x.dtype == np.float32
+    np.testing.assert_array_equal(x, np.array([
+        [2 / 8, 2 / 8, 1 / 8],  # the list to the python . python list: 8 words
+        [0, 0, 1],              # "  to\tto  " + "": 2 words, both "to"
+        [0, 0, 0],              # no words at all: zeros (TF: NaN)
+        [0, 0, 0],              # "java Python": case-sensitive, both OOV
+        [1 / 3, 0, 1 / 3],      # "to the t"
+    ], dtype=np.float32))
+    y = so.tag_matrix([r[2] for r in rows], ["python", "java"])
+    np.testing.assert_array_equal(y, np.array([[1, 1], [0, 0], [0, 0], [0, 2], [0, 0]], dtype=np.float32))
+
+
+def test_ppsgd_stackoverflow_clients(tmp_path):
+    paths = {s: _write_so_h5(tmp_path / so.H5_MEMBERS[s], SO_DATA[s]) for s in SO_DATA}
+    wc = tmp_path / so.WORD_COUNT_FILE
+    wc.write_text(WORD_COUNT)
+    tc = tmp_path / so.TAG_COUNT_FILE
+    tc.write_text(json.dumps(TAG_COUNT))
+    words, tags = so.load_word_counts(wc), so.load_tag_counts([tc])
+    with so.open_split(paths["train"], "train") as train, so.open_split(paths["train"], "test") as test:
+        out = so.ppsgd_clients(train, test, words, tags, num_clients=2, word_vocab_size=3, tag_vocab_size=2,
+                               max_train_per_client=4)
+        assert [c.client_id for c in out] == ["00000003", "00000017"]  # first 2 sorted *test* ids
+        u17 = out[1]
+        assert u17.x_train.shape == (4, 3) and u17.y_train.shape == (4, 2)  # capped at 4, stored order
+        np.testing.assert_array_equal(u17.x_train.toarray()[0], [0.25, 0.25, 0.125])
+        np.testing.assert_array_equal(u17.y_train[:, 1], [1, 0, 0, 2])
+        np.testing.assert_array_equal(u17.x_test.toarray(), [[0, 0.5, 0.5]])  # "python to" + ""
+        np.testing.assert_array_equal(out[0].y_test, [[1, 1]])
+        shuffled = so.ppsgd_clients(train, test, words, tags, num_clients=2, word_vocab_size=3,
+                                    tag_vocab_size=2, max_train_per_client=4, rng=np.random.default_rng(3))
+        a, b = u17.x_train.toarray(), shuffled[1].x_train.toarray()
+        assert sorted(map(tuple, a)) == sorted(map(tuple, b))  # same 4 documents, permuted
+        with pytest.raises(DataError, match="00000099"):  # a test user without train data
+            so.ppsgd_clients(train, test, words, tags, num_clients=3, word_vocab_size=3, tag_vocab_size=2)
+        with pytest.raises(DataError, match="fewer"):
+            so.ppsgd_clients(train, test, words, tags, num_clients=2, word_vocab_size=50, tag_vocab_size=2)
+
+
+def test_stackoverflow_rejects_foreign_files(tmp_path):
+    p = tmp_path / "stackoverflow.sqlite"
+    sqlite3.connect(p).execute("CREATE TABLE other (x)").connection.close()
+    with pytest.raises(DataError, match="missing table"):
+        so.open_split(p, "train")
+    with pytest.raises(DataError, match="no TFF Stack Overflow file"):
+        so.open_split(tmp_path / "foo.h5")
+    bad = tmp_path / so.WORD_COUNT_FILE
+    bad.write_text("the 10\nbroken\n")
+    with pytest.raises(DataError, match=":2:"):
+        so.load_word_counts(bad)
+    assert os.path.exists(bad)
+
+
+def test_archive_refuses_members_under_a_symlinked_directory(tmp_path):
+    arc = _tar_bz2(tmp_path / "a.tar.bz2", {"sub/x.h5": b"x", "x.h5": b"ok"})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (dest / "sub").symlink_to(elsewhere)
+    with pytest.raises(DataError, match="refusing"):
+        extract_members(arc, dest, ["x.h5"])
+    assert list(elsewhere.iterdir()) == [] and not (dest / "x.h5").exists()
+
+
+def test_truncated_h5_is_a_data_error(tmp_path):
+    p = _write_emnist_h5(tmp_path / "fed_emnist_digitsonly_train.h5", _emnist_arrays(2), "train")
+    p.write_bytes(p.read_bytes()[:500])
+    with pytest.raises(DataError, match="cannot open as HDF5"):
+        em.EmnistH5(p)
