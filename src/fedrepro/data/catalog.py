@@ -3,6 +3,13 @@
 A file whose sha256 is ``None`` has not yet been pinned (no networked machine has fetched it for this project);
 fetching it fails unless ``--allow-unpinned`` is given, which records the observed hash beside the file so it can
 be pinned here.
+
+A file name may contain a subdirectory (``train/all_data_0.json``): it is a relative POSIX path, stored as
+``<data.dir>/<dataset>/<name>`` and looked up as ``<mirror>/<dataset>/<name>`` or ``<mirror>/<name>``; absolute
+names and ``..`` components are refused.
+
+A dataset with no remote files ships inside an installed package (e.g. scikit-learn's ``load_digits``): its
+``bundled`` field names where it comes from, it is always available, and fetching it only writes the stamp.
 """
 
 from __future__ import annotations
@@ -20,6 +27,13 @@ class RemoteFile:
     url: str
     sha256: str | None
 
+    def __post_init__(self) -> None:
+        parts = self.name.split("/")
+        if (not self.name or self.name.startswith("/") or "\\" in self.name
+                or any(p in ("", ".", "..") for p in parts)):
+            raise RuntimeError(f"catalog file name {self.name!r}: must be a relative POSIX path without '.', '..' "
+                               "or empty components")
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -28,6 +42,7 @@ class Dataset:
     files: tuple[RemoteFile, ...]
     citation: str
     licence: str = ""
+    bundled: str = ""  # set iff files == (): the installed package/function the data ships with
 
 
 DATASETS: dict[str, Dataset] = {}
@@ -36,6 +51,8 @@ _loaded = False
 
 def register(ds: Dataset) -> Dataset:
     """Called at import by each source module of this package (fedrepro.data.<source>) for its datasets."""
+    if not ds.files and not ds.bundled:
+        raise RuntimeError(f"dataset {ds.id!r} has no files: name its bundled source (Dataset.bundled)")
     if ds.id in DATASETS and DATASETS[ds.id] != ds:
         raise RuntimeError(f"dataset {ds.id!r} registered twice")
     DATASETS[ds.id] = ds

@@ -5,6 +5,7 @@ Lookup order for a file ``NAME`` of dataset ``ID``:
   2. the mirror: ``<data.mirror>/<ID>/NAME`` or ``<data.mirror>/NAME`` (a directory or file:// URL),
   3. the canonical URL.
 Every file is checked against its sha256; a mismatch is an error, never a warning.
+``NAME`` may contain a subdirectory (``train/x.json``); a bundled dataset (no files) is always available.
 """
 
 from __future__ import annotations
@@ -108,8 +109,11 @@ def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: 
     target_dir = data_dir(cfg, ds.id)
     target_dir.mkdir(parents=True, exist_ok=True)
     lines = []
+    if not ds.files:
+        lines.append(f"bundled: {ds.bundled}")
     for f in ds.files:
         dest = target_dir / f.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
         src = find_file(cfg, ds, f)
         if src is None:
             if offline or not f.url.startswith("https://"):
@@ -139,6 +143,8 @@ def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: 
 def dataset_files(cfg: Mapping, dataset_id: str) -> list[Path]:
     """Paths of the verified files (after :func:`fetch`)."""
     ds = get_dataset(dataset_id)
+    if not ds.files:
+        return []  # bundled with an installed package: nothing to fetch
     if not stamp_path(cfg, ds.id).is_file():
         f = ds.files[0]
         raise DataError(_missing_message(cfg, ds, f, "not fetched/verified yet: run `python -m fedrepro data fetch "
