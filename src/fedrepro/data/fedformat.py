@@ -1,0 +1,438 @@
+"""On-disk format of a partitioned federated dataset, and its loader.
+
+A partitioned dataset is one directory::
+
+    features.npy     every used sample's features, one contiguous array (npy format, never pickled), rows ordered
+                     by split (train, then test), then client id, then index in the source split; so each
+                     client's samples of a split are one contiguous block of rows
+    index.parquet    one row per features row: row, client_id, split ("train"/"test"), label, source_index
+                     (position in the parser's split array), [coarse_label], [writer]
+    manifest.json    format + version, fedrepro version, source dataset id and the sha256 of its input files,
+                     partition scheme + parameters + seed, feature dtype/shape, sha256 and size of the two data
+                     files, per split the row range, per client its train/test counts, class sets and
+                     scheme-specific metadata (writers, opt-out flag, assigned classes)
+
+Writing is atomic: everything goes into a hidden temporary directory beside the target (``.<name>.tmp-*``), the
+manifest last, and the directory is renamed into place; an exception removes the temporary directory, and a
+killed writer leaves only a hidden ``.tmp-`` directory, never a directory with the final name. :func:`load`
+refuses a directory without a manifest or whose files do not match it.
+
+Loading memory-maps ``features.npy`` (``mmap_mode="r"``, ``allow_pickle=False``) and reads the small index into
+numpy arrays; :meth:`FederatedDataset.client_arrays` returns views (no copy) of one client's block, and
+:meth:`FederatedDataset.offsets` (CSR offsets), :meth:`~FederatedDataset.padded_rows` and
+:meth:`~FederatedDataset.sample_rows` serve vectorized training over many clients.
+
+This module is imported by the dataset catalog: it keeps pyarrow imports inside functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from fedrepro.data.partition import SPLITS, LabelSet, Partition, as_labelset
+from fedrepro.errors import DataError
+
+FORMAT = "fedrepro.fedformat"
+FORMAT_VERSION = 1
+FEATURES = "features.npy"
+INDEX = "index.parquet"
+MANIFEST = "manifest.json"
+CHUNK_BYTES = 64 << 20
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.str_):
+        return str(obj)
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return str(obj)  # "inf" (e.g. Dirichlet alpha); JSON has no infinity
+    return obj
+
+
+def source_info(dataset_id: str, files: Iterable[str | Path] = ()) -> dict:
+    """The ``source`` entry of a manifest: dataset id and the sha256 of each input file (by file name)."""
+    return {"dataset": dataset_id, "files": {Path(f).name: _sha256(Path(f)) for f in files}}
+
+
+def _fedrepro_version() -> str:
+    import fedrepro
+
+    return fedrepro.__version__
+
+
+# ----------------------------------------------------------------------------------------------------- write
+
+def _order(assign: np.ndarray, keep_unassigned: bool) -> np.ndarray:
+    """Source indices of one split in file order: by client id (unassigned, -1, last), then source index."""
+    idx = np.arange(len(assign)) if keep_unassigned else np.flatnonzero(assign >= 0)
+    key = np.where(assign[idx] >= 0, assign[idx], np.iinfo(np.int64).max)
+    return idx[np.argsort(key, kind="stable")]
+
+
+def _classes_of(client: np.ndarray, labels: np.ndarray, n_clients: int) -> list[list[int]]:
+    keep = client >= 0
+    pairs = np.unique(np.stack([client[keep], labels[keep]]), axis=1) if keep.any() else np.zeros((2, 0), int)
+    bounds = np.searchsorted(pairs[0], np.arange(n_clients + 1))
+    return [pairs[1, bounds[c]:bounds[c + 1]].tolist() for c in range(n_clients)]
+
+
+def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
+          test_features: np.ndarray | None = None, test: LabelSet | np.ndarray | None = None, *,
+          source: Mapping[str, Any] | None = None, keep_unassigned: bool = False, overwrite: bool = False,
+          n_classes: int | None = None, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write a partitioned dataset to ``out_dir`` atomically and return its path.
+
+    ``train_features``/``test_features``: arrays whose first axis is the sample (any numeric dtype, same trailing
+    shape and dtype for both; may be memory-mapped). ``train``/``test``: labels (+ groups, coarse) as given to the
+    partitioner. ``source``: :func:`source_info` (dataset id and input-file sha256). ``keep_unassigned``: also
+    store samples held by no client (client_id -1, after each split's clients). ``extra``: free JSON-able entries
+    stored under ``manifest["extra"]``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out_dir = Path(out_dir)
+    train = as_labelset(train)
+    test = as_labelset(test)
+    splits = [("train", train_features, train, partition.train_client)]
+    if test is not None or test_features is not None:
+        if test is None or test_features is None:
+            raise ValueError("test_features and test must be given together")
+        splits.append(("test", test_features, test, partition.test_client))
+    ref = np.asarray(train_features[:0])
+    for name, feats, labels, assign in splits:
+        if len(feats) != len(labels) or len(labels) != len(assign):
+            raise ValueError(f"{name}: {len(feats)} feature rows, {len(labels)} labels, {len(assign)} assignments")
+        if feats.dtype != ref.dtype or feats.shape[1:] != ref.shape[1:]:
+            raise ValueError(f"{name} features {feats.dtype}{feats.shape[1:]} differ from train "
+                             f"{ref.dtype}{ref.shape[1:]}")
+    if ref.dtype.hasobject:
+        raise ValueError("features must not be an object array (the format never pickles)")
+    has_coarse = all(ls.coarse is not None for _, _, ls, _ in splits)
+    has_writer = all(ls.groups is not None for _, _, ls, _ in splits)
+    if n_classes is None:
+        n_classes = max(int(ls.labels.max(initial=-1)) for _, _, ls, _ in splits) + 1
+
+    orders = [_order(assign, keep_unassigned) for _, _, _, assign in splits]
+    n_rows = sum(len(o) for o in orders)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        # 1. features, gathered in chunks into a preallocated .npy
+        feat = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=ref.dtype, shape=(n_rows, *ref.shape[1:]))
+        row_bytes = max(1, int(np.prod(ref.shape[1:], dtype=np.int64)) * ref.dtype.itemsize)
+        chunk = max(1, CHUNK_BYTES // row_bytes)
+        start = 0
+        for (_, feats, _, _), order in zip(splits, orders):
+            for a in range(0, len(order), chunk):
+                sel = order[a:a + chunk]
+                feat[start + a:start + a + len(sel)] = feats[sel]
+            start += len(order)
+        feat.flush()
+        del feat
+
+        # 2. index
+        cols: dict[str, list] = {k: [] for k in ("client_id", "split", "label", "source_index", "coarse_label",
+                                                 "writer")}
+        for (name, _, ls, assign), order in zip(splits, orders):
+            cols["client_id"].append(assign[order])
+            cols["split"].append(np.full(len(order), SPLITS.index(name), dtype=np.int8))
+            cols["label"].append(ls.labels[order])
+            cols["source_index"].append(order.astype(np.int64))
+            if has_coarse:
+                cols["coarse_label"].append(ls.coarse[order])
+            if has_writer:
+                cols["writer"].append(ls.groups[order])
+        table = {"row": pa.array(np.arange(n_rows, dtype=np.int64)),
+                 "client_id": pa.array(np.concatenate(cols["client_id"]).astype(np.int64)),
+                 "split": pa.DictionaryArray.from_arrays(pa.array(np.concatenate(cols["split"])),
+                                                         pa.array(list(SPLITS))),
+                 "label": pa.array(np.concatenate(cols["label"]).astype(np.int64)),
+                 "source_index": pa.array(np.concatenate(cols["source_index"]))}
+        if has_coarse:
+            table["coarse_label"] = pa.array(np.concatenate(cols["coarse_label"]).astype(np.int64))
+        if has_writer:
+            w = np.concatenate(cols["writer"])
+            table["writer"] = pa.array(w.astype(str) if w.dtype.kind in "OUS" else w)
+        pq.write_table(pa.table(table), tmp / INDEX)
+
+        # 3. manifest, last
+        clients = []
+        counts = {name: np.bincount(assign[assign >= 0], minlength=partition.n_clients)
+                  for name, _, _, assign in splits}
+        classes = {name: _classes_of(assign, ls.labels, partition.n_clients) for name, _, ls, assign in splits}
+        for c in range(partition.n_clients):
+            entry: dict[str, Any] = {"id": c}
+            for name, _, _, _ in splits:
+                entry[name] = int(counts[name][c])
+                entry[f"{name}_classes"] = classes[name][c]
+            for key, arr in partition.client_meta.items():
+                entry[key] = arr[c]
+            clients.append(entry)
+        split_rows, offset = {}, 0
+        for (name, _, _, assign), order in zip(splits, orders):
+            split_rows[name] = {"start": offset, "rows": len(order), "assigned": int((assign[order] >= 0).sum()),
+                                "source_rows": len(assign)}
+            offset += len(order)
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "fedrepro_version": _fedrepro_version(),
+            "source": dict(source) if source is not None else None,
+            "partition": {"scheme": partition.scheme, "params": partition.params,
+                          "seed": partition.params.get("seed"), "n_clients": partition.n_clients,
+                          "client_meta": sorted(partition.client_meta)},
+            "n_clients": partition.n_clients,
+            "n_classes": n_classes,
+            "n_coarse_classes": (max(int(ls.coarse.max(initial=-1)) for _, _, ls, _ in splits) + 1
+                                 if has_coarse else None),
+            "features": {"file": FEATURES, "dtype": ref.dtype.str, "shape": [n_rows, *ref.shape[1:]],
+                         "bytes": (tmp / FEATURES).stat().st_size, "sha256": _sha256(tmp / FEATURES)},
+            "index": {"file": INDEX, "columns": list(table), "bytes": (tmp / INDEX).stat().st_size,
+                      "sha256": _sha256(tmp / INDEX)},
+            "splits": split_rows,
+            "keep_unassigned": keep_unassigned,
+            "clients": clients,
+            "extra": dict(extra) if extra else {},
+        }
+        text = json.dumps(_jsonable(manifest), indent=1, sort_keys=True) + "\n"
+        with open(tmp / MANIFEST, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+        # 4. into place
+        if out_dir.exists():
+            if not overwrite:
+                raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
+            trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, trash / "old")
+            os.replace(tmp, out_dir)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+# ------------------------------------------------------------------------------------------------------ load
+
+@dataclass
+class FederatedDataset:
+    """A loaded partitioned dataset: memory-mapped features and the (small) index as numpy arrays.
+
+    Rows of a client's split form one contiguous block ``[offsets(split)[c], offsets(split)[c+1])``.
+    """
+
+    path: Path
+    manifest: dict
+    features: np.ndarray            # np.memmap, all rows
+    labels: np.ndarray              # int64 per row
+    client_id: np.ndarray           # int64 per row (-1: unassigned, only with keep_unassigned)
+    split: np.ndarray               # int8 per row: 0 train, 1 test
+    source_index: np.ndarray        # int64 per row: index in the parser's split array
+    coarse_labels: np.ndarray | None = None
+    writer: np.ndarray | None = None
+    _offsets: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_clients(self) -> int:
+        return int(self.manifest["n_clients"])
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.manifest["n_classes"])
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(s for s in SPLITS if s in self.manifest["splits"])
+
+    def offsets(self, split: str = "train") -> np.ndarray:
+        """CSR offsets (length n_clients+1) into the rows: client c's block is ``rows[o[c]:o[c+1]]``."""
+        if split not in self._offsets:
+            if split not in self.manifest["splits"]:
+                raise KeyError(f"{self.path}: no {split!r} split")
+            counts = np.array([c.get(split, 0) for c in self.manifest["clients"]], dtype=np.int64)
+            off = np.empty(self.n_clients + 1, dtype=np.int64)
+            off[0] = self.manifest["splits"][split]["start"]
+            np.cumsum(counts, out=off[1:])
+            off[1:] += off[0]
+            self._offsets[split] = off
+        return self._offsets[split]
+
+    def counts(self, split: str = "train") -> np.ndarray:
+        return np.diff(self.offsets(split))
+
+    def client_rows(self, client: int, split: str = "train") -> slice:
+        if not 0 <= client < self.n_clients:
+            raise IndexError(f"client {client} not in [0, {self.n_clients})")
+        o = self.offsets(split)
+        return slice(int(o[client]), int(o[client + 1]))
+
+    def client_arrays(self, client: int, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+        """(features, labels) of one client's split: views into the memmap and the label array (no copy)."""
+        s = self.client_rows(client, split)
+        return self.features[s], self.labels[s]
+
+    def split_arrays(self, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+        """All assigned rows of a split (e.g. FedHDP's server test set = every client's test rows)."""
+        o = self.offsets(split)
+        s = slice(int(o[0]), int(o[-1]))
+        return self.features[s], self.labels[s]
+
+    def class_counts(self, split: str = "train", coarse: bool = False) -> np.ndarray:
+        """(n_clients, n_classes) sample counts per client and class (or superclass with ``coarse``)."""
+        o = self.offsets(split)
+        lab = (self.coarse_labels if coarse else self.labels)[o[0]:o[-1]]
+        n_cls = int(self.manifest["n_coarse_classes"] if coarse else self.n_classes)
+        cid = np.repeat(np.arange(self.n_clients), np.diff(o))
+        return np.bincount(cid * n_cls + lab, minlength=self.n_clients * n_cls).reshape(self.n_clients, n_cls)
+
+    def client_meta(self, key: str) -> np.ndarray:
+        """Per-client metadata from the manifest (e.g. "opt_out", "writers", "classes", "digit")."""
+        return np.array([c[key] for c in self.manifest["clients"]])
+
+    def padded_rows(self, split: str = "train", clients: np.ndarray | None = None,
+                    pad: int = -1) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, mask): ``rows[i, j]`` is the j-th row of ``clients[i]`` (``pad`` beyond its count), ``mask`` marks
+        the real entries. Shape (len(clients), max count)."""
+        o = self.offsets(split)
+        clients = np.arange(self.n_clients) if clients is None else np.asarray(clients, dtype=np.int64)
+        start, n = o[clients], o[clients + 1] - o[clients]
+        width = int(n.max(initial=0))
+        j = np.arange(width)
+        mask = j[None, :] < n[:, None]
+        rows = np.where(mask, start[:, None] + j[None, :], pad)
+        return rows, mask
+
+    def sample_rows(self, clients: np.ndarray, size: int, rng: np.random.Generator, split: str = "train",
+                    replace: bool = True) -> np.ndarray:
+        """(len(clients), size) rows, ``size`` per client drawn uniformly from the client's rows (vectorized).
+
+        ``replace=False`` draws distinct rows per client and needs ``size`` <= every selected client's count.
+        Gather the data with ``features[rows]``, ``labels[rows]`` (one copy of just those rows)."""
+        o = self.offsets(split)
+        clients = np.asarray(clients, dtype=np.int64)
+        start, n = o[clients], o[clients + 1] - o[clients]
+        if (n <= 0).any():
+            raise ValueError(f"clients {clients[n <= 0].tolist()[:5]} have no {split} samples")
+        if replace:
+            return start[:, None] + (rng.random((len(clients), size)) * n[:, None]).astype(np.int64)
+        if (n < size).any():
+            raise ValueError(f"size={size} exceeds the {split} count of some clients (min {int(n.min())})")
+        keys = rng.random((len(clients), int(n.max())))
+        keys[np.arange(keys.shape[1])[None, :] >= n[:, None]] = np.inf
+        if size < keys.shape[1]:
+            pick = np.argpartition(keys, size - 1, axis=1)[:, :size]  # the `size` smallest keys: a random subset
+        else:
+            pick = np.argsort(keys, axis=1)[:, :size]
+        return start[:, None] + pick
+
+    def iter_clients(self, split: str = "train"):
+        for c in range(self.n_clients):
+            yield (c, *self.client_arrays(c, split))
+
+
+def is_complete(path: str | Path) -> bool:
+    """Whether ``path`` holds a finished dataset (manifest present and the data files of the sizes it records)."""
+    try:
+        _check(Path(path), verify=False)
+        return True
+    except (DataError, OSError, ValueError, KeyError):
+        return False
+
+
+def _check(path: Path, verify: bool) -> dict:
+    mf = path / MANIFEST
+    if not mf.is_file():
+        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?)")
+    manifest = json.loads(mf.read_text())
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"{path}: format {manifest.get('format')!r} v{manifest.get('format_version')}, expected "
+                        f"{FORMAT} v{FORMAT_VERSION}")
+    for key in ("features", "index"):
+        entry = manifest[key]
+        f = path / entry["file"]
+        if not f.is_file() or f.stat().st_size != entry["bytes"]:
+            raise DataError(f"{path}: {entry['file']} missing or of the wrong size (manifest: {entry['bytes']} bytes)")
+        if verify and _sha256(f) != entry["sha256"]:
+            raise DataError(f"{path}: {entry['file']} checksum mismatch (manifest sha256 {entry['sha256']})")
+    return manifest
+
+
+def load(path: str | Path, verify: bool = False) -> FederatedDataset:
+    """Open a dataset written by :func:`write`: features memory-mapped read-only, index read into numpy.
+
+    ``verify=True`` also checks the sha256 of both files against the manifest (reads the whole features file)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    manifest = _check(path, verify)
+    features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
+    if list(features.shape) != manifest["features"]["shape"] or features.dtype.str != manifest["features"]["dtype"]:
+        raise DataError(f"{path}: {FEATURES} is {features.dtype.str}{features.shape}, manifest says "
+                        f"{manifest['features']['dtype']}{tuple(manifest['features']['shape'])}")
+    t = pq.read_table(path / INDEX)
+    split_col = t.column("split").combine_chunks()
+    if hasattr(split_col, "indices"):
+        names = split_col.dictionary.to_pylist()
+        codes = np.array([SPLITS.index(n) for n in names], dtype=np.int8)[split_col.indices.to_numpy()]
+    else:
+        codes = np.array([SPLITS.index(s) for s in split_col.to_pylist()], dtype=np.int8)
+
+    def col(name):
+        return t.column(name).to_numpy() if name in t.column_names else None
+
+    ds = FederatedDataset(path=path, manifest=manifest, features=features,
+                          labels=col("label").astype(np.int64), client_id=col("client_id").astype(np.int64),
+                          split=codes, source_index=col("source_index").astype(np.int64),
+                          coarse_labels=None if col("coarse_label") is None else col("coarse_label").astype(np.int64),
+                          writer=col("writer"))
+    if len(ds.labels) != len(features):
+        raise DataError(f"{path}: {INDEX} has {len(ds.labels)} rows, {FEATURES} {len(features)}")
+    for s in ds.splits:  # the blocks must be where the manifest says
+        o = ds.offsets(s)
+        cid = ds.client_id[o[0]:o[-1]]
+        if not (np.array_equal(cid, np.repeat(np.arange(ds.n_clients), np.diff(o)))
+                and (ds.split[o[0]:o[-1]] == SPLITS.index(s)).all()):
+            raise DataError(f"{path}: {INDEX} rows of split {s!r} do not match the manifest's client counts")
+    return ds
+
+
+write_federated = write
+load_federated = load
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "is_complete", "load", "load_federated", "source_info",
+           "write", "write_federated"]
