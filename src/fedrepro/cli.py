@@ -7,6 +7,8 @@
   report --out-dir DIR                                              replication report (md, csv, html)
   ci-check --report FILE                                            fail if a CI-flagged target is not reproduced
   data fetch DATASET [--allow-unpinned] [--offline]                 fetch + verify one dataset
+  data partition NAME --out DIR                                     build a partition of config/partitions.yaml
+  data plot NAME --input DIR --out FILE.png                         samples/classes per client of a partition
   list                                                              experiments, kinds and datasets
 """
 
@@ -92,11 +94,34 @@ def cmd_data(args) -> int:
     from fedrepro.data.sources import fetch, is_available
 
     cfg = _load_cfg(args)
+    if args.action in ("partition", "plot"):
+        return _data_partition(cfg, args)
     if args.action == "fetch":
         stamp = fetch(cfg, args.dataset, allow_unpinned=args.allow_unpinned, offline=args.offline)
         print(stamp.read_text(), end="")
     else:
         print(f"{args.dataset}: {'available' if is_available(cfg, args.dataset) else 'not available offline'}")
+    return 0
+
+
+def _data_partition(cfg, args) -> int:
+    from fedrepro.config import load_partitions
+    from fedrepro.errors import ConfigError
+
+    specs = load_partitions(cfg)
+    if args.dataset not in specs:
+        raise ConfigError(f"{cfg.get('partitions')}: partitions.{args.dataset}: no such partition "
+                          f"(known: {', '.join(specs)})")
+    if args.out is None:
+        raise ConfigError(f"data {args.action}: --out is required")
+    if args.action == "partition":
+        from fedrepro.data.prepare import prepare
+
+        print(f"[fedrepro] wrote {prepare(cfg, args.dataset, specs[args.dataset], Path(args.out))}")
+    else:
+        from fedrepro.data.plots import plot_dataset
+
+        plot_dataset(Path(args.input), Path(args.out))
     return 0
 
 
@@ -160,9 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--report", required=True, help="replication.csv written by `report`")
     c.set_defaults(fn=cmd_ci_check)
 
-    d = sub.add_parser("data", help="fetch or check a dataset")
-    d.add_argument("action", choices=["fetch", "status"])
-    d.add_argument("dataset")
+    d = sub.add_parser("data", help="fetch/check a dataset, or build/plot a partition of config/partitions.yaml")
+    d.add_argument("action", choices=["fetch", "status", "partition", "plot"])
+    d.add_argument("dataset", help="dataset id (fetch, status) or partition name (partition, plot)")
+    d.add_argument("--out", default=None, help="partition: output directory; plot: output PNG")
+    d.add_argument("--input", default=None, help="plot: the partition directory")
     d.add_argument("--allow-unpinned", action="store_true", help="accept a file whose sha256 is not pinned yet")
     d.add_argument("--offline", action="store_true", help="never try the canonical URL")
     _common(d)

@@ -186,3 +186,24 @@ def resolve_experiment(
 
 def list_experiments(cfg: Mapping, paper: str) -> list[str]:
     return list(load_paper(cfg, paper)["experiments"])
+
+
+def load_partitions(cfg: Mapping) -> dict:
+    """The partition specs of config/partitions.yaml, validated (dataset and scheme must exist)."""
+    if not cfg.get("partitions"):
+        return {}
+    from fedrepro.data.catalog import all_datasets
+    from fedrepro.data.partition import partitioners
+
+    path = resolve_path(cfg["partitions"])
+    doc = read_yaml(path)
+    validate(doc, load_schema("partitions.schema.yaml"), source=str(path))
+    datasets, schemes = all_datasets(), partitioners()
+    for name, spec in doc["partitions"].items():
+        if spec["dataset"] not in datasets:
+            raise ConfigError(f"{path}: partitions.{name}.dataset: unknown dataset {spec['dataset']!r} "
+                              f"(known: {', '.join(sorted(datasets))})")
+        if spec["scheme"] not in schemes:
+            raise ConfigError(f"{path}: partitions.{name}.scheme: unknown scheme {spec['scheme']!r} "
+                              f"(known: {', '.join(schemes)})")
+    return doc["partitions"]

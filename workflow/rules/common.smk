@@ -8,7 +8,12 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from fedrepro import paths
-from fedrepro.config import load_paper, resolve_experiment, validate_global
+from fedrepro.config import (
+    load_partitions,
+    load_paper,
+    resolve_experiment,
+    validate_global,
+)
 from fedrepro.data.sources import is_available, stamp_path
 from fedrepro.errors import FedreproError
 from fedrepro.report.tables import table_artifacts, table_slug
@@ -23,6 +28,7 @@ try:
         for p, doc in PAPERS.items()
         for name in doc["experiments"]
     }
+    PARTITIONS = load_partitions(CFG)
 except FedreproError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -41,7 +47,7 @@ CLI_CONFIG = " ".join(
     shlex.quote(
         f"--config-set={k}={yaml.safe_dump(CFG[k], default_flow_style=True).strip()}"
     )
-    for k in ("papers", "targets", "data", "results_dir", "figures_dir")
+    for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir")
     if k in CFG
 )
 
@@ -109,6 +115,19 @@ def figure_inputs(wildcards):
     }
 
 
+def partition_plots():
+    """Look-at-the-data plots of every partition whose dataset is available here."""
+    return [
+        f"{FIGS}/data/{name}.png"
+        for name, spec in PARTITIONS.items()
+        if is_available(CFG, spec["dataset"])
+    ]
+
+
+def partition_stamp(wildcards):
+    return f"{DATA}/{PARTITIONS[wildcards.name]['dataset']}/.verified"
+
+
 REPORT_FILES = [f"{RES}/report/replication.{ext}" for ext in ("md", "csv", "html")]
 
 
@@ -121,4 +140,4 @@ def all_outputs():
             + figure_files(paper, "png")
         )
         out += table_files(paper)
-    return out + REPORT_FILES
+    return out + partition_plots() + REPORT_FILES

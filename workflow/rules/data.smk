@@ -12,3 +12,34 @@ rule fetch_dataset:
         cli=CLI_CONFIG,
     shell:
         "python -m fedrepro data fetch {wildcards.dataset} {params.cli} > {log} 2>&1"
+
+
+rule partition_dataset:
+    input:
+        stamp=partition_stamp,
+    output:
+        directory(f"{RES}/data/{{name}}"),
+    log:
+        f"{LOGS}/data/partition/{{name}}.log",
+    conda:
+        "../../environment.yml"
+    params:
+        spec=lambda wildcards: PARTITIONS[wildcards.name],
+        cli=CLI_CONFIG,
+    shell:
+        "python -m fedrepro data partition {wildcards.name} --out {output} {params.cli} > {log} 2>&1"
+
+
+rule plot_partition:
+    input:
+        f"{RES}/data/{{name}}",
+    output:
+        f"{FIGS}/data/{{name}}.png",
+    log:
+        f"{LOGS}/data/plot/{{name}}.log",
+    conda:
+        "../../environment.yml"
+    params:
+        cli=CLI_CONFIG,
+    shell:
+        "python -m fedrepro data plot {wildcards.name} --input {input} --out {output} {params.cli} > {log} 2>&1"

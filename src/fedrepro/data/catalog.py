@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 from fedrepro.errors import ConfigError
 
@@ -45,8 +47,31 @@ class Dataset:
     bundled: str = ""  # set iff files == (): the installed package/function the data ships with
 
 
+@dataclass(frozen=True)
+class LocalProvider:
+    """An installed package that reproduces a dataset's exact upstream files offline.
+
+    ``write(dest_dir)`` writes the files into ``dest_dir`` (the dataset's data dir); they are then verified against
+    the pinned sha256 like any download, so a provider can never substitute different data.
+    """
+
+    name: str
+    available: Callable[[], bool]
+    write: Callable[[Path], None]
+
+
 DATASETS: dict[str, Dataset] = {}
+PROVIDERS: dict[str, LocalProvider] = {}
 _loaded = False
+
+
+def register_provider(dataset_id: str, provider: LocalProvider) -> None:
+    PROVIDERS[dataset_id] = provider
+
+
+def get_provider(dataset_id: str) -> LocalProvider | None:
+    _load_all()
+    return PROVIDERS.get(dataset_id)
 
 
 def register(ds: Dataset) -> Dataset:

@@ -58,7 +58,7 @@ from typing import Iterable
 
 import numpy as np
 
-from fedrepro.data.catalog import Dataset, RemoteFile, register
+from fedrepro.data.catalog import Dataset, LocalProvider, RemoteFile, register, register_provider
 from fedrepro.errors import DataError
 
 IMAGES_MAGIC = 0x00000803
@@ -288,4 +288,16 @@ FASHION_MNIST = register(
         "Learning Algorithms, arXiv:1708.07747, 2017; https://github.com/zalandoresearch/fashion-mnist",
         licence="MIT",
     )
+)
+
+
+# The Debian package dataset-fashion-mnist reproduces the upstream files byte for byte once their gzip headers are
+# restored (see upstream_gzip_bytes); fetch() verifies them against the pins above like a download.
+register_provider(
+    FASHION_MNIST.id,
+    LocalProvider(
+        name="Debian package dataset-fashion-mnist (gzip headers restored)",
+        available=lambda: debian_fashion_mnist_dir() is not None,
+        write=lambda dest: debian_fashion_mnist_mirror(dest.parent),
+    ),
 )

@@ -18,7 +18,7 @@ from typing import Mapping
 from urllib.parse import urlparse
 
 from fedrepro.config import resolve_path
-from fedrepro.data.catalog import Dataset, RemoteFile, get_dataset
+from fedrepro.data.catalog import Dataset, RemoteFile, get_dataset, get_provider
 from fedrepro.errors import DataError
 
 STAMP = ".verified"
@@ -62,7 +62,7 @@ def _missing_message(cfg: Mapping, ds: Dataset, f: RemoteFile, why: str) -> str:
         f"  canonical URL:   {f.url}\n"
         f"  searched:        {', '.join(searched)}\n"
         f"  fix: download it on a networked machine and put it at {searched[0]}, or into the mirror directory "
-        f"(config data.mirror, e.g. --config data.mirror=/path) as <mirror>/{ds.id}/{f.name}"
+        f"(config key data.mirror) as <mirror>/{ds.id}/{f.name}"
     )
 
 
@@ -92,8 +92,12 @@ def find_file(cfg: Mapping, ds: Dataset, f: RemoteFile) -> Path | None:
 
 
 def is_available(cfg: Mapping, dataset_id: str) -> bool:
+    """True when every file is in the data dir or the mirror, or an installed local provider can write them."""
     ds = get_dataset(dataset_id)
-    return all(find_file(cfg, ds, f) is not None for f in ds.files)
+    if all(find_file(cfg, ds, f) is not None for f in ds.files):
+        return True
+    provider = get_provider(dataset_id)
+    return provider is not None and provider.available()
 
 
 def _download(url: str, dest: Path, timeout: float = 60.0) -> None:
@@ -109,6 +113,9 @@ def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: 
     target_dir = data_dir(cfg, ds.id)
     target_dir.mkdir(parents=True, exist_ok=True)
     lines = []
+    provider = get_provider(ds.id)
+    if provider is not None and any(find_file(cfg, ds, f) is None for f in ds.files) and provider.available():
+        provider.write(target_dir)  # verified below against the pinned sha256, like a download
     if not ds.files:
         lines.append(f"bundled: {ds.bundled}")
     for f in ds.files:
