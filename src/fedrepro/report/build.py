@@ -88,6 +88,8 @@ def markdown(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]], out
     for paper, results in by_paper.items():
         c = counts(results)
         lines.append(f"| {paper} | " + " | ".join(str(c[s]) for s in STATUSES) + f" | {len(results)} |")
+    lines += ["", "## Datasets", "", "| " + " | ".join(DATASET_HEAD) + " |", "|" + "---|" * len(DATASET_HEAD)]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in dataset_rows(cfg, by_paper)]
     lines += ["", "## Tolerance rule", "",
               f"A numeric target is **reproduced** when |rebuilt mean − printed| ≤ max(floor, {K_SIGMA:g}·√(printed ±² "
               "+ rebuilt std²)); the floor is half a unit of the last printed digit. Rows judged by checks "
@@ -129,6 +131,8 @@ def html_report(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]]) 
         c = counts(results)
         out.append(f"<tr><td>{e(paper)}</td>" + "".join(f"<td>{c[s]}</td>" for s in STATUSES)
                    + f"<td>{len(results)}</td></tr>")
+    out.append("</table><h2>Datasets</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in DATASET_HEAD) + "</tr>")
+    out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in dataset_rows(cfg, by_paper)]
     out.append("</table>")
     for paper, results in by_paper.items():
         out.append(f"<h2>{e(paper)}: {e(load_paper(cfg, paper)['title'])}</h2><table><tr>"
@@ -149,6 +153,31 @@ def html_report(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]]) 
                            f"<figcaption><b>{e(spec['artifact'])}</b>: {e(spec['caption'])}</figcaption></figure>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def dataset_rows(cfg: Mapping, by_paper: Mapping[str, list[Result]]) -> list[list[str]]:
+    """Per catalog dataset: availability here, pinning, and which experiments/targets/partitions it unlocks."""
+    from fedrepro.config import load_partitions
+    from fedrepro.data.catalog import all_datasets
+    from fedrepro.data.sources import is_available
+
+    users: dict[str, list[str]] = {}
+    for paper in cfg["papers"]:
+        for name, e in load_paper(cfg, paper)["experiments"].items():
+            n_targets = sum(r.target.experiment == f"{paper}.{name}" for r in by_paper.get(paper, []))
+            for d in e.get("datasets") or []:
+                users.setdefault(d, []).append(f"{paper}.{name} ({n_targets} targets)")
+    for name, spec in load_partitions(cfg).items():
+        users.setdefault(spec["dataset"], []).append(f"partition {name}")
+    rows = []
+    for ds_id, ds in sorted(all_datasets().items()):
+        pinned = "bundled" if not ds.files else ("yes" if all(f.sha256 for f in ds.files) else "no")
+        rows.append([ds_id, ds.title, "yes" if is_available(cfg, ds_id) else "no", pinned,
+                     "; ".join(users.get(ds_id, [])) or "(later issues)"])
+    return rows
+
+
+DATASET_HEAD = ["dataset", "title", "available here", "sha256 pinned", "unlocks"]
 
 
 def write_report(cfg: Mapping, out_dir: Path, scale: str | None = None) -> dict[str, list[Result]]:
