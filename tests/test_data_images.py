@@ -351,7 +351,9 @@ def test_one_changed_byte_is_a_checksum_error(tmp_path, monkeypatch, dataset_id)
 
 
 @pytest.mark.parametrize("dataset_id", ["mnist", "fashion_mnist", "cifar10", "cifar100"])
-def test_missing_file_message_names_file_sha_url_and_paths(tmp_path, dataset_id):
+def test_missing_file_message_names_file_sha_url_and_paths(tmp_path, monkeypatch, dataset_id):
+    catalog.get_dataset(dataset_id)  # load the catalog, then hide local providers (the Debian Fashion-MNIST)
+    monkeypatch.setattr(catalog, "PROVIDERS", {})
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     cfg = _cfg(tmp_path, mirror)
@@ -485,3 +487,12 @@ def test_no_pickle(module):
             assert node.attr not in {"load", "loads"} or not isinstance(node.value, ast.Name) or \
                 node.value.id in ("json",), f"{module.__name__}: {ast.unparse(node)}"
     assert not PICKLE_FAMILY & set(vars(module))
+
+
+@pytest.mark.skipif(mnist.debian_fashion_mnist_dir() is None, reason="Debian package dataset-fashion-mnist not installed")
+def test_debian_provider_makes_fashion_mnist_available_and_verified(tmp_path):
+    cfg = _cfg(tmp_path, None)
+    assert is_available(cfg, "fashion_mnist")
+    stamp = fetch(cfg, "fashion_mnist", offline=True)
+    pins = {f.name: f.sha256 for f in catalog.get_dataset("fashion_mnist").files}
+    assert {line.split()[1]: line.split()[0] for line in stamp.read_text().splitlines()} == pins
