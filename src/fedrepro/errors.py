@@ -11,3 +11,8 @@ class ConfigError(FedreproError):
 
 class DataError(FedreproError):
     """A dataset file is missing or corrupt; the message names the file, its checksum and where to put it."""
+
+
+class PrivacyError(FedreproError):
+    """A privacy-accounting parameter is out of range (delta, sampling rate, noise multiplier, steps, epsilon...);
+    the message names the parameter and its value."""
