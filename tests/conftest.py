@@ -1,6 +1,13 @@
 import copy
+import os
 
 import pytest
+from hypothesis import settings
+
+# CI explores a fixed set of examples (reproducible failures); locally hypothesis keeps searching new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 from fedrepro.config import load_global
 
