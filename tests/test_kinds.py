@@ -26,3 +26,37 @@ def test_lookup_does_not_import_other_experiments_dependencies():
 def test_unknown_kind_lists_known_ones():
     with pytest.raises(ConfigError, match="unknown experiment kind 'nope'.*gaussian_remark1"):
         get_kind("nope")
+
+
+class _NoRandomness:
+    """A stand-in generator that fails on any use: a kind registered as deterministic must never draw."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"deterministic kind used rng.{name}")
+
+
+# Small valid parameters for every deterministic kind (a new deterministic kind must be added here).
+DETERMINISTIC_PARAMS = {
+    "privacy_curve": {"noise_multiplier": 2.0, "sampling_rate": 0.1, "rounds": 10, "delta": 1e-5,
+                      "accountants": ["rdp", "rdp_classic"], "curve_points": 2},
+    "privacy_grid": {"noise_multipliers": [1.0, 4.0], "sampling_rate": 0.1, "rounds": [5, 10], "delta": 1e-5,
+                     "accountants": ["rdp"], "curve_points": 2},
+    "adaped_thm5": {"K": 10, "m": 20, "T_over_tau": 10, "delta": 1e-5, "targets": [2.0]},
+    "adaped_ldp": {"eps0": [0.5], "delta": 1e-5, "accountants": ["rdp"]},
+    "histograms_thm31": {"total_epsilon": 5.0, "delta": 1e-8, "T": 5},
+    "ppsgd_theorems": {"epsilons": [1.0], "delta": 1e-4, "n": 10, "N": 100, "T": 10, "M": 10, "q": 0.1,
+                       "clip": 1.0},
+}
+
+
+def test_deterministic_kinds_never_draw_from_rng():
+    from fedrepro.config import validate
+    from fedrepro.experiments import RunContext
+
+    kinds = {n: k for n, k in all_kinds().items() if k.deterministic}
+    assert set(kinds) == set(DETERMINISTIC_PARAMS)
+    for name, kind in kinds.items():
+        validate(DETERMINISTIC_PARAMS[name], kind.schema, source=name)
+        out = kind.fn(DETERMINISTIC_PARAMS[name], _NoRandomness(), RunContext(f"test.{name}", 0))
+        assert out.metrics, name
+

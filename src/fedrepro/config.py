@@ -101,8 +101,18 @@ def deep_merge(base: Mapping, over: Mapping) -> dict:
 
 
 def validate_global(cfg: Mapping, source: str = "config") -> dict:
+    """The validated global config; ``only_papers`` (when set) narrows ``papers`` and ``targets`` to those papers."""
     validate(cfg, load_schema("config.schema.yaml"), source=source)
-    return dict(cfg)
+    cfg = dict(cfg)
+    only = cfg.pop("only_papers", None)
+    if only:
+        unknown = [p for p in only if p not in cfg["papers"]]
+        if unknown:
+            raise ConfigError(f"{source}: only_papers: {', '.join(map(repr, unknown))} not in papers "
+                              f"(configured: {', '.join(sorted(cfg['papers']))})")
+        cfg["papers"] = {p: f for p, f in cfg["papers"].items() if p in only}
+        cfg["targets"] = {p: f for p, f in (cfg.get("targets") or {}).items() if p in only}
+    return cfg
 
 
 def load_global(path: str | Path | None = None, overrides: Mapping | None = None) -> dict:
@@ -123,6 +133,8 @@ class Experiment:
     paper_params: dict
     scale: str
     datasets: tuple[str, ...]
+    deterministic: bool = False
+    stage: str = "estimate"
 
     @property
     def id(self) -> str:
@@ -181,6 +193,8 @@ def resolve_experiment(
         paper_params=paper_params,
         scale=scale,
         datasets=tuple(entry.get("datasets") or ()),
+        deterministic=kind.deterministic,
+        stage=kind.stage,
     )
 
 

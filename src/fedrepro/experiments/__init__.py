@@ -63,19 +63,28 @@ class Kind:
     fn: Callable[[dict, np.random.Generator, RunContext], RunOutput]
     schema: dict
     module: str
+    deterministic: bool = False
+    stage: str = "estimate"
 
 
 _KINDS: dict[str, Kind] = {}
 _loaded = False
 
 
-def experiment_kind(name: str, schema: dict):
-    """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``."""
+def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate"):
+    """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
+
+    deterministic: the function never draws from ``rng`` (closed forms, accountants), so the workflow runs it once
+    (the first seed of the scale) instead of once per seed; tests/test_kinds.py checks the claim.
+    stage: "privacy" for accounting experiments, whose results the privacy stage also collects into
+    results/privacy/<paper>/ (workflow/rules/privacy.smk); "estimate" for everything else.
+    """
 
     def deco(fn):
         if name in _KINDS and _KINDS[name].fn is not fn:
             raise RuntimeError(f"experiment kind {name!r} registered twice")
-        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__)
+        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__,
+                            deterministic=deterministic, stage=stage)
         return fn
 
     return deco
