@@ -24,16 +24,23 @@ T9,Table 9,Local,n = 1,made-up,MSE,,1.0,,0.05,adaped.remark1,a,false,,
 """
 
 
-def _setup(tmp: Path, seeds, experiments=("remark1", "fig3b")) -> list[str]:
+PRIVACY_CURVE = {"kind": "privacy_curve", "description": "test: epsilon vs rounds",
+                 "params": {"noise_multiplier": 1.5, "sampling_rate": 0.05, "rounds": 50, "delta": 1e-4,
+                            "accountants": ["rdp", "rdp_classic"], "curve_points": 5}}
+
+
+def _setup(tmp: Path, seeds, experiments=("remark1", "fig3b"), privacy=False) -> list[str]:
     doc = yaml.safe_load((ROOT / "config" / "adaped.yaml").read_text())
     doc["experiments"] = {k: doc["experiments"][k] for k in experiments}
+    if privacy:
+        doc["experiments"]["eps_test"] = PRIVACY_CURVE
     doc["experiments"]["fig3b"]["quick"] = {"reps": 4}
     doc["figures"] = {"fig3b": doc["figures"]["fig3b"]}
     (tmp / "adaped.yaml").write_text(yaml.safe_dump(doc))
     (tmp / "adaped.csv").write_text(REGISTRY)
     override = {"results_dir": f"{tmp}/results", "figures_dir": f"{tmp}/figures", "logs_dir": f"{tmp}/logs",
                 "papers": {"adaped": f"{tmp}/adaped.yaml"}, "targets": {"adaped": f"{tmp}/adaped.csv"},
-                "seeds": {"quick": seeds, "paper": [0]}, "scale": "quick"}
+                "seeds": {"quick": seeds, "paper": [0]}, "scale": "quick", "only_papers": ["adaped"]}
     (tmp / "override.yaml").write_text(yaml.safe_dump(override))
     return ["--configfile", str(ROOT / "config" / "config.yaml"), str(tmp / "override.yaml")]
 
@@ -49,15 +56,20 @@ def _metrics(tmp: Path):
 
 
 def test_full_run_report_rerun_identical_and_nothing_to_do(tmp_path):
-    cfg = _setup(tmp_path, [0, 1])
+    cfg = _setup(tmp_path, [0, 1], privacy=True)
     r = _snakemake(cfg)
     assert r.returncode == 0, r.stderr[-3000:]
+    # The privacy stage: a deterministic kind runs once (first seed), its epsilons are collected per accountant.
+    assert [p.name for p in (tmp_path / "results" / "adaped" / "eps_test" / "quick").glob("seed*")] == ["seed0"]
+    eps = (tmp_path / "results" / "privacy" / "adaped" / "epsilon.csv").read_text().splitlines()
+    assert len(eps) == 3 and eps[1].startswith("eps_test,") and ",rdp_classic,dp-accounting," in eps[2]
+    assert (tmp_path / "figures" / "adaped" / "privacy_epsilon.png").is_file()
     report = (tmp_path / "results" / "report" / "replication.csv").read_text()
     assert "R1.ex" in report and "reproduced" in report
     assert (tmp_path / "figures" / "adaped" / "fig3b.pdf").is_file()
     assert (tmp_path / "results" / "tables" / "adaped" / "table9.md").is_file()
     first = _metrics(tmp_path)
-    assert len(first) == 4
+    assert len(first) == 5
     dry = _snakemake([*cfg, "-n"])
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
     r = _snakemake([*cfg, "--forceall"])

@@ -42,13 +42,19 @@ RES = CFG["results_dir"]
 FIGS = CFG["figures_dir"]
 LOGS = CFG["logs_dir"]
 DATA = CFG["data"]["dir"]
-# Global settings every CLI call must share with this Snakemake invocation (for --config overrides).
-CLI_CONFIG = " ".join(
-    shlex.quote(
-        f"--config-set={k}={yaml.safe_dump(CFG[k], default_flow_style=True).strip()}"
-    )
+# Global settings every CLI call must share with this Snakemake invocation (for --config overrides). The CLI
+# merges dicts into config/config.yaml, so only_papers also names the papers this invocation builds.
+_CLI_SETTINGS = {
+    k: CFG[k]
     for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir")
     if k in CFG
+}
+_CLI_SETTINGS["only_papers"] = list(CFG["papers"])
+CLI_CONFIG = " ".join(
+    shlex.quote(
+        f"--config-set={k}={yaml.safe_dump(v, default_flow_style=True).strip()}"
+    )
+    for k, v in _CLI_SETTINGS.items()
 )
 
 
@@ -62,7 +68,11 @@ def runnable(exp_id):
 
 
 def run_files(paper, exp, scale):
-    return [f"{RES}/{paper}/{exp}/{scale}/seed{s}/metrics.json" for s in seeds(scale)]
+    """One run per seed; a deterministic kind (no randomness) runs once, at the scale's first seed."""
+    run_seeds = seeds(scale)
+    if EXPERIMENTS[f"{paper}.{exp}"].deterministic:
+        run_seeds = run_seeds[:1]
+    return [f"{RES}/{paper}/{exp}/{scale}/seed{s}/metrics.json" for s in run_seeds]
 
 
 def summary_file(paper, exp, scale=SCALE):
@@ -130,6 +140,32 @@ def partition_stamp(wildcards):
 
 REPORT_FILES = [f"{RES}/report/replication.{ext}" for ext in ("md", "csv", "html")]
 
+CURVE_KINDS = ("privacy_curve", "privacy_grid")
+
+
+def privacy_summaries(paper):
+    """Summaries of the paper's privacy-stage experiments (accounting; no datasets, always runnable)."""
+    return [
+        summary_file(paper, e.name)
+        for e in EXPERIMENTS.values()
+        if e.paper == paper and e.stage == "privacy"
+    ]
+
+
+def privacy_outputs():
+    """Per paper with privacy experiments: epsilon.csv + curves.csv, and the epsilon-vs-rounds figure when it has
+    epsilon curves."""
+    out = []
+    for paper in PAPERS:
+        exps = [
+            e for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"
+        ]
+        if exps:
+            out += [f"{RES}/privacy/{paper}/{f}.csv" for f in ("epsilon", "curves")]
+        if any(e.kind in CURVE_KINDS for e in exps):
+            out += [f"{FIGS}/{paper}/privacy_epsilon.{ext}" for ext in ("pdf", "png")]
+    return out
+
 
 def all_outputs():
     out = []
@@ -140,4 +176,4 @@ def all_outputs():
             + figure_files(paper, "png")
         )
         out += table_files(paper)
-    return out + partition_plots() + REPORT_FILES
+    return out + privacy_outputs() + partition_plots() + REPORT_FILES
