@@ -11,6 +11,9 @@ def decimals(text: str) -> int:
 def fmt_value(x: float | None, like: str = "", extra: int = 1) -> str:
     if x is None:
         return ""
+    if "e" in like.lower():  # printed in scientific notation (1e-10): significant digits, not decimals
+        mantissa = like.lower().split("e", 1)[0]
+        return f"{x:.{decimals(mantissa) + extra}e}"
     if like:
         return f"{x:.{decimals(like) + extra}f}"
     return f"{x:.4g}"
