@@ -82,17 +82,30 @@ def _classic_check(curves) -> Check:
                  min(diffs), 0.0, 0.0)
 
 
-@experiment_kind("privacy_curve", CURVE_SCHEMA)
-def privacy_curve(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+def _accounting(p: dict, exp_id: str) -> tuple[list[str], str, dict]:
+    """(accountants, primary accountant, keyword arguments of epsilon_curve) from a kind's params."""
     accs = list(p["accountants"])
     primary = p.get("primary", "rdp" if "rdp" in accs else accs[0])
     if primary not in accs:
-        raise ConfigError(f"{ctx.exp_id}: params.primary={primary!r} must be one of params.accountants {accs}")
+        raise ConfigError(f"{exp_id}: params.primary={primary!r} must be one of params.accountants {accs}")
     orders = p.get("orders", "default")
     orders = ORDER_GRIDS[orders] if isinstance(orders, str) else tuple(orders)
-    disc = p.get("pld_discretization", DEFAULT_PLD_DISCRETIZATION)
     kw = dict(orders=orders, sampling=p.get("sampling", "poisson"), population=p.get("population"),
-              pld_discretization=disc)
+              pld_discretization=p.get("pld_discretization", DEFAULT_PLD_DISCRETIZATION))
+    return accs, primary, kw
+
+
+def _provenance(last: dict) -> dict:
+    """The primary accountant's provenance at the top level; every accountant's (library, version, conversion,
+    orders or discretisation) under "all". ``last``: accountant -> its final EpsilonResult (primary first)."""
+    first = next(iter(last.values()))
+    return dict(first.to_dict(), all={a: r.to_dict() for a, r in last.items()})
+
+
+@experiment_kind("privacy_curve", CURVE_SCHEMA, deterministic=True, stage="privacy")
+def privacy_curve(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    accs, primary, kw = _accounting(p, ctx.exp_id)
+    disc = kw["pld_discretization"]
     steps = curve_rounds(p["rounds"], p["curve_points"])
     curves = {a: epsilon_curve(p["noise_multiplier"], p["sampling_rate"], steps, p["delta"], a, **kw) for a in accs}
     rows = [{"round": r.steps, "accountant": a, "epsilon": r.epsilon,
@@ -110,5 +123,45 @@ def privacy_curve(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         checks["pld_not_above_rdp"] = _pld_check(curves, disc)
     if "rdp" in curves and "rdp_classic" in curves:
         checks["classic_not_below_rdp"] = _classic_check(curves)
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks,
-                     accountant=curves[primary][-1].to_dict())
+    last = {a: curves[a][-1] for a in [primary] + [a for a in accs if a != primary]}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=_provenance(last))
+
+
+def sigma_key(sigma: float, steps: int) -> str:
+    """Metric key of one grid cell: (sigma 0.5, T 2000) -> s0p5_t2000; (sigma 10, T 300) -> s10_t300."""
+    return f"s{sigma:g}".replace(".", "p") + f"_t{steps}"
+
+
+GRID_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["noise_multipliers", "sampling_rate", "rounds", "delta", "accountants", "curve_points"],
+    "properties": dict(
+        {k: v for k, v in CURVE_SCHEMA["properties"].items() if k not in ("noise_multiplier", "rounds")},
+        noise_multipliers={"type": "array", "minItems": 1, "uniqueItems": True,
+                           "items": {"type": "number", "exclusiveMinimum": 0}},
+        rounds={"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "integer", "minimum": 1}},
+    ),
+}
+
+
+@experiment_kind("privacy_grid", GRID_SCHEMA, deterministic=True, stage="privacy")
+def privacy_grid(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    """Epsilon of each noise multiplier of a grid at one sampling rate, as a curve over rounds (PPSGD's right-axis
+    epsilon of Fig. 1 for every sigma of the App. A grid). Metrics: epsilon.<accountant>.s<sigma>_t<T> at every
+    requested round count T."""
+    accs, primary, kw = _accounting(p, ctx.exp_id)
+    last_round = max(p["rounds"])
+    steps = sorted(set(curve_rounds(last_round, p["curve_points"])) | set(p["rounds"]))
+    rows, metrics, last = [], {"epsilon": {a: {} for a in accs}}, {}
+    for sigma in p["noise_multipliers"]:
+        for a in accs:
+            curve = epsilon_curve(sigma, p["sampling_rate"], steps, p["delta"], a, **kw)
+            last[a] = curve[-1]
+            for r in curve:
+                rows.append({"noise_multiplier": sigma, "round": r.steps, "accountant": a, "epsilon": r.epsilon,
+                             "optimal_order": r.optimal_order if r.optimal_order is not None else math.nan})
+                if r.steps in p["rounds"]:
+                    metrics["epsilon"][a][sigma_key(sigma, r.steps)] = r.epsilon
+    last = {a: last[a] for a in [primary] + [a for a in accs if a != primary]}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), accountant=_provenance(last))

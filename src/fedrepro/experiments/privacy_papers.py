@@ -6,6 +6,8 @@ All deterministic closed forms (plus library accounting for AdaPeD's mechanism);
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -34,7 +36,7 @@ ADAPED_SCHEMA = {
 }
 
 
-@experiment_kind("adaped_thm5", ADAPED_SCHEMA)
+@experiment_kind("adaped_thm5", ADAPED_SCHEMA, deterministic=True, stage="privacy")
 def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Noise ratio z for each printed epsilon by Thm 5 + Lemma 1 (equal z for mu and psi), and the library epsilon
     of the same mechanism at that z (paper's sensitivity; triangle-inequality sensitivity when tau is given)."""
@@ -77,6 +79,45 @@ def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
 
 
+LDP_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["eps0", "delta"],
+    "properties": {"eps0": _EPS_LIST, "delta": _DELTA,
+                   "accountants": {"type": "array", "minItems": 1, "uniqueItems": True,
+                                   "items": {"enum": list(ACCOUNTANTS)}}},
+}
+
+
+@experiment_kind("adaped_ldp", LDP_SCHEMA, deterministic=True, stage="privacy")
+def adaped_ldp(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    """Sec. 2.1's Gaussian LDP mechanism (Thm 2.2's sigma_q for each eps0) beside the epsilon the library accountants
+    certify for the same noise at the same delta."""
+    accs = p.get("accountants", ["pld", "rdp"])
+    metrics = {f"epsilon_{a}": {} for a in accs} | {f"ratio_{a}": {} for a in accs}
+    rows, valid, first = [], [], None
+    for e0 in p["eps0"]:
+        key = eps_key(e0)
+        tightest = math.inf
+        for a in accs:
+            lib = adaped.ldp_library_epsilon(e0, p["delta"], accountant=a)
+            first = first or lib
+            tightest = min(tightest, lib.epsilon)
+            metrics[f"epsilon_{a}"][key], metrics[f"ratio_{a}"][key] = lib.epsilon, e0 / lib.epsilon
+            rows.append({"eps0": e0, "accountant": a, "noise_multiplier": lib.noise_multiplier,
+                         "epsilon_library": lib.epsilon})
+        valid.append(tightest <= e0)
+    # Every accountant is an upper bound; the mechanism is (eps, delta)-DP for the smallest of them. (RDP over the
+    # default orders has a floor, ~0.11 at delta = 1e-5, above the smallest eps0.)
+    checks = {"thm22_is_valid": Check(all(valid), f"smallest library epsilon <= eps0 for every eps0 "
+                                                  f"({sum(valid)}/{len(valid)}): Thm 2.2's sigma_q is sufficient")}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks,
+                     accountant={"name": "closed form: Ozkara et al. Thm 2.2 (sigma_q), beside "
+                                         f"{', '.join(accs)}", "version": f"paper; {first.library} "
+                                                                           f"{first.library_version}",
+                                 "library": first.to_dict()})
+
+
 HIST_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -87,7 +128,7 @@ HIST_SCHEMA = {
 }
 
 
-@experiment_kind("histograms_thm31", HIST_SCHEMA)
+@experiment_kind("histograms_thm31", HIST_SCHEMA, deterministic=True, stage="privacy")
 def histograms_thm31(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Alg. 3's per-step epsilon and sigma for a total (eps', delta') over T iterations, under each delta reading."""
     budgets = [histograms.per_step_budget(p["total_epsilon"], p["delta"], p["T"], r)
@@ -118,7 +159,7 @@ PPSGD_SCHEMA = {
 }
 
 
-@experiment_kind("ppsgd_theorems", PPSGD_SCHEMA)
+@experiment_kind("ppsgd_theorems", PPSGD_SCHEMA, deterministic=True, stage="privacy")
 def ppsgd_theorems(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Thm 4.1 / 5.1 sufficient noise std sigma_zeta per epsilon, with the unspecified constants c, c1, c2 (default
     1): orders of magnitude only, not comparable with any printed number."""

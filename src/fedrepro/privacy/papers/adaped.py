@@ -25,8 +25,9 @@ composed over T/tau rounds. library_epsilon() hands that mechanism to the accoun
 With K = m the printed RDP is 12x the plain Gaussian RDP alpha Delta^2 / (2 s^2) under the paper's own Delta and s
 (notes section 3): the printed epsilon is larger (looser) than the library's for the same noise.
 
-The estimation part's single-shot Gaussian LDP mechanism (Thm 2.2, sigma_q^2 = 8 b^2 log(2/delta) / eps0^2; no
-composition) is fedrepro.estimation.gaussian.ldp_noise_std and is not repeated here.
+The estimation part's single-shot Gaussian LDP mechanism (Thm 2.2, sigma_q^2 = 8 b^2 log(2/delta) / eps0^2 on inputs
+projected to [-b, b], L2 sensitivity 2b; no composition) is fedrepro.estimation.gaussian.ldp_noise_std;
+ldp_library_epsilon() gives the epsilon a library accountant certifies for that same noise.
 """
 
 from __future__ import annotations
@@ -150,3 +151,14 @@ def library_epsilon(z: float, K: int, m: int, T_over_tau: int, delta: float, *, 
     K, m = _check_km(K, m)
     sigma = release_noise_multiplier(z, K, tau, sensitivity)
     return compute_epsilon(sigma, K / m, check_steps(T_over_tau, "T_over_tau"), delta, accountant, **kwargs)
+
+
+def ldp_library_epsilon(eps0: float, delta: float, accountant: str = "pld", **kwargs) -> EpsilonResult:
+    """Library epsilon at delta of Sec. 2.1's Gaussian LDP mechanism calibrated by Thm 2.2 for eps0.
+
+    sigma_q = (b/eps0) sqrt(8 log(2/delta)) on a value in [-b, b] (sensitivity 2b): noise multiplier
+    sigma_q / (2b) = sqrt(2 log(2/delta)) / eps0, independent of b; one release, no sampling.
+    """
+    e = check_positive(eps0, "eps0")
+    sigma = math.sqrt(2.0 * math.log(2.0 / check_delta(delta))) / e
+    return compute_epsilon(sigma, 1.0, 1, delta, accountant, **kwargs)
