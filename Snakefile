@@ -16,6 +16,7 @@ envvars:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/estimate.smk"
+include: "workflow/rules/privacy.smk"
 include: "workflow/rules/report.smk"
 
 

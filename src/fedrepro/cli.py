@@ -4,6 +4,7 @@
   aggregate EXP --runs DIR... --out FILE                            mean ± std over seeds -> summary.json
   figure PAPER.FIG --out FILE.pdf [--png FILE.png]                  one paper figure from the summaries
   tables PAPER --out-dir DIR                                        the paper's tables (CSV + Markdown)
+  privacy PAPER [--out-dir DIR] [--figure FILE.pdf [--png FILE.png]] epsilons per accountant + epsilon vs rounds
   report --out-dir DIR                                              replication report (md, csv, html)
   ci-check --report FILE                                            fail if a CI-flagged target is not reproduced
   data fetch DATASET [--allow-unpinned] [--offline]                 fetch + verify one dataset
@@ -74,6 +75,18 @@ def cmd_tables(args) -> int:
     from fedrepro.report.tables import write_tables
 
     write_tables(_load_cfg(args), args.paper, Path(args.out_dir), args.scale, args.only)
+    return 0
+
+
+def cmd_privacy(args) -> int:
+    from fedrepro.report.privacy import render_privacy_figure, write_privacy_tables
+
+    cfg = _load_cfg(args)
+    if args.out_dir:
+        for path in write_privacy_tables(cfg, args.paper, Path(args.out_dir), args.scale):
+            print(f"[fedrepro] wrote {path}")
+    if args.figure:
+        render_privacy_figure(cfg, args.paper, Path(args.figure), Path(args.png) if args.png else None, args.scale)
     return 0
 
 
@@ -174,6 +187,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--scale", choices=["quick", "paper"], default=None)
     _common(t)
     t.set_defaults(fn=cmd_tables)
+
+    pv = sub.add_parser("privacy", help="a paper's epsilons per accountant (CSV) and its epsilon-vs-rounds figure")
+    pv.add_argument("paper")
+    pv.add_argument("--out-dir", default=None, help="write epsilon.csv and <experiment>.csv here")
+    pv.add_argument("--figure", default=None, help="write the epsilon-vs-rounds figure (PDF) here")
+    pv.add_argument("--png", default=None)
+    pv.add_argument("--scale", choices=["quick", "paper"], default=None)
+    _common(pv)
+    pv.set_defaults(fn=cmd_privacy)
 
     rep = sub.add_parser("report", help="replication report over every registered target")
     rep.add_argument("--out-dir", required=True)

@@ -74,9 +74,15 @@ def write_csv(path: Path, by_paper: Mapping[str, list[Result]]) -> None:
                             r.status, r.scale, str(t.ci).lower(), r.reason, r.command, t.note])
 
 
+PRIVACY_FIGURE = {"artifact": "Privacy accounting",
+                  "caption": "epsilon vs rounds per accountant or noise level (privacy stage); every epsilon with its "
+                             "library and version is in results/privacy/<paper>/epsilon.csv"}
+
+
 def _figures(cfg: Mapping, paper: str) -> list[tuple[str, dict, Path]]:
     figs = load_paper(cfg, paper).get("figures") or {}
-    return [(name, spec, paths.figure_path(cfg, paper, name, "png")) for name, spec in figs.items()]
+    out = [(name, spec, paths.figure_path(cfg, paper, name, "png")) for name, spec in figs.items()]
+    return out + [("privacy_epsilon", PRIVACY_FIGURE, paths.figure_path(cfg, paper, "privacy_epsilon", "png"))]
 
 
 def markdown(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]], out_dir: Path) -> str:

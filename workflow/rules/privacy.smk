@@ -1,0 +1,40 @@
+# Privacy stage: every epsilon of a paper in one CSV (per setting and accountant, with library versions) and a
+# figure of epsilon vs rounds. The accounting itself runs as experiments (rule run_experiment); this collects it.
+
+
+rule privacy_tables:
+    input:
+        summaries=lambda wildcards: privacy_summaries(wildcards.paper),
+    output:
+        epsilon=f"{RES}/privacy/{{paper}}/epsilon.csv",
+        curves=f"{RES}/privacy/{{paper}}/curves.csv",
+    log:
+        f"{LOGS}/privacy/{{paper}}/tables.log",
+    conda:
+        "../../environment.yml"
+    params:
+        scale=SCALE,
+        cli=CLI_CONFIG,
+        outdir=lambda wildcards, output: Path(output.epsilon).parent,
+    shell:
+        "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir} --scale {params.scale} "
+        "{params.cli} > {log} 2>&1"
+
+
+rule privacy_figure:
+    input:
+        summaries=lambda wildcards: privacy_summaries(wildcards.paper),
+        registry=lambda wildcards: CFG.get("targets", {}).get(wildcards.paper, []),
+    output:
+        pdf=f"{FIGS}/{{paper}}/privacy_epsilon.pdf",
+        png=f"{FIGS}/{{paper}}/privacy_epsilon.png",
+    log:
+        f"{LOGS}/privacy/{{paper}}/figure.log",
+    conda:
+        "../../environment.yml"
+    params:
+        scale=SCALE,
+        cli=CLI_CONFIG,
+    shell:
+        "python -m fedrepro privacy {wildcards.paper} --figure {output.pdf} --png {output.png} "
+        "--scale {params.scale} {params.cli} > {log} 2>&1"
