@@ -304,10 +304,19 @@ def test_archive_extracts_only_expected_members_and_never_follows_links(tmp_path
     assert not (dest / "x.h5").is_symlink() and (dest / "x.h5").read_bytes() == b"xx"
     assert outside.read_bytes() == b"keep"
     assert sorted(p.name for p in dest.iterdir()) == [".extracted-a.tar.bz2", "x.h5"]
-    with pytest.raises(DataError, match="plain file name"):
-        extract_members(arc, dest, ["sub/z.txt"])
-    with pytest.raises(DataError, match="plain file name"):
+    # a nested member keeps its relative path
+    assert extract_members(arc, dest, ["sub/z.txt"])["sub/z.txt"].read_bytes() == b"z"
+    with pytest.raises(DataError, match="must be a relative file path"):
         extract_members(arc, dest, ["../x.h5"])
+    # a directory planted as a symlink pointing outside makes the member 'sub/z.txt' resolve outside: refused
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    dest2 = tmp_path / "dest2"
+    dest2.mkdir()
+    (dest2 / "sub").symlink_to(planted, target_is_directory=True)
+    with pytest.raises(DataError, match="resolves outside"):
+        extract_members(arc, dest2, ["sub/z.txt"])
+    assert not any(planted.iterdir())
 
 
 def test_decompress_lzma_and_a_corrupt_stream(tmp_path):

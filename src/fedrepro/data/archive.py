@@ -1,12 +1,14 @@
 """Guarded extraction of downloaded archives (tar, tar.bz2, tar.gz, tar.xz; single-stream .lzma/.xz/.bz2/.gz).
 
-Only the member names a caller asks for are written, each as a regular file directly under ``dest``; the archive
-is refused (``DataError``) when
+Only the member names a caller asks for are written (a name may have directories, e.g.
+``cifar-10-batches-bin/test_batch.bin``; it is written at the same relative path under ``dest``). Every member of
+the archive is checked first, requested or not (a genuine upstream archive has no such member), and the archive is
+refused with a ``DataError`` naming the member when one
 
-  * any member name is absolute, contains a ``..`` component or a backslash, or would resolve outside ``dest``
-    (checked for every member, not only the requested ones: such an archive is not the published file);
-  * a requested member is not a regular file (symlink, hard link, device, fifo, directory);
-  * a requested member is missing, or appears twice.
+  * has an absolute name, a ``..`` component or a backslash, or would resolve outside ``dest``;
+  * is a symlink, a hard link, a device or a fifo (only regular files and directories are allowed);
+
+and when a requested member is missing or appears twice.
 
 Nothing is ever extracted with ``TarFile.extract``/``extractall``: each requested member is streamed through
 ``TarFile.extractfile`` into ``<dest>/<name>.part`` and renamed into place, so a pre-existing symlink at the target
@@ -26,6 +28,7 @@ import json
 import lzma
 import os
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
@@ -59,17 +62,38 @@ def _inside(dest: Path, rel: str) -> bool:
     return True
 
 
+def _unsafe_reason(name: str, dest: Path) -> str | None:
+    if name.startswith(("/", "\\")) or PurePosixPath(name).is_absolute() or (len(name) > 1 and name[1] == ":"):
+        return "has an absolute path"
+    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+        return "has a '..' component"
+    rel = _normalise(name)
+    if rel is None:
+        return "has a backslash or NUL in its name"
+    if rel and not _inside(dest, rel):
+        return f"resolves outside the target directory {dest}"
+    return None
+
+
 def check_member_name(name: str, dest: Path) -> str:
     """Normalised member name, or DataError if it is absolute, has '..' or resolves outside ``dest``."""
-    rel = _normalise(name)
-    if rel is None or (rel and not _inside(dest, rel)):
-        raise DataError(f"refusing archive member {name!r}: absolute path, '..' or outside {dest}")
-    return rel
+    why = _unsafe_reason(name, dest)
+    if why:
+        raise DataError(f"refusing archive member {name!r}: it {why}")
+    return _normalise(name)
 
 
-def _check_plain_name(name: str) -> None:
-    if _normalise(name) != name or "/" in name or name in ("", "."):
-        raise DataError(f"expected member {name!r} must be a plain file name (no directories)")
+def _member_kind_problem(info: tarfile.TarInfo) -> str | None:
+    if info.issym() or info.islnk():
+        return f"is a {'symlink' if info.issym() else 'hardlink'} (to {info.linkname!r})"
+    if not (info.isreg() or info.isdir()):
+        return "is not a regular file or directory (device, FIFO or other special member)"
+    return None
+
+
+def _check_requested_name(name: str) -> None:
+    if _normalise(name) != name or name in ("", ".") or name.endswith("/"):
+        raise DataError(f"expected member {name!r} must be a relative file path without '.', '..' or '\\'")
 
 
 def _write_atomically(src, target: Path) -> int:
@@ -112,14 +136,16 @@ def _write_marker(marker: Path, archive: Path, outputs: dict[str, Path]) -> None
 
 
 def extract_members(archive: str | Path, dest: str | Path, members: Iterable[str]) -> dict[str, Path]:
-    """Extract exactly ``members`` (plain file names at the archive root, './' prefix allowed) into ``dest``.
+    """Extract exactly ``members`` (relative file paths inside the archive, './' prefix in the archive allowed)
+    into ``dest`` at the same relative paths. Returns {member name: extracted path}.
 
-    Returns {member name: extracted path}. The tar compression is detected from the file (bz2, gz, xz or none).
+    The tar compression is detected from the file (bz2, gz, xz or none). The member list is read (and checked) in
+    full before anything is written, then the requested members are streamed in a second pass.
     """
     archive, dest = Path(archive), Path(dest)
     wanted = list(dict.fromkeys(members))
     for name in wanted:
-        _check_plain_name(name)
+        _check_requested_name(name)
     dest.mkdir(parents=True, exist_ok=True)
     outputs = {name: dest / name for name in wanted}
     marker = dest / f"{MARKER_PREFIX}{archive.name}"
@@ -127,31 +153,39 @@ def extract_members(archive: str | Path, dest: str | Path, members: Iterable[str
         return outputs
     if not archive.is_file():
         raise DataError(f"archive {archive} does not exist")
+    try:
+        tar = tarfile.open(archive, mode="r:*")
+    except (tarfile.TarError, OSError, lzma.LZMAError) as exc:
+        raise DataError(f"{archive}: cannot open as a tar archive: {exc}") from None
     done: set[str] = set()
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            for info in tar:  # streaming: one pass over a compressed archive
-                rel = check_member_name(info.name, dest)
-                if rel not in outputs:
+        with tar:
+            infos = tar.getmembers()
+            for info in infos:  # refuse the whole archive before writing anything
+                why = _unsafe_reason(info.name, dest) or _member_kind_problem(info)
+                if why:
+                    raise DataError(f"{archive}: refusing to extract: member {info.name!r} {why}")
+            for info in infos:  # archive order: a compressed stream is never rewound
+                rel = _normalise(info.name)
+                if rel not in outputs or info.isdir():
                     continue
-                if not info.isreg():
-                    kind = "symlink" if info.issym() else "hard link" if info.islnk() else "non-regular file"
-                    raise DataError(f"refusing archive member {info.name!r} in {archive}: a {kind}, not a file")
                 if rel in done:
                     raise DataError(f"archive {archive} holds member {info.name!r} twice")
                 src = tar.extractfile(info)
-                if src is None:  # pragma: no cover - isreg() members always have data
+                if src is None:  # pragma: no cover - regular members always have data
                     raise DataError(f"cannot read member {info.name!r} of {archive}")
+                outputs[rel].parent.mkdir(parents=True, exist_ok=True)
                 with src:
                     _write_atomically(src, outputs[rel])
                 done.add(rel)
-    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as exc:
+    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
         for path in outputs.values():
             path.with_name(path.name + ".part").unlink(missing_ok=True)
-        raise DataError(f"cannot read archive {archive}: {exc}") from None
+        raise DataError(f"{archive}: corrupt or truncated archive ({exc}); delete it and fetch it again") from None
     missing = [n for n in wanted if n not in done]
     if missing:
-        raise DataError(f"archive {archive} lacks member(s) {', '.join(missing)}: not the expected file?")
+        raise DataError(f"archive {archive} lacks expected member(s) {', '.join(map(repr, missing))}: "
+                        "not the upstream file?")
     _write_marker(marker, archive, outputs)
     return outputs
 
@@ -169,7 +203,9 @@ def decompress_file(src: str | Path, dest: str | Path, name: str, fmt: str = "lz
     ``*.sqlite.lzma`` files), 'bz2' or 'gz'. Same atomic write and up-to-date marker as :func:`extract_members`.
     """
     src, dest = Path(src), Path(dest)
-    _check_plain_name(name)
+    if "/" in name:
+        raise DataError(f"decompressed file name {name!r} must be a plain file name")
+    _check_requested_name(name)
     if fmt not in _OPENERS:
         raise ValueError(f"unknown compression {fmt!r} (known: {', '.join(_OPENERS)})")
     dest.mkdir(parents=True, exist_ok=True)

@@ -14,10 +14,10 @@ The 3072 pixel bytes are the red, then green, then blue 32x32 channel, each row-
 HWC), labels ``int64``. For CIFAR-100 :class:`CifarSplit` carries both the fine labels (``labels``, 0..99) and the
 coarse superclass labels (``coarse_labels``, 0..19): AdaPeD partitions CIFAR-100 by superclass.
 
-Archives are opened with :func:`extract_members`, a guarded extraction: every member of the archive is checked
-first (an absolute name, a ``..`` component, a symlink, a hardlink, a device or anything resolving outside the
-target directory is refused with a DataError naming it), only the expected member names are extracted, and the
-extraction itself uses tarfile's ``filter="data"`` (Python >= 3.11.4 / 3.12) as a second line of defence.
+Archives are opened with :func:`fedrepro.data.archive.extract_members`, the guarded extraction every archive
+source shares: every member is checked first (an absolute name, a ``..`` component, a symlink, a hardlink, a device
+or anything resolving outside the target directory is refused with a DataError naming it), and only the expected
+members are streamed out, never through ``TarFile.extract``.
 
 sha256 of both archives: tensorflow/datasets ``tensorflow_datasets/url_checksums/cifar10.txt`` and
 ``cifar100.txt`` (commit 333639b37af6), which list exactly these URLs (sizes 170052171 and 168513733 bytes).
@@ -26,16 +26,13 @@ sha256 of both archives: tensorflow/datasets ``tensorflow_datasets/url_checksums
 from __future__ import annotations
 
 import contextlib
-import posixpath
-import tarfile
 import tempfile
-import zlib
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Iterable
+from pathlib import Path
 
 import numpy as np
 
+from fedrepro.data.archive import extract_members
 from fedrepro.data.catalog import Dataset, RemoteFile, register
 from fedrepro.errors import DataError
 
@@ -71,82 +68,6 @@ class CifarData:
     test: CifarSplit
     label_names: tuple[str, ...]
     coarse_label_names: tuple[str, ...] = ()
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# guarded tar extraction
-
-
-def _unsafe_reason(member: tarfile.TarInfo, dest: Path) -> str | None:
-    name = member.name
-    if member.issym() or member.islnk():
-        return f"is a {'symlink' if member.issym() else 'hardlink'} (to {member.linkname!r})"
-    if not (member.isfile() or member.isdir()):
-        return "is not a regular file or directory (device, FIFO or other special member)"
-    if name.startswith(("/", "\\")) or PurePosixPath(name).is_absolute() or (len(name) > 1 and name[1] == ":"):
-        return "has an absolute path"
-    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
-        return "has a '..' component"
-    target = (dest / name).resolve()
-    if target != dest and dest not in target.parents:
-        return f"resolves outside the target directory ({target})"
-    return None
-
-
-def extract_members(archive: str | Path, dest: str | Path, names: Iterable[str]) -> dict[str, Path]:
-    """Extract exactly ``names`` (regular files) from the tar ``archive`` into ``dest``; return name -> path.
-
-    The whole archive is checked first: any unsafe member (see module docstring) makes it a DataError, whether or
-    not it is one of ``names``: a genuine upstream archive has none. A missing expected member is a DataError too.
-    """
-    archive, dest = Path(archive), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    dest = dest.resolve()
-    names = list(names)
-    try:
-        tar = tarfile.open(archive, "r:*")
-    except (OSError, tarfile.TarError) as exc:
-        raise DataError(f"{archive}: cannot open as a tar archive: {exc}") from None
-    out: dict[str, Path] = {}
-    with tar:
-        try:
-            members = tar.getmembers()
-        except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
-            raise DataError(f"{archive}: corrupt tar archive ({exc}); delete it and fetch it again") from None
-        for m in members:
-            why = _unsafe_reason(m, dest)
-            if why:
-                raise DataError(f"{archive}: refusing to extract: member {m.name!r} {why}")
-        wanted = {posixpath.normpath(n): n for n in names}
-        for m in members:  # archive order: a gzip stream is never rewound
-            name = wanted.get(posixpath.normpath(m.name))
-            if name is None or name in out or not m.isfile():
-                continue
-            target = dest / name
-            try:
-                if hasattr(tarfile, "data_filter"):
-                    tar.extract(m, dest, filter="data")
-                else:  # older Python: copy the member's bytes ourselves (the checks above already ran)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    src = tar.extractfile(m)
-                    assert src is not None
-                    with src, open(target, "wb") as fh:
-                        while chunk := src.read(1 << 20):
-                            fh.write(chunk)
-            except tarfile.FilterError as exc:
-                raise DataError(f"{archive}: refusing to extract member {name!r}: {exc}") from None
-            except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
-                raise DataError(f"{archive}: cannot extract member {name!r}: {exc}") from None
-            out[name] = target
-        missing = [n for n in names if n not in out]
-        if missing:
-            raise DataError(f"{archive}: expected member(s) {', '.join(map(repr, missing))} missing "
-                            "(not the upstream archive?)")
-    return out
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# record parsers
 
 
 def _records(path: Path, n_labels: int) -> np.ndarray:
