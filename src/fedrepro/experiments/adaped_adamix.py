@@ -15,10 +15,9 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.params import INT1, POSITIVE
 from fedrepro.learning import adamix as am
 
-_POS = {"type": "number", "exclusiveMinimum": 0}
-_POS_INT = {"type": "integer", "minimum": 1}
 
 SCHEMA = {
     "type": "object",
@@ -27,22 +26,22 @@ SCHEMA = {
                  "step_rule", "em_iters", "reg_covar", "loss", "init", "gmm_n_init", "z", "cos_min"],
     "properties": {
         "m": {"type": "integer", "minimum": 2},
-        "d": _POS_INT,
-        "n_values": {"type": "array", "minItems": 1, "uniqueItems": True, "items": _POS_INT},
+        "d": INT1,
+        "n_values": {"type": "array", "minItems": 1, "uniqueItems": True, "items": INT1},
         "mu": {"type": "number"},
-        "sigma_theta2": _POS,
-        "noise_var": _POS,
-        "k": _POS_INT,
+        "sigma_theta2": POSITIVE,
+        "noise_var": POSITIVE,
+        "k": INT1,
         "rounds": {"type": "integer", "minimum": 0},
-        "local_steps": _POS_INT,
-        "lr": _POS,
+        "local_steps": INT1,
+        "lr": POSITIVE,
         "step_rule": {"enum": list(am.STEP_RULES)},
-        "em_iters": _POS_INT,
+        "em_iters": INT1,
         "reg_covar": {"type": "number", "minimum": 0},
         "loss": {"enum": list(am.LOSSES)},
         "init": {"enum": list(am.INITS)},
-        "gmm_n_init": _POS_INT,
-        "z": _POS,
+        "gmm_n_init": INT1,
+        "z": POSITIVE,
         "cos_min": {"type": "number", "minimum": -1, "maximum": 1},
     },
 }

@@ -25,10 +25,9 @@ from scipy import integrate, stats
 
 from fedrepro.estimation import bernoulli as b
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.params import POSITIVE, UNIT
 
 PRIORS = ("normal", "uniform", "spike3", "beta")
-_POS = {"type": "number", "exclusiveMinimum": 0}
-_UNIT = {"type": "number", "minimum": 0, "maximum": 1}
 
 SCHEMA = {
     "type": "object",
@@ -39,15 +38,15 @@ SCHEMA = {
         "m": {"type": "integer", "minimum": 3},
         "n": {"type": "integer", "minimum": 1},
         "reps": {"type": "integer", "minimum": 1},
-        "normal_mean": _UNIT,
-        "normal_std": _POS,
+        "normal_mean": UNIT,
+        "normal_std": POSITIVE,
         "normal_support": {"enum": ["truncate", "clip"]},
-        "spikes": {"type": "array", "minItems": 1, "items": _UNIT},
-        "beta_alpha": _POS,
-        "beta_beta": _POS,
+        "spikes": {"type": "array", "minItems": 1, "items": UNIT},
+        "beta_alpha": POSITIVE,
+        "beta_beta": POSITIVE,
         "minus_one": {"type": "boolean"},
         "centre": {"enum": list(b.CENTRES)},
-        "z": _POS,
+        "z": POSITIVE,
     },
 }
 

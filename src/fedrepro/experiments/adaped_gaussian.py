@@ -9,9 +9,8 @@ import pandas as pd
 
 from fedrepro.estimation import gaussian as g
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.params import INT2, POSITIVE
 
-_POS = {"type": "number", "exclusiveMinimum": 0}
-_INT2 = {"type": "integer", "minimum": 2}
 
 DP_SCHEMA = {
     "type": "object",
@@ -23,15 +22,15 @@ DP_SCHEMA = {
         "n": {"type": "integer", "minimum": 1},
         "d": {"type": "integer", "minimum": 1},
         "sigma_theta": {"type": "number", "minimum": 0},
-        "sigma_x": _POS,
+        "sigma_x": POSITIVE,
         "mu": {"type": "number"},
         "r": {"type": "number", "minimum": 0},
         "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "eps0": {"type": "array", "minItems": 2, "items": {"type": "number", "exclusiveMinimum": 0}},
         "reps": {"type": "integer", "minimum": 1},
         "a_rule": {"enum": ["eq5", "nonprivate"]},
-        "recover_rel_tol": _POS,
-        "z": _POS,
+        "recover_rel_tol": POSITIVE,
+        "z": POSITIVE,
     },
 }
 
@@ -124,7 +123,7 @@ REMARK1_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["m", "n", "sigma_x2", "sigma_theta2"],
-    "properties": {"m": _INT2, "n": {"type": "integer", "minimum": 1}, "sigma_x2": _POS,
+    "properties": {"m": INT2, "n": {"type": "integer", "minimum": 1}, "sigma_x2": POSITIVE,
                    "sigma_theta2": {"type": "number", "minimum": 0}},
 }
 

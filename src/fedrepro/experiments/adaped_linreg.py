@@ -29,8 +29,8 @@ import pandas as pd
 
 from fedrepro.estimation import linreg as lr
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.params import POSITIVE
 
-_POS = {"type": "number", "exclusiveMinimum": 0}
 
 SCHEMA = {
     "type": "object",
@@ -41,10 +41,10 @@ SCHEMA = {
         "m": {"type": "integer", "minimum": 2},
         "n": {"type": "integer", "minimum": 1},
         "d": {"type": "integer", "minimum": 1},
-        "sigma_theta2": _POS,
-        "sigma_x2": _POS,
+        "sigma_theta2": POSITIVE,
+        "sigma_x2": POSITIVE,
         "mu_std": {"type": "number", "minimum": 0},
-        "x_var": _POS,
+        "x_var": POSITIVE,
         "local_estimator": {"enum": list(lr.LOCAL_KINDS)},
         "local_ridge": {"type": "number", "minimum": 0},
         "fedavg_estimator": {"enum": list(lr.FEDAVG_KINDS)},
@@ -54,16 +54,16 @@ SCHEMA = {
             "required": ["T", "eta", "step", "init_theta", "init_sigma_x2", "init_sigma_theta2"],
             "properties": {
                 "T": {"type": "integer", "minimum": 1},
-                "eta": _POS,
+                "eta": POSITIVE,
                 "step": {"enum": ["scaled", "plain"]},
                 "init_theta": {"enum": list(lr.INIT_THETA)},
-                "init_sigma_x2": _POS,
-                "init_sigma_theta2": _POS,
+                "init_sigma_x2": POSITIVE,
+                "init_sigma_theta2": POSITIVE,
                 "history_points": {"type": "integer", "minimum": 1},
             },
         },
-        "z": _POS,
-        "stationary_rel_tol": _POS,
+        "z": POSITIVE,
+        "stationary_rel_tol": POSITIVE,
     },
 }
 

@@ -12,13 +12,10 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
 from fedrepro.privacy import ACCOUNTANTS
 from fedrepro.privacy.papers import adaped, histograms, ppsgd
 
-_POS = {"type": "number", "exclusiveMinimum": 0}
-_INT1 = {"type": "integer", "minimum": 1}
-_DELTA = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
-_EPS_LIST = {"type": "array", "minItems": 1, "uniqueItems": True, "items": _POS}
 ROUND_TRIP_RTOL = 1e-9
 
 
@@ -31,8 +28,8 @@ ADAPED_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["K", "m", "T_over_tau", "delta", "targets"],
-    "properties": {"K": _INT1, "m": _INT1, "T_over_tau": _INT1, "delta": _DELTA, "targets": _EPS_LIST,
-                   "tau": _INT1, "accountant": {"enum": list(ACCOUNTANTS)}},
+    "properties": {"K": INT1, "m": INT1, "T_over_tau": INT1, "delta": DELTA, "targets": POSITIVE_LIST,
+                   "tau": INT1, "accountant": {"enum": list(ACCOUNTANTS)}},
 }
 
 
@@ -83,7 +80,7 @@ LDP_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["eps0", "delta"],
-    "properties": {"eps0": _EPS_LIST, "delta": _DELTA,
+    "properties": {"eps0": POSITIVE_LIST, "delta": DELTA,
                    "accountants": {"type": "array", "minItems": 1, "uniqueItems": True,
                                    "items": {"enum": list(ACCOUNTANTS)}}},
 }
@@ -122,7 +119,7 @@ HIST_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["total_epsilon", "delta", "T"],
-    "properties": {"total_epsilon": _POS, "delta": _DELTA, "T": _INT1,
+    "properties": {"total_epsilon": POSITIVE, "delta": DELTA, "T": INT1,
                    "readings": {"type": "array", "minItems": 1, "uniqueItems": True,
                                 "items": {"enum": list(histograms.READINGS)}}},
 }
@@ -153,9 +150,9 @@ PPSGD_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["epsilons", "delta", "n", "N", "T", "M", "q", "clip"],
-    "properties": {"epsilons": _EPS_LIST, "delta": _DELTA, "n": _INT1, "N": _INT1, "T": _INT1, "M": _POS,
-                   "q": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "clip": _POS,
-                   "c": _POS, "c1": _POS, "c2": _POS},
+    "properties": {"epsilons": POSITIVE_LIST, "delta": DELTA, "n": INT1, "N": INT1, "T": INT1, "M": POSITIVE,
+                   "q": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "clip": POSITIVE,
+                   "c": POSITIVE, "c1": POSITIVE, "c2": POSITIVE},
 }
 
 
