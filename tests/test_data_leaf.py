@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -326,3 +327,42 @@ def test_reddit_through_the_mirror(tmp_path, monkeypatch):
     fetch(cfg, "reddit", offline=True)
     data = leaf.load_reddit(dataset_files(cfg, "reddit")[0])
     assert data["test"].data["2"].inputs.tolist() == truth[("test", "2")][0][0]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# per-user token histograms (histograms paper, Sec. 4) from the Reddit fixture
+
+
+def test_reddit_token_histograms_counts_split_and_vocab(tmp_path):
+    from fedrepro.data.reddit_histograms import token_histograms, user_tokens
+
+    _reddit_zip(tmp_path / "r.zip")
+    splits = leaf.load_reddit(tmp_path / "r.zip")
+    toks = user_tokens(splits)
+    words1 = " ".join(c[0] for c in REDDIT_USERS["1"]).split()
+    assert toks["1"] == words1 * 3  # pooled over train, val, test; markers dropped
+    counts = Counter(t for u in toks for t in toks[u])
+    expected_vocab = tuple(sorted(counts, key=lambda t: (-counts[t], t))[:12])
+    kw = dict(vocab_size=12, train_tokens=10, test_tokens=15, val_users=1, val_tokens=3, seed=1)
+    h = token_histograms(splits, **kw)
+    assert h.vocab == expected_vocab and h.vocab[:3] == ("a", ",", "<url>")
+    assert h.users == ("1",)  # user 1: 30 in-vocabulary tokens; user 2: 9 < 25
+    assert h.train.shape == (1, 12) and h.train.sum() == 10 and h.test.sum() == 15
+    assert h.val_index.tolist() == [0] and h.val.sum() == 3
+    total = np.array([toks["1"].count(t) for t in h.vocab])
+    assert np.all(h.train + h.test + h.val <= total)  # disjoint slices of one permutation
+    again = token_histograms(splits, **kw)
+    assert np.array_equal(again.train, h.train) and np.array_equal(again.test, h.test)
+    other = token_histograms(splits, **dict(kw, seed=2))
+    assert not np.array_equal(other.train, h.train)  # the split is random (seeded)
+
+
+def test_reddit_token_histograms_errors(tmp_path):
+    from fedrepro.data.reddit_histograms import token_histograms
+
+    _reddit_zip(tmp_path / "r.zip")
+    splits = leaf.load_reddit(tmp_path / "r.zip")
+    with pytest.raises(DataError, match="vocabulary of 1000"):
+        token_histograms(splits)
+    with pytest.raises(DataError, match="no user has 1000 in-vocabulary tokens"):
+        token_histograms(splits, vocab_size=5, train_tokens=500, test_tokens=500)
