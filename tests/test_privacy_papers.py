@@ -143,3 +143,13 @@ def test_ppsgd_experiment_curve_is_opacus_stepped_per_round():
         if t in (1, 10, 50):
             assert curve[[1, 10, 50].index(t)].epsilon == pytest.approx(acc.get_epsilon(1e-4), rel=1e-12)
     assert [r.epsilon for r in curve] == sorted(r.epsilon for r in curve)
+
+
+def test_adaped_library_noise_ratio_round_trips_and_is_below_thm5():
+    from fedrepro.privacy.papers import adaped as ad
+
+    for target in (3.35, 13.16):
+        z_lib, cal = ad.library_noise_ratio(target, 50, 50, 300, 1e-5)
+        back = ad.library_epsilon(z_lib, 50, 50, 300, 1e-5).epsilon
+        assert back <= target and back == pytest.approx(target, rel=1e-4)
+        assert z_lib < ad.thm5_noise_ratio(target, 50, 50, 300, 1e-5)  # Thm 5 asks for more noise than needed

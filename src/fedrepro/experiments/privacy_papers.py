@@ -39,7 +39,7 @@ def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     of the same mechanism at that z (paper's sensitivity; triangle-inequality sensitivity when tau is given)."""
     K, m, rounds, delta = p["K"], p["m"], p["T_over_tau"], p["delta"]
     acc = p.get("accountant", "rdp")
-    metrics = {k: {} for k in ("z", "slope", "order", "epsilon_library", "ratio")}
+    metrics = {k: {} for k in ("z", "slope", "order", "epsilon_library", "ratio", "z_library")}
     if "tau" in p:
         metrics.update(epsilon_library_triangle={}, ratio_triangle={})
     rows, round_trip, conservative, first = [], [], [], None
@@ -53,6 +53,9 @@ def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
                "epsilon_thm5": eps_back, "epsilon_library": lib.epsilon, "library_order": lib.optimal_order}
         metrics["z"][key], metrics["slope"][key], metrics["order"][key] = z, row["slope"], lam
         metrics["epsilon_library"][key], metrics["ratio"][key] = lib.epsilon, target / lib.epsilon
+        # the noise the library would need for the same epsilon (configured by epsilon; the solved sigma recorded)
+        z_lib, _ = adaped.library_noise_ratio(target, K, m, rounds, delta, accountant=acc)
+        metrics["z_library"][key] = row["z_library"] = z_lib
         round_trip.append(abs(eps_back - target) / target)
         conservative.append(target >= lib.epsilon)
         if "tau" in p:

@@ -77,6 +77,11 @@ def _thm5_rows(exp: Experiment, run: dict, hist: pd.DataFrame) -> list[dict]:
         rows.append(dict(setting=setting, accountant=lib["accountant"], **_lib(lib), noise_multiplier=h["z"],
                          epsilon=h["epsilon_library"], optimal_order=h["library_order"],
                          note="same mechanism, paper's sensitivity (eq. 59)", **common))
+        if "z_library" in h:
+            rows.append(dict(setting=f"target eps={h['target_epsilon']:g}, z={h['z_library']:.4g}",
+                             accountant=lib["accountant"], **_lib(lib), noise_multiplier=h["z_library"],
+                             epsilon=h["target_epsilon"], optimal_order=math.nan,
+                             note="noise ratio calibrated with the library for the target", **common))
         if "epsilon_library_triangle" in h:
             rows.append(dict(setting=setting, accountant=lib["accountant"], **_lib(lib), noise_multiplier=h["z"],
                              epsilon=h["epsilon_library_triangle"], optimal_order=math.nan,

@@ -162,3 +162,16 @@ def ldp_library_epsilon(eps0: float, delta: float, accountant: str = "pld", **kw
     e = check_positive(eps0, "eps0")
     sigma = math.sqrt(2.0 * math.log(2.0 / check_delta(delta))) / e
     return compute_epsilon(sigma, 1.0, 1, delta, accountant, **kwargs)
+
+
+def library_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: int, delta: float, *,
+                        tau: int | None = None, sensitivity: str = "paper", accountant: str = "rdp",
+                        **kwargs) -> tuple[float, "Calibration"]:
+    """Noise ratio z at which the library accountant gives target_epsilon for the same mechanism as
+    library_epsilon() (calibrated on the release's noise multiplier, which is linear in z)."""
+    from fedrepro.privacy.calibration import calibrate_noise_multiplier
+
+    K, m = _check_km(K, m)
+    cal = calibrate_noise_multiplier(target_epsilon, delta, check_steps(T_over_tau, "T_over_tau"), K / m,
+                                     accountant, **kwargs)
+    return cal.noise_multiplier / release_noise_multiplier(1.0, K, tau, sensitivity), cal
