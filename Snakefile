@@ -14,6 +14,13 @@ envvars:
 
 
 include: "workflow/rules/common.smk"
+
+
+# Set by common.smk: the global settings every job's CLI call shares (passed on to remote jobs).
+envvars:
+    "FEDREPRO_WORKFLOW_CONFIG",
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/estimate.smk"
 include: "workflow/rules/privacy.smk"

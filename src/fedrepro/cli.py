@@ -31,10 +31,34 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_cfg(args):
-    from fedrepro.config import load_global, parse_overrides
+WORKFLOW_ENV = "FEDREPRO_WORKFLOW_CONFIG"
 
-    return load_global(args.config, parse_overrides(args.config_set))
+
+def _load_cfg(args):
+    """config/config.yaml (or --config), then the global settings of the Snakemake invocation that runs this job
+    (JSON in $FEDREPRO_WORKFLOW_CONFIG, set by workflow/rules/common.smk), then --config-set."""
+    import json
+    import os
+
+    from fedrepro.config import deep_merge, load_global, parse_overrides
+
+    overrides = json.loads(os.environ.get(WORKFLOW_ENV) or "{}")
+    return load_global(args.config, deep_merge(overrides, parse_overrides(args.config_set)))
+
+
+def _partition_dirs(cfg, exp) -> dict:
+    from fedrepro import paths
+    from fedrepro.data import fedformat
+    from fedrepro.errors import DataError
+
+    out = {}
+    for name in exp.partitions:
+        d = paths.partition_dir(cfg, name)
+        if not fedformat.is_complete(d):
+            raise DataError(f"{exp.id} trains on partition {name!r}, not built at {d}: run "
+                            f"`snakemake --cores 2 {d}` or `python -m fedrepro data partition {name} --out {d}`")
+        out[name] = d
+    return out
 
 
 def cmd_run(args) -> int:
@@ -46,7 +70,8 @@ def cmd_run(args) -> int:
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale, parse_overrides(args.set))
-    ctx = RunContext(exp_id=exp.id, seed=args.seed, data={d: dataset_files(cfg, d) for d in exp.datasets})
+    ctx = RunContext(exp_id=exp.id, seed=args.seed, data={d: dataset_files(cfg, d) for d in exp.datasets},
+                     partitions=_partition_dirs(cfg, exp))
     kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     t0 = time.perf_counter()

@@ -134,6 +134,7 @@ class Experiment:
     scale: str
     datasets: tuple[str, ...]
     deterministic: bool = False
+    partitions: tuple[str, ...] = ()
     stage: str = "estimate"
 
     @property
@@ -192,10 +193,25 @@ def resolve_experiment(
         params=params,
         paper_params=paper_params,
         scale=scale,
-        datasets=tuple(entry.get("datasets") or ()),
+        datasets=experiment_datasets(cfg, entry, f"{source}: experiments.{name}"),
+        partitions=tuple(entry.get("partitions") or ()),
         deterministic=kind.deterministic,
         stage=kind.stage,
     )
+
+
+def experiment_datasets(cfg: Mapping, entry: Mapping, where: str = "experiment") -> tuple[str, ...]:
+    """Datasets an experiment reads: its ``datasets`` plus the source dataset of each of its ``partitions``
+    (config/partitions.yaml), in order, without repeats."""
+    out = list(entry.get("datasets") or ())
+    if entry.get("partitions"):
+        specs = load_partitions(cfg)
+        for name in entry["partitions"]:
+            if name not in specs:
+                raise ConfigError(f"{where}.partitions: unknown partition {name!r} "
+                                  f"(known: {', '.join(specs) or 'none'}; see {cfg.get('partitions')})")
+            out.append(specs[name]["dataset"])
+    return tuple(dict.fromkeys(out))
 
 
 def list_experiments(cfg: Mapping, paper: str) -> list[str]:

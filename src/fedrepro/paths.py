@@ -30,3 +30,8 @@ def tables_dir(cfg: Mapping, paper: str) -> Path:
 
 def report_dir(cfg: Mapping) -> Path:
     return results_root(cfg) / "report"
+
+
+def partition_dir(cfg: Mapping, name: str) -> Path:
+    """A partitioned federated dataset built by the data stage (rule partition_dataset)."""
+    return results_root(cfg) / "data" / name

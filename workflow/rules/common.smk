@@ -1,6 +1,6 @@
 # Shared helpers: validated config, experiment lookup, output paths. No rules here (catalog convention).
+import json
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -42,20 +42,17 @@ RES = CFG["results_dir"]
 FIGS = CFG["figures_dir"]
 LOGS = CFG["logs_dir"]
 DATA = CFG["data"]["dir"]
-# Global settings every CLI call must share with this Snakemake invocation (for --config overrides). The CLI
-# merges dicts into config/config.yaml, so only_papers also names the papers this invocation builds.
+# Global settings every CLI call must share with this Snakemake invocation (paths, papers, data mirror): passed
+# to the jobs in the environment, not as params, so that e.g. building one paper (only_papers) or moving the mirror
+# does not rerun finished experiments. The CLI merges dicts into config/config.yaml, so only_papers names the
+# papers this invocation builds.
 _CLI_SETTINGS = {
     k: CFG[k]
     for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir")
     if k in CFG
 }
 _CLI_SETTINGS["only_papers"] = list(CFG["papers"])
-CLI_CONFIG = " ".join(
-    shlex.quote(
-        f"--config-set={k}={yaml.safe_dump(v, default_flow_style=True).strip()}"
-    )
-    for k, v in _CLI_SETTINGS.items()
-)
+os.environ["FEDREPRO_WORKFLOW_CONFIG"] = json.dumps(_CLI_SETTINGS)
 
 
 def seeds(scale):
@@ -106,9 +103,12 @@ def table_files(paper):
     ]
 
 
-def dataset_stamps(wildcards):
+def experiment_inputs(wildcards):
+    """Verified datasets and built partitions an experiment reads."""
     exp = EXPERIMENTS[f"{wildcards.paper}.{wildcards.exp}"]
-    return [f"{DATA}/{d}/.verified" for d in exp.datasets]
+    return [f"{DATA}/{d}/.verified" for d in exp.datasets] + [
+        f"{RES}/data/{p}" for p in exp.partitions
+    ]
 
 
 def resolved_params(wildcards):

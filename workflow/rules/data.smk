@@ -8,10 +8,8 @@ rule fetch_dataset:
         f"{LOGS}/data/{{dataset}}.log",
     conda:
         "../../environment.yml"
-    params:
-        cli=CLI_CONFIG,
     shell:
-        "python -m fedrepro data fetch {wildcards.dataset} {params.cli} > {log} 2>&1"
+        "python -m fedrepro data fetch {wildcards.dataset} > {log} 2>&1"
 
 
 rule partition_dataset:
@@ -25,9 +23,8 @@ rule partition_dataset:
         "../../environment.yml"
     params:
         spec=lambda wildcards: PARTITIONS[wildcards.name],
-        cli=CLI_CONFIG,
     shell:
-        "python -m fedrepro data partition {wildcards.name} --out {output} {params.cli} > {log} 2>&1"
+        "python -m fedrepro data partition {wildcards.name} --out {output} > {log} 2>&1"
 
 
 rule plot_partition:
@@ -39,7 +36,5 @@ rule plot_partition:
         f"{LOGS}/data/plot/{{name}}.log",
     conda:
         "../../environment.yml"
-    params:
-        cli=CLI_CONFIG,
     shell:
-        "python -m fedrepro data plot {wildcards.name} --input {input} --out {output} {params.cli} > {log} 2>&1"
+        "python -m fedrepro data plot {wildcards.name} --input {input} --out {output} > {log} 2>&1"

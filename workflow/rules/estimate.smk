@@ -3,7 +3,7 @@
 
 rule run_experiment:
     input:
-        dataset_stamps,
+        experiment_inputs,
     output:
         metrics=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/metrics.json",
         history=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/history.parquet",
@@ -17,11 +17,10 @@ rule run_experiment:
         "../../environment.yml"
     params:
         resolved=resolved_params,
-        cli=CLI_CONFIG,
         outdir=lambda wildcards, output: Path(output.metrics).parent,
     shell:
         "python -m fedrepro run {wildcards.paper}.{wildcards.exp} --seed {wildcards.seed} "
-        "--scale {wildcards.scale} --out {params.outdir} {params.cli} > {log} 2>&1"
+        "--scale {wildcards.scale} --out {params.outdir} > {log} 2>&1"
 
 
 rule aggregate_seeds:

@@ -14,11 +14,10 @@ rule privacy_tables:
         "../../environment.yml"
     params:
         scale=SCALE,
-        cli=CLI_CONFIG,
         outdir=lambda wildcards, output: Path(output.epsilon).parent,
     shell:
         "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir} --scale {params.scale} "
-        "{params.cli} > {log} 2>&1"
+        "> {log} 2>&1"
 
 
 rule privacy_figure:
@@ -34,7 +33,6 @@ rule privacy_figure:
         "../../environment.yml"
     params:
         scale=SCALE,
-        cli=CLI_CONFIG,
     shell:
         "python -m fedrepro privacy {wildcards.paper} --figure {output.pdf} --png {output.png} "
-        "--scale {params.scale} {params.cli} > {log} 2>&1"
+        "--scale {params.scale} > {log} 2>&1"

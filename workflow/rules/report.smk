@@ -13,10 +13,9 @@ rule figure:
         "../../environment.yml"
     params:
         scale=SCALE,
-        cli=CLI_CONFIG,
     shell:
         "python -m fedrepro figure {wildcards.paper}.{wildcards.fig} --scale {params.scale} "
-        "--out {output.pdf} --png {output.png} {params.cli} > {log} 2>&1"
+        "--out {output.pdf} --png {output.png} > {log} 2>&1"
 
 
 rule table:
@@ -32,11 +31,10 @@ rule table:
         "../../environment.yml"
     params:
         scale=SCALE,
-        cli=CLI_CONFIG,
         outdir=lambda wildcards, output: Path(output.csv).parent,
     shell:
         "python -m fedrepro tables {wildcards.paper} --only {wildcards.table} --scale {params.scale} "
-        "--out-dir {params.outdir} {params.cli} > {log} 2>&1"
+        "--out-dir {params.outdir} > {log} 2>&1"
 
 
 rule report:
@@ -54,7 +52,6 @@ rule report:
         "../../environment.yml"
     params:
         scale=SCALE,
-        cli=CLI_CONFIG,
         outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "python -m fedrepro report --scale {params.scale} --out-dir {params.outdir} {params.cli} > {log} 2>&1"
+        "python -m fedrepro report --scale {params.scale} --out-dir {params.outdir} > {log} 2>&1"

@@ -50,11 +50,13 @@ class RunOutput:
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a run may need besides its parameters: its id, seed, and the verified files of its datasets."""
+    """What a run may need besides its parameters: its id, seed, the verified files of its datasets, and the
+    directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load)."""
 
     exp_id: str
     seed: int
     data: dict[str, list[Path]] = field(default_factory=dict)
+    partitions: dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

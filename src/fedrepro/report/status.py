@@ -37,7 +37,9 @@ def rebuild_command(cfg: Mapping, t: Target, scale: str) -> str:
 
 
 def unavailable_datasets(cfg: Mapping, exp_entry: Mapping) -> list[str]:
-    return [d for d in exp_entry.get("datasets") or [] if not is_available(cfg, d)]
+    from fedrepro.config import experiment_datasets
+
+    return [d for d in experiment_datasets(cfg, exp_entry) if not is_available(cfg, d)]
 
 
 def evaluate(cfg: Mapping, t: Target, scale: str, summary: dict | None, exp_entry: Mapping | None) -> Result:
