@@ -1,0 +1,321 @@
+"""Federated training engine that simulates many clients in one batched computation.
+
+Per-client parameters are *stacked*: a dict name -> tensor (n_clients, *param_shape). A client's computation is
+written once as a function of one client's tensors (params, minibatch (B, ...), ...) and :meth:`Net.map` runs it
+for all selected clients at once with ``torch.vmap`` (``torch.func.functional_call`` for the forward,
+``torch.func.grad``/``vjp`` for gradients), batches shaped (n_sel, B, *feature_shape). ``vectorize=False`` runs
+the same function in a Python loop over clients (the reference path of the equivalence tests and the benchmark);
+:func:`loop_grads` is an independent plain-autograd reference for the gradients.
+
+Round structure (Alg. 2 of Ozkara et al. 2023 and FedAvg share it): iterations t = 0..T-1, a synchronization
+period every ``tau`` iterations. At the start of a period the server samples K of the m clients without
+replacement (:meth:`Algorithm.start_round`, broadcast), the selected clients take ``tau`` local steps
+(:meth:`Algorithm.local_step`, one fresh minibatch per client and step), then :meth:`Algorithm.sync` aggregates.
+The step size is ``lr * lr_decay ** epoch`` with ``epoch = t // iters_per_epoch`` (paper: lr x 0.99 per epoch).
+
+GAPs / defaults:
+- ``iters_per_epoch`` defaults to ceil(median train count / batch_size) ("vary the batch size so that each
+  epoch consists of 60 iterations": 1200 samples, B = 20 -> 60).
+- ``epochs`` counts iterations of the sampled clients (notes section 7.3): T = epochs * iters_per_epoch,
+  rounds = ceil(T / tau).
+- Metric: accuracy of each client's deployed model on its own test split; ``test_acc`` is the unweighted mean
+  over clients with test data, ``test_acc_weighted`` the sample-weighted one (notes section 7.10 default).
+- Randomness: one numpy stream (fedrepro.seeding.rng_for) for client sampling and minibatches, one torch
+  Generator for algorithm noise (DP), the model initialized under ``torch.manual_seed(seed)``; evaluation-time
+  randomness (fine-tuning minibatches) uses its own stream per round, so ``eval_every`` never changes training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value
+from torch.nn import functional as F
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from fedrepro.data.fedformat import FederatedDataset
+from fedrepro.learning.data import ClientData
+from fedrepro.seeding import rng_for
+
+Params = dict[str, Tensor]
+
+
+# ------------------------------------------------------------------------------------------ stacked parameters
+
+class Net:
+    """Functional, client-batched view of a template module (its own parameters are only the initialization)."""
+
+    def __init__(self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None):
+        self.model = model
+        self.vectorize = vectorize
+        self.chunk_size = chunk_size
+
+    def params(self) -> Params:
+        """A detached copy of the template's parameters (one client, no client axis)."""
+        return {k: v.detach().clone() for k, v in self.model.named_parameters()}
+
+    def replicate(self, n: int) -> Params:
+        """The template's parameters stacked ``n`` times: name -> (n, *shape)."""
+        return stack(self.params(), n)
+
+    def logits(self, params: Params, x: Tensor) -> Tensor:
+        """Forward of one client: params without client axis, x (B, *feature_shape) -> (B, n_classes)."""
+        return functional_call(self.model, params, (x,))
+
+    def map(self, fn: Callable, *args: Any) -> Any:
+        """``fn`` applied per client over axis 0 of every tensor in ``args`` (pytrees); outputs stacked."""
+        if self.vectorize:
+            return torch.vmap(fn, chunk_size=self.chunk_size)(*args)
+        leaves, _ = tree_flatten(args)
+        outs = [fn(*tree_map(lambda a: a[i], args)) for i in range(leaves[0].shape[0])]
+        flat, spec = zip(*(tree_flatten(o) for o in outs))
+        return tree_unflatten([torch.stack(col) for col in zip(*flat)], spec[0])
+
+
+def stack(params: Params, n: int) -> Params:
+    """Copies of one client's parameters for ``n`` clients (materialized, so they can be updated in place)."""
+    return {k: v.unsqueeze(0).repeat(n, *([1] * v.dim())) for k, v in params.items()}
+
+
+def expand(params: Params, n: int) -> Params:
+    """A read-only view of one parameter set as ``n`` clients (no copy)."""
+    return {k: v.expand(n, *v.shape) for k, v in params.items()}
+
+
+def take(params: Params, idx: Tensor) -> Params:
+    return {k: v[idx] for k, v in params.items()}
+
+
+def put(params: Params, idx: Tensor, values: Params) -> None:
+    """In place: ``params[k][idx] = values[k]`` for every parameter."""
+    for k, v in params.items():
+        v[idx] = values[k]
+
+
+def mean(params: Params) -> Params:
+    """Average over the client axis (server aggregation (1/K) sum_i)."""
+    return {k: v.mean(0) for k, v in params.items()}
+
+
+def sgd(params: Params, grads: Params, lr: float | Tensor, weight_decay: float = 0.0) -> Params:
+    """p - lr (g + weight_decay p) (PyTorch SGD without momentum)."""
+    return {k: p - lr * (grads[k] + weight_decay * p) for k, p in params.items()}
+
+
+def split_batches(x: Tensor, y: Tensor, k: int) -> list[tuple[Tensor, Tensor]]:
+    """Split stacked minibatches (n, k*B, ...) into ``k`` disjoint minibatches (n, B, ...) along the row axis."""
+    if x.shape[1] % k:
+        raise ValueError(f"{x.shape[1]} rows do not split into {k} minibatches")
+    return list(zip(x.chunk(k, dim=1), y.chunk(k, dim=1)))
+
+
+# ------------------------------------------------------------------------------------------------- gradients
+
+def ce_loss(net: Net, params: Params, x: Tensor, y: Tensor) -> Tensor:
+    """Mean cross-entropy of one client's minibatch."""
+    return F.cross_entropy(net.logits(params, x), y)
+
+
+def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
+    """Per-client minibatch gradients of the cross-entropy and the losses: (grads (n, ...), losses (n,))."""
+    return net.map(grad_and_value(lambda p, xb, yb: ce_loss(net, p, xb, yb)), params, x, y)
+
+
+def loop_grads(model: nn.Module, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
+    """Reference for :func:`client_grads`: a Python loop over clients with plain autograd."""
+    grads, losses = [], []
+    for i in range(x.shape[0]):
+        p = {k: v[i].detach().requires_grad_(True) for k, v in params.items()}
+        loss = F.cross_entropy(functional_call(model, p, (x[i],)), y[i])
+        grads.append(dict(zip(p, torch.autograd.grad(loss, list(p.values())))))
+        losses.append(loss.detach())
+    return {k: torch.stack([g[k] for g in grads]) for k in params}, torch.stack(losses)
+
+
+# ------------------------------------------------------------------------------------------------ algorithms
+
+@dataclass
+class EvalContext:
+    """What an algorithm may use to build its deployed models (e.g. fine-tuning on local training data)."""
+
+    data: ClientData
+    rng: np.random.Generator
+    batch_size: int
+    lr: float
+    iters_per_epoch: int
+
+
+class Algorithm(ABC):
+    """A federated algorithm on the engine; ``selected`` is a LongTensor of client ids on the state's device.
+
+    Class attributes the round loop reads:
+    - ``batches_per_step``: the minibatch handed to :meth:`local_step` holds ``batches_per_step * batch_size``
+      distinct rows per client (e.g. Per-FedAvg's two batches D, D'; split with :func:`split_batches`).
+    - ``steps_unsampled``: clients *not* selected in a period also call :meth:`unsampled_step` at every iteration
+      (AdaPeD with unsampled client iterations, App. H.2); their minibatches come from the same stream.
+    """
+
+    name: str = "algorithm"
+    batches_per_step: int = 1
+    steps_unsampled: bool = False
+
+    @abstractmethod
+    def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> Any:
+        """Initial state (holds ``net``, stacked parameters and ``generator`` for any noise)."""
+
+    def start_round(self, state: Any, selected: Tensor) -> None:
+        """Server broadcast to the clients selected for this synchronization period."""
+
+    @abstractmethod
+    def local_step(self, state: Any, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
+        """One local iteration of every selected client on its minibatch; returns per-client training losses."""
+
+    def unsampled_step(self, state: Any, x: Tensor, y: Tensor, unselected: Tensor, lr: float) -> None:
+        """One local iteration of the clients not selected in this period (only if ``steps_unsampled``)."""
+        raise NotImplementedError(f"{type(self).__name__} sets steps_unsampled but has no unsampled_step")
+
+    def sync(self, state: Any, selected: Tensor) -> None:
+        """Server aggregation at the end of a synchronization period."""
+
+    @abstractmethod
+    def deployed_params(self, state: Any, ctx: EvalContext | None = None) -> Params:
+        """The model each client would use, stacked over all clients (n_clients, ...)."""
+
+    def metrics(self, state: Any) -> dict[str, float]:
+        """Algorithm-specific scalars recorded at each evaluation (e.g. mean psi)."""
+        return {}
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+def evaluate(net: Net, params: Params, data: ClientData, split: str = "test",
+             max_rows: int = 4096) -> dict[str, np.ndarray]:
+    """Per-client accuracy, mean loss and sample count of stacked ``params`` (one model per client) on each
+    client's own ``split``, vectorized over clients in chunks of rows. Clients without data have nan."""
+
+    def client(p: Params, x: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        logits = net.logits(p, x)
+        hit = (logits.argmax(-1) == y).to(mask.dtype)
+        return (hit * mask).sum(), (F.cross_entropy(logits, y, reduction="none") * mask).sum()
+
+    correct = torch.zeros(data.n_clients, device=data.device)
+    loss = torch.zeros_like(correct)
+    for x, y, mask in data.blocks(split, max_rows):
+        c, l = net.map(client, params, x, y, mask)
+        correct += c
+        loss += l
+    count = data.counts(split).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"acc": correct.cpu().double().numpy() / count, "loss": loss.cpu().double().numpy() / count,
+                "count": count}
+
+
+def summarize(ev: dict[str, np.ndarray]) -> dict[str, float]:
+    """Unweighted and sample-weighted client means of :func:`evaluate`'s output."""
+    has = ev["count"] > 0
+    w = ev["count"][has] / ev["count"][has].sum()
+    return {"test_acc": float(ev["acc"][has].mean()), "test_acc_weighted": float((ev["acc"][has] * w).sum()),
+            "test_loss": float((ev["loss"][has] * w).sum())}
+
+
+# ------------------------------------------------------------------------------------------------ round loop
+
+@contextlib.contextmanager
+def _deterministic(on: bool) -> Iterator[None]:
+    prev, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if on:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev, warn_only=warn)
+
+
+def _template(model: nn.Module | Callable[[], nn.Module], seed: int, device: torch.device) -> nn.Module:
+    if isinstance(model, nn.Module):
+        return copy.deepcopy(model).to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return model().to(device)
+
+
+def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.Module | Callable[[], nn.Module], *,
+          batch_size: int, lr: float, rounds: int | None = None, epochs: float | None = None, tau: int = 10,
+          clients_per_round: int | None = None, lr_decay: float = 1.0, iters_per_epoch: int | None = None,
+          seed: int = 0, eval_every: int = 1, device: str | torch.device = "cpu", vectorize: bool = True,
+          chunk_size: int | None = None, eval_rows: int = 4096, deterministic: bool = True,
+          callback: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
+    the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
+    evaluation), test_acc, test_acc_weighted, test_loss and the algorithm's metrics.
+
+    ``model``: a module whose parameters are the initialization (copied), or a zero-argument factory called under
+    ``torch.manual_seed(seed)``. Exactly one of ``rounds`` and ``epochs``. ``clients_per_round`` K (default all).
+    ``callback(info)`` after every round: round, iteration, train_loss of the round, and ``eval`` when evaluated.
+    """
+    device = torch.device(device)
+    if not isinstance(data, ClientData):
+        data = ClientData(data, device)
+    elif data.device != device:
+        raise ValueError(f"data is on {data.device}, training on {device}")
+    m = data.n_clients
+    K = m if clients_per_round is None else int(clients_per_round)
+    if not 1 <= K <= m:
+        raise ValueError(f"clients_per_round={K} not in [1, {m}]")
+    if iters_per_epoch is None:
+        iters_per_epoch = max(1, math.ceil(float(np.median(data.counts("train"))) / batch_size))
+    if (rounds is None) == (epochs is None):
+        raise ValueError("give exactly one of rounds and epochs")
+    if rounds is None:
+        rounds = max(1, math.ceil(epochs * iters_per_epoch / tau))
+    rng = rng_for("learning.train", seed)
+    generator = torch.Generator(device=device).manual_seed(int(rng_for("learning.noise", seed).integers(2**62)))
+
+    history: list[dict] = []
+    with _deterministic(deterministic):
+        net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size)
+        state = algorithm.init_state(net, m, generator)
+        t, loss_sum, loss_n = 0, 0.0, 0
+        rows_per_step = batch_size * algorithm.batches_per_step
+        for r in range(1, rounds + 1):
+            sel_np = np.sort(rng.choice(m, K, replace=False))
+            selected = torch.from_numpy(sel_np).to(device)
+            rest_np = np.setdiff1d(np.arange(m), sel_np) if algorithm.steps_unsampled else sel_np[:0]
+            rest = torch.from_numpy(rest_np).to(device)
+            algorithm.start_round(state, selected)
+            losses = []
+            for _ in range(tau):
+                step_lr = lr * lr_decay ** (t // iters_per_epoch)
+                x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
+                losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
+                if len(rest_np):
+                    xu, yu = data.sample(rest_np, rows_per_step, rng)
+                    algorithm.unsampled_step(state, xu, yu, rest, step_lr)
+                t += 1
+            algorithm.sync(state, selected)
+            round_loss = float(torch.stack(losses).sum())
+            loss_sum, loss_n = loss_sum + round_loss, loss_n + tau
+            info = {"round": r, "iteration": t, "train_loss": round_loss / tau}
+            if r == rounds or (eval_every and r % eval_every == 0):
+                step_lr = lr * lr_decay ** (t // iters_per_epoch)
+                ctx = EvalContext(data, rng_for(f"learning.eval.{r}", seed), batch_size, step_lr, iters_per_epoch)
+                ev = evaluate(net, algorithm.deployed_params(state, ctx), data, "test", eval_rows)
+                info["eval"] = {"round": r, "iteration": t, "epoch": t / iters_per_epoch, "lr": step_lr,
+                                "train_loss": loss_sum / loss_n, **summarize(ev), **algorithm.metrics(state)}
+                history.append(info["eval"])
+                loss_sum, loss_n = 0.0, 0
+            if callback is not None:
+                callback(info)
+    return history
+
+
+__all__ = ["Algorithm", "EvalContext", "Net", "Params", "ce_loss", "client_grads", "evaluate", "expand",
+           "loop_grads", "mean", "put", "sgd", "split_batches", "stack", "summarize", "take", "train"]
