@@ -1,0 +1,47 @@
+"""Local training baseline (notes section 2.12; Ozkara et al. 2023, Fig. 1b and Table 3): every client runs SGD on
+its own cross-entropy f_i only; no server, no communication. Deployed model: the client's own.
+
+GAP defaults: all clients start from the same initialization (the template model); weight decay 1e-4 (K.1,
+"all runs"); only the clients selected in a period step (set ``clients_per_round`` = m in the engine for
+every client to train every iteration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedrepro.learning.engine import Algorithm, EvalContext, Net, Params, client_grads, put, sgd, take
+
+
+@dataclass
+class LocalState:
+    net: Net
+    theta: Params                    # (m, ...) per-client models
+    generator: torch.Generator
+
+
+class Local(Algorithm):
+    """Each client: theta_i <- theta_i - lr (grad f_i(theta_i; batch) + weight_decay theta_i)."""
+
+    name = "local"
+
+    def __init__(self, weight_decay: float = 1e-4):
+        self.weight_decay = weight_decay
+
+    def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> LocalState:
+        return LocalState(net, net.replicate(n_clients), generator)
+
+    def local_step(self, state: LocalState, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
+        theta = take(state.theta, selected)
+        grads, losses = client_grads(state.net, theta, x, y)
+        put(state.theta, selected, sgd(theta, grads, lr, self.weight_decay))
+        return losses
+
+    def deployed_params(self, state: LocalState, ctx: EvalContext | None = None) -> Params:
+        return state.theta
+
+
+__all__ = ["Local", "LocalState"]
