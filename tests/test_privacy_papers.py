@@ -63,6 +63,20 @@ def test_thm5_noise_ratio_and_round_trip(eps, z):
     assert delta == pytest.approx(1e-5, rel=1e-6)
 
 
+def test_thm5_mu_term_only_for_dp_fedavg():
+    """DP-FedAvg releases the model only: Thm 5 with the C1 term alone gives the same epsilon at z / sqrt(2)."""
+    both = adaped.thm5_noise_ratio(13.16, 50, 50, 300, 1e-5)
+    one = adaped.thm5_noise_ratio(13.16, 50, 50, 300, 1e-5, terms=1)
+    assert one == pytest.approx(both / math.sqrt(2), rel=1e-12)
+    assert adaped.thm5_rdp(2.0, 50, 50, 300, 1.0, one, 1.0, 1e9) == pytest.approx(
+        adaped.thm5_rdp(2.0, 50, 50, 300, 1.0, both, 1.0, both), rel=1e-6)
+    lib_one = adaped.library_epsilon(one, 50, 50, 300, 1e-5, terms=1).epsilon
+    lib_both = adaped.library_epsilon(both, 50, 50, 300, 1e-5).epsilon
+    assert lib_one == pytest.approx(lib_both, rel=1e-9)  # same Gaussian release noise multiplier
+    with pytest.raises(PrivacyError, match="terms"):
+        adaped.thm5_noise_ratio(13.16, 50, 50, 300, 1e-5, terms=3)
+
+
 def test_thm5_printed_rdp_and_monotonicity():
     base = adaped.thm5_rdp(2.0, K=10, m=40, T_over_tau=100, C1=1.0, sigma_q1=2.0, C2=0.5, sigma_q2=1.0)
     assert base == pytest.approx((10 / 40) ** 2 * 6 * 100 * 2.0 * (1 / (10 * 4) + 0.25 / 10))

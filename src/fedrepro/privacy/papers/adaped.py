@@ -124,14 +124,26 @@ def slope_for_epsilon(target_epsilon: float, delta: float) -> float:
     return A
 
 
-def thm5_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: float, delta: float) -> float:
-    """Noise ratio z = sigma_q/C (equal for mu and psi) at which Thm 5 + Lemma 1 give target_epsilon."""
+def _check_terms(terms: int) -> int:
+    if terms not in (1, 2):
+        raise PrivacyError(f"terms must be 1 (mu only, DP-FedAvg) or 2 (mu and psi, DP-AdaPeD), got terms={terms!r}")
+    return terms
+
+
+def thm5_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: float, delta: float,
+                     terms: int = 2) -> float:
+    """Noise ratio z = sigma_q/C (equal for mu and psi) at which Thm 5 + Lemma 1 give target_epsilon.
+
+    terms=1 keeps only Thm 5's C1 (mu) term: DP-FedAvg as defined by the notes (section 2.12), whose only released
+    quantity is the model, accounted "with Thm 5 using the C1 term only"."""
     A = slope_for_epsilon(target_epsilon, delta)
-    return math.sqrt(thm5_slope(K, m, T_over_tau, 1.0) / A)
+    return math.sqrt(thm5_slope(K, m, T_over_tau, 1.0) * _check_terms(terms) / 2 / A)
 
 
-def release_noise_multiplier(z: float, K: int, tau: int | None = None, sensitivity: str = "paper") -> float:
-    """Gaussian noise multiplier of one round's joint (mu, psi) release, equal noise ratios z (module docstring)."""
+def release_noise_multiplier(z: float, K: int, tau: int | None = None, sensitivity: str = "paper",
+                             terms: int = 2) -> float:
+    """Gaussian noise multiplier of one round's joint (mu, psi) release, equal noise ratios z (module docstring);
+    terms=1: the mu release alone (DP-FedAvg)."""
     z = check_positive(z, "z")
     K = check_steps(K, "K")
     if sensitivity not in SENSITIVITIES:
@@ -142,14 +154,15 @@ def release_noise_multiplier(z: float, K: int, tau: int | None = None, sensitivi
         if tau is None:
             raise PrivacyError("tau is required for sensitivity='triangle', got tau=None")
         per_release = z * math.sqrt(K / check_steps(tau, "tau"))
-    return (2.0 / per_release**2) ** -0.5
+    return (_check_terms(terms) / per_release**2) ** -0.5
 
 
 def library_epsilon(z: float, K: int, m: int, T_over_tau: int, delta: float, *, tau: int | None = None,
-                    sensitivity: str = "paper", accountant: str = "rdp", **kwargs) -> EpsilonResult:
+                    sensitivity: str = "paper", accountant: str = "rdp", terms: int = 2,
+                    **kwargs) -> EpsilonResult:
     """Epsilon of DP-AdaPeD's per-round (mu, psi) Gaussian release, subsampled at K/m, over T/tau rounds."""
     K, m = _check_km(K, m)
-    sigma = release_noise_multiplier(z, K, tau, sensitivity)
+    sigma = release_noise_multiplier(z, K, tau, sensitivity, terms)
     return compute_epsilon(sigma, K / m, check_steps(T_over_tau, "T_over_tau"), delta, accountant, **kwargs)
 
 
@@ -165,7 +178,7 @@ def ldp_library_epsilon(eps0: float, delta: float, accountant: str = "pld", **kw
 
 
 def library_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: int, delta: float, *,
-                        tau: int | None = None, sensitivity: str = "paper", accountant: str = "rdp",
+                        tau: int | None = None, sensitivity: str = "paper", accountant: str = "rdp", terms: int = 2,
                         **kwargs) -> tuple[float, "Calibration"]:
     """Noise ratio z at which the library accountant gives target_epsilon for the same mechanism as
     library_epsilon() (calibrated on the release's noise multiplier, which is linear in z)."""
@@ -174,4 +187,4 @@ def library_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: int, 
     K, m = _check_km(K, m)
     cal = calibrate_noise_multiplier(target_epsilon, delta, check_steps(T_over_tau, "T_over_tau"), K / m,
                                      accountant, **kwargs)
-    return cal.noise_multiplier / release_noise_multiplier(1.0, K, tau, sensitivity), cal
+    return cal.noise_multiplier / release_noise_multiplier(1.0, K, tau, sensitivity, terms), cal
