@@ -216,3 +216,16 @@ def test_same_seed_same_history(algorithm):
     first = engine.train(algorithm, data, lambda: MLP(6, 3), seed=5, **kw)
     assert engine.train(algorithm, data, lambda: MLP(6, 3), seed=5, **kw) == first
     assert engine.train(algorithm, data, lambda: MLP(6, 3), seed=6, **kw) != first
+
+
+def test_standardize_uses_training_moments_only():
+    data = images(3, 20, 10)
+    plain, std = ClientData(data), ClientData(data, standardize=True)
+    train_rows = np.flatnonzero(data.split == 0)
+    x_train = data.features[train_rows].astype(np.float64) / 255
+    assert std.shift == pytest.approx(x_train.mean()) and std.divide == pytest.approx(x_train.std())
+    xs, _ = std.gather(train_rows)
+    assert float(xs.mean()) == pytest.approx(0.0, abs=1e-5) and float(xs.std()) == pytest.approx(1.0, abs=1e-3)
+    test_rows = np.flatnonzero(data.split == 1)
+    (xp, _), (xt, _) = plain.gather(test_rows), std.gather(test_rows)
+    torch.testing.assert_close(xt, (xp - std.shift) / std.divide)
