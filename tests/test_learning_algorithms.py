@@ -228,3 +228,18 @@ def test_calibrated_noise_comes_from_privacy_module():
     mech = dp.calibrated(1.5, target_epsilon=3.0, delta=1e-5, steps=100, sampling_rate=0.2)
     ref = calibrate_noise_multiplier(3.0, 1e-5, 100, 0.2, "rdp").noise_multiplier
     assert mech.clip == 1.5 and mech.noise_multiplier == ref
+
+
+def test_local_trains_every_client_whatever_the_sampling(blobs):
+    """Local training has no communication: client sampling must not gate its steps."""
+    algo, m = Local(), blobs.n_clients
+    assert Local.steps_unsampled
+    state = algo.init_state(engine.Net(mlp()), m, torch.Generator())
+    before = {k: v.clone() for k, v in state.theta.items()}
+    algo.local_step(state, torch.randn(1, 4, D), torch.randint(0, C, (1, 4)), torch.tensor([0]), 0.1)
+    algo.unsampled_step(state, torch.randn(m - 1, 4, D), torch.randint(0, C, (m - 1, 4)), torch.arange(1, m), 0.1)
+    assert all(not all(torch.equal(state.theta[k][i], before[k][i]) for k in before) for i in range(m))
+    # and through the round loop: K = 1 of 8 per round, yet all clients learn
+    hist = engine.train(Local(), blobs, mlp, batch_size=10, lr=0.1, rounds=10, tau=5, clients_per_round=1,
+                        eval_every=10)
+    assert hist[-1]["test_acc"] > 0.8

@@ -2,8 +2,8 @@
 its own cross-entropy f_i only; no server, no communication. Deployed model: the client's own.
 
 GAP defaults: all clients start from the same initialization (the template model); weight decay 1e-4 (K.1,
-"all runs"); only the clients selected in a period step (set ``clients_per_round`` = m in the engine for
-every client to train every iteration).
+"all runs"). Every client steps at every iteration, sampled or not (``steps_unsampled``): client sampling only
+schedules communication, which local training has none of (Fig. 1b compares it with DP-AdaPeD at sampling 0.33).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class Local(Algorithm):
     """Each client: theta_i <- theta_i - lr (grad f_i(theta_i; batch) + weight_decay theta_i)."""
 
     name = "local"
+    steps_unsampled = True
 
     def __init__(self, weight_decay: float = 1e-4):
         self.weight_decay = weight_decay
@@ -39,6 +40,9 @@ class Local(Algorithm):
         grads, losses = client_grads(state.net, theta, x, y)
         put(state.theta, selected, sgd(theta, grads, lr, self.weight_decay))
         return losses
+
+    def unsampled_step(self, state: LocalState, x: Tensor, y: Tensor, unselected: Tensor, lr: float) -> None:
+        self.local_step(state, x, y, unselected, lr)
 
     def deployed_params(self, state: LocalState, ctx: EvalContext | None = None) -> Params:
         return state.theta
