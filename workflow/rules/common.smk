@@ -117,6 +117,14 @@ def resolved_params(wildcards):
     return yaml.safe_dump(exp.params, sort_keys=True, default_flow_style=True).strip()
 
 
+# Only configured figures match rule figure (figures/data/*.png and privacy_epsilon belong to other rules).
+_FIGURES = {p: sorted((doc.get("figures") or {})) for p, doc in PAPERS.items()}
+FIGURE_PAPERS = "|".join(p for p, figs in _FIGURES.items() if figs) or "(?!)"
+FIGURE_NAMES = (
+    "|".join(sorted({f for figs in _FIGURES.values() for f in figs})) or "(?!)"
+)
+
+
 def figure_inputs(wildcards):
     spec = PAPERS[wildcards.paper]["figures"][wildcards.fig]
     return {

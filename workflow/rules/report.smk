@@ -9,6 +9,9 @@ rule figure:
         png=f"{FIGS}/{{paper}}/{{fig}}.png",
     log:
         f"{LOGS}/figures/{{paper}}/{{fig}}.log",
+    wildcard_constraints:
+        paper=FIGURE_PAPERS,
+        fig=FIGURE_NAMES,
     conda:
         "../../environment.yml"
     params:

@@ -24,11 +24,12 @@ def table_slug(artifact: str) -> str:
 
 
 def table_artifacts(cfg: Mapping, paper: str) -> list[str]:
-    """Table artifacts of a paper (rows placed by table_row/table_col), in registry order (e.g. ['Table 1']).
+    """Table artifacts of a paper (rows placed by table_row/table_col), in registry order (e.g. ['Table 1']), and
+    extra tables beyond the paper ("Extra table: ...", e.g. a table's protocol on data available offline).
     A number printed in a caption ("Table 3 caption") is a target but lays out no table."""
     seen: list[str] = []
     for t in load_registry(resolve_path(cfg["targets"][paper]), paper):
-        if t.artifact.startswith("Table") and t.table_row and t.artifact not in seen:
+        if t.artifact.startswith(("Table", "Extra table")) and t.table_row and t.artifact not in seen:
             seen.append(t.artifact)
     return seen
 
