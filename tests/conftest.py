@@ -21,3 +21,25 @@ def cfg(tmp_path):
     c["logs_dir"] = str(tmp_path / "logs")
     c["data"] = {"dir": str(tmp_path / "data"), "mirror": None}
     return c
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Single-threaded torch for a module (small models: threading only adds overhead and nondeterminism).
+
+    Opt in with ``pytestmark = pytest.mark.usefixtures("one_thread")``; torch is imported only when used."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)
+
+
+@pytest.fixture(scope="session")
+def blobs_factory():
+    """``learning_helpers.make_blobs``: Gaussian-blob federated datasets for the learning tests (imported lazily,
+    so that tests without torch do not import it)."""
+    from learning_helpers import make_blobs
+
+    return make_blobs

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch.func import functional_call
@@ -12,34 +11,16 @@ from torch.nn import functional as F
 from fedrepro.learning import engine
 from fedrepro.learning.adaped import AdaPeD
 from fedrepro.learning.adaped_unsampled import AdaPeDUnsampled
-from fedrepro.learning.data import from_arrays
-from fedrepro.learning.models import MLP
 
-D, C = 8, 6
+from learning_helpers import C, D, mlp
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def blobs():
-    rng = np.random.default_rng(4)
-    centers = 2.5 * rng.normal(size=(C, D))
-
-    def block(classes, n):
-        y = rng.choice(classes, n)
-        return (centers[y] + rng.normal(size=(n, D))).astype(np.float32), y
-    classes = [rng.choice(C, 3, replace=False) for _ in range(9)]
-    return from_arrays([block(c, 60) for c in classes], [block(c, 30) for c in classes], n_classes=C)
-
-
-def mlp():
-    return MLP(D, C, (16,))
+def blobs(blobs_factory):
+    """9 clients, 3 of 6 Gaussian-blob classes each, 60 train / 30 test per client."""
+    return blobs_factory(n_clients=9, seed=4)
 
 
 def test_full_participation_is_adaped(blobs):

@@ -13,38 +13,19 @@ from torch.nn import functional as F
 
 from fedrepro.learning import dp, engine
 from fedrepro.learning.adaped import AdaPeD, psi_grad
-from fedrepro.learning.data import from_arrays
 from fedrepro.learning.fedavg import FedAvg, FedAvgFT
 from fedrepro.learning.local import Local
-from fedrepro.learning.models import MLP
 from fedrepro.privacy import calibrate_noise_multiplier
 
-D, C = 8, 6  # feature dimension, classes
+from learning_helpers import C, D, mlp
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def blobs():
+def blobs(blobs_factory):
     """8 clients, 3 of 6 Gaussian-blob classes each (pathological non-IID), 60 train / 30 test per client."""
-    rng = np.random.default_rng(0)
-    centers = 2.5 * rng.normal(size=(C, D))
-
-    def block(classes, n):
-        y = rng.choice(classes, n)
-        return (centers[y] + rng.normal(size=(n, D))).astype(np.float32), y
-    classes = [rng.choice(C, 3, replace=False) for _ in range(8)]
-    return from_arrays([block(c, 60) for c in classes], [block(c, 30) for c in classes], n_classes=C)
-
-
-def mlp():
-    return MLP(D, C, (16,))
+    return blobs_factory(seed=0)
 
 
 DP = {"clip": 1.0, "noise_multiplier": 0.3}

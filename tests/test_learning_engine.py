@@ -17,13 +17,7 @@ from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.local import Local
 from fedrepro.learning.models import MLP, Cifar100CNN, LeNet5, build_model, n_params
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def images(m: int, n_train: int, n_test: int, seed: int = 0):

@@ -10,39 +10,21 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
-from fedrepro.learning.data import ClientData, from_arrays
+from fedrepro.learning.data import ClientData
 from fedrepro.learning.fedavg import FedAvg
-from fedrepro.learning.models import MLP, Linear
+from fedrepro.learning.models import Linear
 from fedrepro.learning.perfedavg import PerFedAvg
 from fedrepro.learning.pfedme import PFedMe
 
-D, C = 8, 6  # feature dimension, classes
+from learning_helpers import C, D, assert_batched_equals_loop, mlp
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def blobs():
+def blobs(blobs_factory):
     """8 clients, 3 of 6 Gaussian-blob classes each (pathological non-IID), 60 train / 30 test rows per client."""
-    rng = np.random.default_rng(1)
-    centers = 2.5 * rng.normal(size=(C, D))
-    train, test = [], []
-    for _ in range(8):
-        y = rng.choice(rng.choice(C, 3, replace=False), 90)
-        x = (centers[y] + rng.normal(size=(90, D))).astype(np.float32)
-        train.append((x[:60], y[:60]))
-        test.append((x[60:], y[60:]))
-    return from_arrays(train, test, n_classes=C)
-
-
-def mlp():
-    return MLP(D, C, (16,))
+    return blobs_factory(seed=1)
 
 
 def grads_of(model, params, x, y):
@@ -218,11 +200,4 @@ def test_perfedavg_deployed_is_alpha_step_from_global(blobs):
 
 @pytest.mark.parametrize("name", ["pfedme_k2", "perfedavg_k2"])
 def test_training_batched_equals_loop(blobs, name):
-    kw = dict(batch_size=5, lr=0.2, rounds=4, tau=3, clients_per_round=3, seed=3, eval_every=1)
-    batched = engine.train(ALGORITHMS[name], blobs, mlp, **kw)
-    loop = engine.train(ALGORITHMS[name], blobs, mlp, vectorize=False, **kw)
-    assert len(batched) == len(loop) == 4 and len({h["test_acc"] for h in batched}) > 1
-    for a, b in zip(batched, loop):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert a[k] == pytest.approx(b[k], abs=1e-6), k
+    assert_batched_equals_loop(ALGORITHMS[name], blobs, mlp)

@@ -10,36 +10,18 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
-from fedrepro.learning.data import from_arrays
 from fedrepro.learning.fml import FML
-from fedrepro.learning.models import MLP
 from fedrepro.learning.quped import QuPeD
 
-D, C = 8, 6  # feature dimension, classes
+from learning_helpers import C, D, assert_batched_equals_loop, mlp
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    prev, _ = torch.get_num_threads(), torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def blobs():
+def blobs(blobs_factory):
     """8 clients, each 3 of 6 Gaussian-blob classes (pathological non-IID), 60 train / 30 test rows."""
-    rng = np.random.default_rng(1)
-    centers = 2.5 * rng.normal(size=(C, D))
-    splits = []
-    for classes in [rng.choice(C, 3, replace=False) for _ in range(8)]:
-        labels = [rng.choice(classes, n) for n in (60, 30)]
-        splits.append([((centers[y] + rng.normal(size=(len(y), D))).astype(np.float32), y) for y in labels])
-    train, test = zip(*splits)
-    return from_arrays(list(train), list(test), n_classes=C)
-
-
-def mlp():
-    return MLP(D, C, (16,))
+    return blobs_factory(seed=1)
 
 
 ALGORITHMS = {"quped": QuPeD(), "fml": FML()}
@@ -56,14 +38,7 @@ def test_beats_chance(blobs, name):
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_training_batched_equals_loop(blobs, name):
-    kw = dict(batch_size=5, lr=0.2, rounds=4, tau=3, clients_per_round=3, seed=3, eval_every=1)
-    batched = engine.train(ALGORITHMS[name], blobs, mlp, **kw)
-    loop = engine.train(ALGORITHMS[name], blobs, mlp, vectorize=False, **kw)
-    assert len(batched) == len(loop) == 4 and len({h["test_acc"] for h in batched}) > 1
-    for a, b in zip(batched, loop):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert a[k] == pytest.approx(b[k], abs=1e-6), k
+    assert_batched_equals_loop(ALGORITHMS[name], blobs, mlp)
 
 
 # ------------------------------------------------------------------------------------------ reference steps

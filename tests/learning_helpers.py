@@ -1,0 +1,48 @@
+"""Shared scaffolding for the learning tests (imported by the test modules; not collected: no ``test_`` prefix).
+
+Importing this module imports torch, so only torch tests should import it; ``conftest.py`` reaches it lazily.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrepro.data.fedformat import FederatedDataset
+from fedrepro.learning.data import from_arrays
+from fedrepro.learning.models import MLP
+
+D, C = 8, 6  # feature dimension, classes of the Gaussian blobs
+
+
+def mlp():
+    return MLP(D, C, (16,))
+
+
+def make_blobs(n_clients: int = 8, seed: int = 0, n_train: int = 60, n_test: int = 30, dim: int = D,
+               n_classes: int = C, classes_per_client: int = 3) -> FederatedDataset:
+    """Gaussian blobs, pathological non-IID: each client holds ``classes_per_client`` of ``n_classes`` classes
+    (centers ~ 2.5 N(0, I), unit noise), ``n_train`` train / ``n_test`` test rows per client."""
+    rng = np.random.default_rng(seed)
+    centers = 2.5 * rng.normal(size=(n_classes, dim))
+    classes = [rng.choice(n_classes, classes_per_client, replace=False) for _ in range(n_clients)]
+
+    def block(cls, n):
+        y = rng.choice(cls, n)
+        return (centers[y] + rng.normal(size=(n, dim))).astype(np.float32), y
+    return from_arrays([block(c, n_train) for c in classes], [block(c, n_test) for c in classes], n_classes=n_classes)
+
+
+def assert_batched_equals_loop(algorithm, data, model, rounds: int = 4, **kw) -> None:
+    """The vmapped engine and its per-client Python loop give the same history (to 1e-6), and it is not flat."""
+    import pytest
+
+    from fedrepro.learning import engine
+
+    kw = dict(dict(batch_size=5, lr=0.2, tau=3, clients_per_round=3, seed=3, eval_every=1), **kw)
+    batched = engine.train(algorithm, data, model, rounds=rounds, **kw)
+    loop = engine.train(algorithm, data, model, rounds=rounds, vectorize=False, **kw)
+    assert len(batched) == len(loop) == rounds and len({h["test_acc"] for h in batched}) > 1
+    for a, b in zip(batched, loop):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == pytest.approx(b[k], abs=1e-6), k
