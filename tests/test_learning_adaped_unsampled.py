@@ -33,7 +33,7 @@ def test_unsampled_step_uses_received_copies():
     model, m, lr, wd = mlp(), 4, 0.3, 1e-3
     algo = AdaPeDUnsampled(psi0=0.7, psi_min=0.5, weight_decay=wd)
     state = algo.init_state(engine.Net(model), m, torch.Generator())
-    sel, rest = torch.tensor([0, 1]), torch.tensor([2, 3])
+    sel = torch.tensor([0, 1])
     algo.start_round(state, sel)
     x, y = torch.randn(2, 5, D), torch.randint(0, C, (2, 5))
     algo.local_step(state, x, y, sel, lr)
