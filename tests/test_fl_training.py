@@ -84,6 +84,17 @@ def test_private_methods_get_noise_from_the_privacy_module(partition_dir):
     assert set(out.history["epsilon"].dropna()) == {2.0, 20.0}
 
 
+def test_server_side_dp_fedavg_is_calibrated_by_the_library(partition_dir):
+    from fedrepro.privacy import calibrate_noise_multiplier, compute_epsilon
+
+    p = params(privacy={"epsilons": [5.0], "delta": 1e-5, "clip": 0.5, "noise_from": "thm5"}, checks={},
+               methods={"dp_fedavg_server": {"algorithm": "dp_fedavg_server", "lr": 0.2, "private": True}})
+    rec = run(p, partition_dir).metrics["noise"]["dp_fedavg_server"]["eps_5p00"]
+    z = calibrate_noise_multiplier(5.0, 1e-5, 6, 1.0, "rdp").noise_multiplier
+    assert rec["z"] == pytest.approx(z) and rec["noise_from"] == "rdp"  # Thm 5 does not describe this mechanism
+    assert rec["epsilon_library_rdp"] == pytest.approx(compute_epsilon(z, 1.0, 6, 1e-5, "rdp").epsilon)
+
+
 @pytest.mark.parametrize("over, match", [
     ({"methods": {"x": {"algorithm": "fedavg", "lr": 0.1, "private": True}}}, "needs params.privacy"),
     ({"methods": {"x": {"algorithm": "pfedme", "lr": 0.1, "private": True}},

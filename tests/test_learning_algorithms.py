@@ -224,3 +224,45 @@ def test_local_trains_every_client_whatever_the_sampling(blobs):
     hist = engine.train(Local(), blobs, mlp, batch_size=10, lr=0.1, rounds=10, tau=5, clients_per_round=1,
                         eval_every=10)
     assert hist[-1]["test_acc"] > 0.8
+
+
+# ------------------------------------------------------------------------------------ DP-FedAvg, server-side noise
+
+def test_dp_fedavg_server_without_clipping_or_noise_is_fedavg(blobs):
+    from fedrepro.learning.dp_fedavg import DPFedAvgServer
+
+    kw = dict(batch_size=10, lr=0.1, rounds=3, tau=5, clients_per_round=4, eval_every=1)
+    plain = engine.train(FedAvg(), blobs, mlp, **kw)
+    same = engine.train(DPFedAvgServer({"clip": 1e9, "noise_multiplier": 0.0}), blobs, mlp, **kw)
+    for a, b in zip(same, plain):
+        assert all(a[k] == pytest.approx(b[k], abs=1e-5) for k in a)
+    with pytest.raises(ValueError, match="server_dp"):
+        DPFedAvgServer(None)
+
+
+def test_dp_fedavg_server_clips_updates_and_noises_the_sum():
+    from fedrepro.learning.dp_fedavg import DPFedAvgServer
+
+    torch.manual_seed(0)
+    m, C_clip = 5, 0.01
+    algo = DPFedAvgServer({"clip": C_clip, "noise_multiplier": 0.0}, weight_decay=0.0)
+    state = algo.init_state(engine.Net(mlp()), m, torch.Generator())
+    sel = torch.tensor([0, 2, 4])
+    w0 = {k: v.clone() for k, v in state.global_params.items()}
+    algo.start_round(state, sel)
+    algo.local_step(state, torch.randn(3, 6, D), torch.randint(0, C, (3, 6)), sel, 1.0)
+    deltas = {k: v - w0[k] for k, v in state.local.items()}
+    algo.sync(state, sel)
+    expected = {k: w0[k] + v.sum(0) / 3 for k, v in dp.clip_per_client(deltas, C_clip).items()}
+    for k in expected:
+        torch.testing.assert_close(state.global_params[k], expected[k])
+    moved = torch.sqrt(sum(((state.global_params[k] - w0[k]) ** 2).sum() for k in w0))
+    assert moved <= C_clip * (1 + 1e-5)  # the mean of updates clipped to C moves w by at most C
+    # noise: z C / K per coordinate on the released mean
+    noisy = DPFedAvgServer({"clip": 1.0, "noise_multiplier": 3.0}, weight_decay=0.0)
+    st = noisy.init_state(engine.Net(mlp()), m, torch.Generator().manual_seed(1))
+    base = {k: v.clone() for k, v in st.global_params.items()}
+    noisy.start_round(st, sel)  # no local step: zero updates, only noise
+    noisy.sync(st, sel)
+    drift = torch.cat([(st.global_params[k] - base[k]).flatten() for k in base])
+    assert drift.std().item() == pytest.approx(3.0 / 3, rel=0.15)

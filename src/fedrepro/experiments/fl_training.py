@@ -5,7 +5,8 @@ batched engine (fedrepro.learning.engine.train) and records, per method, the fin
 models (mean over clients, %), the learning rate used, and the per-evaluation history (test accuracy, training
 loss, and AdaPeD's psi: the trajectories behind the paper's psi statements).
 
-Private methods (``private: true``, DP-FedAvg / DP-AdaPeD / DP-AdaPeD with unsampled client iterations) are trained
+Private methods (``private: true``: DP-FedAvg with local-step noise (``fedavg``) or server-side noise
+(``dp_fedavg_server``), DP-AdaPeD, DP-AdaPeD with unsampled client iterations) are trained
 once per epsilon of ``privacy.epsilons`` with the noise the privacy module gives for it (fedrepro.experiments.
 fl_privacy); their metrics are keyed by epsilon (``acc.<method>.eps_3p35``) and the noise used is recorded.
 
@@ -43,6 +44,7 @@ ALGORITHMS = {
     "local": ("local", "Local"),
     "fedavg": ("fedavg", "FedAvg"),
     "fedavg_ft": ("fedavg", "FedAvgFT"),
+    "dp_fedavg_server": ("dp_fedavg", "DPFedAvgServer"),
     "adaped": ("adaped", "AdaPeD"),
     "adaped_unsampled": ("adaped_unsampled", "AdaPeDUnsampled"),
     "pfedme": ("pfedme", "PFedMe"),
