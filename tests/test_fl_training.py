@@ -128,12 +128,12 @@ def test_psi_and_curve_checks_can_fail():
              "psi_decreases_then_increases": {down: False, valley: True, up: False}}
     for name, expect in cases.items():
         for path, ok in expect.items():
-            assert _check(name, "a", {None: (hist(path, acc), 3.5, 0.0)}, {}, 10)[0] is ok, (name, path)
+            assert _check(name, "a", {None: (hist(path, acc), 3.5, 0.0)}, 10)[0] is ok, (name, path)
     # every epsilon must show the valley
     runs = {"e1": (hist(valley, acc), 3.5, 1.0), "e2": (hist(down, acc), 3.5, 2.0)}
-    assert not _check("psi_decreases_then_increases", "a", runs, {}, 10)[0]
-    assert _check("curve", "a", {None: (hist(down, [0.5, 0.9, 0.89]), 3.5, 0.0)}, {}, 10)[0]
-    assert not _check("curve", "a", {None: (hist(down, [0.5, 0.9, 0.6]), 3.5, 0.0)}, {}, 10)[0]  # collapsed
+    assert not _check("psi_decreases_then_increases", "a", runs, 10)[0]
+    assert _check("curve", "a", {None: (hist(down, [0.5, 0.9, 0.89]), 3.5, 0.0)}, 10)[0]
+    assert not _check("curve", "a", {None: (hist(down, [0.5, 0.9, 0.6]), 3.5, 0.0)}, 10)[0]  # collapsed
     worse_at_large_eps = {"e1": (hist(down, [0.5, 0.8, 0.9]), 3.5, 1.0), "e9": (hist(down, [0.5, 0.7, 0.8]), 3.5, 9.0)}
-    assert not _check("curve", "a", worse_at_large_eps, {}, 10)[0]
-    assert not _check("beats_chance", "a", {None: (hist(down, [0.1, 0.12, 0.14]), 3.5, 0.0)}, {}, 10)[0]
+    assert not _check("curve", "a", worse_at_large_eps, 10)[0]
+    assert not _check("beats_chance", "a", {None: (hist(down, [0.1, 0.12, 0.14]), 3.5, 0.0)}, 10)[0]

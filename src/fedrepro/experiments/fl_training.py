@@ -138,7 +138,7 @@ def _psi_path(hist: list[dict], psi0: float) -> np.ndarray:
     return np.array([psi0] + [h["psi"] for h in hist])
 
 
-def _check(name: str, method: str, runs: dict, p: dict, n_classes: int) -> tuple[bool, str]:
+def _check(name: str, method: str, runs: dict, n_classes: int) -> tuple[bool, str]:
     """One check on one method; ``runs`` maps an epsilon key (or None) to (history, psi0, epsilon)."""
     if name == "beats_chance":
         chance = 100.0 / n_classes
@@ -245,13 +245,14 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     metrics["n_params"] = n_params(factory())
     checks = {}
     for check, names in (p.get("checks") or {}).items():
-        results = [_check(check, n, selected[n], p, int(model_kw["n_classes"])) for n in names]  # chance: 1/outputs
+        results = [_check(check, n, selected[n], int(model_kw["n_classes"])) for n in names]  # chance: 1/outputs
         checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
     accountant = None
     if "noise" in metrics:
         first = next(iter(next(iter(metrics["noise"].values())).values()))
-        accountant = {"name": f"noise from {first['noise_from']} (Thm 5 + Lemma 1 when 'thm5'); "
-                              "epsilon_library_rdp by dp-accounting RDP",
+        accountant = {"name": "noise per method and epsilon in metrics.noise (noise_from thm5: Ozkara et al. Thm 5 + "
+                              "Lemma 1; rdp/pld: dp-accounting calibration); epsilon_library_rdp: dp-accounting RDP "
+                              "epsilon of the noise used",
                       "version": _library_version(), "delta": first["delta"]}
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
 
