@@ -184,7 +184,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
 
     from fedrepro.data import fedformat
     from fedrepro.learning.data import ClientData
-    from fedrepro.learning.engine import train
+    from fedrepro.learning.engine import n_rounds, train
     from fedrepro.learning.models import build_model, n_params
 
     _validate(p, ctx)
@@ -207,7 +207,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     schedule = dict(batch_size=batch, epochs=p["epochs"], tau=p["tau"], clients_per_round=K,
                     lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=iters, seed=seed,
                     eval_every=p.get("eval_every", 10))
-    rounds = max(1, int(np.ceil(p["epochs"] * iters / p["tau"])))
+    rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
     priv = p.get("privacy") or {}
 
     metrics: dict[str, dict] = {"acc": {}, "acc_weighted": {}, "lr": {}, "final_train_loss": {}}
@@ -233,7 +233,8 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
             last = hist[-1]
             psi0 = getattr(algo, "psi0", None)
             selected.setdefault(name, {})[key] = (hist, psi0, plan.epsilon if plan else 0.0)
-            for metric, value in (("acc", 100.0 * last["test_acc"]), ("acc_weighted", 100.0 * last["test_acc_weighted"]),
+            for metric, value in (("acc", 100.0 * last["test_acc"]),
+                                  ("acc_weighted", 100.0 * last["test_acc_weighted"]),
                                   ("lr", lr), ("final_train_loss", last["train_loss"])):
                 _put(metrics, metric, name, key, value)
             if "psi" in last:

@@ -247,6 +247,11 @@ def _template(model: nn.Module | Callable[[], nn.Module], seed: int, device: tor
         return model().to(device)
 
 
+def n_rounds(epochs: float, iters_per_epoch: int, tau: int) -> int:
+    """Synchronizations in ``epochs`` epochs of ``iters_per_epoch`` iterations, one every ``tau`` (at least one)."""
+    return max(1, math.ceil(epochs * iters_per_epoch / tau))
+
+
 def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.Module | Callable[[], nn.Module], *,
           batch_size: int, lr: float, rounds: int | None = None, epochs: float | None = None, tau: int = 10,
           clients_per_round: int | None = None, lr_decay: float = 1.0, iters_per_epoch: int | None = None,
@@ -275,7 +280,7 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     if (rounds is None) == (epochs is None):
         raise ValueError("give exactly one of rounds and epochs")
     if rounds is None:
-        rounds = max(1, math.ceil(epochs * iters_per_epoch / tau))
+        rounds = n_rounds(epochs, iters_per_epoch, tau)
     rng = rng_for("learning.train", seed)
     generator = torch.Generator(device=device).manual_seed(int(rng_for("learning.noise", seed).integers(2**62)))
 
@@ -318,4 +323,4 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
 
 
 __all__ = ["Algorithm", "EvalContext", "Net", "Params", "ce_loss", "client_grads", "evaluate", "expand",
-           "loop_grads", "mean", "put", "sgd", "split_batches", "stack", "summarize", "take", "train"]
+           "loop_grads", "mean", "n_rounds", "put", "sgd", "split_batches", "stack", "summarize", "take", "train"]
