@@ -43,3 +43,23 @@ def blobs_factory():
     from learning_helpers import make_blobs
 
     return make_blobs
+
+
+@pytest.fixture
+def emnist_mirror(tmp_path):
+    """A mirror holding a 3-writer TFF federated EMNIST digits archive in the upstream format:
+    (config, mirror dir of the dataset, the arrays written). See tests/tff_fixtures.py."""
+    pytest.importorskip("h5py")
+    from tff_fixtures import make_emnist_mirror
+
+    return make_emnist_mirror(tmp_path)
+
+
+@pytest.fixture
+def so_mirror(tmp_path):
+    """A mirror holding TFF Stack Overflow (h5 + sqlite) and its word/tag counts in the upstream formats:
+    (config, mirror dir). See tests/tff_fixtures.py."""
+    pytest.importorskip("h5py")
+    from tff_fixtures import make_so_mirror
+
+    return make_so_mirror(tmp_path)

@@ -65,7 +65,30 @@ def _digits(files: list[Path]) -> Arrays:
     return Arrays(d.images, LabelSet(d.labels), None, None, 10)
 
 
+def _tff_emnist(dataset_id: str) -> Callable[[list[Path]], Arrays]:
+    def load(files: list[Path]) -> Arrays:
+        """Every writer's examples in TFF's (sorted) client order, pixels as shipped (1.0 = background: the PPSGD
+        code feeds them uninverted), writers as groups so a natural partition keeps TFF's per-writer split."""
+        from fedrepro.data import tff_emnist as em
+        from fedrepro.data.partition import LabelSet
+
+        train, test = em.load_data(files)
+        with train, test:
+            out = []
+            for h in (train, test):
+                clients = [h.client(cid) for cid in h.client_ids]
+                x = np.concatenate([c.pixels.reshape(len(c), 28, 28) for c in clients])
+                y = np.concatenate([c.labels for c in clients]).astype(np.int64)
+                groups = np.repeat(np.asarray(h.client_ids), [len(c) for c in clients])
+                out.append((x, LabelSet(y, groups=groups)))
+        return Arrays(out[0][0], out[0][1], out[1][0], out[1][1], em.NUM_CLASSES[dataset_id])
+
+    return load
+
+
 LOADERS: dict[str, Callable[[list[Path]], Arrays]] = {
+    "tff_emnist_digits": _tff_emnist("tff_emnist_digits"),
+    "tff_emnist": _tff_emnist("tff_emnist"),
     "mnist": _idx,
     "fashion_mnist": _idx,
     "cifar10": _cifar("load_cifar10", 10),

@@ -1,0 +1,82 @@
+"""PPSGD's real-data experiments end to end on fixtures in the exact upstream formats (no network): TFF EMNIST digits
+through the mirror -> the `tff_emnist_digits_first1000` partition -> Fig. 1c's `ppsgd_linear` run (and Fig. 1d's
+`ppsgd_cnn`), and TFF Stack Overflow through the mirror -> Fig. 1b's run. The experiments' own config (quick scale)
+is used, with only the sizes the 3-writer fixtures cannot satisfy overridden."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("h5py")
+
+from tff_fixtures import EMNIST_CLIENTS, pin  # noqa: E402
+
+from fedrepro.config import load_global, load_partitions, resolve_experiment  # noqa: E402
+from fedrepro.data import fedformat  # noqa: E402
+from fedrepro.data import tff_emnist as em  # noqa: E402
+from fedrepro.data import tff_stackoverflow as so  # noqa: E402
+from fedrepro.data.prepare import prepare  # noqa: E402
+from fedrepro.data.sources import dataset_files, fetch  # noqa: E402
+from fedrepro.experiments import RunContext, get_kind  # noqa: E402
+
+PART = "tff_emnist_digits_first1000"
+
+
+def _emnist_partition(emnist_mirror, monkeypatch, tmp_path, n_clients=2):
+    cfg, mirror, _ = emnist_mirror
+    pin(monkeypatch, em.DIGITS_ID, mirror)
+    fetch(cfg, em.DIGITS_ID, offline=True)
+    spec = dict(load_partitions(load_global())[PART])
+    assert spec["dataset"] == em.DIGITS_ID and spec["scheme"] == "natural"
+    spec["params"] = {**spec["params"], "n_clients": n_clients}      # the fixture has 3 writers, not 1000
+    return prepare(cfg, PART, spec, tmp_path / PART)
+
+
+def test_emnist_first_writers_partition_keeps_tff_order_and_split(emnist_mirror, monkeypatch, tmp_path):
+    out = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
+    ds = fedformat.load(out)
+    first_two = sorted(EMNIST_CLIENTS)[:2]                            # TFF lists client ids sorted
+    assert ds.client_meta("writer").tolist() == first_two
+    tr, te = ds.offsets("train"), ds.offsets("test")
+    assert np.diff(tr).tolist() == [EMNIST_CLIENTS[c][0] for c in first_two]
+    assert np.diff(te).tolist() == [EMNIST_CLIENTS[c][1] for c in first_two]
+    assert ds.features.shape[1:] == (28, 28) and float(ds.features.max()) == 1.0   # pixels as shipped
+
+
+def _run(exp_id, overrides, ctx_kw):
+    exp = resolve_experiment(load_global(), exp_id, "quick", overrides=overrides)
+    return get_kind(exp.kind).fn(exp.params, np.random.default_rng(0), RunContext(exp_id, 0, **ctx_kw))
+
+
+def test_fig1c_linear_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, tmp_path):
+    part = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
+    out = _run("ppsgd.fig1c_emnist", {"m": 1, "users_per_round": 2, "eval_every": 2},
+               {"partitions": {PART: part}})
+    acc = out.metrics["final_accuracy"]
+    assert set(acc) == {"s0", "s3"} and set(acc["s0"]) == {"0", "1", "inf"}
+    assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
+    assert out.metrics["n_users"] == 2 and out.metrics["n_classes"] == 10
+    assert out.metrics["final_epsilon"]["s0"] == math.inf and 0 < out.metrics["final_epsilon"]["s3"] < math.inf
+    assert set(out.history["iteration"]) >= {0, 2}
+    assert out.accountant["name"].startswith("opacus")
+
+
+def test_fig1b_runs_on_stackoverflow_h5(so_mirror, monkeypatch):
+    cfg, mirror = so_mirror
+    for ds_id in (so.H5_ID, so.COUNTS_ID):
+        pin(monkeypatch, ds_id, mirror)
+        fetch(cfg, ds_id, offline=True)
+    files = {so.H5_ID: dataset_files(cfg, so.H5_ID), so.COUNTS_ID: dataset_files(cfg, so.COUNTS_ID)}
+    exp = resolve_experiment(load_global(), "ppsgd.fig1b_stackoverflow", "quick")
+    assert set(exp.datasets) == set(files)
+    out = _run("ppsgd.fig1b_stackoverflow",
+               {"n_users": 2, "word_vocab_size": 3, "tag_vocab_size": 2, "max_train_per_client": 4, "m": 1,
+                "users_per_round": 1, "eval_every": 1}, {"data": files})
+    acc = out.metrics["final_accuracy"]
+    assert set(acc) == {"s0", "s1"} and set(acc["s0"]) == {"0", "1", "10", "inf"}
+    assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
+    assert out.metrics["n_classes"] == 2
+    assert "best_alpha_without_privacy" in out.checks                 # the claim is evaluated (its value is data's)
