@@ -6,7 +6,7 @@ f_i = l(y, (w + theta_i)^T x), one algorithm per module.
                 average gradient clipped to C (Frobenius over d x K), Gaussian noise sigma C / L on the mean;
                 vectorized over the round's users and over a batch of G (step, alpha_c) configurations
     alg1        Algorithm 1 of the paper (every user every round, one sample each, per-sample clipping)
-                (Algorithms 2 and 3 are not implemented)
+    alg23       Algorithms 2 and 3 (Bernoulli(q) client sampling; minibatch sums over M, or per-user means over N)
     sampler     the official code's batches() sampler for the real-data experiments
 """
 
