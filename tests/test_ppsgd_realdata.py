@@ -80,3 +80,13 @@ def test_fig1b_runs_on_stackoverflow_h5(so_mirror, monkeypatch):
     assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
     assert out.metrics["n_classes"] == 2
     assert "best_alpha_without_privacy" in out.checks                 # the claim is evaluated (its value is data's)
+
+
+def test_fig1d_cnn_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, tmp_path, one_thread):
+    part = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
+    out = _run("ppsgd.fig1d_emnist_cnn", {"m": 1, "users_per_round": 2, "eval_every": 2},
+               {"partitions": {PART: part}})
+    acc = out.metrics["final_accuracy"]
+    assert set(acc) == {"s0", "s3"} and set(acc["s0"]) == {"0", "1", "inf"}
+    assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
+    assert out.metrics["n_classes"] == 10 and set(out.checks) == {"beats_chance", "local_poor"}

@@ -218,6 +218,14 @@ def _ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         if p["data"] not in ctx.partitions:
             raise DataError(f"{ctx.exp_id}: partition {p['data']!r} not built (declare `partitions: [{p['data']}]`)")
         cl = load_partition(ctx.partitions[p["data"]], p.get("n_classes"))
+    return run_grid(cl, p, rng, train)
+
+
+def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOutput:
+    """Train every (step, alpha) configuration once per sigma with ``train_fn(cl, p, sigma, eta_w, eta_theta, seed)
+    -> (eval iterations, accuracy (E, G), rounds)``, select the best step per evaluation point / at the end (the
+    code's rule), attach epsilon per iteration, and evaluate the configured checks. Shared by the linear model and
+    the CNN of Fig. 1d."""
     N, K = cl.n_users, cl.y_train.shape[1]
     q = min(1.0, p["users_per_round"] / N)
     alphas = [parse_alpha(a) for a in p["alphas"]]
@@ -226,7 +234,7 @@ def _ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
     seed = int(rng.integers(2**31))
     rows, final = [], {}
     for sigma in p["sigmas"]:
-        its, acc, rounds = train(cl, p, sigma, eta_w, eta_theta, seed)
+        its, acc, rounds = train_fn(cl, p, sigma, eta_w, eta_theta, seed)
         counts = [int(t) for t in its if t > 0]
         eps = np.zeros(len(its))
         if counts:
