@@ -100,3 +100,16 @@ def test_misscaled_generator_fails_the_expectation_check():
     wrong = syn.expected_init_risk(theta0, lam, p["n_personal"], 0.01)
     se = (theta_star ** 2 @ lam).std(ddof=1) / math.sqrt(p["n_users"])
     assert abs(r0 - wrong) > 4 * se
+
+
+def test_fig1a_text_claim_checks():
+    global_fastest_early, global_stops_improving = syn.global_fastest_early, syn.global_stops_improving
+    t = np.arange(101, dtype=float)
+    glob = 100 * np.exp(-t / 5) + 1.0          # fast, then a plateau at 1
+    pers = 100 * np.exp(-t / 20) + 0.01        # slower, lower floor
+    best = {(0.0, math.inf): glob, (0.0, 1.0): pers, (0.0, 0.0): pers + 5}
+    assert global_fastest_early(best, [0.0, 1.0, math.inf], [0.0], 10).passed
+    assert not global_fastest_early(best, [0.0, 1.0, math.inf], [0.0], 100).passed   # late: personalized lower
+    assert global_stops_improving(best, [0.0, 1.0, math.inf], 1.0).passed
+    best[(0.0, math.inf)] = 100 * np.exp(-t / 5)                                        # no plateau within reach
+    assert not global_stops_improving(best, [0.0, 1.0, math.inf], 0.0).passed

@@ -66,6 +66,7 @@ SCHEMA = {
                            "mode": {"enum": ["all", "any"]},  # every judged sigma, or at least one, inside window
                            "window": {"type": "array", "minItems": 2, "maxItems": 2, "items": INT1}}},
         "z": POSITIVE,
+        "early_iteration": INT1,   # the "initial iterations" at which global learning should be fastest
     },
 }
 
@@ -243,6 +244,12 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
         checks["local_overtakes_joint_at_large_noise"] = Check(
             False, "no crossing computed: needs alpha_c = 0 and some alpha_c > 0 and crossing.sigmas within sigmas")
 
+    if "early_iteration" in p and math.inf in alphas and len(alphas) > 1:
+        checks["global_fastest_early"] = global_fastest_early(best, alphas, p["sigmas"], min(p["early_iteration"], T))
+    if 0.0 in p["sigmas"] and math.inf in alphas and any(0 < a < math.inf for a in alphas):
+        checks["global_stops_improving_without_noise"] = global_stops_improving(
+            best, alphas, global_floor(theta_star, lam))
+
     # ---- metrics
     metrics: dict = {
         "init_risk": {"measured": measured0[next(iter(measured0))], "closed_form": r0, "expected_given_theta0": cond,
@@ -261,3 +268,31 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
     }
     return RunOutput(metrics=metrics, history=pd.concat(rows, ignore_index=True), checks=checks,
                      accountant=accountant)
+
+
+def global_fastest_early(best: dict, alphas: list[float], sigmas: list[float], t: int) -> Check:
+    """Sec. 6 on Fig. 1a: "global learning (alpha = inf) enjoys faster convergence at initial iterations in all
+    cases": at iteration t, in every sigma panel, the alpha = inf curve (best step) is at or below every other."""
+    parts, ok = [], True
+    for s in sigmas:
+        g = best[(s, math.inf)][t]
+        rival = min((a for a in alphas if a != math.inf), key=lambda a: best[(s, a)][t])
+        ok &= bool(g <= best[(s, rival)][t])
+        parts.append(f"sigma={s:g}: inf {g:.4g} vs best other (alpha Q {alpha_label(rival)}) {best[(s, rival)][t]:.4g}")
+    return Check(ok, f"iteration {t}: alpha = inf lowest excess risk in every panel: " + "; ".join(parts))
+
+
+def global_stops_improving(best: dict, alphas: list[float], floor: float) -> Check:
+    """Sec. 6 on Fig. 1a: global learning "eventually stops improving, even without privacy noise, since minimizing
+    risk requires personalization" and "small choices of alpha lead to better performance in later iterations": at
+    sigma = 0 some 0 < alpha < inf ends below alpha = inf. The detail gives alpha = inf's distance to its plateau,
+    the closed-form global floor min_w R(w, 0)."""
+    g = best[(0.0, math.inf)]
+    finite = {a: best[(0.0, a)][-1] for a in alphas if 0 < a < math.inf}
+    a_best = min(finite, key=finite.get)
+    last = max(1, len(g) // 10)
+    drop = 1.0 - g[-1] / g[-1 - last] if g[-1 - last] > 0 else 0.0
+    return Check(bool(finite[a_best] < g[-1]),
+                 f"sigma = 0, final excess risk: alpha = inf {g[-1]:.4g} (global floor {floor:.3g}, still "
+                 f"{100 * drop:.0f}% lower than {last} iterations before) vs best finite alpha Q {alpha_label(a_best)} "
+                 f"{finite[a_best]:.4g}", float(finite[a_best]), float(g[-1]))
