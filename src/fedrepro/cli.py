@@ -16,11 +16,14 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from fedrepro.errors import FedreproError
+
+CHECKPOINT_DIR = ".checkpoints"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -70,14 +73,20 @@ def cmd_run(args) -> int:
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale, parse_overrides(args.set))
+    out = Path(args.out)
+    # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
+    # `snakemake --rerun-incomplete` (or this command again) continues from them
+    ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
     ctx = RunContext(exp_id=exp.id, seed=args.seed, data={d: dataset_files(cfg, d) for d in exp.datasets},
-                     partitions=_partition_dirs(cfg, exp))
+                     partitions=_partition_dirs(cfg, exp), checkpoint_dir=ckpt)
     kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     t0 = time.perf_counter()
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
     wall = time.perf_counter() - t0
-    write_run(Path(args.out), exp, args.seed, output, wall)
+    write_run(out, exp, args.seed, output, wall)
+    if ckpt is not None:
+        shutil.rmtree(ckpt, ignore_errors=True)
     print(f"[fedrepro] done in {wall:.2f}s -> {args.out}", flush=True)
     return 0
 
@@ -186,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="one seeded run of one experiment")
     r.add_argument("experiment", help="PAPER.NAME, e.g. adaped.fig1a")
     r.add_argument("--out", required=True, help="run directory to write")
+    r.add_argument("--no-checkpoint", action="store_true",
+                   help=f"do not keep round checkpoints in OUT/{CHECKPOINT_DIR} (default: keep them until the run ends)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--scale", choices=["quick", "paper"], default=None, help="default: config's scale")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an experiment param")

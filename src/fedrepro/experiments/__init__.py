@@ -50,13 +50,15 @@ class RunOutput:
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a run may need besides its parameters: its id, seed, the verified files of its datasets, and the
-    directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load)."""
+    """What a run may need besides its parameters: its id, seed, the verified files of its datasets, the
+    directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load), and where long
+    runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint)."""
 
     exp_id: str
     seed: int
     data: dict[str, list[Path]] = field(default_factory=dict)
     partitions: dict[str, Path] = field(default_factory=dict)
+    checkpoint_dir: Path | None = None
 
 
 @dataclass(frozen=True)

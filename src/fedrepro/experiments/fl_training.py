@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.fl_privacy import NOISE_FROM, TERMS, plan_noise
 from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
 from fedrepro.experiments.privacy_papers import eps_key
+from fedrepro.progress import RoundProgress
 
 # algorithm name -> (module, class); one algorithm per module of fedrepro.learning
 ALGORITHMS = {
@@ -92,6 +94,7 @@ SCHEMA = {
         "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "weight_decay": {"type": "number", "minimum": 0},
         "eval_every": INT1,
+        "checkpoint_every": INT1,   # rounds between checkpoints of each training (kill-and-resume; default 10)
         "select": {"enum": list(SELECTION)},
         "threads": INT1,
     },
@@ -225,7 +228,9 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
             runs = []
             for lr in grid:
                 algo = build_algorithm(spec["algorithm"], options | extra, wd)
-                runs.append((lr, train(algo, data, factory, lr=lr, **schedule)))
+                label = f"{name}{'' if key is None else ' ' + key} lr={lr:g}"
+                runs.append((lr, train(algo, data, factory, lr=lr, **schedule, callback=RoundProgress(label),
+                                       checkpoint=_checkpointer(ctx, p, seed, label))))
             lr, hist = _pick(runs, p.get("select", "final_test"))
             for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
                 rows += [dict(h, method=name, lr_grid=lr_run, selected=lr_run == lr,
@@ -256,6 +261,16 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
                               "epsilon of the noise used",
                       "version": _library_version(), "delta": first["delta"]}
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
+
+
+def _checkpointer(ctx: RunContext, p: dict, seed: int, label: str):
+    """Round checkpoints of one training (method, epsilon, lr) of this run, or None without a checkpoint dir."""
+    from fedrepro.learning.checkpoint import Checkpointer, fingerprint
+
+    if ctx.checkpoint_dir is None:
+        return None
+    fp = fingerprint({"exp": ctx.exp_id, "params": p, "seed": seed, "training": label})
+    return Checkpointer(Path(ctx.checkpoint_dir) / f"{fp[:16]}.pt", fp, every=p.get("checkpoint_every", 10))
 
 
 def _put(metrics: dict, metric: str, method: str, key: str | None, value: Any) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from torch.nn import functional as F
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from fedrepro.data.fedformat import FederatedDataset
+from fedrepro.learning.checkpoint import Checkpointer, pack, restore
 from fedrepro.learning.data import ClientData
 from fedrepro.seeding import rng_for
 
@@ -257,7 +259,7 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
           clients_per_round: int | None = None, lr_decay: float = 1.0, iters_per_epoch: int | None = None,
           seed: int = 0, eval_every: int = 1, device: str | torch.device = "cpu", vectorize: bool = True,
           chunk_size: int | None = None, eval_rows: int = 4096, deterministic: bool = True,
-          callback: Callable[[dict], None] | None = None) -> list[dict]:
+          callback: Callable[[dict], None] | None = None, checkpoint: Checkpointer | None = None) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
     evaluation), test_acc, test_acc_weighted, test_loss and the algorithm's metrics.
@@ -265,6 +267,8 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     ``model``: a module whose parameters are the initialization (copied), or a zero-argument factory called under
     ``torch.manual_seed(seed)``. Exactly one of ``rounds`` and ``epochs``. ``clients_per_round`` K (default all).
     ``callback(info)`` after every round: round, iteration, train_loss of the round, and ``eval`` when evaluated.
+    ``checkpoint``: save the loop every ``checkpoint.every`` rounds and resume from a matching checkpoint; a resumed
+    run returns exactly what the uninterrupted run would (tested by killing one).
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
@@ -288,9 +292,16 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     with _deterministic(deterministic):
         net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size)
         state = algorithm.init_state(net, m, generator)
-        t, loss_sum, loss_n = 0, 0.0, 0
+        t, loss_sum, loss_n, start = 0, 0.0, 0, 1
+        saved = checkpoint.load() if checkpoint is not None else None
+        if saved is not None:
+            state = restore(state, saved["state"])
+            generator.set_state(saved["generator"])
+            rng.bit_generator.state = json.loads(saved["numpy_rng"])
+            t, loss_sum, loss_n, start = saved["t"], saved["loss_sum"], saved["loss_n"], saved["round"] + 1
+            history = saved["history"]
         rows_per_step = batch_size * algorithm.batches_per_step
-        for r in range(1, rounds + 1):
+        for r in range(start, rounds + 1):
             sel_np = np.sort(rng.choice(m, K, replace=False))
             selected = torch.from_numpy(sel_np).to(device)
             rest_np = np.setdiff1d(np.arange(m), sel_np) if algorithm.steps_unsampled else sel_np[:0]
@@ -317,8 +328,12 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
                                 "train_loss": loss_sum / loss_n, **summarize(ev), **algorithm.metrics(state)}
                 history.append(info["eval"])
                 loss_sum, loss_n = 0.0, 0
+            if checkpoint is not None and checkpoint.due(r, rounds):
+                checkpoint.save({"round": r, "t": t, "loss_sum": loss_sum, "loss_n": loss_n, "history": history,
+                                 "state": pack(state), "generator": generator.get_state(),
+                                 "numpy_rng": json.dumps(rng.bit_generator.state)})
             if callback is not None:
-                callback(info)
+                callback({**info, "rounds": rounds})
     return history
 
 

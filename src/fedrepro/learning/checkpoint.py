@@ -1,0 +1,127 @@
+"""Round checkpoints of a training run, so a killed job continues where it stopped and ends with the same result.
+
+A checkpoint holds everything the round loop carries from one round to the next: the algorithm's state (any
+dataclass of tensors, dicts/lists of tensors, scalars, nested dataclasses and torch Generators; the functional
+:class:`~fedrepro.learning.engine.Net` is rebuilt, not saved), the numpy stream's bit-generator state, the engine's
+torch Generator state, the counters and the history so far. It is written with ``torch.save`` to a temporary file
+and renamed into place (a kill never leaves a half-written checkpoint) and read back with
+``torch.load(weights_only=True)``: only tensors and plain containers, never arbitrary pickled objects.
+
+A checkpoint also stores a *fingerprint* of what produced it (the caller's description of the run: experiment
+parameters, seed, method, learning rate); one with another fingerprint is ignored, so a changed configuration never
+resumes from stale state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def fingerprint(obj: Any) -> str:
+    """A stable hash of a JSON-able description of a run."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def pack(obj: Any) -> Any:
+    """``obj`` as tensors and plain containers (the only things ``torch.load(weights_only=True)`` accepts)."""
+    from fedrepro.learning.engine import Net
+
+    if isinstance(obj, Net):
+        return {"__net__": True}
+    if isinstance(obj, torch.Generator):
+        return {"__generator__": obj.get_state()}
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        cls = type(obj)
+        return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {f.name: pack(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
+    if isinstance(obj, dict):
+        return {"__dict__": [[k, pack(v)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return {"__list__": [pack(v) for v in obj], "tuple": isinstance(obj, tuple)}
+    if isinstance(obj, _SCALARS):
+        return obj
+    raise TypeError(f"cannot checkpoint a {type(obj).__name__}")
+
+
+def restore(current: Any, saved: Any) -> Any:
+    """The value ``saved`` describes, reusing ``current`` where it must (the Net, Generators, dataclass objects are
+    updated in place so references to them stay valid)."""
+    if isinstance(saved, torch.Tensor):
+        return saved
+    if not isinstance(saved, dict):
+        return saved
+    if "__net__" in saved:
+        return current
+    if "__generator__" in saved:
+        gen = current if isinstance(current, torch.Generator) else torch.Generator()
+        gen.set_state(saved["__generator__"])
+        return gen
+    if "__dataclass__" in saved:
+        obj = current
+        if obj is None or f"{type(obj).__module__}:{type(obj).__qualname__}" != saved["__dataclass__"]:
+            module, name = saved["__dataclass__"].split(":")
+            if not module.startswith("fedrepro."):
+                raise ValueError(f"checkpoint names a class outside fedrepro: {saved['__dataclass__']}")
+            cls = importlib.import_module(module)
+            for part in name.split("."):
+                cls = getattr(cls, part)
+            obj = cls.__new__(cls)
+        for name, value in saved["fields"].items():
+            object.__setattr__(obj, name, restore(getattr(obj, name, None), value))
+        return obj
+    if "__dict__" in saved:
+        cur = current if isinstance(current, dict) else {}
+        return {k: restore(cur.get(k), v) for k, v in saved["__dict__"]}
+    if "__list__" in saved:
+        cur = list(current) if isinstance(current, (list, tuple)) else []
+        out = [restore(cur[i] if i < len(cur) else None, v) for i, v in enumerate(saved["__list__"])]
+        return tuple(out) if saved["tuple"] else out
+    raise ValueError(f"unrecognized checkpoint entry with keys {sorted(saved)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpointer:
+    """Save the round loop every ``every`` rounds to ``path`` (and after the last round); resume from it when its
+    fingerprint matches."""
+
+    path: Path
+    fingerprint: str
+    every: int = 10
+
+    def load(self) -> dict | None:
+        if not self.path.is_file():
+            return None
+        try:
+            data = torch.load(self.path, weights_only=True)
+        except Exception:                      # unreadable (e.g. a foreign file): start over, it gets replaced
+            return None
+        if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
+            return None
+        return data
+
+    def due(self, r: int, rounds: int) -> bool:
+        return r == rounds or (self.every > 0 and r % self.every == 0)
+
+    def save(self, payload: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        os.close(fd)
+        try:
+            torch.save({"fingerprint": self.fingerprint, **payload}, tmp)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
