@@ -1,0 +1,161 @@
+"""The nine methods of Table 1 in the two privacy regimes, on one data set, evaluated in KL (notes §2.11).
+
+| method          | centers                                   | per-user estimate                 |
+| local           | none                                      | (x_u + beta)/(m + d beta)         |
+| fedavg          | mean (Alg. 3 with K = 1 privately)        | Q_fa                              |
+| ifca            | IFCA gradient steps                       | P_{c_u}                           |
+| alg2_dimred     | Alg. 1 + Alg. 2, assignment on kept tokens| P_{c_u}                           |
+| alg2            | Alg. 1 + Alg. 2 (Alg. 3 privately)        | P_{c_u}                           |
+| *_ft            | as above                                  | lam P_{c_u} + (1 - lam) Q^_u      |
+
+Centers are evaluated smoothed (``center_floor``, :func:`fedrepro.histograms.kl.smooth`). The metric is the mean
+over users of KL(Q_u^eval || estimate_u), Q^eval the true histogram (synthetic) or the test-token histogram (Reddit).
+
+Privacy (private regime): Alg. 3's per-step (eps, delta) comes from Theorem 3.1 through
+:func:`fedrepro.privacy.papers.histograms.per_step_budget` (the thm31_budget experiment's function). Alg. 1's
+initialization and DimRed's statistics use the public validation proxy ``Sval`` in both regimes (notes G7: the
+paper never accounts for them); private FedAvg is one Alg. 3 call with K = 1 at the per-step budget; private IFCA
+is described in :mod:`fedrepro.histograms.ifca`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedrepro.histograms import dimred as dr
+from fedrepro.histograms.fedavg import fedavg, private_fedavg
+from fedrepro.histograms.ifca import ifca
+from fedrepro.histograms.init import kl_init
+from fedrepro.histograms.kl import CHUNK, cross_log, neg_entropy, smooth
+from fedrepro.histograms.local import local_estimate
+from fedrepro.histograms.lloyd import LloydResult, lloyd, mean_recenter
+from fedrepro.histograms.private_centering import private_centering
+from fedrepro.privacy.papers.histograms import per_step_budget
+
+METHODS = ("local", "fedavg", "ifca", "alg2_dimred", "alg2", "fedavg_ft", "ifca_ft", "alg2_dimred_ft", "alg2_ft")
+REGIMES = ("nonprivate", "private")
+CLUSTERED = ("ifca", "alg2_dimred", "alg2")
+
+
+@dataclass
+class HistData:
+    S: np.ndarray            # (n, d) train histograms x_u / m (float32)
+    counts: np.ndarray       # (n, d) train token counts
+    Qeval: np.ndarray        # (n, d) what estimates are scored against
+    Sval: np.ndarray         # (n_val, d) public validation proxy (Alg. 1 seeds in the private regime, DimRed)
+    truth: np.ndarray | None = None  # (n,) true clusters (synthetic only)
+
+
+class Evaluator:
+    """Mean KL(Qeval_u || estimate_u) for the estimate shapes of the nine methods, chunked over users."""
+
+    def __init__(self, data: HistData, floor: float, lam: float, beta: float):
+        self.d, self.floor, self.lam, self.beta = data, floor, lam, beta
+        self.h = neg_entropy(data.Qeval)
+
+    def cluster(self, centers: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """(n,) per-user KL of the (smoothed) cluster model alone."""
+        ll = cross_log(self.d.Qeval, np.log(smooth(centers, self.floor)))
+        return self.h - ll[np.arange(len(labels)), labels]
+
+    def finetuned(self, centers: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        P = smooth(centers, self.floor)
+        out = np.empty(len(labels))
+        for lo in range(0, len(labels), CHUNK):
+            q = np.asarray(self.d.Qeval[lo:lo + CHUNK], dtype=np.float64)
+            est = self.lam * P[labels[lo:lo + CHUNK]] + (1 - self.lam) * np.asarray(self.d.S[lo:lo + CHUNK],
+                                                                                    dtype=np.float64)
+            out[lo:lo + CHUNK] = _cross(q, est)
+        return self.h - out
+
+    def local(self) -> np.ndarray:
+        out = np.empty(self.d.S.shape[0])
+        for lo in range(0, self.d.S.shape[0], CHUNK):
+            q = np.asarray(self.d.Qeval[lo:lo + CHUNK], dtype=np.float64)
+            out[lo:lo + CHUNK] = _cross(q, local_estimate(self.d.counts[lo:lo + CHUNK], self.beta))
+        return self.h - out
+
+
+def _cross(q: np.ndarray, est: np.ndarray) -> np.ndarray:
+    """(rows,) sum_i q_ui log est_ui over q > 0 (-inf if est = 0 there)."""
+    pos = q > 0
+    with np.errstate(divide="ignore"):
+        return np.where(pos, q * np.log(np.where(pos, est, 1.0)), 0.0).sum(axis=1)
+
+
+def misclustering(truth: np.ndarray, labels: np.ndarray, K: int) -> float:
+    """Fraction of users outside the best one-to-one matching of found to true clusters (Hungarian)."""
+    from scipy.optimize import linear_sum_assignment
+
+    C = np.zeros((K, max(K, int(truth.max()) + 1)))
+    np.add.at(C, (labels, truth), 1)
+    r, c = linear_sum_assignment(-C)
+    return float(1 - C[r, c].sum() / len(truth))
+
+
+def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGIMES):
+    """-> (metrics {regime: {method: mean kl}}, standard errors {regime: {method: se}}, diagnostics, history rows).
+
+    Non-privately Alg. 1 seeds from the users' own rows (``init_nonprivate: train``, the paper's Alg. 2) or from
+    the validation proxy (``validation``)."""
+    K, T, floor = p["K"], p["T"], p["center_floor"]
+    ev = Evaluator(data, floor, p["lam"], p["local_beta"])
+    S = data.S
+    n_tr = min(p.get("trace_users", 5000), S.shape[0])
+    tr_idx = np.sort(rng.choice(S.shape[0], size=n_tr, replace=False))
+    Q_tr, h_tr = np.asarray(data.Qeval[tr_idx]), ev.h[tr_idx]
+
+    def trace(t, P, labels):
+        ll = cross_log(Q_tr, np.log(smooth(P, floor)))
+        return float(np.mean(h_tr - ll[np.arange(n_tr), labels[tr_idx]]))
+
+    dcfg = p["dimred"]
+    keep = dr.select_tokens(dr.token_scores(data.Sval, K, floor), threshold=dcfg.get("threshold"),
+                            keep_tokens=dcfg.get("keep_tokens"))
+    metrics, ses, diag, rows = {}, {}, {"dimred_kept_tokens": int(keep.size)}, []
+    local_kl = ev.local()
+    for regime in regimes:
+        private = regime == "private"
+        out: dict[str, np.ndarray] = {"local": local_kl}
+        if private:
+            pr = p["private"]
+            b = per_step_budget(pr["total_epsilon"], pr["delta"], T, pr.get("reading", "total"))
+            eps, dlt = b.per_step_epsilon, b.per_step_delta
+            diag["private_budget"] = {"per_step_epsilon": eps, "per_step_delta": dlt, "sigma": b.sigma,
+                                      "total_epsilon": b.total_epsilon, "total_delta": b.total_delta}
+            init_src = data.Sval
+            q_fa = private_fedavg(S, eps, dlt, pr["clip"], pr["s"], floor, rng)
+
+            def recenter(S_, labels, K_):
+                return private_centering(S_, labels, K_, eps, dlt, pr["clip"], pr["s"], floor, rng)
+        else:
+            init_src = data.S if p.get("init_nonprivate", "train") == "train" else data.Sval
+            q_fa = fedavg(S)
+            recenter = mean_recenter
+        zero = np.zeros(S.shape[0], dtype=np.int64)
+        out["fedavg"] = ev.cluster(q_fa[None, :], zero)
+        out["fedavg_ft"] = ev.finetuned(q_fa[None, :], zero)
+        P0 = kl_init(init_src, K, p["tau"], floor, rng)
+        runs: dict[str, LloydResult] = {
+            "alg2": lloyd(S, P0, T, floor, recenter=recenter, stop_when_stable=not private, on_iteration=trace),
+            "alg2_dimred": lloyd(S, P0, T, floor, recenter=recenter, stop_when_stable=not private, keep=keep,
+                                 on_iteration=trace),
+            "ifca": ifca(S, P0, T, p["ifca_lr"], floor, init_mix=p.get("ifca_init_mix", 0.0), private=private, rng=rng,
+                         epsilon=eps if private else None, delta=dlt if private else None,
+                         clip=p["private"]["ifca_clip"] if private else None, on_iteration=trace),
+        }
+        for name, res in runs.items():
+            out[name] = ev.cluster(res.centers, res.labels)
+            out[f"{name}_ft"] = ev.finetuned(res.centers, res.labels)
+            d = {"iterations": res.iterations, "final_objective": res.objective[-1]}
+            if data.truth is not None:
+                d["misclustering"] = misclustering(data.truth, res.labels, K)
+            diag.setdefault(regime, {})[name] = d
+            for t, (obj, ch, kl) in enumerate(zip(res.objective, res.changed, res.trace)):
+                rows.append({"regime": regime, "method": name, "iteration": t, "objective": obj, "changed": ch,
+                             "kl_cluster_model": kl})
+        metrics[regime] = {m: float(np.mean(out[m])) for m in METHODS}
+        ses[regime] = {m: float(np.std(out[m], ddof=1) / np.sqrt(len(out[m]))) for m in METHODS}
+    return metrics, ses, diag, rows
