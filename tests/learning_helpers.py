@@ -46,3 +46,26 @@ def assert_batched_equals_loop(algorithm, data, model, rounds: int = 4, **kw) ->
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == pytest.approx(b[k], abs=1e-6), k
+
+
+def write_quadrant_partition(path, n_clients: int = 6, n_train: int = 40, n_test: int = 20, noise: int = 40,
+                             bright: int = 200, seed: int = 0):
+    """A synthetic federated dataset on disk (fedrepro's format): 8x8 uint8 images whose class (of 4) is a bright
+    quadrant over uniform noise, each client holding 2 of the 4 classes, ``n_train`` / ``n_test`` rows per client."""
+    from fedrepro.data import fedformat
+    from fedrepro.data.partition import Partition
+
+    rng = np.random.default_rng(seed)
+
+    def images(labels):
+        x = rng.integers(0, noise, (len(labels), 8, 8)).astype(np.uint8)
+        for c in range(4):
+            r, q = divmod(c, 2)
+            x[labels == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += bright
+        return x
+    classes = [rng.choice(4, 2, replace=False) for _ in range(n_clients)]
+    ytr = np.concatenate([rng.choice(c, n_train) for c in classes])
+    yte = np.concatenate([rng.choice(c, n_test) for c in classes])
+    part = Partition("synthetic_quadrants", {"seed": seed}, n_clients, np.repeat(np.arange(n_clients), n_train),
+                     np.repeat(np.arange(n_clients), n_test))
+    return fedformat.write(path, part, images(ytr), ytr, images(yte), yte)

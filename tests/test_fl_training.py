@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrepro.data import fedformat
-from fedrepro.data.partition import Partition
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.privacy.papers import adaped as adaped_privacy
@@ -16,19 +14,9 @@ from fedrepro.privacy.papers import adaped as adaped_privacy
 @pytest.fixture(scope="module")
 def partition_dir(tmp_path_factory):
     """6 clients of 8x8 uint8 images, 2 of 4 classes each (a bright quadrant per class), 40 train / 20 test each."""
-    rng = np.random.default_rng(0)
+    from learning_helpers import write_quadrant_partition
 
-    def images(labels):
-        x = rng.integers(0, 40, (len(labels), 8, 8)).astype(np.uint8)
-        for c in range(4):
-            r, q = divmod(c, 2)
-            x[labels == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += 200
-        return x
-    classes = [rng.choice(4, 2, replace=False) for _ in range(6)]
-    ytr = np.concatenate([rng.choice(c, 40) for c in classes])
-    yte = np.concatenate([rng.choice(c, 20) for c in classes])
-    part = Partition("test", {"seed": 0}, 6, np.repeat(np.arange(6), 40), np.repeat(np.arange(6), 20))
-    return fedformat.write(tmp_path_factory.mktemp("fl") / "p", part, images(ytr), ytr, images(yte), yte)
+    return write_quadrant_partition(tmp_path_factory.mktemp("fl") / "p")
 
 
 def params(**over):

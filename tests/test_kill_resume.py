@@ -12,33 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from fedrepro.data import fedformat
-from fedrepro.data.partition import Partition
+from learning_helpers import write_quadrant_partition
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow     # three training subprocesses (~1 min on 2 busy cores)
-
-
-def _partition(path: Path) -> None:
-    """8 clients of 8x8 images, 2 of 4 classes each (a bright quadrant per class): synthetic, named as such."""
-    rng = np.random.default_rng(0)
-
-    def images(labels):
-        x = rng.integers(0, 60, (len(labels), 8, 8)).astype(np.uint8)
-        for c in range(4):
-            r, q = divmod(c, 2)
-            x[labels == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += 120
-        return x
-    classes = [rng.choice(4, 2, replace=False) for _ in range(8)]
-    ytr = np.concatenate([rng.choice(c, 40) for c in classes])
-    yte = np.concatenate([rng.choice(c, 20) for c in classes])
-    part = Partition("synthetic_quadrants", {"seed": 0}, 8, np.repeat(np.arange(8), 40), np.repeat(np.arange(8), 20))
-    fedformat.write(path, part, images(ytr), ytr, images(yte), yte)
 
 
 def _setup(tmp: Path) -> Path:
@@ -62,7 +43,7 @@ def _setup(tmp: Path) -> Path:
                 "targets": {}})
     cfg.pop("only_papers", None)
     (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
-    _partition(tmp / "results" / "data" / "synthetic_quadrants")
+    write_quadrant_partition(tmp / "results" / "data" / "synthetic_quadrants", n_clients=8, noise=60, bright=120)
     return tmp / "config.yaml"
 
 
