@@ -34,6 +34,19 @@ def plot(name: str):
     return deco
 
 
+def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size: float = 6,
+                legend_loc: str | None = None) -> "plt.Figure":
+    """The house style of one panel: labels, an optional title, legend, light grid; returns the tightened figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=legend_size, loc=legend_loc)
+    ax.grid(alpha=0.3)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
 def get_plot(name: str) -> PlotFn:
     for mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{mod.name}")

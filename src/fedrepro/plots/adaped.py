@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from fedrepro.plots import plot
+from fedrepro.plots import finish_axes, plot
 
 
 def _band(ax, x, ys: np.ndarray, label: str, **kw) -> None:
@@ -28,10 +28,4 @@ def dp_estimation_mse(spec: Mapping, summary: dict, histories: list[pd.DataFrame
     _band(ax, x, stack["mse_personalized"], "Personalized Estimator", marker="s", ms=3)
     _band(ax, x, stack["mse_dp"], "DP Personalized Estimator", marker="^", ms=3)
     ax.plot(x, stack["mse_dp_closed_form"][0], "k:", lw=1, label="DP closed form (eq. 19)")
-    ax.set_xlabel(r"$\epsilon_0$")
-    ax.set_ylabel("MSE (in 1e-2)")
-    ax.set_title(spec["artifact"], fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return finish_axes(ax, r"$\epsilon_0$", "MSE (in 1e-2)", spec["artifact"], legend_size=7)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from fedrepro.plots import plot
+from fedrepro.plots import finish_axes, plot
 from fedrepro.plots.adaped import _band
 
 LABELS = {"fedavg": "FedAvg", "fedavg_ft": "FedAvg+FT", "adaped": "AdaPeD", "pfedme": "pFedMe",
@@ -42,13 +42,7 @@ def _label(method: str, eps: float | None) -> str:
 
 
 def _finish(ax, spec: Mapping, xlabel: str, ylabel: str) -> plt.Figure:
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(spec["artifact"], fontsize=9)
-    ax.legend(fontsize=6)
-    ax.grid(alpha=0.3)
-    ax.figure.tight_layout()
-    return ax.figure
+    return finish_axes(ax, xlabel, ylabel, spec["artifact"])
 
 
 @plot("accuracy_vs_epoch")

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from fedrepro.plots import plot
+from fedrepro.plots import finish_axes, plot
 
 
 def _alpha_name(a: float) -> str:
@@ -104,10 +104,4 @@ def ppsgd_pareto(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) ->
             label="best personalized")
     ax.set_xscale("log")
     ax.set_xlim(1000, epsmin)
-    ax.set_xlabel("privacy ε")
-    ax.set_ylabel("accuracy")
-    ax.set_title(spec["artifact"], fontsize=9)
-    ax.legend(fontsize=6)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return finish_axes(ax, "privacy ε", "accuracy", spec["artifact"])
