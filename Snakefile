@@ -9,6 +9,11 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
+# `snakemake --report report.html` after a run: the replication table, every figure captioned with its paper
+# artifact, and run statistics, in one self-contained HTML file.
+report: "workflow/report/workflow.rst"
+
+
 envvars:
     "PATH",
 

@@ -223,3 +223,14 @@ def test_standardize_uses_training_moments_only():
     test_rows = np.flatnonzero(data.split == 1)
     (xp, _), (xt, _) = plain.gather(test_rows), std.gather(test_rows)
     torch.testing.assert_close(xt, (xp - std.shift) / std.divide)
+
+
+def test_resolve_device():
+    from fedrepro.errors import ConfigError
+
+    has_gpu = torch.cuda.is_available()
+    assert engine.resolve_device("auto") == ("cuda" if has_gpu else "cpu")
+    assert engine.resolve_device("cpu") == "cpu"
+    if not has_gpu:
+        with pytest.raises(ConfigError, match="params.device"):
+            engine.resolve_device("cuda")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -75,6 +76,12 @@ def test_full_run_report_rerun_identical_and_nothing_to_do(tmp_path):
     r = _snakemake([*cfg, "--forceall"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert _metrics(tmp_path) == first
+    html = tmp_path / "report.html"
+    r = _snakemake([*cfg, "--report", str(html)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    page = html.read_text()
+    assert "Figure 3b" in page and "Replication report" in page       # captions name the paper artifacts
+    assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', page)  # self-contained: nothing fetched
     ci = subprocess.run([sys.executable, "-m", "fedrepro", "ci-check", "--report",
                          str(tmp_path / "results" / "report" / "replication.csv")], capture_output=True, text=True)
     assert ci.returncode == 0, ci.stdout

@@ -214,6 +214,23 @@ def experiment_datasets(cfg: Mapping, entry: Mapping, where: str = "experiment")
     return tuple(dict.fromkeys(out))
 
 
+RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu")
+
+
+def experiment_resources(cfg: Mapping, entry: Mapping, scale: str) -> dict:
+    """Cluster resources of one run (one seed) of an experiment at ``scale``: config.yaml's ``resources.<scale>``
+    (threads, mem_mb, runtime in minutes, gpu) overridden key by key by the experiment's own ``resources.<scale>``
+    in config/<paper>.yaml (``entry`` is its validated entry). ``gpu`` defaults to 0; a global config without a
+    ``resources`` block (e.g. a test's) gives ``{"threads": 1, "gpu": 0}`` and leaves memory and wall time to the
+    executor's defaults."""
+    if scale not in SCALES:
+        raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
+    out = {"threads": 1, "gpu": 0}
+    out.update((cfg.get("resources") or {}).get(scale) or {})
+    out.update((entry.get("resources") or {}).get(scale) or {})
+    return {k: out[k] for k in RESOURCE_KEYS if k in out}
+
+
 def list_experiments(cfg: Mapping, paper: str) -> list[str]:
     return list(load_paper(cfg, paper)["experiments"])
 

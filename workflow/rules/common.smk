@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 from fedrepro import paths
 from fedrepro.config import (
+    experiment_resources,
     load_partitions,
     load_paper,
     resolve_experiment,
@@ -109,6 +110,27 @@ def experiment_inputs(wildcards):
     return [f"{DATA}/{d}/.verified" for d in exp.datasets] + [
         f"{RES}/data/{p}" for p in exp.partitions
     ]
+
+
+# Fixed resources of the small jobs (aggregate_seeds, figure, table, privacy_tables, privacy_figure, report,
+# plot_partition). Measured with /usr/bin/time -v on the 2-core VM (quick scale, CPU shared): peak RSS 0.11-0.23 GB,
+# wall 5-90 s (report 89 s, privacy tables 34 s, the rest <= 16 s); 1 GB and 15 min leave >= 4x headroom.
+SMALL_MEM_MB = 1000
+SMALL_RUNTIME = 15
+# fetch_dataset: hashing streams the file; the wall time is the download (CIFAR-100, ~170 MB, the largest archive).
+FETCH_MEM_MB = 1000
+FETCH_RUNTIME = 60
+# partition_dataset holds the whole source dataset as float32 while it writes features.npy: the largest, LEAF
+# FEMNIST (~800k 28x28 images) / TFF EMNIST, is ~2.5 GB; 8 GB covers it with the parsed source beside it.
+PARTITION_MEM_MB = 8000
+PARTITION_RUNTIME = 60
+
+
+def run_resources(wildcards):
+    """threads, mem_mb, runtime (minutes), gpu of one run: config.yaml's resources.<scale>, overridden by the
+    experiment's resources.<scale> in config/<paper>.yaml (used by the SLURM profile; threads also locally)."""
+    entry = PAPERS[wildcards.paper]["experiments"][wildcards.exp]
+    return experiment_resources(CFG, entry, wildcards.scale)
 
 
 def resolved_params(wildcards):

@@ -8,6 +8,9 @@ rule fetch_dataset:
         f"{LOGS}/data/{{dataset}}.log",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=FETCH_MEM_MB,
+        runtime=FETCH_RUNTIME,
     shell:
         "python -m fedrepro data fetch {wildcards.dataset} > {log} 2>&1"
 
@@ -21,6 +24,9 @@ rule partition_dataset:
         f"{LOGS}/data/partition/{{name}}.log",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=PARTITION_MEM_MB,
+        runtime=PARTITION_RUNTIME,
     params:
         spec=lambda wildcards: PARTITIONS[wildcards.name],
     shell:
@@ -36,5 +42,8 @@ rule plot_partition:
         f"{LOGS}/data/plot/{{name}}.log",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
     shell:
         "python -m fedrepro data plot {wildcards.name} --input {input} --out {output} > {log} 2>&1"

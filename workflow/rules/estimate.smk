@@ -15,6 +15,11 @@ rule run_experiment:
         seed=r"\d+",
     conda:
         "../../environment.yml"
+    threads: lambda wildcards: run_resources(wildcards)["threads"]
+    resources:
+        mem_mb=lambda wildcards: run_resources(wildcards).get("mem_mb"),
+        runtime=lambda wildcards: run_resources(wildcards).get("runtime"),
+        gpu=lambda wildcards: run_resources(wildcards)["gpu"],
     params:
         resolved=resolved_params,
         outdir=lambda wildcards, output: Path(output.metrics).parent,
@@ -36,6 +41,9 @@ rule aggregate_seeds:
         scale="quick|paper",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
     params:
         dirs=lambda wildcards, input: [Path(p).parent for p in input.runs],
     shell:

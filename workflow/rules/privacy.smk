@@ -12,6 +12,9 @@ rule privacy_tables:
         f"{LOGS}/privacy/{{paper}}/tables.log",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
     params:
         scale=SCALE,
         outdir=lambda wildcards, output: Path(output.epsilon).parent,
@@ -26,11 +29,19 @@ rule privacy_figure:
         registry=lambda wildcards: CFG.get("targets", {}).get(wildcards.paper, []),
     output:
         pdf=f"{FIGS}/{{paper}}/privacy_epsilon.pdf",
-        png=f"{FIGS}/{{paper}}/privacy_epsilon.png",
+        png=report(
+            f"{FIGS}/{{paper}}/privacy_epsilon.png",
+            caption="../report/privacy_figure.rst",
+            category="{paper}",
+            labels={"paper": "{paper}", "figure": "privacy_epsilon"},
+        ),
     log:
         f"{LOGS}/privacy/{{paper}}/figure.log",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
     params:
         scale=SCALE,
     shell:

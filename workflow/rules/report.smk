@@ -6,7 +6,12 @@ rule figure:
         unpack(figure_inputs),
     output:
         pdf=f"{FIGS}/{{paper}}/{{fig}}.pdf",
-        png=f"{FIGS}/{{paper}}/{{fig}}.png",
+        png=report(
+            f"{FIGS}/{{paper}}/{{fig}}.png",
+            caption="../report/figure.rst",
+            category="{paper}",
+            labels={"paper": "{paper}", "figure": "{fig}"},
+        ),
     log:
         f"{LOGS}/figures/{{paper}}/{{fig}}.log",
     wildcard_constraints:
@@ -14,8 +19,13 @@ rule figure:
         fig=FIGURE_NAMES,
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
     params:
         scale=SCALE,
+        artifact=lambda wildcards: PAPERS[wildcards.paper]["figures"][wildcards.fig].get("artifact", ""),
+        caption=lambda wildcards: PAPERS[wildcards.paper]["figures"][wildcards.fig].get("caption", ""),
     shell:
         "python -m fedrepro figure {wildcards.paper}.{wildcards.fig} --scale {params.scale} "
         "--out {output.pdf} --png {output.png} > {log} 2>&1"
@@ -32,6 +42,9 @@ rule table:
         f"{LOGS}/tables/{{paper}}/{{table}}.log",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
     params:
         scale=SCALE,
         outdir=lambda wildcards, output: Path(output.csv).parent,
@@ -48,11 +61,26 @@ rule report:
         registries=list(CFG.get("targets", {}).values()),
         papers=list(CFG["papers"].values()),
     output:
-        REPORT_FILES,
+        md=REPORT_FILES[0],
+        csv=report(
+            REPORT_FILES[1],
+            caption="../report/replication.rst",
+            category="Replication",
+            labels={"table": "every target (csv)"},
+        ),
+        html=report(
+            REPORT_FILES[2],
+            caption="../report/replication.rst",
+            category="Replication",
+            labels={"table": "every target (html)"},
+        ),
     log:
         f"{LOGS}/report.log",
     conda:
         "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
     params:
         scale=SCALE,
         outdir=lambda wildcards, output: Path(output[0]).parent,

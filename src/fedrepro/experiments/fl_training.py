@@ -97,6 +97,7 @@ SCHEMA = {
         "checkpoint_every": INT1,   # rounds between checkpoints of each training (kill-and-resume; default 10)
         "select": {"enum": list(SELECTION)},
         "threads": INT1,
+        "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
     },
 }
 
@@ -187,14 +188,16 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
 
     from fedrepro.data import fedformat
     from fedrepro.learning.data import ClientData
-    from fedrepro.learning.engine import n_rounds, train
+    from fedrepro.learning.engine import n_rounds, resolve_device, train
     from fedrepro.learning.models import build_model, n_params
 
     _validate(p, ctx)
     torch.set_num_threads(p.get("threads", int(os.environ.get("FEDREPRO_THREADS", "1"))))
     ds = fedformat.load(ctx.partitions[p["partition"]])
     # feature_shape: e.g. LEAF's flat 784 features -> [1, 28, 28] images; standardize: pooled train mean/std
-    data = ClientData(ds, feature_shape=p.get("feature_shape"), standardize=p.get("standardize", False))
+    device = resolve_device(p.get("device", "auto"))
+    print(f"[fedrepro] training on {device}", flush=True)
+    data = ClientData(ds, device, feature_shape=p.get("feature_shape"), standardize=p.get("standardize", False))
     model_kw: dict[str, Any] = {k: v for k, v in p["model"].items() if k != "name"}
     model_kw.setdefault("n_classes", ds.n_classes)
     factory = lambda: build_model(p["model"]["name"], **model_kw)  # noqa: E731
@@ -209,7 +212,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     iters = p.get("iters_per_epoch") or max(1, int(np.ceil(median_train / batch)))
     schedule = dict(batch_size=batch, epochs=p["epochs"], tau=p["tau"], clients_per_round=K,
                     lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=iters, seed=seed,
-                    eval_every=p.get("eval_every", 10))
+                    eval_every=p.get("eval_every", 10), device=device)
     rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
     priv = p.get("privacy") or {}
 

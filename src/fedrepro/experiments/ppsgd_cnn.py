@@ -21,6 +21,7 @@ from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1
 from fedrepro.experiments.ppsgd_linear import Clients, load_partition, run_grid
 from fedrepro.experiments.ppsgd_synthetic import GRID_PROPERTIES
+from fedrepro.learning.engine import resolve_device
 from fedrepro.ppsgd import cnn
 from fedrepro.ppsgd.sampler import BatchSampler
 
@@ -42,6 +43,7 @@ SCHEMA = {
         "select": {"enum": ["max_test_accuracy_over_steps"]},
         "pool_padding": {"enum": ["valid", "same_second"]},
         "threads": INT1,
+        "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU, else cpu
         "checks": {
             "type": "object", "additionalProperties": False,
             "properties": {"beats_chance": {"type": "boolean"}, "personalized_dominates": {"type": "boolean"},
@@ -57,16 +59,17 @@ def _images(x: np.ndarray) -> torch.Tensor:
 def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.ndarray, seed: int) -> tuple:
     """(eval iterations, accuracy (E, G), rounds) for G configurations, one sigma (run_grid's train function)."""
     K = cl.y_train.shape[1]
+    dev = torch.device(resolve_device(p.get("device", "auto")))
     counts = np.diff(cl.train_off)
-    x_test = _images(cl.x_test)
-    y_test = torch.from_numpy(cl.y_test.astype(np.int64))
-    user_of_row = torch.from_numpy(np.repeat(np.arange(cl.n_users), np.diff(cl.test_off)))
+    x_test = _images(cl.x_test).to(dev)
+    y_test = torch.from_numpy(cl.y_test.astype(np.int64)).to(dev)
+    user_of_row = torch.from_numpy(np.repeat(np.arange(cl.n_users), np.diff(cl.test_off))).to(dev)
     accs, its, rounds = [], [], 0
     for g in range(len(eta_w)):
         sampler = BatchSampler(cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"],
                                np.random.default_rng([seed, 0]))           # the same batches for every config
-        state = cnn.init_state(cl.n_users, K, np.random.default_rng([seed, 2]), p["pool_padding"])
-        gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, 1, g]).integers(2**62)))
+        state = cnn.init_state(cl.n_users, K, np.random.default_rng([seed, 2]), p["pool_padding"]).to(dev)
+        gen = torch.Generator(device=dev).manual_seed(int(np.random.default_rng([seed, 1, g]).integers(2**62)))
         its_g, acc_g, t = [], [], 0
         for users, rows in sampler:
             if t % p["eval_every"] == 0:
@@ -75,8 +78,8 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
                     acc_g.append(cnn.accuracy(state, x_test, y_test, user_of_row, p["pool_padding"]))
             if "max_rounds" in p and t >= p["max_rounds"]:
                 break
-            X = _images(cl.x_train[rows.ravel()]).reshape(*rows.shape, 28, 28)
-            Y = torch.from_numpy(cl.y_train[rows.ravel()].reshape(*rows.shape, K) - p["target_offset"])
+            X = _images(cl.x_train[rows.ravel()]).reshape(*rows.shape, 28, 28).to(dev)
+            Y = torch.from_numpy(cl.y_train[rows.ravel()].reshape(*rows.shape, K) - p["target_offset"]).to(dev)
             cnn.round_step(state, users, X, Y, float(eta_w[g]), float(eta_theta[g]), sigma, p["clip"], gen,
                            p["pool_padding"])
             t += 1

@@ -249,6 +249,17 @@ def _template(model: nn.Module | Callable[[], nn.Module], seed: int, device: tor
         return model().to(device)
 
 
+def resolve_device(name: str) -> str:
+    """A config's device: "auto" -> "cuda" when torch sees a GPU, else "cpu"; "cuda" without a GPU is an error."""
+    from fedrepro.errors import ConfigError
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("params.device: 'cuda' requested but torch sees no GPU (use 'auto' or 'cpu')")
+    return name
+
+
 def n_rounds(epochs: float, iters_per_epoch: int, tau: int) -> int:
     """Synchronizations in ``epochs`` epochs of ``iters_per_epoch`` iterations, one every ``tau`` (at least one)."""
     return max(1, math.ceil(epochs * iters_per_epoch / tau))
@@ -338,4 +349,5 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
 
 
 __all__ = ["Algorithm", "EvalContext", "Net", "Params", "ce_loss", "client_grads", "evaluate", "expand",
-           "loop_grads", "mean", "n_rounds", "put", "sgd", "split_batches", "stack", "summarize", "take", "train"]
+           "loop_grads", "mean", "n_rounds", "put", "resolve_device", "sgd", "split_batches", "stack", "summarize",
+           "take", "train"]

@@ -83,6 +83,9 @@ class CnnState:
     w: torch.Tensor          # (32, K)
     theta: torch.Tensor      # (N, 32, K)
 
+    def to(self, device) -> "CnnState":
+        return CnnState({k: v.to(device) for k, v in self.W.items()}, self.w.to(device), self.theta.to(device))
+
 
 def init_state(n_users: int, n_classes: int, rng: np.random.Generator, pool_padding: str = "valid") -> CnnState:
     w = torch.from_numpy(rng.normal(0.0, math.sqrt(1.0 / FEATURES), (FEATURES, n_classes)).astype(np.float32))
@@ -99,7 +102,7 @@ def user_gradients(state: CnnState, users: torch.Tensor, X: torch.Tensor, Y: tor
 def round_step(state: CnnState, users: np.ndarray, X: torch.Tensor, Y: torch.Tensor, eta_w: float,
                eta_theta: float, sigma: float, clip: float, gen: torch.Generator, pool_padding: str = "valid") -> dict:
     """One PPSGD-exp CNN round on distinct ``users`` (in place). Returns the users' joint (W, w) gradient norms."""
-    users_t = torch.as_tensor(np.asarray(users, dtype=np.int64))
+    users_t = torch.as_tensor(np.asarray(users, dtype=np.int64), device=state.w.device)
     L = len(users_t)
     gW, gw, gth = user_gradients(state, users_t, X, Y, pool_padding)
     sq = gw.pow(2).sum(dim=(1, 2))
@@ -113,7 +116,7 @@ def round_step(state: CnnState, users: np.ndarray, X: torch.Tensor, Y: torch.Ten
         def noisy_mean(g):
             s = torch.einsum("l...,l->...", g, factor)
             if sigma > 0:
-                s = s + (sigma * clip) * torch.randn(s.shape, generator=gen)
+                s = s + (sigma * clip) * torch.randn(s.shape, generator=gen, device=gen.device)
             return s / L
 
         for k in state.W:
