@@ -64,6 +64,24 @@ class Cifar100CNN(nn.Module):
         return self.fc3(F.relu(self.fc2(x)))
 
 
+class FedHDPCNN(nn.Module):
+    """FedHDP's FEMNIST CNN (Aldaghri et al., App. C Table 6): conv 16 -> pool -> conv 32 -> pool -> FC 128 -> C.
+    GAPs: 3x3 kernels, 'same' padding, 2x2 max-pool (implied by the printed shapes; 213,630 parameters at C = 62);
+    the two dropout layers (25 %, 50 %) are left out: the batched engine trains without random layers."""
+
+    def __init__(self, in_channels: int = 1, n_classes: int = 62, input_hw: int = 28):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * (input_hw // 4) ** 2, 128)
+        self.fc2 = nn.Linear(128, n_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
 class MLP(nn.Module):
     """Fully connected ReLU network on flattened inputs."""
 
@@ -99,6 +117,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "lenet5": LeNet5,
     "cifar10_cnn": _cifar10_cnn,
     "cifar100_cnn": Cifar100CNN,
+    "fedhdp_cnn": FedHDPCNN,
     "mlp": MLP,
     "linear": Linear,
 }
@@ -117,4 +136,4 @@ def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["MODELS", "Cifar100CNN", "LeNet5", "Linear", "MLP", "build_model", "n_params"]
+__all__ = ["MODELS", "Cifar100CNN", "FedHDPCNN", "LeNet5", "Linear", "MLP", "build_model", "n_params"]

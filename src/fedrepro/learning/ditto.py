@@ -1,0 +1,112 @@
+"""Ditto personalization (Li, Hu, Beirami, Smith, ICML 2021) as a reusable piece of an engine algorithm.
+
+Every client j keeps a personal model v_j beside the global training. Whenever j is sampled, at each of its local
+iterations, on the same minibatch as its global-model step (FedHDP Alg. 2, notes fedhdp.md section 2.5):
+
+    v_j <- v_j - lr_p ( grad f_j(v_j; batch) + lambda_j (v_j - theta^t) ),
+
+anchored at the global model theta^t the client received this round (the global model is untouched by lambda).
+v_j starts as the global model the first time j is sampled ("theta_j <- theta^0 only if not yet initialized");
+a client never trained is deployed with the current global model (notes §7.20: that is what FedHDP's r = 0 rows
+show for private clients).
+
+One :class:`Ditto` holds several personal-model sets at once, one per (lambda_private, lambda_nonprivate) pair:
+lambda does not change the global model, so one global run serves a whole lambda grid (each set sees exactly the
+updates it would see alone). The host algorithm calls :meth:`start_round`, :meth:`step` inside its local step and
+:meth:`finish_round` at synchronization; the engine keeps its single round loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from fedrepro.learning.engine import Net, Params, client_grads, put, stack, take
+
+
+@dataclass
+class DittoState:
+    personal: list[Params]           # one stacked (n_clients, ...) set per lambda pair
+    initialized: Tensor              # (n_clients,) bool: v_j has been set from a received global model
+    trained: Tensor                  # (n_clients,) bool: v_j has taken at least one personal step
+    anchor: Params | None = None     # the global model received this round
+    active: Tensor | None = None     # (K,) bool: which selected clients personalize this round
+    lams: list[Tensor] = field(default_factory=list)  # per set, (K,) lambda of each selected client
+
+
+class Ditto:
+    """Personal models for ``lams``: a list of (lambda_private, lambda_nonprivate) pairs, or of single lambdas
+    (used for both groups). ``private``: (n_clients,) bool of the private clients (None: all the same group)."""
+
+    def __init__(self, lams: Sequence[float | Sequence[float]], weight_decay: float = 0.0, lr_scale: float = 1.0):
+        pairs = []
+        for lam in lams:
+            p, np_ = (lam, lam) if isinstance(lam, (int, float)) else tuple(lam)
+            if not p >= 0 or not np_ >= 0:
+                raise ValueError(f"Ditto lambdas must be >= 0, got {lam}")
+            pairs.append((float(p), float(np_)))
+        if not pairs:
+            raise ValueError("Ditto needs at least one lambda")
+        self.pairs = pairs
+        self.weight_decay = weight_decay
+        self.lr_scale = lr_scale  # eta_p = lr_scale * eta (FedHDP Table 7: eta_p = eta)
+
+    def init_state(self, global_params: Params, n_clients: int) -> DittoState:
+        device = next(iter(global_params.values())).device
+        return DittoState([stack(global_params, n_clients) for _ in self.pairs],
+                          torch.zeros(n_clients, dtype=torch.bool, device=device),
+                          torch.zeros(n_clients, dtype=torch.bool, device=device))
+
+    def start_round(self, st: DittoState, global_params: Params, selected: Tensor, private: Tensor | None,
+                    active: Tensor | None = None) -> None:
+        """Broadcast: first-time clients copy the global model; record the anchor and each client's lambda.
+        ``active`` (K,) bool: clients that personalize this round (default all selected)."""
+        st.anchor = global_params
+        st.active = torch.ones(len(selected), dtype=torch.bool, device=selected.device) if active is None else active
+        fresh = selected[st.active & ~st.initialized[selected]]
+        if len(fresh):
+            for v in st.personal:
+                put(v, fresh, stack(global_params, len(fresh)))
+            st.initialized[fresh] = True
+        is_p = (private[selected] if private is not None
+                else torch.zeros(len(selected), dtype=torch.bool, device=selected.device))
+        dtype = next(iter(global_params.values())).dtype
+        st.lams = [torch.where(is_p, torch.tensor(lp, dtype=dtype, device=selected.device),
+                               torch.tensor(lnp, dtype=dtype, device=selected.device)) for lp, lnp in self.pairs]
+
+    def step(self, st: DittoState, net: Net, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> None:
+        """One personal step of every active selected client, for every lambda set, on the minibatch (x, y)."""
+        idx = selected[st.active]
+        if not len(idx):
+            return
+        xa, ya = x[st.active], y[st.active]
+        lr_p = self.lr_scale * lr
+        for v_all, lam in zip(st.personal, st.lams):
+            v = take(v_all, idx)
+            grads, _ = client_grads(net, v, xa, ya)
+            lam_a = lam[st.active]
+            new = {}
+            for k, p in v.items():
+                shape = (-1, *([1] * (p.dim() - 1)))
+                g = grads[k] + lam_a.reshape(shape) * (p - st.anchor[k]) + self.weight_decay * p
+                new[k] = p - lr_p * g
+            put(v_all, idx, new)
+        st.trained[idx] = True
+
+    def finish_round(self, st: DittoState) -> None:
+        st.anchor, st.active, st.lams = None, None, []
+
+    def deployed(self, st: DittoState, global_params: Params, which: int = 0) -> Params:
+        """Personal models of set ``which`` (the global model for clients never trained), stacked over clients."""
+        mask = st.trained
+        out = {}
+        for k, v in st.personal[which].items():
+            g = global_params[k].unsqueeze(0).expand_as(v)
+            out[k] = torch.where(mask.reshape(-1, *([1] * (v.dim() - 1))), v, g)
+        return out
+
+
+__all__ = ["Ditto", "DittoState"]
