@@ -57,6 +57,38 @@ def test_interrupted_training_resumes_to_the_same_history(blobs, tmp_path, name)
     assert again == full
 
 
+def _fedhdp_algorithms():
+    import numpy as np
+
+    from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
+    from fedrepro.learning.fedhdp import FedHDP
+    from fedrepro.learning.hdp_fedavg import HDPFedAvg
+
+    private = np.array([True, False, True, True, False])
+    clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 0.3}
+    return {"fedhdp": lambda: FedHDP(private=private, r=0.1, noise_multiplier=0.4, clip=clip, lams=[0.1, 1.0]),
+            "hdp_fedavg": lambda: HDPFedAvg(private=private, noise_multiplier=0.4, clip=clip, lams=[0.5]),
+            "dp_fedavg_adaptive": lambda: DPFedAvgAdaptive(noise_multiplier=0.4, clip=clip, lams=[0.5])}
+
+
+@pytest.mark.parametrize("name", ["fedhdp", "hdp_fedavg", "dp_fedavg_adaptive"])
+def test_fedhdp_algorithms_resume_to_the_same_history_and_models(blobs, tmp_path, name):
+    algo = _fedhdp_algorithms()[name]
+    ref = algo()
+    full = engine.train(ref, blobs, mlp, **KW)
+    ck = Checkpointer(tmp_path / "c.pt", fingerprint({"name": name}), every=2)
+    with pytest.raises(Killed):
+        engine.train(algo(), blobs, mlp, **KW, checkpoint=ck, callback=_kill_at(3))
+    resumed_algo = algo()
+    assert engine.train(resumed_algo, blobs, mlp, **KW, checkpoint=ck) == full
+    want, got = ref.final_models(), resumed_algo.final_models()      # the experiment evaluates these afterwards
+    for k in want["global"]:
+        assert torch.equal(want["global"][k], got["global"][k])
+    for a, b in zip(want["personal"], got["personal"]):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed_algo.state.clip == ref.state.clip
+
+
 def test_stale_fingerprint_is_ignored(blobs, tmp_path):
     algo = lambda: build_algorithm("fedavg", {}, 1e-4)  # noqa: E731
     other = Checkpointer(tmp_path / "c.pt", fingerprint({"lr": 0.5}), every=1)

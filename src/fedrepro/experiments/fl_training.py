@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -188,6 +187,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
 
     from fedrepro.data import fedformat
     from fedrepro.learning.data import ClientData
+    from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import n_rounds, resolve_device, train
     from fedrepro.learning.models import build_model, n_params
 
@@ -233,7 +233,8 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
                 algo = build_algorithm(spec["algorithm"], options | extra, wd)
                 label = f"{name}{'' if key is None else ' ' + key} lr={lr:g}"
                 runs.append((lr, train(algo, data, factory, lr=lr, **schedule, callback=RoundProgress(label),
-                                       checkpoint=_checkpointer(ctx, p, seed, label))))
+                                       checkpoint=run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, seed, label,
+                                                                   p.get("checkpoint_every", 10)))))
             lr, hist = _pick(runs, p.get("select", "final_test"))
             for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
                 rows += [dict(h, method=name, lr_grid=lr_run, selected=lr_run == lr,
@@ -264,16 +265,6 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
                               "epsilon of the noise used",
                       "version": _library_version(), "delta": first["delta"]}
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
-
-
-def _checkpointer(ctx: RunContext, p: dict, seed: int, label: str):
-    """Round checkpoints of one training (method, epsilon, lr) of this run, or None without a checkpoint dir."""
-    from fedrepro.learning.checkpoint import Checkpointer, fingerprint
-
-    if ctx.checkpoint_dir is None:
-        return None
-    fp = fingerprint({"exp": ctx.exp_id, "params": p, "seed": seed, "training": label})
-    return Checkpointer(Path(ctx.checkpoint_dir) / f"{fp[:16]}.pt", fp, every=p.get("checkpoint_every", 10))
 
 
 def _put(metrics: dict, metric: str, method: str, key: str | None, value: Any) -> None:

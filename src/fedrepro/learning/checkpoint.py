@@ -125,3 +125,13 @@ class Checkpointer:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def run_checkpointer(checkpoint_dir: Path | str | None, exp_id: str, params: Any, seed: int, label: str,
+                     every: int = 10) -> Checkpointer | None:
+    """The checkpointer of one training (``label``: method, epsilon, lr ...) of one experiment run, fingerprinted by
+    the run's parameters and seed; None when the run keeps no checkpoints."""
+    if checkpoint_dir is None:
+        return None
+    fp = fingerprint({"exp": exp_id, "params": params, "seed": seed, "training": label})
+    return Checkpointer(Path(checkpoint_dir) / f"{fp[:16]}.pt", fp, every=every)
