@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from fedrepro.learning.engine import Net, Params, client_grads, put, stack, take
+from fedrepro.learning.engine import Net, Params, client_grads, expand, put, sgd, stack, take
 
 
 @dataclass
@@ -109,4 +109,32 @@ class Ditto:
         return out
 
 
-__all__ = ["Ditto", "DittoState"]
+class DittoAlgorithmMixin:
+    """What the algorithms carrying Ditto personal models share (DP-FedAvg with adaptive clipping, HDP-FedAvg,
+    FedHDP): the local SGD step of the global-model copies plus the personal step, the deployed models and the final
+    models the experiment evaluates. Needs ``self.ditto`` (a :class:`Ditto` or None), ``self.weight_decay``,
+    ``self.state`` and a state with ``net``, ``local``, ``global_params``, ``n_clients`` and ``ditto``."""
+
+    def local_step(self, state, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
+        grads, losses = client_grads(state.net, state.local, x, y)
+        state.local = sgd(state.local, grads, lr, self.weight_decay)
+        if state.ditto is not None:
+            self.ditto.step(state.ditto, state.net, x, y, selected, lr)
+        return losses
+
+    def deployed_params(self, state, ctx=None) -> Params:
+        if state.ditto is None:
+            return expand(state.global_params, state.n_clients)
+        return self.ditto.deployed(state.ditto, state.global_params, 0)
+
+    def final_models(self, state=None) -> dict:
+        """{"global": the global model as every client's model, "personal": [one stacked set per lambda pair]}."""
+        state = state or self.state
+        out = {"global": expand(state.global_params, state.n_clients), "personal": []}
+        if state.ditto is not None:
+            out["personal"] = [self.ditto.deployed(state.ditto, state.global_params, i)
+                               for i in range(len(self.ditto.pairs))]
+        return out
+
+
+__all__ = ["Ditto", "DittoState", "DittoAlgorithmMixin"]

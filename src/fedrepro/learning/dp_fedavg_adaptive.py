@@ -22,9 +22,9 @@ import torch
 from torch import Tensor
 
 from fedrepro.learning.adaptive_clip import AdaptiveClip
-from fedrepro.learning.ditto import Ditto, DittoState
+from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, clip_per_client, gaussian_noise
-from fedrepro.learning.engine import Algorithm, EvalContext, Net, Params, client_grads, expand, sgd, stack
+from fedrepro.learning.engine import Algorithm, Net, Params, stack
 from fedrepro.learning.fedhdp import _clip_spec
 
 
@@ -39,7 +39,7 @@ class DPFedAvgAdaptiveState:
     ditto: DittoState | None
 
 
-class DPFedAvgAdaptive(Algorithm):
+class DPFedAvgAdaptive(DittoAlgorithmMixin, Algorithm):
     name = "dp_fedavg_adaptive"
 
     def __init__(self, noise_multiplier: float = 0.0, clip: AdaptiveClip | Mapping[str, float] | float = 1.0,
@@ -61,13 +61,6 @@ class DPFedAvgAdaptive(Algorithm):
         if state.ditto is not None:
             self.ditto.start_round(state.ditto, state.global_params, selected, None)
 
-    def local_step(self, state: DPFedAvgAdaptiveState, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
-        grads, losses = client_grads(state.net, state.local, x, y)
-        state.local = sgd(state.local, grads, lr, self.weight_decay)
-        if state.ditto is not None:
-            self.ditto.step(state.ditto, state.net, x, y, selected, lr)
-        return losses
-
     def sync(self, state: DPFedAvgAdaptiveState, selected: Tensor) -> None:
         K = len(selected)
         deltas = {k: v - state.global_params[k] for k, v in state.local.items()}
@@ -83,21 +76,8 @@ class DPFedAvgAdaptive(Algorithm):
         state.global_params = {k: w + mean[k] for k, w in state.global_params.items()}
         state.clip = self.clip.update(S, AdaptiveClip.bits(norms, S), state.generator)
 
-    def deployed_params(self, state: DPFedAvgAdaptiveState, ctx: EvalContext | None = None) -> Params:
-        if state.ditto is None:
-            return expand(state.global_params, state.n_clients)
-        return self.ditto.deployed(state.ditto, state.global_params, 0)
-
     def metrics(self, state: DPFedAvgAdaptiveState) -> dict[str, float]:
         return {"clip": float(state.clip)}
-
-    def final_models(self, state: DPFedAvgAdaptiveState | None = None) -> dict:
-        state = state or self.state
-        out = {"global": expand(state.global_params, state.n_clients), "personal": []}
-        if state.ditto is not None:
-            out["personal"] = [self.ditto.deployed(state.ditto, state.global_params, i)
-                               for i in range(len(self.ditto.pairs))]
-        return out
 
 
 __all__ = ["DPFedAvgAdaptive"]

@@ -34,9 +34,9 @@ import torch
 from torch import Tensor
 
 from fedrepro.learning.adaptive_clip import AdaptiveClip
-from fedrepro.learning.ditto import Ditto, DittoState
+from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, gaussian_noise
-from fedrepro.learning.engine import (Algorithm, EvalContext, Net, Params, client_grads, expand, sgd, stack)
+from fedrepro.learning.engine import Algorithm, Net, Params, expand, stack
 
 
 @dataclass
@@ -61,7 +61,7 @@ def _clip_spec(clip: AdaptiveClip | Mapping[str, float] | float) -> AdaptiveClip
     return AdaptiveClip(**{k: float(v) for k, v in clip.items()})
 
 
-class FedHDP(Algorithm):
+class FedHDP(DittoAlgorithmMixin, Algorithm):
     """``private``: (n_clients,) bools (True = private) or None (all private); ``r`` the private:non-private weight
     ratio; ``noise_multiplier`` z of the private group's update (z_update, see adaptive_clip); ``clip`` an
     :class:`AdaptiveClip`, a mapping of its fields (init, quantile, lr, count_std) or a fixed clip norm;
@@ -111,13 +111,6 @@ class FedHDP(Algorithm):
             self.ditto.start_round(state.ditto, state.global_params, selected, state.private,
                                    self._active(state, selected))
 
-    def local_step(self, state: FedHDPState, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
-        grads, losses = client_grads(state.net, state.local, x, y)
-        state.local = sgd(state.local, grads, lr, self.weight_decay)
-        if state.ditto is not None:
-            self.ditto.step(state.ditto, state.net, x, y, selected, lr)
-        return losses
-
     def sync(self, state: FedHDPState, selected: Tensor) -> None:
         K = len(selected)
         deltas = {k: v - w for (k, v), w in zip(state.local.items(), expand(state.global_params, K).values())}
@@ -152,24 +145,8 @@ class FedHDP(Algorithm):
             state.skipped += 1
         state.clip = self.clip.update(S, AdaptiveClip.bits(norms[clipped], S), state.generator)
 
-    def deployed_params(self, state: FedHDPState, ctx: EvalContext | None = None) -> Params:
-        if state.ditto is None:
-            return expand(state.global_params, state.n_clients)
-        return self.ditto.deployed(state.ditto, state.global_params, 0)
-
     def metrics(self, state: FedHDPState) -> dict[str, float]:
         return {"clip": float(state.clip), "skipped_rounds": float(state.skipped)}
-
-    # ------------------------------------------------------------------------------------------ final models
-
-    def final_models(self, state: FedHDPState | None = None) -> dict:
-        """{"global": the global model as every client's model, "personal": [one stacked set per lambda pair]}."""
-        state = state or self.state
-        out = {"global": expand(state.global_params, state.n_clients), "personal": []}
-        if state.ditto is not None:
-            out["personal"] = [self.ditto.deployed(state.ditto, state.global_params, i)
-                               for i in range(len(self.ditto.pairs))]
-        return out
 
 
 def _masked_mean(v: Tensor, mask: Tensor, n: int) -> Tensor:
