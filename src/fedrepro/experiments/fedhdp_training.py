@@ -42,7 +42,6 @@ well by the global model, Sec. 5.2), ``np_ge_p_local`` (the same for the persona
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -50,6 +49,7 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.fl_training import training_setup
 from fedrepro.experiments.params import DELTA, INT1, POSITIVE, UNIT
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
@@ -179,25 +179,16 @@ def client_metrics(acc_g: np.ndarray, acc_l: list[np.ndarray], counts: np.ndarra
 
 @experiment_kind("fedhdp_training", SCHEMA)
 def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
-    import torch
-
-    from fedrepro.data import fedformat
     from fedrepro.learning.adaptive_clip import update_noise_multiplier
-    from fedrepro.learning.data import ClientData
     from fedrepro.learning.checkpoint import run_checkpointer
-    from fedrepro.learning.engine import evaluate, resolve_device, train
-    from fedrepro.progress import RoundProgress
-    from fedrepro.learning.models import build_model, n_params
+    from fedrepro.learning.engine import evaluate, train
+    from fedrepro.learning.models import n_params
     from fedrepro.privacy import compute_epsilon
+    from fedrepro.progress import RoundProgress
 
     _validate(p, ctx)
-    torch.set_num_threads(p.get("threads", int(os.environ.get("FEDREPRO_THREADS", "1"))))
-    ds = fedformat.load(ctx.partitions[p["partition"]])
-    device = resolve_device(p.get("device", "auto"))
-    data = ClientData(ds, device, feature_shape=p.get("feature_shape"), standardize=p.get("standardize", False))
-    model_kw: dict[str, Any] = {k: v for k, v in p["model"].items() if k != "name"}
-    model_kw.setdefault("n_classes", ds.n_classes)
-    factory = lambda: build_model(p["model"]["name"], **model_kw)  # noqa: E731
+    ds, data, factory, model_kw = training_setup(p, ctx)
+    device = data.device
     m = ds.n_clients
     K = max(1, round(p["sampling_rate"] * m))
     opt = p.get("opt_out") or {}

@@ -179,28 +179,38 @@ def _fmt(values: dict) -> str:
     return ", ".join(f"{_k(k)}{v:.1f}" for k, v in values.items())
 
 
-# ------------------------------------------------------------------------------------------------------ kind
-
-@experiment_kind("fl_training", SCHEMA)
-def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+def training_setup(p: dict, ctx: RunContext):
+    """What every training kind starts from: torch threads (params.threads or FEDREPRO_THREADS, default 1), the
+    partition, its ClientData on params.device (auto: a GPU when torch sees one; feature_shape, e.g. LEAF's flat 784
+    features -> [1, 28, 28]; standardize: pooled train mean/std), and the model factory with its keyword arguments
+    (n_classes defaults to the partition's). Returns (ds, data, factory, model_kw)."""
     import torch
 
     from fedrepro.data import fedformat
     from fedrepro.learning.data import ClientData
-    from fedrepro.learning.checkpoint import run_checkpointer
-    from fedrepro.learning.engine import n_rounds, resolve_device, train
-    from fedrepro.learning.models import build_model, n_params
+    from fedrepro.learning.engine import resolve_device
+    from fedrepro.learning.models import build_model
 
-    _validate(p, ctx)
     torch.set_num_threads(p.get("threads", int(os.environ.get("FEDREPRO_THREADS", "1"))))
     ds = fedformat.load(ctx.partitions[p["partition"]])
-    # feature_shape: e.g. LEAF's flat 784 features -> [1, 28, 28] images; standardize: pooled train mean/std
     device = resolve_device(p.get("device", "auto"))
     print(f"[fedrepro] training on {device}", flush=True)
     data = ClientData(ds, device, feature_shape=p.get("feature_shape"), standardize=p.get("standardize", False))
     model_kw: dict[str, Any] = {k: v for k, v in p["model"].items() if k != "name"}
     model_kw.setdefault("n_classes", ds.n_classes)
-    factory = lambda: build_model(p["model"]["name"], **model_kw)  # noqa: E731
+    return ds, data, (lambda: build_model(p["model"]["name"], **model_kw)), model_kw
+
+
+# ------------------------------------------------------------------------------------------------------ kind
+
+@experiment_kind("fl_training", SCHEMA)
+def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    from fedrepro.learning.checkpoint import run_checkpointer
+    from fedrepro.learning.engine import n_rounds, train
+    from fedrepro.learning.models import n_params
+
+    _validate(p, ctx)
+    ds, data, factory, model_kw = training_setup(p, ctx)
     m = ds.n_clients
     K = max(1, round(p.get("sampling_rate", 1.0) * m))
     seed = int(rng.integers(2**31))  # one seed per run, shared by every method: same init and data order
@@ -212,7 +222,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     iters = p.get("iters_per_epoch") or max(1, int(np.ceil(median_train / batch)))
     schedule = dict(batch_size=batch, epochs=p["epochs"], tau=p["tau"], clients_per_round=K,
                     lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=iters, seed=seed,
-                    eval_every=p.get("eval_every", 10), device=device)
+                    eval_every=p.get("eval_every", 10), device=data.device)
     rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
     priv = p.get("privacy") or {}
 
