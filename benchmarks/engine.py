@@ -4,9 +4,9 @@ same math (``train(..., vectorize=False)``).
 Not a test. Table-2-shaped setting (Ozkara et al. 2023): m = 50 clients, all sampled (K = m), LeNet5, tau = 10,
 batch size 20 (1,200 training images per client -> 60 iterations per epoch). Data: the Fashion-MNIST partition
 ``results/data/fashion_mnist_pathological_m50`` when it exists, else synthetic uint8 28x28 arrays of the same
-size (stated in the output). For each algorithm, thread count and path: one warm-up round, then ``--rounds``
-timed rounds of training, then the evaluation of all 50 clients' test data (timed separately). Results go to
-benchmarks/results/engine.json (not committed).
+size (stated in the output; ``fl_setting.load_data``). For each algorithm, thread count and path: one warm-up
+round, then ``--rounds`` timed rounds of training, then the evaluation of all 50 clients' test data (timed
+separately). Results go to benchmarks/results/engine.json (not committed).
 
     python benchmarks/engine.py                      # fedavg and adaped, 1 and 2 threads, 3 timed rounds
     python benchmarks/engine.py --rounds 1           # quick check (about 1.5 min on 2 slow CPU cores)
@@ -19,35 +19,24 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedrepro.learning import engine
-from fedrepro.learning.adaped import AdaPeD
-from fedrepro.learning.data import ClientData, from_arrays
-from fedrepro.learning.fedavg import FedAvg
-from fedrepro.learning.models import LeNet5
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fl_setting import load_data  # noqa: E402  (the setting's data, shared with fedavg_frameworks.py)
+
+from fedrepro.learning import engine  # noqa: E402
+from fedrepro.learning.adaped import AdaPeD  # noqa: E402
+from fedrepro.learning.data import ClientData  # noqa: E402
+from fedrepro.learning.fedavg import FedAvg  # noqa: E402
+from fedrepro.learning.models import LeNet5  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-REAL = HERE.parent / "results" / "data" / "fashion_mnist_pathological_m50"
 ALGORITHMS = {"fedavg": FedAvg, "adaped": AdaPeD}
-
-
-def load_data(m: int, n_train: int, n_test: int, seed: int = 0):
-    if (REAL / "manifest.json").is_file():
-        from fedrepro.data import fedformat
-
-        ds = fedformat.load(REAL)
-        return ds, f"Fashion-MNIST, {REAL.relative_to(HERE.parent)} ({ds.n_clients} clients)"
-    rng = np.random.default_rng(seed)
-
-    def block(n):
-        return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n)
-    ds = from_arrays([block(n_train) for _ in range(m)], [block(n_test) for _ in range(m)], n_classes=10)
-    return ds, f"synthetic uint8 28x28, {m} clients x ({n_train} train, {n_test} test), random labels"
 
 
 def timed(cls: type) -> type:
