@@ -60,6 +60,19 @@ def counts(results: list[Result]) -> dict[str, int]:
     return c
 
 
+def by_artifact(results: list[Result]) -> list[tuple[str, list[Result]]]:
+    """The results grouped by the paper artifact they rebuild (Table 3, Figure 1a, ...), in registry order."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.target.artifact or "(no artifact)", []).append(r)
+    return list(groups.items())
+
+
+def _count_text(group: list[Result]) -> str:
+    c = counts(group)
+    return f"{len(group)} target{'' if len(group) == 1 else 's'}: " + ", ".join(f"{c[s]} {s}" for s in STATUSES if c[s])
+
+
 def write_csv(path: Path, by_paper: Mapping[str, list[Result]]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
@@ -103,8 +116,12 @@ def markdown(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]], out
               "the paper does not print.", ""]
     for paper, results in by_paper.items():
         doc = load_paper(cfg, paper)
-        lines += [f"## {paper}: {doc['title']}", "", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-        lines += ["| " + " | ".join(_md_escape(c) for c in _row_cells(r)) + " |" for r in results]
+        lines += [f"## {paper}: {doc['title']}", ""]
+        for artifact, group in by_artifact(results):
+            lines += [f"### {artifact} — {_count_text(group)}", "", "| " + " | ".join(HEAD) + " |",
+                      "|" + "---|" * len(HEAD)]
+            lines += ["| " + " | ".join(_md_escape(c) for c in _row_cells(r)) + " |" for r in group]
+            lines.append("")
         gaps = gap_comments(resolve_path(cfg["papers"][paper]))
         if gaps:
             lines += ["", f"### Defaults chosen where the paper is silent ({cfg['papers'][paper]}, `# GAP:` comments)",
@@ -141,15 +158,17 @@ def html_report(cfg: Mapping, scale: str, by_paper: Mapping[str, list[Result]]) 
     out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in dataset_rows(cfg, by_paper)]
     out.append("</table>")
     for paper, results in by_paper.items():
-        out.append(f"<h2>{e(paper)}: {e(load_paper(cfg, paper)['title'])}</h2><table><tr>"
-                   + "".join(f"<th>{e(h)}</th>" for h in HEAD) + "</tr>")
-        for r in results:
-            cls = r.status.replace(" ", "-")
-            out.append(f"<tr class='{cls}'>" + "".join(f"<td>{e(c)}</td>" for c in _row_cells(r)) + "</tr>")
-        out.append("</table>")
+        out.append(f"<h2>{e(paper)}: {e(load_paper(cfg, paper)['title'])}</h2>")
+        for artifact, group in by_artifact(results):
+            out.append(f"<details open><summary><b>{e(artifact)}</b> — {e(_count_text(group))}</summary><table><tr>"
+                       + "".join(f"<th>{e(h)}</th>" for h in HEAD) + "</tr>")
+            for r in group:
+                cls = r.status.replace(" ", "-")
+                out.append(f"<tr class='{cls}'>" + "".join(f"<td>{e(c)}</td>" for c in _row_cells(r)) + "</tr>")
+            out.append("</table></details>")
         gaps = gap_comments(resolve_path(cfg["papers"][paper]))
         if gaps:
-            out.append(f"<h3>Defaults chosen where the paper is silent</h3><table><tr><th>key</th><th>value</th>"
+            out.append("<h3>Defaults chosen where the paper is silent</h3><table><tr><th>key</th><th>value</th>"
                        "<th>why</th></tr>" + "".join(f"<tr><td><code>{e(k)}</code></td><td>{e(v)}</td><td>{e(c)}</td>"
                                                     "</tr>" for k, v, c in gaps) + "</table>")
         for name, spec, png in _figures(cfg, paper):
