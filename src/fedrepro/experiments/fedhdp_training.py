@@ -49,7 +49,7 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.fl_training import training_setup
+from fedrepro.experiments.fl_training import SETUP_PROPERTIES, training_setup
 from fedrepro.experiments.params import DELTA, INT1, POSITIVE, UNIT
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
@@ -62,10 +62,7 @@ SCHEMA = {
     "required": ["partition", "model", "methods", "lams", "rounds", "local_epochs", "batch_size", "lr",
                  "sampling_rate", "clip", "privacy"],
     "properties": {
-        "partition": {"type": "string"},
-        "feature_shape": {"type": "array", "minItems": 1, "items": INT1},
-        "standardize": {"type": "boolean"},
-        "model": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+        **SETUP_PROPERTIES,
         "methods": {
             "type": "object", "minProperties": 1,
             "additionalProperties": {
@@ -97,9 +94,6 @@ SCHEMA = {
             "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}}},
         "weight_decay": NONNEG,
         "eval_every": INT1,
-        "threads": INT1,
-        "checkpoint_every": INT1,   # rounds between checkpoints of each method's training (kill-and-resume)
-        "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU, else cpu
     },
 }
 

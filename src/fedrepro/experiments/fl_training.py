@@ -57,15 +57,23 @@ SELECTION = ("final_test", "final_train_loss")
 CHECKS = ("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases")
 CURVE_SLACK = 2.0  # points of accuracy the last evaluation may sit below the run's best and still be "converged"
 
+# The parameters training_setup reads: shared by every training kind's schema.
+SETUP_PROPERTIES = {
+    "partition": {"type": "string"},
+    "feature_shape": {"type": "array", "minItems": 1, "items": INT1},
+    "standardize": {"type": "boolean"},
+    "model": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+    "threads": INT1,
+    "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
+    "checkpoint_every": INT1,   # rounds between checkpoints of each training (kill-and-resume; default 10)
+}
+
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["partition", "model", "methods", "epochs", "tau", "batch_size"],
     "properties": {
-        "partition": {"type": "string"},
-        "feature_shape": {"type": "array", "minItems": 1, "items": INT1},
-        "standardize": {"type": "boolean"},
-        "model": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+        **SETUP_PROPERTIES,
         "methods": {
             "type": "object", "minProperties": 1,
             "additionalProperties": {
@@ -93,10 +101,7 @@ SCHEMA = {
         "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "weight_decay": {"type": "number", "minimum": 0},
         "eval_every": INT1,
-        "checkpoint_every": INT1,   # rounds between checkpoints of each training (kill-and-resume; default 10)
         "select": {"enum": list(SELECTION)},
-        "threads": INT1,
-        "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
     },
 }
 

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from fedrepro.plots import plot
+from fedrepro.plots import finish_axes, plot
 
 
 def _pooled(histories: list[pd.DataFrame], keys: list[str], mc: str) -> pd.DataFrame:
@@ -48,11 +48,8 @@ def server_variance_vs_r(spec: Mapping, summary: dict, histories: list[pd.DataFr
         fixed = (rf"$\sigma_c^2 = {curves[0][0]:g}$" if vary_gamma else rf"$\gamma^2 = {curves[0][1]:g}$")
         opts = spec.get("options") or {}
         ax.set_title(f"N = {opts.get('N', '')}, " + r"$\rho_{np}$" + f" = {opts.get('rho', '')}, {fixed}", fontsize=9)
-        ax.set_xlabel("ratio r")
-        ax.set_ylabel(r"$\sigma_s^2$")
         ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        finish_axes(ax, "ratio r", r"$\sigma_s^2$", legend_size=7)
     fig.suptitle(f"{spec['artifact']}: lines closed form, circles simulation (±2 SE)", fontsize=8)
     fig.tight_layout()
     return fig
@@ -103,11 +100,8 @@ def server_variance_vs_rho(spec: Mapping, summary: dict, histories: list[pd.Data
         ax.plot(c["rho"], c["var_closed_form"], "-", color=f"C{i}", lw=1.2, label=names[m])
         _mc_markers(ax, c["rho"].to_numpy(), c["var_mc"].to_numpy(), c["se"].to_numpy(), f"C{i}",
                     every=max(1, len(c) // 25))
-    ax.set_xlabel(r"$\rho_{np}$")
-    ax.set_ylabel(r"$\sigma_s^2$")
     ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    finish_axes(ax, r"$\rho_{np}$", r"$\sigma_s^2$", legend_size=7)
     ax.set_title(f"{spec['artifact']}: lines closed form, circles simulation", fontsize=8)
     fig.tight_layout()
     return fig
