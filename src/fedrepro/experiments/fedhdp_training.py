@@ -238,12 +238,15 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     metrics.update(n_clients=m, n_opt_out=int(opt_out.sum()), clients_per_round=K, local_steps=tau,
                    iters_per_epoch=iters, n_params=n_params(factory()))
     clip_all = {"quantile": 0.5, "lr": 0.2, **p["clip"]}
+    from torch import nn
+
     metrics["setting"] = {
         "n_clients": m, "clients_per_round_pct": 100.0 * K / m, "nonprivate_pct": 100.0 * opt_out.sum() / m,
         "rounds": p["rounds"], "n_labels": n_classes, "batch_size": B, "local_epochs": p["local_epochs"],
         "lr": p["lr"], "lr_decay": p.get("lr_decay", 1.0), "clip_init": clip_all["init"], "clip_lr": clip_all["lr"],
         "target_unclipped_quantile": clip_all["quantile"], "effective_noise_multiplier": z_eff,
-        "model": layer_sizes(factory(), data.feature_shape)}
+        "model": layer_sizes(factory(), data.feature_shape),
+        "model_is_cnn": float(any(isinstance(mod, nn.Conv2d) for mod in factory().modules()))}
     for out_key, (a, b) in (p.get("differences") or {}).items():
         flat = _flat(metrics)
         if a not in flat or b not in flat:

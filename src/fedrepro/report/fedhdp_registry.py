@@ -228,7 +228,7 @@ def learning_rows(rows: list[dict]) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ everything else
 DATASET_EXP = {"nonIIDMNIST": "noniid_mnist", "FMNIST": "fmnist", "FEMNIST": "femnist"}
-SETTING_KEYS = {"N": "n_clients", "q": "clients_per_round_pct", "task": "n_labels", "model": "model",
+SETTING_KEYS = {"N": "n_clients", "q": "clients_per_round_pct", "task": "n_labels", "model": "model_is_cnn",
                 "batch": "batch_size", "epochs": "local_epochs", "lr": "lr", "decay": "lr_decay", "S0": "clip_init",
                 "eta_b": "clip_lr", "kappa": "target_unclipped_quantile", "z_eff": "effective_noise_multiplier"}
 FIGURE_CHECKS = {
@@ -347,6 +347,9 @@ def _setting_rows(r: dict, base: dict) -> list[dict]:
             note += " Stated for all four experiments; registered once, on non-IID MNIST."
     value, unit = _number(printed)
     metric = r["metric"] if value else f"{r['metric']}: printed '{printed}'"
+    if key == "setting.model_is_cnn" and printed.strip() in ("CNN", "FC NN"):   # Table 5's model column, as a flag
+        value, unit = ("1" if printed.strip() == "CNN" else "0"), ""
+        metric += " (1 = convolutional, 0 = fully connected)"
     if "merged" in printed:
         note += " Merged table cell (notes §7 #13)."
     return [_row(**dict(base, metric=metric), value=value, unit=unit, experiment=f"fedhdp.{exp}", key=key,
