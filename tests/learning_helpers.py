@@ -69,3 +69,13 @@ def write_quadrant_partition(path, n_clients: int = 6, n_train: int = 40, n_test
     part = Partition("synthetic_quadrants", {"seed": seed}, n_clients, np.repeat(np.arange(n_clients), n_train),
                      np.repeat(np.arange(n_clients), n_test))
     return fedformat.write(path, part, images(ytr), ytr, images(yte), yte)
+
+
+def run_kind(kind_name: str, params: dict, exp_id: str, partitions: dict, seed: int = 0):
+    """Validate ``params`` against the kind's schema (as the workflow does) and run the kind on ``partitions``."""
+    from fedrepro.config import validate
+    from fedrepro.experiments import RunContext, get_kind
+
+    kind = get_kind(kind_name)
+    validate(params, kind.schema, source="test", prefix=("params",))
+    return kind.fn(params, np.random.default_rng(seed), RunContext(exp_id, seed, partitions=partitions))

@@ -3,11 +3,9 @@ noise from the privacy module, the lr grid and its selection recorded, checks, a
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from fedrepro.errors import ConfigError
-from fedrepro.experiments import RunContext, get_kind
 from fedrepro.privacy.papers import adaped as adaped_privacy
 
 
@@ -30,11 +28,9 @@ def params(**over):
 
 
 def run(p, partition_dir, seed=0):
-    kind = get_kind("fl_training")
-    from fedrepro.config import validate
+    from learning_helpers import run_kind
 
-    validate(p, kind.schema, source="test", prefix=("params",))
-    return kind.fn(p, np.random.default_rng(seed), RunContext("adaped.test", seed, partitions={"p": partition_dir}))
+    return run_kind("fl_training", p, "adaped.test", {"p": partition_dir}, seed)
 
 
 def test_methods_lr_grid_and_checks(partition_dir):

@@ -10,7 +10,6 @@ import pytest
 from fedrepro.data import fedformat
 from fedrepro.data.partition import Partition
 from fedrepro.errors import ConfigError
-from fedrepro.experiments import RunContext, get_kind
 from fedrepro.experiments.fedhdp_training import client_metrics, lam_key, opt_out_mask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,11 +59,9 @@ def params(**over):
 
 
 def run(p, path, seed=0):
-    from fedrepro.config import validate
+    from learning_helpers import run_kind
 
-    kind = get_kind("fedhdp_training")
-    validate(p, kind.schema, source="test", prefix=("params",))
-    return kind.fn(p, np.random.default_rng(seed), RunContext("fedhdp.test", seed, partitions={"p": path}))
+    return run_kind("fedhdp_training", p, "fedhdp.test", {"p": path}, seed)
 
 
 FULL = {"acc_g", "acc_g_p", "acc_g_np", "acc_l_p", "acc_l_np", "d_g", "d_l",

@@ -46,6 +46,12 @@ def test_emnist_first_writers_partition_keeps_tff_order_and_split(emnist_mirror,
     assert ds.features.shape[1:] == (28, 28) and float(ds.features.max()) == 1.0   # pixels as shipped
 
 
+def _assert_grid(acc: dict, sigmas: set, alphas: set) -> None:
+    """Final accuracy for every (sigma, alpha Q) of the quick grid, each a fraction."""
+    assert set(acc) == sigmas and set(acc["s0"]) == alphas
+    assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
+
+
 def _run(exp_id, overrides, ctx_kw):
     exp = resolve_experiment(load_global(), exp_id, "quick", overrides=overrides)
     return get_kind(exp.kind).fn(exp.params, np.random.default_rng(0), RunContext(exp_id, 0, **ctx_kw))
@@ -55,9 +61,7 @@ def test_fig1c_linear_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, t
     part = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
     out = _run("ppsgd.fig1c_emnist", {"m": 1, "users_per_round": 2, "eval_every": 2},
                {"partitions": {PART: part}})
-    acc = out.metrics["final_accuracy"]
-    assert set(acc) == {"s0", "s3"} and set(acc["s0"]) == {"0", "1", "inf"}
-    assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
+    _assert_grid(out.metrics["final_accuracy"], {"s0", "s3"}, {"0", "1", "inf"})
     assert out.metrics["n_users"] == 2 and out.metrics["n_classes"] == 10
     assert out.metrics["final_epsilon"]["s0"] == math.inf and 0 < out.metrics["final_epsilon"]["s3"] < math.inf
     assert set(out.history["iteration"]) >= {0, 2}
@@ -75,9 +79,7 @@ def test_fig1b_runs_on_stackoverflow_h5(so_mirror, monkeypatch):
     out = _run("ppsgd.fig1b_stackoverflow",
                {"n_users": 2, "word_vocab_size": 3, "tag_vocab_size": 2, "max_train_per_client": 4, "m": 1,
                 "users_per_round": 1, "eval_every": 1}, {"data": files})
-    acc = out.metrics["final_accuracy"]
-    assert set(acc) == {"s0", "s1"} and set(acc["s0"]) == {"0", "1", "10", "inf"}
-    assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
+    _assert_grid(out.metrics["final_accuracy"], {"s0", "s1"}, {"0", "1", "10", "inf"})
     assert out.metrics["n_classes"] == 2
     assert "best_alpha_without_privacy" in out.checks                 # the claim is evaluated (its value is data's)
 
@@ -86,7 +88,5 @@ def test_fig1d_cnn_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, tmp_
     part = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
     out = _run("ppsgd.fig1d_emnist_cnn", {"m": 1, "users_per_round": 2, "eval_every": 2},
                {"partitions": {PART: part}})
-    acc = out.metrics["final_accuracy"]
-    assert set(acc) == {"s0", "s3"} and set(acc["s0"]) == {"0", "1", "inf"}
-    assert all(0.0 <= v <= 1.0 for s in acc.values() for v in s.values())
+    _assert_grid(out.metrics["final_accuracy"], {"s0", "s3"}, {"0", "1", "inf"})
     assert out.metrics["n_classes"] == 10 and set(out.checks) == {"beats_chance", "local_poor"}
