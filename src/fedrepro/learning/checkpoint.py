@@ -18,8 +18,6 @@ import dataclasses
 import hashlib
 import importlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -116,15 +114,9 @@ class Checkpointer:
         return r == rounds or (self.every > 0 and r % self.every == 0)
 
     def save(self, payload: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        os.close(fd)
-        try:
-            torch.save({"fingerprint": self.fingerprint, **payload}, tmp)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from fedrepro.runio import atomic_write
+
+        atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, **payload}, tmp))
 
 
 def run_checkpointer(checkpoint_dir: Path | str | None, exp_id: str, params: Any, seed: int, label: str,
