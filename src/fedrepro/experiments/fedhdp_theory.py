@@ -21,11 +21,10 @@ import pandas as pd
 from scipy.stats import norm
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import INT1, INT2, POSITIVE, UNIT
+from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE, UNIT
 from fedrepro.fedhdp import linear_regression as lr
 from fedrepro.fedhdp import point_estimation as pe
 
-NONNEG = {"type": "number", "minimum": 0}
 GRID = {"type": "object", "additionalProperties": False, "required": ["start", "stop", "num"],
         "properties": {"start": {"type": "number"}, "stop": {"type": "number"}, "num": INT2,
                        "log": {"type": "boolean"}}}

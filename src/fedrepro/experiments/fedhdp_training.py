@@ -50,11 +50,10 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.fl_training import SETUP_PROPERTIES, training_setup
-from fedrepro.experiments.params import DELTA, INT1, POSITIVE, UNIT
+from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, UNIT
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
 CHECKS = ("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg")
-NONNEG = {"type": "number", "minimum": 0}
 
 SCHEMA = {
     "type": "object",

@@ -24,12 +24,11 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import DELTA, INT1, INT2, POSITIVE, UNIT
+from fedrepro.experiments.params import DELTA, INT1, INT2, NONNEG, POSITIVE, UNIT
 from fedrepro.histograms import closed_forms as cf
 from fedrepro.histograms.generator import make_mixture, sample_users
 from fedrepro.histograms.pipeline import METHODS, REGIMES, HistData, run_pipeline
 
-NONNEG = {"type": "number", "minimum": 0}
 # algorithm parameters shared with the Table 1 kind
 ALGO_PROPERTIES = {
     "K": INT1,

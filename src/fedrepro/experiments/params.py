@@ -1,6 +1,7 @@
 """JSON-schema fragments the experiment kinds' parameter schemas share (one definition of "a positive number")."""
 
 POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+NONNEG = {"type": "number", "minimum": 0}
 UNIT = {"type": "number", "minimum": 0, "maximum": 1}
 INT1 = {"type": "integer", "minimum": 1}
 INT2 = {"type": "integer", "minimum": 2}

@@ -23,14 +23,13 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
+from fedrepro.experiments.params import DELTA, INT1, INT2, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.ppsgd import exp
 from fedrepro.ppsgd.stepsizes import parse_alpha, step_size_arrays
 from fedrepro.privacy import ACCOUNTANTS, epsilon_curve
 
 SELECT = ("min_over_steps_per_iteration", "min_over_steps_final")
 ALPHA = {"anyOf": [{"type": "number", "minimum": 0}, {"const": -1}, {"enum": ["inf", ".inf"]}]}
-NONNEG = {"type": "number", "minimum": 0}
 # the App. A grid and the DP parameters, shared by the synthetic and the real-data kinds
 GRID_PROPERTIES = {
     "steps": POSITIVE_LIST,
@@ -48,7 +47,7 @@ SCHEMA = {
                  "alphas", "sigmas", "clip", "delta", "accountants", "eps_every", "select",
                  "crossing", "z", "dtype"],
     "properties": {
-        "n_users": {"type": "integer", "minimum": 2},
+        "n_users": INT2,
         "d": INT1,
         "n_personal": {"type": "integer", "minimum": 0},
         "theta0_std": POSITIVE,
