@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedrepro.aggregate import flatten
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.fl_training import SETUP_PROPERTIES, training_setup
@@ -234,20 +235,20 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     metrics["privacy"] = {"noise_multiplier_eff": z_eff, "noise_multiplier_update": z_update,
                           "count_std": z_count, "sampling_rate": q, "rounds": p["rounds"], "delta": priv["delta"],
                           **({"epsilon": eps.epsilon} if eps else {})}
+    model = factory()   # one instance for what the settings read off the model
     metrics.update(n_clients=m, n_opt_out=int(opt_out.sum()), clients_per_round=K, local_steps=tau,
-                   iters_per_epoch=iters, n_params=n_params(factory()))
-    clip_all = {"quantile": 0.5, "lr": 0.2, **p["clip"]}
+                   iters_per_epoch=iters, n_params=n_params(model))
     from torch import nn
 
     metrics["setting"] = {
         "n_clients": m, "clients_per_round_pct": 100.0 * K / m, "nonprivate_pct": 100.0 * opt_out.sum() / m,
         "rounds": p["rounds"], "n_labels": n_classes, "batch_size": B, "local_epochs": p["local_epochs"],
-        "lr": p["lr"], "lr_decay": p.get("lr_decay", 1.0), "clip_init": clip_all["init"], "clip_lr": clip_all["lr"],
-        "target_unclipped_quantile": clip_all["quantile"], "effective_noise_multiplier": z_eff,
-        "model": layer_sizes(factory(), data.feature_shape),
-        "model_is_cnn": float(any(isinstance(mod, nn.Conv2d) for mod in factory().modules()))}
+        "lr": p["lr"], "lr_decay": p.get("lr_decay", 1.0), "clip_init": clip["init"], "clip_lr": clip["lr"],
+        "target_unclipped_quantile": clip["quantile"], "effective_noise_multiplier": z_eff,
+        "model": layer_sizes(model, data.feature_shape),
+        "model_is_cnn": float(any(isinstance(mod, nn.Conv2d) for mod in model.modules()))}
     for out_key, (a, b) in (p.get("differences") or {}).items():
-        flat = _flat(metrics)
+        flat = flatten(metrics)
         if a not in flat or b not in flat:
             raise ConfigError(f"{ctx.exp_id}: params.differences.{out_key}: {a if a not in flat else b!r} is not a "
                               "metric of this run")
@@ -300,16 +301,6 @@ def layer_sizes(model, feature_shape=(1, 28, 28)) -> dict[str, int]:
             sizes = [x, c1, p1, c2, p2, p2, p2.flatten(1), d, d, model.fc2(d)]
             return {f"layer{i}": t[0].numel() for i, t in enumerate(sizes, 1)}
     return {}
-
-
-def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _check(name: str, method: str, m: dict, n_classes: int) -> tuple[bool, str]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 from torch import Tensor
@@ -68,6 +69,15 @@ class AdaptiveClip:
     def __post_init__(self):
         if not self.init > 0 or not 0 <= self.quantile <= 1 or not self.lr >= 0 or not self.count_std >= 0:
             raise ValueError(f"need init > 0, 0 <= quantile <= 1, lr >= 0, count_std >= 0; got {self}")
+
+    @classmethod
+    def parse(cls, spec: AdaptiveClip | Mapping[str, float] | float) -> AdaptiveClip:
+        """A clip rule, a fixed clip norm (lr = 0), or a mapping of its fields (``{"init": S0, ...}``)."""
+        if isinstance(spec, cls):
+            return spec
+        if isinstance(spec, (int, float)):
+            return cls(float(spec), lr=0.0)
+        return cls(**{k: float(v) for k, v in spec.items()})
 
     @staticmethod
     def bits(norms: Tensor, clip: float) -> Tensor:

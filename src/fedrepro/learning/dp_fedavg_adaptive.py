@@ -25,7 +25,6 @@ from fedrepro.learning.adaptive_clip import AdaptiveClip
 from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, clip_per_client, gaussian_noise
 from fedrepro.learning.engine import Algorithm, Net, Params, stack
-from fedrepro.learning.fedhdp import _clip_spec
 
 
 @dataclass
@@ -45,7 +44,7 @@ class DPFedAvgAdaptive(DittoAlgorithmMixin, Algorithm):
     def __init__(self, noise_multiplier: float = 0.0, clip: AdaptiveClip | Mapping[str, float] | float = 1.0,
                  lams: Sequence[float] | None = None, weight_decay: float = 0.0):
         self.noise_multiplier = float(noise_multiplier)
-        self.clip = _clip_spec(clip)
+        self.clip = AdaptiveClip.parse(clip)
         self.ditto = Ditto(lams) if lams else None
         self.weight_decay = weight_decay
         self.state: DPFedAvgAdaptiveState | None = None

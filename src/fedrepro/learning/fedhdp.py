@@ -49,16 +49,7 @@ class FedHDPState:
     private: Tensor                  # (n_clients,) bool
     clip: float                      # S^t
     ditto: DittoState | None
-    rounds: int = 0
     skipped: int = 0                 # rounds that left the model unchanged (r = 0 and no non-private client)
-
-
-def _clip_spec(clip: AdaptiveClip | Mapping[str, float] | float) -> AdaptiveClip:
-    if isinstance(clip, AdaptiveClip):
-        return clip
-    if isinstance(clip, (int, float)):
-        return AdaptiveClip(float(clip), lr=0.0)
-    return AdaptiveClip(**{k: float(v) for k, v in clip.items()})
 
 
 class FedHDP(DittoAlgorithmMixin, Algorithm):
@@ -78,7 +69,7 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
         self.private = None if private is None else np.asarray(private, dtype=bool)
         self.r = float(r)
         self.noise_multiplier = float(noise_multiplier)
-        self.clip = _clip_spec(clip)
+        self.clip = AdaptiveClip.parse(clip)
         self.ditto = Ditto(lams) if lams else None
         self.clip_nonprivate = clip_nonprivate
         self.weight_decay = weight_decay
@@ -126,7 +117,6 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
         deltas = {k: v * scale.reshape(-1, *([1] * (v.dim() - 1))) for k, v in deltas.items()}
         n_np, n_p = int((~priv & use).sum()), int((priv & use).sum())
         denom = n_np + self.r * n_p
-        state.rounds += 1
         if denom > 0:
             w_np, w_p = n_np / denom, self.r * n_p / denom
             update = {k: torch.zeros_like(w) for k, w in state.global_params.items()}

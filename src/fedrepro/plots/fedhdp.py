@@ -12,8 +12,8 @@ import pandas as pd
 from fedrepro.plots import finish_axes, plot
 
 
-def _pooled(histories: list[pd.DataFrame], keys: list[str], mc: str) -> pd.DataFrame:
-    """Mean over seeds of the MC column and its pooled SE (each seed is an independent set of trials)."""
+def _pooled(histories: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+    """Mean over seeds of the numeric columns (the MC estimates among them) and the pooled SE (each seed is an independent set of trials)."""
     cat = pd.concat(histories, ignore_index=True)
     g = cat.groupby(keys, sort=False)
     out = g.mean(numeric_only=True)
@@ -29,7 +29,7 @@ def _mc_markers(ax, x, y, se, color, label=None, every: int = 1):
 @plot("fedhdp_server_variance_vs_r")
 def server_variance_vs_r(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) -> plt.Figure:
     """Fig. 1: sigma_s^2 vs r, one panel per `panel`, one curve per (sigma_c2, gamma2); 'analytical opt.' stars."""
-    h = _pooled(histories, ["panel", "sigma_c2", "gamma2", "r"], "var_mc")
+    h = _pooled(histories, ["panel", "sigma_c2", "gamma2", "r"])
     panels = list(dict.fromkeys(h["panel"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.2), squeeze=False)
     every = max(1, int(np.ceil(h.groupby(["panel", "sigma_c2", "gamma2"]).size().max() / 25)))
@@ -58,7 +58,7 @@ def server_variance_vs_r(spec: Mapping, summary: dict, histories: list[pd.DataFr
 @plot("fedhdp_opt_out")
 def opt_out(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) -> plt.Figure:
     """Figs. 2/3: c_k's error vs lambda, left HDP-FedAvg+Ditto, right FedHDP (r*); c_k private vs opted out."""
-    h = _pooled(histories, ["panel", "scenario", "lam"], "loss_mc")
+    h = _pooled(histories, ["panel", "scenario", "lam"])
     titles = {"hdp": "HDP-FedAvg+Ditto (r = 1)", "fedhdp": r"FedHDP ($r^*$)"}
     names = {"private": r"$c_k$ private", "opted_out": r"$c_k$ opts out"}
     opts = spec.get("options") or {}
@@ -92,7 +92,7 @@ def opt_out(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) -> plt.
 @plot("fedhdp_server_variance_vs_rho")
 def server_variance_vs_rho(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) -> plt.Figure:
     """Fig. 4: sigma_s^2 vs rho_np for the FedAvg aggregator (r = 1) and the optimal FedHDP aggregator (r*)."""
-    h = _pooled(histories, ["method", "rho"], "var_mc")
+    h = _pooled(histories, ["method", "rho"])
     names = {"fedavg": "FedAvg aggregator (r = 1)", "fedhdp": r"FedHDP aggregator ($r^*$)"}
     fig, ax = plt.subplots(figsize=(4.4, 3.2))
     for i, m in enumerate(("fedavg", "fedhdp")):
