@@ -64,6 +64,8 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
     x_test = _images(cl.x_test).to(dev)
     y_test = torch.from_numpy(cl.y_test.astype(np.int64)).to(dev)
     user_of_row = torch.from_numpy(np.repeat(np.arange(cl.n_users), np.diff(cl.test_off))).to(dev)
+    x_train = _images(cl.x_train).to(dev)                   # once: every configuration indexes the same rows
+    y_train = torch.from_numpy(cl.y_train - p["target_offset"]).to(dev)
     accs, its, rounds = [], [], 0
     for g in range(len(eta_w)):
         sampler = BatchSampler(cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"],
@@ -78,8 +80,9 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
                     acc_g.append(cnn.accuracy(state, x_test, y_test, user_of_row, p["pool_padding"]))
             if "max_rounds" in p and t >= p["max_rounds"]:
                 break
-            X = _images(cl.x_train[rows.ravel()]).reshape(*rows.shape, 28, 28).to(dev)
-            Y = torch.from_numpy(cl.y_train[rows.ravel()].reshape(*rows.shape, K) - p["target_offset"]).to(dev)
+            idx = torch.from_numpy(rows.ravel()).to(dev)
+            X = x_train[idx].reshape(*rows.shape, 28, 28)
+            Y = y_train[idx].reshape(*rows.shape, K)
             cnn.round_step(state, users, X, Y, float(eta_w[g]), float(eta_theta[g]), sigma, p["clip"], gen,
                            p["pool_padding"])
             t += 1

@@ -208,6 +208,7 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
 
     # ---- checks
     r0 = init_risk_closed_form(theta_star, lam)
+    floor = global_floor(theta_star, lam)
     per_user0 = theta_star ** 2 @ lam
     measured0 = {k: float(v[0]) for k, v in best.items()}
     worst0 = max(abs(v - r0) for v in measured0.values())
@@ -246,15 +247,13 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
     if "early_iteration" in p and math.inf in alphas and len(alphas) > 1:
         checks["global_fastest_early"] = global_fastest_early(best, alphas, p["sigmas"], min(p["early_iteration"], T))
     if 0.0 in p["sigmas"] and math.inf in alphas and any(0 < a < math.inf for a in alphas):
-        checks["global_stops_improving_without_noise"] = global_stops_improving(
-            best, alphas, global_floor(theta_star, lam))
+        checks["global_stops_improving_without_noise"] = global_stops_improving(best, alphas, floor)
 
     # ---- metrics
     metrics: dict = {
         "init_risk": {"measured": measured0[next(iter(measured0))], "closed_form": r0, "expected_given_theta0": cond,
                       "per_coord": r0 / d},
-        "global_floor": {"closed_form": global_floor(theta_star, lam),
-                         "per_coord": global_floor(theta_star, lam) / d},
+        "global_floor": {"closed_form": floor, "per_coord": floor / d},
         "crossing_iteration": {f"s{sigma_label(s)}": (float(c) if c is not None else None)
                                for s, c in crossings.items()},
         "final_excess_risk": {f"s{sigma_label(s)}": {alpha_label(a): float(best[(s, a)][-1]) for a in alphas}

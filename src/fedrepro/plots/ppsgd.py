@@ -41,10 +41,7 @@ def _curve_panels(spec: Mapping, histories: list[pd.DataFrame], col: str, ylabel
             ax.plot(x, y, label=_alpha_name(a), lw=1.3)
         if log:
             ax.set_yscale("log")
-        ax.set_xlabel("iterations")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"privacy noise σ = {s:g}", fontsize=9)
-        ax.grid(alpha=0.3)
+        finish_axes(ax, "iterations", ylabel, f"privacy noise σ = {s:g}", legend_loc=legend_loc)
         pos = [a for a in alphas if a > 0]
         if s > 0 and pos and eps_col in h0:
             x, e = _mean_curve(histories, s, pos[0], eps_col)
@@ -52,7 +49,6 @@ def _curve_panels(spec: Mapping, histories: list[pd.DataFrame], col: str, ylabel
             ax2.plot(x, e, "g--", lw=1)
             ax2.set_ylabel("ε", color="g")
             ax2.tick_params(axis="y", colors="g")
-        ax.legend(fontsize=6, loc=legend_loc)
     fig.suptitle(spec["artifact"], fontsize=9)
     fig.tight_layout()
     return fig

@@ -21,8 +21,9 @@ initialized as stax does (Glorot normal weights, N(0, 1e-6^2) biases) from a tor
 seed 42 (JAX's PRNG bits cannot be reproduced in torch); w ~ N(0, 1/32) as the code (the paper's algorithms start
 at 0); theta_i = 0.
 
-Configurations of the (step, alpha) grid are independent trainings; :func:`train_configs` runs them one after
-another on the same batch sequence, each with its own noise stream.
+Configurations of the (step, alpha) grid are independent trainings;
+:func:`fedrepro.experiments.ppsgd_cnn.train_cnn` runs them one after another on the same batch sequence, each with
+its own noise stream.
 """
 
 from __future__ import annotations

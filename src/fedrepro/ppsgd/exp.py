@@ -39,10 +39,6 @@ class State:
     def zeros(cls, n_users: int, d: int, k: int, g: int, dtype=np.float64) -> "State":
         return cls(np.zeros((d, k, g), dtype=dtype), np.zeros((n_users, d, k, g), dtype=dtype))
 
-    @property
-    def n_configs(self) -> int:
-        return self.w.shape[-1]
-
 
 def user_gradients(w: np.ndarray, theta_s: np.ndarray, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """(L, d, K, G) average squared-loss gradients g_i = (1/m) X_i^T (X_i (w + theta_i) - Y_i) of the L users whose

@@ -32,10 +32,6 @@ class BatchSampler:
         self.total = self.nb * epochs
         self.ptr = np.zeros(len(counts), dtype=np.int64)
 
-    @property
-    def n_rounds_upper(self) -> int:
-        return int(np.ceil(self.total.sum() / max(self.Q, 1)))
-
     def __iter__(self):
         return self
 
