@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_limits
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import DELTA, INT1, INT2, NONNEG, POSITIVE, UNIT
 from fedrepro.histograms import closed_forms as cf
+from fedrepro.histograms.finetune import bayes_lambda
 from fedrepro.histograms.generator import make_mixture, sample_users
 from fedrepro.histograms.pipeline import METHODS, REGIMES, HistData, run_pipeline
 
@@ -72,7 +73,7 @@ def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
     lam_local = mix.d * beta / (m + mix.d * beta)
     uniform = np.full(mix.d, 1.0 / mix.d)
     return {
-        "bayes": cf.mixture_risk(mix.centers, mix.weights, mix.alpha, m, None, mix.alpha / (mix.alpha + m)),
+        "bayes": cf.mixture_risk(mix.centers, mix.weights, mix.alpha, m, None, bayes_lambda(mix.alpha, m)),
         "oracle_ft": cf.mixture_risk(mix.centers, mix.weights, mix.alpha, m, None, lam),
         "oracle_cluster": cf.mixture_risk(mix.centers, mix.weights, mix.alpha, m, None, 1.0),
         "fedavg": cf.mixture_risk(mix.centers, mix.weights, mix.alpha, m, qbar, 1.0),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-CHUNK = 8192
+from fedrepro.histograms.kl import CHUNK
 
 
 def second_moment(S: np.ndarray, floor: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,8 @@ from typing import Callable
 import numpy as np
 
 from fedrepro.histograms.lloyd import Assigner, LloydResult
-from fedrepro.histograms.private_centering import CHUNK, cluster_sums
+from fedrepro.histograms.kl import CHUNK
+from fedrepro.histograms.private_centering import cluster_sums, scatter_sum
 from fedrepro.privacy.papers.histograms import gaussian_sigma
 
 
@@ -41,9 +42,7 @@ def _clipped_gradient_sums(S: np.ndarray, P: np.ndarray, labels: np.ndarray, K: 
         g = P[lab] - np.asarray(S[lo:lo + CHUNK], dtype=np.float64)
         norm = np.linalg.norm(g, axis=1, keepdims=True)
         g *= np.minimum(1.0, clip / np.maximum(norm, 1e-300))
-        onehot = np.zeros((len(lab), K))
-        onehot[np.arange(len(lab)), lab] = 1.0
-        out += onehot.T @ g
+        out += scatter_sum(g, lab, K)
     return out
 
 

@@ -21,19 +21,22 @@ import math
 
 import numpy as np
 
+from fedrepro.histograms.kl import CHUNK
 from fedrepro.privacy.papers.histograms import gaussian_sigma
 
-CHUNK = 8192
+
+def scatter_sum(rows: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
+    """(K, d) sum of ``rows`` (n, d) per label, as one one-hot product."""
+    onehot = np.zeros((len(labels), K))
+    onehot[np.arange(len(labels)), labels] = 1.0
+    return onehot.T @ rows
 
 
 def cluster_sums(S: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
     """(K, d) sum of the rows of S in each cluster (float64), as one-hot products over user blocks."""
     out = np.zeros((K, S.shape[1]))
     for lo in range(0, S.shape[0], CHUNK):
-        lab = labels[lo:lo + CHUNK]
-        onehot = np.zeros((len(lab), K))
-        onehot[np.arange(len(lab)), lab] = 1.0
-        out += onehot.T @ np.asarray(S[lo:lo + CHUNK], dtype=np.float64)
+        out += scatter_sum(np.asarray(S[lo:lo + CHUNK], dtype=np.float64), labels[lo:lo + CHUNK], K)
     return out
 
 
@@ -62,9 +65,7 @@ def private_centering(S: np.ndarray, labels: np.ndarray, K: int, epsilon: float,
         r = (np.asarray(S[lo:lo + CHUNK], dtype=np.float64) - b1[lab]) / root[lab]
         if bound is not None:
             np.clip(r, -bound, bound, out=r)
-        onehot = np.zeros((len(lab), K))
-        onehot[np.arange(len(lab)), lab] = 1.0
-        b2 += onehot.T @ r
+        b2 += scatter_sum(r, lab, K)
     if noise:
         b2 += clip * sigma * rng.standard_normal((K, d))
     P = b1 + root * b2 / a[:, None]
