@@ -198,7 +198,7 @@ def test_plot_is_written_and_reproducible(small, tmp_path):
 
 
 def test_modules_are_import_light():
-    code = ("import sys, fedrepro.data.fedformat, fedrepro.data.plots, fedrepro.data.partition as P; P._load(); "
+    code = ("import sys, fedrepro.data.fedformat, fedrepro.data.plots, fedrepro.data.partition as P; [P.get_partitioner(s) for s in P.partitioners()]; "
             "bad = [m for m in ('matplotlib', 'pyarrow', 'pandas') if m in sys.modules]; "
             "assert not bad, bad; "
             "from fedrepro.data.catalog import all_datasets; all_datasets()")  # the catalog imports them all

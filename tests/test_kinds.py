@@ -6,14 +6,12 @@ import sys
 import pytest
 
 from fedrepro.errors import ConfigError
-from fedrepro.experiments import _kind_index, all_kinds, get_kind
+from fedrepro.experiments import all_kinds, get_kind, kind_modules
 
 
-def test_index_matches_what_modules_register():
-    index = _kind_index()
+def test_declarations_match_what_modules_register():
     kinds = all_kinds()
-    assert set(index) == set(kinds)
-    assert all(kinds[name].module == module for name, module in index.items())
+    assert {n: k.module for n, k in kinds.items()} == kind_modules()
 
 
 def test_lookup_does_not_import_other_experiments_dependencies():

@@ -2,17 +2,17 @@
 
 An experiment *kind* is a function ``fn(params, rng, ctx) -> RunOutput`` plus the JSON schema of its parameters.
 Each paper's experiment file (config/<paper>.yaml) names a kind per experiment; the same kind can serve several
-experiments (Fig. 1a, 3a and 3b are one kind with different (m, n)). Modules in this package register their kinds
-with :func:`experiment_kind` and are imported on first lookup.
+experiments (Fig. 1a, 3a and 3b are one kind with different (m, n)). A module registers its kinds with
+:func:`experiment_kind`; which module defines which kind is declared, not discovered: :data:`SHARED_KINDS` for the
+paper-free kinds of this package, and each paper's ``KINDS`` (fedrepro.papers). A lookup imports only the module
+that defines the kind asked for.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
-import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -72,14 +72,13 @@ class Kind:
 
 
 _KINDS: dict[str, Kind] = {}
-_loaded = False
 
 
 def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate"):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
     deterministic: the function never draws from ``rng`` (closed forms, accountants), so the workflow runs it once
-    (the first seed of the scale) instead of once per seed; tests/test_kinds.py checks the claim.
+    (the first seed of the scale) instead of once per seed; tests/experiments/test_kinds.py checks the claim.
     stage: "privacy" for accounting experiments, whose results the privacy stage also collects into
     results/privacy/<paper>/ (workflow/rules/privacy.smk); "estimate" for everything else.
     """
@@ -94,45 +93,55 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
     return deco
 
 
-_DECL = re.compile(r"""@experiment_kind\(\s*["']([A-Za-z0-9_]+)["']""")
+# Paper-free kinds: epsilon curves of any mechanism (used by several papers' accounting experiments).
+SHARED_KINDS = {
+    "privacy_curve": "fedrepro.experiments.privacy_curves",
+    "privacy_grid": "fedrepro.experiments.privacy_curves",
+    # the papers' kinds, until each paper moves to fedrepro.papers.<paper>
+    "gaussian_dp_estimation": "fedrepro.experiments.adaped_gaussian",
+    "gaussian_remark1": "fedrepro.experiments.adaped_gaussian",
+    "bernoulli_synthetic": "fedrepro.experiments.adaped_bernoulli",
+    "political_bernoulli": "fedrepro.experiments.adaped_political",
+    "personalized_linreg": "fedrepro.experiments.adaped_linreg",
+    "adamix_linreg": "fedrepro.experiments.adaped_adamix",
+    "fl_training": "fedrepro.experiments.fl_training",
+    "adaped_thm5": "fedrepro.experiments.privacy_papers",
+    "adaped_ldp": "fedrepro.experiments.privacy_papers",
+    "fedhdp_server_variance": "fedrepro.experiments.fedhdp_theory",
+    "fedhdp_opt_out": "fedrepro.experiments.fedhdp_theory",
+    "fedhdp_server_variance_vs_rho": "fedrepro.experiments.fedhdp_theory",
+    "fedhdp_table2": "fedrepro.experiments.fedhdp_theory",
+    "fedhdp_training": "fedrepro.experiments.fedhdp_training",
+    "histograms_synthetic": "fedrepro.experiments.histograms_synthetic",
+    "histograms_table1": "fedrepro.experiments.histograms_table1",
+    "histograms_thm31": "fedrepro.experiments.privacy_papers",
+    "ppsgd_synthetic": "fedrepro.experiments.ppsgd_synthetic",
+    "ppsgd_linear": "fedrepro.experiments.ppsgd_linear",
+    "ppsgd_cnn": "fedrepro.experiments.ppsgd_cnn",
+    "ppsgd_theorems": "fedrepro.experiments.privacy_papers",
+}
 
 
-def _kind_index() -> dict[str, str]:
-    """kind name -> module name, read from the modules' source without importing them.
+def kind_modules() -> dict[str, str]:
+    """kind name -> the module that registers it: the shared kinds and every paper's declared ``KINDS``."""
+    from fedrepro.papers import declared
 
-    A run imports only the module that defines its kind, so one experiment's heavy dependencies (scikit-learn,
-    torch) never slow down another's start-up.
-    """
-    index = {}
-    for mod in pkgutil.iter_modules(__path__):
-        src = Path(__path__[0], f"{mod.name}.py")
-        if src.is_file():
-            for name in _DECL.findall(src.read_text(encoding="utf-8")):
-                index[name] = f"{__name__}.{mod.name}"
-    return index
-
-
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    for mod in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{mod.name}")
-    _loaded = True
+    return SHARED_KINDS | declared("KINDS")
 
 
 def get_kind(name: str, source: str = "kind") -> Kind:
     if name not in _KINDS:
-        module = _kind_index().get(name)
-        if module is not None:
-            importlib.import_module(module)
+        module = kind_modules().get(name)
+        if module is None:
+            raise ConfigError(f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(kind_modules()))})")
+        importlib.import_module(module)
     if name not in _KINDS:
-        _load_all()
-    if name not in _KINDS:
-        raise ConfigError(f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(_KINDS))})")
+        raise RuntimeError(f"experiment kind {name!r} is declared in {kind_modules()[name]} but not registered there")
     return _KINDS[name]
 
 
 def all_kinds() -> dict[str, Kind]:
-    _load_all()
+    """Every declared kind (imports every kind module)."""
+    for name in kind_modules():
+        get_kind(name)
     return dict(_KINDS)

@@ -134,19 +134,16 @@ def opt_out_mask(ds, fraction: float, seed: int) -> tuple[np.ndarray, str]:
 
 
 def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, clip: dict, wd: float):
-    """The engine algorithm of one method spec."""
-    from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
-    from fedrepro.learning.fedhdp import FedHDP
-    from fedrepro.learning.hdp_fedavg import HDPFedAvg
+    """The engine algorithm of one method spec (classes from the one algorithm registry, by Algorithm.name)."""
+    from fedrepro.learning.algorithms import build_algorithm
 
-    alg = spec["algorithm"]
-    if alg == "nonprivate":
-        return FedHDP(private=np.zeros_like(private), r=1.0, clip=clip, lams=lams, weight_decay=wd)
+    alg, common = spec["algorithm"], dict(clip=clip, lams=lams, weight_decay=wd)
+    if alg == "nonprivate":  # FedAvg + Ditto: FedHDP with every client non-private
+        return build_algorithm("fedhdp", private=np.zeros_like(private), r=1.0, **common)
     if alg == "dp_fedavg":
-        return DPFedAvgAdaptive(noise_multiplier=z_update, clip=clip, lams=lams, weight_decay=wd)
-    kw = dict(private=private, noise_multiplier=z_update, clip=clip, lams=lams, weight_decay=wd,
-              clip_nonprivate=spec.get("clip_nonprivate", False))
-    return HDPFedAvg(**kw) if alg == "hdp_fedavg" else FedHDP(r=spec["r"], **kw)
+        return build_algorithm("dp_fedavg_adaptive", noise_multiplier=z_update, **common)
+    kw = dict(private=private, noise_multiplier=z_update, clip_nonprivate=spec.get("clip_nonprivate", False), **common)
+    return build_algorithm("hdp_fedavg", **kw) if alg == "hdp_fedavg" else build_algorithm("fedhdp", r=spec["r"], **kw)
 
 
 def client_metrics(acc_g: np.ndarray, acc_l: list[np.ndarray], counts: np.ndarray, private: np.ndarray,

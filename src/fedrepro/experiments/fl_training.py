@@ -26,7 +26,6 @@ minimum is strictly inside the run and psi ends above it, Sec. 4 Results on DP-A
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
@@ -38,21 +37,12 @@ from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.fl_privacy import NOISE_FROM, TERMS, plan_noise
 from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
 from fedrepro.experiments.privacy_papers import eps_key
+from fedrepro.learning import algorithms
 from fedrepro.progress import RoundProgress
 
-# algorithm name -> (module, class); one algorithm per module of fedrepro.learning
-ALGORITHMS = {
-    "local": ("local", "Local"),
-    "fedavg": ("fedavg", "FedAvg"),
-    "fedavg_ft": ("fedavg", "FedAvgFT"),
-    "dp_fedavg_server": ("dp_fedavg", "DPFedAvgServer"),
-    "adaped": ("adaped", "AdaPeD"),
-    "adaped_unsampled": ("adaped_unsampled", "AdaPeDUnsampled"),
-    "pfedme": ("pfedme", "PFedMe"),
-    "perfedavg": ("perfedavg", "PerFedAvg"),
-    "quped": ("quped", "QuPeD"),
-    "fml": ("fml", "FML"),
-}
+# The algorithms (fedrepro.learning.algorithms, by Algorithm.name) this kind trains: the methods of AdaPeD's tables.
+ALGORITHMS = ("local", "fedavg", "fedavg_ft", "dp_fedavg_server", "adaped", "adaped_unsampled", "pfedme", "perfedavg",
+              "quped", "fml")
 SELECTION = ("final_test", "final_train_loss")
 CHECKS = ("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases")
 CURVE_SLACK = 2.0  # points of accuracy the last evaluation may sit below the run's best and still be "converged"
@@ -107,10 +97,8 @@ SCHEMA = {
 
 
 def build_algorithm(algorithm: str, options: dict, weight_decay: float):
-    module, cls = ALGORITHMS[algorithm]
-    factory = getattr(importlib.import_module(f"fedrepro.learning.{module}"), cls)
     try:
-        return factory(weight_decay=weight_decay, **options)
+        return algorithms.get_algorithm(algorithm)(weight_decay=weight_decay, **options)
     except TypeError as exc:
         raise ConfigError(f"methods.*.options for {algorithm}: {exc}") from None
 

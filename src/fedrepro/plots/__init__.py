@@ -1,13 +1,15 @@
-"""Figures: one plot function per figure style, registered by name and chosen in config/<paper>.yaml.
+"""Figures: the house style of a panel, and one plot function per figure style, chosen by name in
+config/<paper>.yaml.
 
 A plot function gets the figure spec, the experiment summary and the per-seed histories, and returns a
-matplotlib Figure. :func:`render_figure` saves it as PDF (+ PNG) with fixed metadata so reruns are identical.
+matplotlib Figure. Each paper declares its styles in its ``PLOTS`` (fedrepro.papers); :func:`get_plot` imports
+only the module of the style asked for. :func:`render_figure` saves it as PDF (+ PNG) with fixed metadata so
+reruns are identical.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -47,11 +49,31 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
     return ax.figure
 
 
+# the papers' plot styles, until each paper moves to fedrepro.papers.<paper>
+_UNMOVED = {
+    "dp_estimation_mse": "fedrepro.plots.adaped",
+    "accuracy_vs_epoch": "fedrepro.plots.learning",
+    "psi_trajectory": "fedrepro.plots.learning",
+    "accuracy_vs_epsilon": "fedrepro.plots.learning",
+    "fedhdp_server_variance_vs_r": "fedrepro.plots.fedhdp",
+    "fedhdp_opt_out": "fedrepro.plots.fedhdp",
+    "fedhdp_server_variance_vs_rho": "fedrepro.plots.fedhdp",
+    "histograms_kl_vs_iteration": "fedrepro.plots.histograms",
+    "ppsgd_excess_risk": "fedrepro.plots.ppsgd",
+    "ppsgd_accuracy": "fedrepro.plots.ppsgd",
+    "ppsgd_pareto": "fedrepro.plots.ppsgd",
+}
+
+
 def get_plot(name: str) -> PlotFn:
-    for mod in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{mod.name}")
+    from fedrepro.papers import declared
+
+    modules = _UNMOVED | declared("PLOTS")
+    if name not in modules:
+        raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(modules))})")
+    importlib.import_module(modules[name])
     if name not in _PLOTS:
-        raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(_PLOTS))})")
+        raise RuntimeError(f"plot {name!r} is declared in {modules[name]} but not registered there")
     return _PLOTS[name]
 
 
