@@ -16,7 +16,7 @@ def test_declarations_match_what_modules_register():
 
 def test_lookup_does_not_import_other_experiments_dependencies():
     code = ("import sys; from fedrepro.experiments import get_kind; get_kind('gaussian_remark1'); "
-            "print('sklearn' in sys.modules, 'fedrepro.experiments.adaped_adamix' in sys.modules)")
+            "print('sklearn' in sys.modules, 'fedrepro.papers.adaped.experiments.adamix' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 

@@ -12,7 +12,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import dp, engine
-from fedrepro.learning.adaped import AdaPeD, psi_grad
+from fedrepro.papers.adaped.adaped import AdaPeD, psi_grad
 from fedrepro.learning.fedavg import FedAvg, FedAvgFT
 from fedrepro.learning.local import Local
 from fedrepro.privacy import calibrate_noise_multiplier

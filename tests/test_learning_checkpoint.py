@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedrepro.experiments.fl_training import ALGORITHMS, build_algorithm
+from fedrepro.papers.adaped.experiments.fl_training import ALGORITHMS, build_algorithm
 from fedrepro.learning import engine
 from fedrepro.learning.checkpoint import Checkpointer, fingerprint, pack, restore
 

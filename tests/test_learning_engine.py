@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from fedrepro.data import fedformat
 from fedrepro.data.partition import Partition
 from fedrepro.learning import engine
-from fedrepro.learning.adaped import AdaPeD
+from fedrepro.papers.adaped.adaped import AdaPeD
 from fedrepro.learning.data import ClientData, from_arrays
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.local import Local

@@ -6,7 +6,8 @@ import pytest
 
 from fedrepro.errors import PrivacyError
 from fedrepro.privacy import compute_epsilon
-from fedrepro.privacy.papers import adaped, fedhdp, histograms, ppsgd
+from fedrepro.papers.adaped import privacy as adaped
+from fedrepro.privacy.papers import fedhdp, histograms, ppsgd
 
 # --- FedHDP (Aldaghri et al., Table 7 / Sec. 5.1): q, effective noise multiplier, T = 500, delta = 1e-4 ----------
 FEDHDP = [(0.05, 1.5, 3.6), (0.03, 4.0, 0.6), (0.03, 1.0, 4.1)]
@@ -160,7 +161,7 @@ def test_ppsgd_experiment_curve_is_opacus_stepped_per_round():
 
 
 def test_adaped_library_noise_ratio_round_trips_and_is_below_thm5():
-    from fedrepro.privacy.papers import adaped as ad
+    from fedrepro.papers.adaped import privacy as ad
 
     for target in (3.35, 13.16):
         z_lib, cal = ad.library_noise_ratio(target, 50, 50, 300, 1e-5)

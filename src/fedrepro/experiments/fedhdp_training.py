@@ -50,8 +50,8 @@ import pandas as pd
 from fedrepro.aggregate import flatten
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.fl_training import SETUP_PROPERTIES, training_setup
 from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, UNIT
+from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
 CHECKS = ("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg")

@@ -51,10 +51,6 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
 
 # the papers' plot styles, until each paper moves to fedrepro.papers.<paper>
 _UNMOVED = {
-    "dp_estimation_mse": "fedrepro.plots.adaped",
-    "accuracy_vs_epoch": "fedrepro.plots.learning",
-    "psi_trajectory": "fedrepro.plots.learning",
-    "accuracy_vs_epsilon": "fedrepro.plots.learning",
     "fedhdp_server_variance_vs_r": "fedrepro.plots.fedhdp",
     "fedhdp_opt_out": "fedrepro.plots.fedhdp",
     "fedhdp_server_variance_vs_rho": "fedrepro.plots.fedhdp",

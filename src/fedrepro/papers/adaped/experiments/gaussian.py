@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from fedrepro.estimation import gaussian as g
+from fedrepro.papers.adaped import gaussian as g
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT2, POSITIVE
 

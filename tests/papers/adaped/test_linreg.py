@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrepro.estimation import linreg as lr
+from fedrepro.papers.adaped import linreg as lr
 from fedrepro.experiments import RunContext
-from fedrepro.experiments.adaped_linreg import _mc_check, personalized_linreg
+from fedrepro.papers.adaped.experiments.linreg import _mc_check, personalized_linreg
 
 
 def _data(m, n, d, seed, st2=0.3, sx2=0.7, mu_std=0.5, x_var=1.3):

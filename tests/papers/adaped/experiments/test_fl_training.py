@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fedrepro.errors import ConfigError
-from fedrepro.privacy.papers import adaped as adaped_privacy
+from fedrepro.papers.adaped import privacy as adaped_privacy
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_schema_rejects_unknown_algorithm_and_check(partition_dir):
 
 
 def test_psi_and_curve_checks_can_fail():
-    from fedrepro.experiments.fl_training import _check
+    from fedrepro.papers.adaped.experiments.fl_training import _check
 
     def hist(psi, acc):
         return [{"psi": p, "test_acc": a} for p, a in zip(psi, acc)]

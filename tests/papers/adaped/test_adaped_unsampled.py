@@ -9,8 +9,8 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
-from fedrepro.learning.adaped import AdaPeD
-from fedrepro.learning.adaped_unsampled import AdaPeDUnsampled
+from fedrepro.papers.adaped.adaped import AdaPeD
+from fedrepro.papers.adaped.adaped_unsampled import AdaPeDUnsampled
 
 from learning_helpers import C, D, mlp
 

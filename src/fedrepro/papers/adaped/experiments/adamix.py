@@ -4,7 +4,7 @@ Sec. 4 "AdaMix": m clients, theta_i ~ 1/2 N(mu, s I_d) + 1/2 N(-mu, s I_d), X_ij
 Y_ij = <X_ij, theta_i> + w_ij; MSE = mean over clients of ||theta_hat_i - theta_i||^2 (summed over coordinates,
 notes §7.21). One run draws the m models once and, for each n in ``n_values``, fresh data, the local estimator
 (min-norm least squares) and AdaMix. The algorithm and every GAP default are documented in
-:mod:`fedrepro.learning.adamix` and config/adaped.yaml.
+:mod:`fedrepro.papers.adaped.adamix` and config/adaped.yaml.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, POSITIVE
-from fedrepro.learning import adamix as am
+from fedrepro.papers.adaped import adamix as am
 
 
 SCHEMA = {

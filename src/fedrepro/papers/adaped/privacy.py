@@ -26,7 +26,7 @@ With K = m the printed RDP is 12x the plain Gaussian RDP alpha Delta^2 / (2 s^2)
 (notes section 3): the printed epsilon is larger (looser) than the library's for the same noise.
 
 The estimation part's single-shot Gaussian LDP mechanism (Thm 2.2, sigma_q^2 = 8 b^2 log(2/delta) / eps0^2 on inputs
-projected to [-b, b], L2 sensitivity 2b; no composition) is fedrepro.estimation.gaussian.ldp_noise_std;
+projected to [-b, b], L2 sensitivity 2b; no composition) is fedrepro.papers.adaped.gaussian.ldp_noise_std;
 ldp_library_epsilon() gives the epsilon a library accountant certifies for that same noise.
 """
 

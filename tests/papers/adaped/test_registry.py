@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from fedrepro.config import REPO_ROOT
+
+REPO = REPO_ROOT
 REGISTRY = REPO / "config" / "targets" / "adaped.csv"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = REPO_ROOT.parent / "shared"
 PAPERS = SHARED / "papers"
 NOTES = SHARED / "notes" / "adaped.md"
 PAPER_MD = "adaped_ozkara2023.md"

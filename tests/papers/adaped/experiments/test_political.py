@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedrepro.config import validate_global
+from fedrepro.config import REPO_ROOT, validate_global
 from fedrepro.data import catalog
 from fedrepro.data.election import COLUMNS, republican_wins
 from fedrepro.data.sources import dataset_files, fetch
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, get_kind
 
-FIXTURE = Path(__file__).parent / "fixtures" / "countypres_2000-2020_sample.csv"
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "countypres_2000-2020_sample.csv"
 DS = "election_county_returns"
 FILE = "countypres_2000-2020.csv"
 YEARS = [2000, 2004, 2008, 2012, 2016, 2020]

@@ -1,4 +1,4 @@
-"""Bernoulli personalized estimators (fedrepro.estimation.bernoulli) and the App. K experiment kind."""
+"""Bernoulli personalized estimators (fedrepro.papers.adaped.bernoulli) and the App. K experiment kind."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from fedrepro.estimation import bernoulli as b
+from fedrepro.papers.adaped import bernoulli as b
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.experiments.adaped_bernoulli import prior_moments, sample_prior
+from fedrepro.papers.adaped.experiments.bernoulli import prior_moments, sample_prior
 
 EPS0 = st.floats(min_value=0.01, max_value=10.0)
 UNIT = st.floats(min_value=0.0, max_value=1.0)
@@ -237,7 +237,7 @@ def test_kind_is_deterministic_for_a_seed():
 
 
 def test_checks_fail_when_the_closed_form_is_wrong(monkeypatch):
-    import fedrepro.experiments.adaped_bernoulli as mod
+    import fedrepro.papers.adaped.experiments.bernoulli as mod
 
     orig = mod.prior_moments
     # pretend the normal prior's variance were 3x its true value: the Monte Carlo must disagree with it

@@ -26,7 +26,6 @@ minimum is strictly inside the run and psi ends above it, Sec. 4 Results on DP-A
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -34,10 +33,11 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.fl_privacy import NOISE_FROM, TERMS, plan_noise
+from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
 from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
-from fedrepro.experiments.privacy_papers import eps_key
 from fedrepro.learning import algorithms
+from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
+from fedrepro.experiments.keys import eps_key
 from fedrepro.progress import RoundProgress
 
 # The algorithms (fedrepro.learning.algorithms, by Algorithm.name) this kind trains: the methods of AdaPeD's tables.
@@ -46,17 +46,6 @@ ALGORITHMS = ("local", "fedavg", "fedavg_ft", "dp_fedavg_server", "adaped", "ada
 SELECTION = ("final_test", "final_train_loss")
 CHECKS = ("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases")
 CURVE_SLACK = 2.0  # points of accuracy the last evaluation may sit below the run's best and still be "converged"
-
-# The parameters training_setup reads: shared by every training kind's schema.
-SETUP_PROPERTIES = {
-    "partition": {"type": "string"},
-    "feature_shape": {"type": "array", "minItems": 1, "items": INT1},
-    "standardize": {"type": "boolean"},
-    "model": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
-    "threads": INT1,
-    "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
-    "checkpoint_every": INT1,   # rounds between checkpoints of each training (kill-and-resume; default 10)
-}
 
 SCHEMA = {
     "type": "object",
@@ -170,28 +159,6 @@ def _k(key: str | None) -> str:
 
 def _fmt(values: dict) -> str:
     return ", ".join(f"{_k(k)}{v:.1f}" for k, v in values.items())
-
-
-def training_setup(p: dict, ctx: RunContext):
-    """What every training kind starts from: torch threads (params.threads or FEDREPRO_THREADS, default 1), the
-    partition, its ClientData on params.device (auto: a GPU when torch sees one; feature_shape, e.g. LEAF's flat 784
-    features -> [1, 28, 28]; standardize: pooled train mean/std), and the model factory with its keyword arguments
-    (n_classes defaults to the partition's). Returns (ds, data, factory, model_kw)."""
-    import torch
-
-    from fedrepro.data import fedformat
-    from fedrepro.learning.data import ClientData
-    from fedrepro.learning.engine import resolve_device
-    from fedrepro.learning.models import build_model
-
-    torch.set_num_threads(p.get("threads", int(os.environ.get("FEDREPRO_THREADS", "1"))))
-    ds = fedformat.load(ctx.partitions[p["partition"]])
-    device = resolve_device(p.get("device", "auto"))
-    print(f"[fedrepro] training on {device}", flush=True)
-    data = ClientData(ds, device, feature_shape=p.get("feature_shape"), standardize=p.get("standardize", False))
-    model_kw: dict[str, Any] = {k: v for k, v in p["model"].items() if k != "name"}
-    model_kw.setdefault("n_classes", ds.n_classes)
-    return ds, data, (lambda: build_model(p["model"]["name"], **model_kw)), model_kw
 
 
 # ------------------------------------------------------------------------------------------------------ kind

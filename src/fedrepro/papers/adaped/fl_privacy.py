@@ -5,10 +5,10 @@ AdaPeD's Table 2 and Fig. 1b print epsilons, never the noise (notes adaped.md se
 the privacy module, never from a formula here:
 
 - ``noise_from: thm5`` (default, the paper's own accountant): Thm 5 + Lemma 1 solved for z
-  (:func:`fedrepro.privacy.papers.adaped.thm5_noise_ratio`); DP-AdaPeD releases mu and psi (both terms), DP-FedAvg
+  (:func:`fedrepro.papers.adaped.privacy.thm5_noise_ratio`); DP-AdaPeD releases mu and psi (both terms), DP-FedAvg
   the model only (the C1 term, notes section 2.12).
 - ``noise_from: rdp | pld``: dp-accounting's accountant calibrated for the same per-round Gaussian release
-  (:func:`fedrepro.privacy.papers.adaped.library_noise_ratio`).
+  (:func:`fedrepro.papers.adaped.privacy.library_noise_ratio`).
 - DP-FedAvg with server-side noise (``dp_fedavg_server``, McMahan et al. 2018) is a plain subsampled Gaussian
   mechanism per round (sum of clipped updates, noise multiplier z, rate K/m): z always comes from dp-accounting
   (:func:`fedrepro.privacy.calibrate_noise_multiplier`, ``noise_from`` when it names a library accountant, else
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedrepro.privacy.papers import adaped as adaped_privacy
+from fedrepro.papers.adaped import privacy as adaped_privacy
 
 NOISE_FROM = ("thm5", "rdp", "pld")
 # The algorithms whose privacy these accountants describe, and how many released quantities (Thm 5 terms) each has.

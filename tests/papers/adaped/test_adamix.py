@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import multivariate_normal
 
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.learning import adamix as am
+from fedrepro.papers.adaped import adamix as am
 from fedrepro.seeding import rng_for
 
 

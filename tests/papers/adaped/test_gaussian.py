@@ -5,7 +5,7 @@ import math
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from fedrepro.estimation import gaussian as g
+from fedrepro.papers.adaped import gaussian as g
 
 
 def _mc(m, n, d, s_t, s_x, reps, rng, sigma_q=0.0, a=None):

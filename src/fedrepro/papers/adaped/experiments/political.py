@@ -16,7 +16,7 @@ import pandas as pd
 
 from fedrepro.data.election import republican_wins
 from fedrepro.errors import DataError
-from fedrepro.estimation import bernoulli as b
+from fedrepro.papers.adaped import bernoulli as b
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 
 DATASET = "election_county_returns"

@@ -27,7 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from fedrepro.estimation import linreg as lr
+from fedrepro.papers.adaped import linreg as lr
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import POSITIVE
 

@@ -1,7 +1,7 @@
 """AdaPeD with unsampled client iterations, Algorithm 7 (Ozkara et al., ICLR 2023, App. H.2; notes section 2.10),
 used with DP for Fig. 1b.
 
-Identical to :class:`fedrepro.learning.adaped.AdaPeD` (Alg. 2, and DP-AdaPeD with ``dp_mu``/``dp_psi``) for the K
+Identical to :class:`fedrepro.papers.adaped.adaped.AdaPeD` (Alg. 2, and DP-AdaPeD with ``dp_mu``/``dp_psi``) for the K
 sampled clients. In addition, at every iteration each client *not* sampled in the current period updates its
 personalized model only (lines 8-10):
 
@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.func import grad
 from torch.nn import functional as F
 
-from fedrepro.learning.adaped import AdaPeD, AdaPeDState
+from fedrepro.papers.adaped.adaped import AdaPeD, AdaPeDState
 from fedrepro.learning.engine import Net, Params, put, sgd, take
 from fedrepro.learning.losses import kd_loss
 
