@@ -61,8 +61,8 @@ def _fedhdp_algorithms():
     import numpy as np
 
     from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
-    from fedrepro.learning.fedhdp import FedHDP
-    from fedrepro.learning.hdp_fedavg import HDPFedAvg
+    from fedrepro.papers.fedhdp.fedhdp import FedHDP
+    from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg
 
     private = np.array([True, False, True, True, False])
     clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 0.3}

@@ -98,11 +98,6 @@ SHARED_KINDS = {
     "privacy_curve": "fedrepro.experiments.privacy_curves",
     "privacy_grid": "fedrepro.experiments.privacy_curves",
     # the papers' kinds, until each paper moves to fedrepro.papers.<paper>
-    "fedhdp_server_variance": "fedrepro.experiments.fedhdp_theory",
-    "fedhdp_opt_out": "fedrepro.experiments.fedhdp_theory",
-    "fedhdp_server_variance_vs_rho": "fedrepro.experiments.fedhdp_theory",
-    "fedhdp_table2": "fedrepro.experiments.fedhdp_theory",
-    "fedhdp_training": "fedrepro.experiments.fedhdp_training",
     "histograms_synthetic": "fedrepro.experiments.histograms_synthetic",
     "histograms_table1": "fedrepro.experiments.histograms_table1",
     "histograms_thm31": "fedrepro.experiments.privacy_papers",

@@ -23,8 +23,6 @@ SHARED = {
     "perfedavg": "fedrepro.learning.perfedavg",
     "quped": "fedrepro.learning.quped",
     "fml": "fedrepro.learning.fml",
-    "fedhdp": "fedrepro.learning.fedhdp",
-    "hdp_fedavg": "fedrepro.learning.hdp_fedavg",
 }
 
 

@@ -51,9 +51,6 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
 
 # the papers' plot styles, until each paper moves to fedrepro.papers.<paper>
 _UNMOVED = {
-    "fedhdp_server_variance_vs_r": "fedrepro.plots.fedhdp",
-    "fedhdp_opt_out": "fedrepro.plots.fedhdp",
-    "fedhdp_server_variance_vs_rho": "fedrepro.plots.fedhdp",
     "histograms_kl_vs_iteration": "fedrepro.plots.histograms",
     "ppsgd_excess_risk": "fedrepro.plots.ppsgd",
     "ppsgd_accuracy": "fedrepro.plots.ppsgd",

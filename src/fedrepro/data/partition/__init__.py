@@ -227,8 +227,7 @@ def register(name: str):
     return deco
 
 
-SCHEMES = {name: f"{__name__}.{name}" for name in ("pathological", "writer_groups", "natural", "dirichlet",
-                                                "fedhdp_noniid")}  # FedHDP's moves with its paper
+SCHEMES = {name: f"{__name__}.{name}" for name in ("pathological", "writer_groups", "natural", "dirichlet")}
 
 
 def scheme_modules() -> dict[str, str]:

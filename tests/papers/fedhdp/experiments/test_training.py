@@ -10,7 +10,7 @@ import pytest
 from fedrepro.data import fedformat
 from fedrepro.data.partition import Partition
 from fedrepro.errors import ConfigError
-from fedrepro.experiments.fedhdp_training import client_metrics, lam_key, opt_out_mask
+from fedrepro.papers.fedhdp.experiments.training import client_metrics, lam_key, opt_out_mask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -185,7 +185,7 @@ def test_differences_and_settings(pdir):
 
 
 def test_table6_layer_sizes():
-    from fedrepro.experiments.fedhdp_training import layer_sizes
+    from fedrepro.papers.fedhdp.experiments.training import layer_sizes
     from fedrepro.learning.models import build_model
 
     assert layer_sizes(build_model("mlp", in_features=784, n_classes=10, hidden=[50])) == {

@@ -7,7 +7,7 @@ Kinds
   fedhdp_server_variance_vs_rho  Fig. 4: sigma_s^2 vs rho_np, FedAvg aggregator (r = 1) vs FedHDP (r = r*)
   fedhdp_table2                  Table 2's four special cases, Lemma 1/2, Theorem 3, eqs. (17)/(18)/(79)
 
-Closed forms live in fedrepro.fedhdp; every Monte Carlo curve is compared with its closed form at every grid point,
+Closed forms live in fedrepro.papers.fedhdp; every Monte Carlo curve is compared with its closed form at every grid point,
 within z standard errors where z controls the family-wise error of all the comparisons of a run (Bonferroni,
 `fwer`), so a correct implementation fails a run with probability below `fwer`.
 """
@@ -22,8 +22,8 @@ from scipy.stats import norm
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE, UNIT
-from fedrepro.fedhdp import linear_regression as lr
-from fedrepro.fedhdp import point_estimation as pe
+from fedrepro.papers.fedhdp import linear_regression as lr
+from fedrepro.papers.fedhdp import point_estimation as pe
 
 GRID = {"type": "object", "additionalProperties": False, "required": ["start", "stop", "num"],
         "properties": {"start": {"type": "number"}, "stop": {"type": "number"}, "num": INT2,

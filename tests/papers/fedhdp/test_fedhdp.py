@@ -17,8 +17,8 @@ from fedrepro.learning import engine
 from fedrepro.learning.adaptive_clip import AdaptiveClip, effective_noise_multiplier, update_noise_multiplier
 from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
 from fedrepro.learning.fedavg import FedAvg
-from fedrepro.learning.fedhdp import FedHDP
-from fedrepro.learning.hdp_fedavg import HDPFedAvg
+from fedrepro.papers.fedhdp.fedhdp import FedHDP
+from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg
 
 from learning_helpers import assert_batched_equals_loop, mlp
 

@@ -1,11 +1,11 @@
 """HDP-FedAvg (Aldaghri et al., Sec. 5 baselines; notes fedhdp.md section 2.5 "Experiment baselines"): private
 clients are clipped and noised exactly as in DP-FedAvg, non-private clients are not, and the two groups are
-combined with uniform per-client weights, i.e. FedHDP with r = 1 (:class:`fedrepro.learning.fedhdp.FedHDP`).
+combined with uniform per-client weights, i.e. FedHDP with r = 1 (:class:`fedrepro.papers.fedhdp.fedhdp.FedHDP`).
 "+Ditto" adds the Ditto personal models (``lams``)."""
 
 from __future__ import annotations
 
-from fedrepro.learning.fedhdp import FedHDP
+from fedrepro.papers.fedhdp.fedhdp import FedHDP
 
 
 class HDPFedAvg(FedHDP):

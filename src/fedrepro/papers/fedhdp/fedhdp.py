@@ -13,7 +13,7 @@ Round t (the engine samples K clients; each runs tau local SGD steps from the gl
     S^{t+1} from the noisy count of the bits (:class:`fedrepro.learning.adaptive_clip.AdaptiveClip`)
 
 plus Ditto personal models (:class:`fedrepro.learning.ditto.Ditto`) with lambda_p / lambda_np, trained on the same
-minibatches. r = 1 is HDP-FedAvg (:mod:`fedrepro.learning.hdp_fedavg`): the group noise zS/N_p weighted by N_p/K
+minibatches. r = 1 is HDP-FedAvg (:mod:`fedrepro.papers.fedhdp.hdp_fedavg`): the group noise zS/N_p weighted by N_p/K
 is the DP-FedAvg noise zS/K on the mean, so with clipped non-private updates r = 1 gives exactly DP-FedAvg's
 update (notes §7.4; tested). All clients non-private gives FedAvg (+ Ditto). With r = 0 the server uses only the
 non-private clients: private clients are never trained (neither globally nor personally; notes §2.5, C13), and a

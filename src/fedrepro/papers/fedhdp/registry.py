@@ -1,14 +1,14 @@
 """Generate config/targets/fedhdp.csv, the FedHDP target registry, from machine-readable sources.
 
-    python -m fedrepro.report.fedhdp_registry            # rewrite config/targets/fedhdp.csv
-    python -m fedrepro.report.fedhdp_registry --check    # exit 1 if the committed file differs from the output
+    python -m fedrepro.papers.fedhdp.registry            # rewrite config/targets/fedhdp.csv
+    python -m fedrepro.papers.fedhdp.registry --check    # exit 1 if the committed file differs from the output
 
 Sources
   config/targets/fedhdp_printed.tsv      every number the paper prints: the 808 rows of ../shared/notes/fedhdp.md §5,
                                          extracted once verbatim (notes id, artifact, setting, metric, printed)
   config/targets/fedhdp_extra_rows.csv   hand-written rows in the registry's own columns, copied first and verbatim:
                                          the privacy rows of issue 3 (table captions' epsilons) and the extras (X.*)
-tests/test_fedhdp_registry.py asserts that the committed fedhdp.csv equals this module's output, so the registry
+tests/papers/fedhdp/test_registry.py asserts that the committed fedhdp.csv equals this module's output, so the registry
 cannot drift from its sources.
 
 Naming contract (shared with the learning experiments of src/fedrepro/experiments/fedhdp_training*.py)
@@ -58,9 +58,10 @@ import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+from fedrepro.config import REPO_ROOT
 from fedrepro.report.registry import COLUMNS
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = REPO_ROOT
 PRINTED = ROOT / "config" / "targets" / "fedhdp_printed.tsv"
 EXTRA = ROOT / "config" / "targets" / "fedhdp_extra_rows.csv"
 OUT = ROOT / "config" / "targets" / "fedhdp.csv"

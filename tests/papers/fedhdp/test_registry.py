@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from fedrepro.report import fedhdp_registry as gen
+from fedrepro.config import REPO_ROOT
+from fedrepro.papers.fedhdp import registry as gen
 from fedrepro.report.registry import load_registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 CSV = ROOT / "config" / "targets" / "fedhdp.csv"
 NOTES = ROOT.parent / "shared" / "notes" / "fedhdp.md"
 
@@ -23,7 +24,7 @@ def rows():
 
 def test_committed_registry_equals_generator_output():
     assert CSV.read_text(encoding="utf-8") == gen.generate(), \
-        "config/targets/fedhdp.csv is stale: run `python -m fedrepro.report.fedhdp_registry`"
+        "config/targets/fedhdp.csv is stale: run `python -m fedrepro.papers.fedhdp.registry`"
     load_registry(CSV, "fedhdp")
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.fedhdp import linear_regression as lr
-from fedrepro.fedhdp import point_estimation as pe
+from fedrepro.papers.fedhdp import linear_regression as lr
+from fedrepro.papers.fedhdp import point_estimation as pe
 
 POINTS = [(20, 0.05, 1.0, 1.0, 1.0), (30, 0.2, 0.5, 2.0, 0.3), (10, 0.5, 3.0, 0.2, 2.0)]
 

@@ -9,7 +9,7 @@ r_i = sigma_p1^2 / sigma_pi^2 at the optimum (eqs. 32-33, 64-65); client j perso
 theta_j(lam) = (phi_hat_j + lam theta)/(1 + lam).
 
 Every coordinate is an independent copy of the point-estimation problem, so the closed-form loss of a
-personalized estimate is d times the scalar MSE of fedrepro.fedhdp.point_estimation (notes C8); the Monte Carlo
+personalized estimate is d times the scalar MSE of fedrepro.papers.fedhdp.point_estimation (notes C8); the Monte Carlo
 here draws the actual design matrices and samples.
 """
 
@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from fedrepro.fedhdp import point_estimation as pe
+from fedrepro.papers.fedhdp import point_estimation as pe
 
 
 def level_variances(counts, gamma2s, alpha2: float, tau2: float) -> np.ndarray:
