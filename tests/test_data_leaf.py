@@ -334,7 +334,7 @@ def test_reddit_through_the_mirror(tmp_path, monkeypatch):
 
 
 def test_reddit_token_histograms_counts_split_and_vocab(tmp_path):
-    from fedrepro.data.reddit_histograms import token_histograms, user_tokens
+    from fedrepro.papers.histograms.reddit import token_histograms, user_tokens
 
     _reddit_zip(tmp_path / "r.zip")
     splits = leaf.load_reddit(tmp_path / "r.zip")
@@ -358,7 +358,7 @@ def test_reddit_token_histograms_counts_split_and_vocab(tmp_path):
 
 
 def test_reddit_token_histograms_errors(tmp_path):
-    from fedrepro.data.reddit_histograms import token_histograms
+    from fedrepro.papers.histograms.reddit import token_histograms
 
     _reddit_zip(tmp_path / "r.zip")
     splits = leaf.load_reddit(tmp_path / "r.zip")

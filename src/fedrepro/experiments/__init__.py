@@ -98,9 +98,6 @@ SHARED_KINDS = {
     "privacy_curve": "fedrepro.experiments.privacy_curves",
     "privacy_grid": "fedrepro.experiments.privacy_curves",
     # the papers' kinds, until each paper moves to fedrepro.papers.<paper>
-    "histograms_synthetic": "fedrepro.experiments.histograms_synthetic",
-    "histograms_table1": "fedrepro.experiments.histograms_table1",
-    "histograms_thm31": "fedrepro.experiments.privacy_papers",
     "ppsgd_synthetic": "fedrepro.experiments.ppsgd_synthetic",
     "ppsgd_linear": "fedrepro.experiments.ppsgd_linear",
     "ppsgd_cnn": "fedrepro.experiments.ppsgd_cnn",

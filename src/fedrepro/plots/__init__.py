@@ -51,7 +51,6 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
 
 # the papers' plot styles, until each paper moves to fedrepro.papers.<paper>
 _UNMOVED = {
-    "histograms_kl_vs_iteration": "fedrepro.plots.histograms",
     "ppsgd_excess_risk": "fedrepro.plots.ppsgd",
     "ppsgd_accuracy": "fedrepro.plots.ppsgd",
     "ppsgd_pareto": "fedrepro.plots.ppsgd",

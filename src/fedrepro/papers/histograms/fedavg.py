@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrepro.histograms.private_centering import private_centering
+from fedrepro.papers.histograms.private_centering import private_centering
 
 
 def fedavg(S: np.ndarray) -> np.ndarray:

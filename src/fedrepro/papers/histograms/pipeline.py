@@ -8,14 +8,14 @@
 | alg2            | Alg. 1 + Alg. 2 (Alg. 3 privately)        | P_{c_u}                           |
 | *_ft            | as above                                  | lam P_{c_u} + (1 - lam) Q^_u      |
 
-Centers are evaluated smoothed (``center_floor``, :func:`fedrepro.histograms.kl.smooth`). The metric is the mean
+Centers are evaluated smoothed (``center_floor``, :func:`fedrepro.papers.histograms.kl.smooth`). The metric is the mean
 over users of KL(Q_u^eval || estimate_u), Q^eval the true histogram (synthetic) or the test-token histogram (Reddit).
 
 Privacy (private regime): Alg. 3's per-step (eps, delta) comes from Theorem 3.1 through
-:func:`fedrepro.privacy.papers.histograms.per_step_budget` (the thm31_budget experiment's function). Alg. 1's
+:func:`fedrepro.papers.histograms.privacy.per_step_budget` (the thm31_budget experiment's function). Alg. 1's
 initialization and DimRed's statistics use the public validation proxy ``Sval`` in both regimes (notes G7: the
 paper never accounts for them); private FedAvg is one Alg. 3 call with K = 1 at the per-step budget; private IFCA
-is described in :mod:`fedrepro.histograms.ifca`.
+is described in :mod:`fedrepro.papers.histograms.ifca`.
 """
 
 from __future__ import annotations
@@ -24,19 +24,44 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrepro.histograms import dimred as dr
-from fedrepro.histograms.fedavg import fedavg, private_fedavg
-from fedrepro.histograms.ifca import ifca
-from fedrepro.histograms.init import kl_init
-from fedrepro.histograms.kl import CHUNK, cross_log, neg_entropy, smooth
-from fedrepro.histograms.local import local_estimate
-from fedrepro.histograms.lloyd import LloydResult, lloyd, mean_recenter
-from fedrepro.histograms.private_centering import private_centering
-from fedrepro.privacy.papers.histograms import per_step_budget
+from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, UNIT
+from fedrepro.papers.histograms import dimred as dr
+from fedrepro.papers.histograms.fedavg import fedavg, private_fedavg
+from fedrepro.papers.histograms.ifca import ifca
+from fedrepro.papers.histograms.kl import CHUNK, cross_log, neg_entropy, smooth
+from fedrepro.papers.histograms.kmeanspp_init import kl_init
+from fedrepro.papers.histograms.lloyd import LloydResult, lloyd, mean_recenter
+from fedrepro.papers.histograms.local import local_estimate
+from fedrepro.papers.histograms.privacy import per_step_budget
+from fedrepro.papers.histograms.private_centering import private_centering
 
 METHODS = ("local", "fedavg", "ifca", "alg2_dimred", "alg2", "fedavg_ft", "ifca_ft", "alg2_dimred_ft", "alg2_ft")
 REGIMES = ("nonprivate", "private")
 CLUSTERED = ("ifca", "alg2_dimred", "alg2")
+
+# the pipeline's parameters: a schema fragment of every kind that runs it (the synthetic extra, Table 1)
+ALGO_PROPERTIES = {
+    "K": INT1,
+    "T": INT1,
+    "tau": NONNEG,
+    "lam": UNIT,
+    "local_beta": POSITIVE,
+    "center_floor": NONNEG,
+    "init_nonprivate": {"enum": ["train", "validation"]},
+    "dimred": {"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
+               "properties": {"keep_tokens": INT1, "threshold": POSITIVE}},
+    "ifca_lr": POSITIVE,
+    "ifca_init_mix": UNIT,
+    "private": {"type": "object", "additionalProperties": False,
+                "required": ["total_epsilon", "delta", "clip", "s", "ifca_clip"],
+                "properties": {"total_epsilon": POSITIVE, "delta": DELTA,
+                               "reading": {"enum": ["total", "per_step", "basic"]},
+                               "clip": POSITIVE, "s": POSITIVE, "ifca_clip": POSITIVE}},
+    "regimes": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(REGIMES)}},
+    "trace_users": INT1,
+    "dtype": {"enum": ["float32", "float64"]},
+}
+ALGO_REQUIRED = ["K", "T", "tau", "lam", "local_beta", "center_floor", "dimred", "ifca_lr", "private", "regimes"]
 
 
 @dataclass

@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 from scipy.special import rel_entr
 
-from fedrepro.histograms import dimred as dr
-from fedrepro.histograms.fedavg import fedavg, private_fedavg
-from fedrepro.histograms.generator import make_mixture, sample_users
-from fedrepro.histograms.ifca import ifca, softmax
-from fedrepro.histograms.init import kl_init, sampling_probabilities
-from fedrepro.histograms.kl import assign, kl_rows, kl_to_centers, smooth
-from fedrepro.histograms.lloyd import lloyd, mean_recenter
-from fedrepro.histograms.pipeline import misclustering
-from fedrepro.histograms.private_centering import private_centering
+from fedrepro.papers.histograms import dimred as dr
+from fedrepro.papers.histograms.fedavg import fedavg, private_fedavg
+from fedrepro.papers.histograms.generator import make_mixture, sample_users
+from fedrepro.papers.histograms.ifca import ifca, softmax
+from fedrepro.papers.histograms.kmeanspp_init import kl_init, sampling_probabilities
+from fedrepro.papers.histograms.kl import assign, kl_rows, kl_to_centers, smooth
+from fedrepro.papers.histograms.lloyd import lloyd, mean_recenter
+from fedrepro.papers.histograms.pipeline import misclustering
+from fedrepro.papers.histograms.private_centering import private_centering
 
 
 def _data(n=600, d=30, K=4, m=60, gamma=1.5, seed=0, dtype=np.float64):
@@ -141,7 +141,7 @@ def test_dimred_keeps_the_tokens_that_separate_clusters():
     P = np.tile(base, (K, 1))
     P[:, :6] *= np.exp(1.5 * rng.standard_normal((K, 6)))  # clusters differ only on tokens 0..5
     P /= P.sum(axis=1, keepdims=True)
-    from fedrepro.histograms.generator import Mixture
+    from fedrepro.papers.histograms.generator import Mixture
     u = sample_users(Mixture(P, np.full(K, 1 / K), 100.0), n, m, 0, rng, dtype=np.float64)
     S = u.train / m
     q, M = dr.second_moment(S)

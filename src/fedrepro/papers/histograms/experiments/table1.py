@@ -1,7 +1,7 @@
 """Table 1 of the histograms paper (Setlur et al. Sec. 4): LEAF Reddit token histograms, nine methods, non-private
 and private (eps' = 15, delta' = 1e-10), each number the mean over ``runs`` random runs (the caption: 20).
 
-Data (:mod:`fedrepro.data.reddit_histograms`, dataset ``reddit``): vocabulary of 10^3 tokens, users with >= 2,500
+Data (:mod:`fedrepro.papers.histograms.reddit`, dataset ``reddit``): vocabulary of 10^3 tokens, users with >= 2,500
 in-vocabulary tokens, m = 500 train tokens (Q^_u) and 2,000 test tokens (the empirical "true" Q_u the KL is scored
 against) per user, 5,000 users with 1,000 extra validation tokens. The validation users' validation histograms are
 the public proxy that seeds Alg. 1 in the private regime and gives DimRed its statistics (notes G7). The token split
@@ -17,9 +17,13 @@ from threadpoolctl import threadpool_limits
 
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.histograms_synthetic import ALGO_PROPERTIES, ALGO_REQUIRED
 from fedrepro.experiments.params import INT1
-from fedrepro.histograms.pipeline import HistData, run_pipeline
+from fedrepro.papers.histograms.pipeline import (
+    ALGO_PROPERTIES,
+    ALGO_REQUIRED,
+    HistData,
+    run_pipeline,
+)
 
 DATASET = "reddit"
 
@@ -37,7 +41,7 @@ SCHEMA = {
 
 
 def histogram_data(hist, p: dict) -> HistData:
-    """HistData from :class:`fedrepro.data.reddit_histograms.TokenHistograms` (first ``max_users`` users if set)."""
+    """HistData from :class:`fedrepro.papers.histograms.reddit.TokenHistograms` (first ``max_users`` users if set)."""
     dtype = np.dtype(p.get("dtype", "float32"))
     n = min(len(hist.users), p.get("max_users", len(hist.users)))
     train, test = hist.train[:n], hist.test[:n]
@@ -73,7 +77,7 @@ def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
 @experiment_kind("histograms_table1", SCHEMA)
 def histograms_table1(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.data.leaf import load_reddit
-    from fedrepro.data.reddit_histograms import token_histograms
+    from fedrepro.papers.histograms.reddit import token_histograms
 
     files = ctx.data.get(DATASET)
     if not files:

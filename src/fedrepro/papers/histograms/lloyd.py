@@ -10,7 +10,7 @@ The cluster mean is the exact minimiser of a cluster's sum of KL(Q^_u || P) (Lem
 without noise the objective never increases (notes C2): assignments use log(max(P, floor)), which equals the
 unsmoothed KL wherever that is finite.
 
-``keep`` (App. C, :mod:`fedrepro.histograms.dimred`): assignments use only the kept tokens (user and center
+``keep`` (App. C, :mod:`fedrepro.papers.histograms.dimred`): assignments use only the kept tokens (user and center
 restricted to them and renormalised), while re-centering stays on the full vocabulary.
 """
 
@@ -21,8 +21,8 @@ from typing import Callable
 
 import numpy as np
 
-from fedrepro.histograms.kl import cross_log, neg_entropy, safe_log
-from fedrepro.histograms.private_centering import cluster_sums
+from fedrepro.papers.histograms.kl import cross_log, neg_entropy, safe_log
+from fedrepro.papers.histograms.private_centering import cluster_sums
 
 Recenter = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 

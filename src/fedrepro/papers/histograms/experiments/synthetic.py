@@ -1,8 +1,8 @@
 """Private personalized histograms on the paper's own generative model (Setlur et al. Sec. 2.1; notes §6, §8).
 
 The paper has no synthetic experiment; this one is an extra beyond it. A mixture of K Dirichlets Dir(alpha P_k)
-(:mod:`fedrepro.histograms.generator`), n users with m train tokens, a public validation proxy of n_val further
-users with m_val tokens, and the nine Table 1 methods in both privacy regimes (:mod:`fedrepro.histograms.pipeline`),
+(:mod:`fedrepro.papers.histograms.generator`), n users with m train tokens, a public validation proxy of n_val further
+users with m_val tokens, and the nine Table 1 methods in both privacy regimes (:mod:`fedrepro.papers.histograms.pipeline`),
 scored by KL(Q_u || estimate_u) against the TRUE histograms Q_u (the paper's objective, Sec. 2).
 
 Closed forms (notes C5), the n -> infinity risks of estimators with fixed centers: the Bayes risk (Lemma 2.2), the
@@ -24,35 +24,17 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import DELTA, INT1, INT2, NONNEG, POSITIVE, UNIT
-from fedrepro.histograms import closed_forms as cf
-from fedrepro.histograms.finetune import bayes_lambda
-from fedrepro.histograms.generator import make_mixture, sample_users
-from fedrepro.histograms.pipeline import METHODS, REGIMES, HistData, run_pipeline
-
-# algorithm parameters shared with the Table 1 kind
-ALGO_PROPERTIES = {
-    "K": INT1,
-    "T": INT1,
-    "tau": NONNEG,
-    "lam": UNIT,
-    "local_beta": POSITIVE,
-    "center_floor": NONNEG,
-    "init_nonprivate": {"enum": ["train", "validation"]},
-    "dimred": {"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
-               "properties": {"keep_tokens": INT1, "threshold": POSITIVE}},
-    "ifca_lr": POSITIVE,
-    "ifca_init_mix": UNIT,
-    "private": {"type": "object", "additionalProperties": False,
-                "required": ["total_epsilon", "delta", "clip", "s", "ifca_clip"],
-                "properties": {"total_epsilon": POSITIVE, "delta": DELTA,
-                               "reading": {"enum": ["total", "per_step", "basic"]},
-                               "clip": POSITIVE, "s": POSITIVE, "ifca_clip": POSITIVE}},
-    "regimes": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(REGIMES)}},
-    "trace_users": INT1,
-    "dtype": {"enum": ["float32", "float64"]},
-}
-ALGO_REQUIRED = ["K", "T", "tau", "lam", "local_beta", "center_floor", "dimred", "ifca_lr", "private", "regimes"]
+from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
+from fedrepro.papers.histograms import closed_forms as cf
+from fedrepro.papers.histograms.finetune import bayes_lambda
+from fedrepro.papers.histograms.generator import make_mixture, sample_users
+from fedrepro.papers.histograms.pipeline import (
+    ALGO_PROPERTIES,
+    ALGO_REQUIRED,
+    METHODS,
+    HistData,
+    run_pipeline,
+)
 
 SCHEMA = {
     "type": "object",

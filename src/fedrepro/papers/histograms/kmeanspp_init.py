@@ -4,7 +4,7 @@
   over the k - 1 centers already picked;
 * direction: the printed KL(P_j' || Q^_u) (center || user) is the reverse of Eq. (3) and infinite for sparse
   histograms; the score here is KL(Q^_u || P_j') (user || center, as Eq. (3) and Bregman k-means++), with the
-  center used as log(max(P, floor)) (:mod:`fedrepro.histograms.kl`);
+  center used as log(max(P, floor)) (:mod:`fedrepro.papers.histograms.kl`);
 * sampling: Prob(j = u) proportional to exp(tau * min_j' KL(Q^_u || P_j')), computed as a softmax in log space.
 
 tau = 0 is uniform sampling; tau -> infinity picks the most under-fit user. The centers are raw user rows, so this
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrepro.histograms.kl import cross_log, neg_entropy, safe_log
+from fedrepro.papers.histograms.kl import cross_log, neg_entropy, safe_log
 
 
 def sampling_probabilities(score: np.ndarray, tau: float) -> np.ndarray:

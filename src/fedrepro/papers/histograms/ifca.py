@@ -23,10 +23,10 @@ from typing import Callable
 
 import numpy as np
 
-from fedrepro.histograms.lloyd import Assigner, LloydResult
-from fedrepro.histograms.kl import CHUNK
-from fedrepro.histograms.private_centering import cluster_sums, scatter_sum
-from fedrepro.privacy.papers.histograms import gaussian_sigma
+from fedrepro.papers.histograms.kl import CHUNK
+from fedrepro.papers.histograms.lloyd import Assigner, LloydResult
+from fedrepro.papers.histograms.privacy import gaussian_sigma
+from fedrepro.papers.histograms.private_centering import cluster_sums, scatter_sum
 
 
 def softmax(theta: np.ndarray) -> np.ndarray:

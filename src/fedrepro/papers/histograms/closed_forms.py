@@ -1,5 +1,5 @@
 """Exact expectations under the mixture-of-Dirichlets model (notes §8; derived there, checked by Monte Carlo in
-tests/test_histograms_closed_forms.py).
+tests/papers/histograms/test_closed_forms.py).
 
 C5. For Q ~ Dir(alpha P), x ~ Mult(Q, m) and a fine-tuned estimator R^ = lam R + (1 - lam) x/m with R fixed:
 

@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrepro.config import load_global, resolve_experiment
-from fedrepro.data.reddit_histograms import TokenHistograms
+from fedrepro.config import REPO_ROOT, load_global, resolve_experiment
+from fedrepro.papers.histograms.reddit import TokenHistograms
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.experiments.histograms_table1 import histogram_data, run_table1
-from fedrepro.histograms.generator import make_mixture, sample_users
-from fedrepro.histograms.pipeline import METHODS
+from fedrepro.papers.histograms.experiments.table1 import histogram_data, run_table1
+from fedrepro.papers.histograms.generator import make_mixture, sample_users
+from fedrepro.papers.histograms.pipeline import METHODS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 CFG = load_global()
 ALGO = {"K": 3, "T": 10, "tau": 0.5, "lam": 0.3, "local_beta": 0.5, "center_floor": 1e-12,
         "dimred": {"keep_tokens": 15}, "ifca_lr": 5.0, "ifca_init_mix": 0.5,

@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from fedrepro.histograms.kl import CHUNK
-from fedrepro.privacy.papers.histograms import gaussian_sigma
+from fedrepro.papers.histograms.kl import CHUNK
+from fedrepro.papers.histograms.privacy import gaussian_sigma
 
 
 def scatter_sum(rows: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from scipy.special import rel_entr
 
-from fedrepro.histograms import closed_forms as cf
-from fedrepro.histograms.finetune import bayes_lambda, finetune
-from fedrepro.histograms.generator import dirichlet_rows, multinomial_rows
-from fedrepro.histograms.local import local_estimate
+from fedrepro.papers.histograms import closed_forms as cf
+from fedrepro.papers.histograms.finetune import bayes_lambda, finetune
+from fedrepro.papers.histograms.generator import dirichlet_rows, multinomial_rows
+from fedrepro.papers.histograms.local import local_estimate
 
 
 def _mc_kl(P, alpha, m, R, lam, n, rng):

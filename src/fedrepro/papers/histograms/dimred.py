@@ -7,15 +7,15 @@
 Gaps (notes G12), each a parameter: the threshold is not reported, so either ``threshold`` or ``keep_tokens`` (keep
 the d' tokens with the largest max_j |v_j[x]|) is given; "for any v" is read as the max over the k vectors; the
 reduced histograms are renormalised and used only for the assignment KL, while re-centering (mean or Alg. 3) stays
-on the full vocabulary so estimates need no back-projection (:mod:`fedrepro.histograms.lloyd`). Under the model
-only K - 1 of the top-k directions carry signal (notes C4; :func:`fedrepro.histograms.closed_forms.second_moment`).
+on the full vocabulary so estimates need no back-projection (:mod:`fedrepro.papers.histograms.lloyd`). Under the model
+only K - 1 of the top-k directions carry signal (notes C4; :func:`fedrepro.papers.histograms.closed_forms.second_moment`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fedrepro.histograms.kl import CHUNK
+from fedrepro.papers.histograms.kl import CHUNK
 
 
 def second_moment(S: np.ndarray, floor: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
