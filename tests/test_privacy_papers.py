@@ -9,7 +9,7 @@ from fedrepro.privacy import compute_epsilon
 from fedrepro.papers.adaped import privacy as adaped
 from fedrepro.papers.fedhdp import privacy as fedhdp
 from fedrepro.papers.histograms import privacy as histograms
-from fedrepro.privacy.papers import ppsgd
+from fedrepro.papers.ppsgd import privacy as ppsgd
 
 # --- FedHDP (Aldaghri et al., Table 7 / Sec. 5.1): q, effective noise multiplier, T = 500, delta = 1e-4 ----------
 FEDHDP = [(0.05, 1.5, 3.6), (0.03, 4.0, 0.6), (0.03, 1.0, 4.1)]

@@ -97,11 +97,6 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
 SHARED_KINDS = {
     "privacy_curve": "fedrepro.experiments.privacy_curves",
     "privacy_grid": "fedrepro.experiments.privacy_curves",
-    # the papers' kinds, until each paper moves to fedrepro.papers.<paper>
-    "ppsgd_synthetic": "fedrepro.experiments.ppsgd_synthetic",
-    "ppsgd_linear": "fedrepro.experiments.ppsgd_linear",
-    "ppsgd_cnn": "fedrepro.experiments.ppsgd_cnn",
-    "ppsgd_theorems": "fedrepro.experiments.privacy_papers",
 }
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 
-PAPERS = ("adaped", "fedhdp", "histograms")  # each paper moves here in its own commit
+PAPERS = ("adaped", "fedhdp", "histograms", "ppsgd")
 DECLARATIONS = ("KINDS", "PLOTS", "ALGORITHMS", "PARTITIONS")
 
 

@@ -49,18 +49,10 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
     return ax.figure
 
 
-# the papers' plot styles, until each paper moves to fedrepro.papers.<paper>
-_UNMOVED = {
-    "ppsgd_excess_risk": "fedrepro.plots.ppsgd",
-    "ppsgd_accuracy": "fedrepro.plots.ppsgd",
-    "ppsgd_pareto": "fedrepro.plots.ppsgd",
-}
-
-
 def get_plot(name: str) -> PlotFn:
     from fedrepro.papers import declared
 
-    modules = _UNMOVED | declared("PLOTS")
+    modules = declared("PLOTS")
     if name not in modules:
         raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(modules))})")
     importlib.import_module(modules[name])

@@ -2,7 +2,7 @@
 
 N users, d coordinates; theta_0 ~ N(0, theta0_std^2 I); user i's optimum theta_i* equals theta_0 except on the last
 ``n_personal`` coordinates, which get + N(0, personal_std^2); x ~ N(0, diag(1/k)); y = theta_i*^T x + N(0, tau^2).
-Every round all N users (q = 1) draw m fresh samples and take one PPSGD-exp step (:mod:`fedrepro.ppsgd.exp`).
+Every round all N users (q = 1) draw m fresh samples and take one PPSGD-exp step (:mod:`fedrepro.papers.ppsgd.ppsgd_exp`).
 The metric is the closed-form excess risk R = (1/N) sum_i ||w + theta_i - theta_i*||^2_Sigma (the paper's formula;
 the official code plots R / d, recorded beside it), at the last iterate, at every iteration.
 
@@ -23,23 +23,13 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import DELTA, INT1, INT2, NONNEG, POSITIVE, POSITIVE_LIST
-from fedrepro.ppsgd import exp
-from fedrepro.ppsgd.stepsizes import parse_alpha, step_size_arrays
+from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
+from fedrepro.papers.ppsgd import ppsgd_exp
+from fedrepro.papers.ppsgd.grid import GRID_PROPERTIES, alpha_label, sigma_label
+from fedrepro.papers.ppsgd.stepsizes import parse_alpha, step_size_arrays
 from fedrepro.privacy import ACCOUNTANTS, epsilon_curve
 
 SELECT = ("min_over_steps_per_iteration", "min_over_steps_final")
-ALPHA = {"anyOf": [{"type": "number", "minimum": 0}, {"const": -1}, {"enum": ["inf", ".inf"]}]}
-# the App. A grid and the DP parameters, shared by the synthetic and the real-data kinds
-GRID_PROPERTIES = {
-    "steps": POSITIVE_LIST,
-    "alphas": {"type": "array", "minItems": 1, "items": ALPHA},
-    "sigmas": {"type": "array", "minItems": 1, "uniqueItems": True, "items": NONNEG},
-    "clip": POSITIVE,
-    "delta": DELTA,
-    "dtype": {"enum": ["float32", "float64"]},
-}
-
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -68,14 +58,6 @@ SCHEMA = {
         "early_iteration": INT1,   # the "initial iterations" at which global learning should be fastest
     },
 }
-
-
-def alpha_label(a: float) -> str:
-    return "inf" if math.isinf(a) else f"{a:g}"
-
-
-def sigma_label(s: float) -> str:
-    return f"{s:g}".replace(".", "p")
 
 
 def draw_problem(p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -118,7 +100,7 @@ def train_grid(p: dict, sigma: float, theta_star: np.ndarray, lam: np.ndarray, e
     """(niter + 1, G) excess risk of every configuration at iterations 0..niter for one sigma."""
     N, d, m = theta_star.shape[0], p["d"], p["m"]
     dtype = np.dtype(p["dtype"])
-    state = exp.State.zeros(N, d, 1, len(eta_w), dtype=dtype)
+    state = ppsgd_exp.State.zeros(N, d, 1, len(eta_w), dtype=dtype)
     users = np.arange(N)
     sd = np.sqrt(lam).astype(dtype)
     ts = theta_star.astype(dtype)
@@ -127,7 +109,7 @@ def train_grid(p: dict, sigma: float, theta_star: np.ndarray, lam: np.ndarray, e
     for t in range(1, p["niter"] + 1):
         X = rng.standard_normal((N, m, d), dtype=dtype) * sd
         Y = ((X @ ts[:, :, None])[..., 0] + p["noise_std"] * rng.standard_normal((N, m), dtype=dtype))[..., None]
-        exp.round_step(state, users, X, Y, eta_w, eta_theta, sigma, p["clip"], rng)
+        ppsgd_exp.round_step(state, users, X, Y, eta_w, eta_theta, sigma, p["clip"], rng)
         out[t] = excess_risk(state.w, state.theta, ts, lam)
     return out
 

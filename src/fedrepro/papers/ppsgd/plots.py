@@ -78,7 +78,7 @@ def ppsgd_pareto(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) ->
     """Fig. 2: accuracy vs privacy epsilon (log, inverted) at the end of training, step chosen by final accuracy per
     (sigma, alpha): local only (red line), global only (blue), intermediate alpha (light green), best personalized
     (black: Pareto frontier of all alpha != 0 points, started at (epsmin, local accuracy)). First seed."""
-    from fedrepro.experiments.ppsgd_linear import pareto
+    from fedrepro.papers.ppsgd.grid import pareto
 
     h = histories[0]
     last = h[h["iteration"] == h["iteration"].max()]

@@ -4,9 +4,11 @@ import math
 
 import numpy as np
 
-from fedrepro.experiments import ppsgd_linear as lin
-from fedrepro.ppsgd import exp
-from fedrepro.ppsgd.sampler import BatchSampler
+from fedrepro.papers.ppsgd.experiments import linear as lin
+from fedrepro.papers.ppsgd import ppsgd_exp
+from fedrepro.papers.ppsgd.clients import Clients
+from fedrepro.papers.ppsgd.grid import pareto
+from fedrepro.papers.ppsgd.sampler import BatchSampler
 
 
 def test_sampler_visits_every_full_chunk_once_per_epoch():
@@ -30,7 +32,7 @@ def test_sampler_visits_every_full_chunk_once_per_epoch():
 
 def test_pareto_front():
     pts = [(1.0, 0.5), (2.0, 0.4), (3.0, 0.7), (0.5, 0.1), (3.0, 0.6)]
-    assert lin.pareto(pts) == [(0.5, 0.1), (1.0, 0.5), (3.0, 0.7)]
+    assert pareto(pts) == [(0.5, 0.1), (1.0, 0.5), (3.0, 0.7)]
 
 
 def _clients(rng, n=6, d=5, k=3, n_train=30, n_test=7):
@@ -43,14 +45,14 @@ def _clients(rng, n=6, d=5, k=3, n_train=30, n_test=7):
         xs.append(x[:n_train]), ys.append(y[:n_train]), xt.append(x[n_train:]), yt.append(y[n_train:])
     off_tr = np.arange(n + 1) * n_train
     off_te = np.arange(n + 1) * n_test
-    return lin.Clients(np.concatenate(xs), np.concatenate(ys), off_tr, np.concatenate(xt), np.concatenate(yt),
+    return Clients(np.concatenate(xs), np.concatenate(ys), off_tr, np.concatenate(xt), np.concatenate(yt),
                        off_te)
 
 
 def test_accuracy_matches_per_row_loop():
     rng = np.random.default_rng(0)
     cl = _clients(rng)
-    state = exp.State(rng.standard_normal((5, 3, 2)), rng.standard_normal((6, 5, 3, 2)))
+    state = ppsgd_exp.State(rng.standard_normal((5, 3, 2)), rng.standard_normal((6, 5, 3, 2)))
     acc = lin.accuracy(cl, state)
     hits = np.zeros(2)
     for i in range(6):
@@ -66,7 +68,7 @@ def test_tiny_training_learns_and_alpha_limits_hold():
     cl = _clients(rng)
     p = {"m": 5, "users_per_round": 3, "epochs": 3, "clip": 10.0, "target_offset": 0.1, "eval_every": 4,
          "chunk": 2, "dtype": "float64"}
-    from fedrepro.ppsgd.stepsizes import step_size_arrays
+    from fedrepro.papers.ppsgd.stepsizes import step_size_arrays
 
     ew, et = step_size_arrays([0.05, 0.05, 0.05], [0, 1, math.inf])
     its, acc, rounds = lin.train(cl, p, 0.0, ew, et, seed=0)

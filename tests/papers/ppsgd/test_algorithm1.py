@@ -1,8 +1,8 @@
-"""Algorithm 1 (fedrepro.ppsgd.alg1): the preconditioned-SGD form (eqs. 17-19) and the alpha = 0 limit."""
+"""Algorithm 1 (fedrepro.papers.ppsgd.algorithm1): the preconditioned-SGD form (eqs. 17-19) and the alpha = 0 limit."""
 
 import numpy as np
 
-from fedrepro.ppsgd.alg1 import alg1_step
+from fedrepro.papers.ppsgd.algorithm1 import alg1_step
 
 
 def _data(seed=0, n=5, d=4, k=2):

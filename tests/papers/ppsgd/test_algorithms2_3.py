@@ -1,11 +1,11 @@
-"""Algorithms 2 and 3 (fedrepro.ppsgd.alg23): reductions to Algorithm 1, the sum/mean relation, the alpha = 0 limit,
+"""Algorithms 2 and 3 (fedrepro.papers.ppsgd.algorithms2_3): reductions to Algorithm 1, the sum/mean relation, the alpha = 0 limit,
 unsampled users, per-user sensitivity and the sampling rate."""
 
 import numpy as np
 import pytest
 
-from fedrepro.ppsgd.alg1 import alg1_step
-from fedrepro.ppsgd.alg23 import alg23_step, sample_users, user_gradients
+from fedrepro.papers.ppsgd.algorithm1 import alg1_step
+from fedrepro.papers.ppsgd.algorithms2_3 import alg23_step, sample_users, user_gradients
 
 
 def _data(seed=0, n=6, m=3, d=4, k=2):

@@ -1,4 +1,4 @@
-"""PPSGD-exp (fedrepro.ppsgd.exp): the code's step-size map, the alpha limits, per-user sensitivity, and one round
+"""PPSGD-exp (fedrepro.papers.ppsgd.ppsgd_exp): the code's step-size map, the alpha limits, per-user sensitivity, and one round
 against a hand-written per-user reference."""
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fedrepro.ppsgd import exp
-from fedrepro.ppsgd.stepsizes import clip_factors, parse_alpha, step_size_arrays, step_sizes
+from fedrepro.papers.ppsgd import ppsgd_exp
+from fedrepro.papers.ppsgd.stepsizes import clip_factors, parse_alpha, step_size_arrays, step_sizes
 
 
 @pytest.mark.parametrize("alpha, expected", [
@@ -37,11 +37,11 @@ def _run(alphas, sigma=2.0, rounds=4, clip=0.5, seed=0):
     rng = np.random.default_rng(seed)
     n, d, k = 7, 5, 3
     ew, et = step_size_arrays([0.3] * len(alphas), alphas)
-    state = exp.State.zeros(n, d, k, len(alphas))
+    state = ppsgd_exp.State.zeros(n, d, k, len(alphas))
     for _ in range(rounds):
         X, Y = _problem(rng)
         users = rng.permutation(n)[:4]
-        exp.round_step(state, users, X[users], Y[users], ew, et, sigma, clip, rng)
+        ppsgd_exp.round_step(state, users, X[users], Y[users], ew, et, sigma, clip, rng)
     return state
 
 
@@ -52,7 +52,7 @@ def test_alpha_zero_never_touches_w_and_draws_no_noise():
     rng = np.random.default_rng(1)
     before = rng.bit_generator.state
     X, Y = _problem(np.random.default_rng(2))
-    exp.round_step(exp.State.zeros(7, 5, 3, 1), np.arange(7), X, Y, np.zeros(1), np.ones(1), 5.0, 1.0, rng)
+    ppsgd_exp.round_step(ppsgd_exp.State.zeros(7, 5, 3, 1), np.arange(7), X, Y, np.zeros(1), np.ones(1), 5.0, 1.0, rng)
     assert rng.bit_generator.state == before      # no DP noise drawn: no privacy spent
 
 
@@ -76,8 +76,8 @@ def test_removing_one_user_moves_the_clipped_sum_by_at_most_C(seed, n, clip, sca
     rng = np.random.default_rng(seed)
     g = rng.standard_normal((n, 4, 3, 2)) * scale * rng.random((n, 1, 1, 1))
     j = drop % n
-    full, _ = exp.clipped_sum(g, clip)
-    without, _ = exp.clipped_sum(np.delete(g, j, axis=0), clip)
+    full, _ = ppsgd_exp.clipped_sum(g, clip)
+    without, _ = ppsgd_exp.clipped_sum(np.delete(g, j, axis=0), clip)
     diff = np.sqrt(((full - without) ** 2).sum(axis=(0, 1)))      # Frobenius over d x K, per configuration
     assert np.all(diff <= clip * (1 + 1e-9))
 
@@ -110,11 +110,11 @@ def test_one_round_equals_per_user_reference(users):
     n, d, k, m, C, sigma = 6, 4, 2, 5, 0.7, 1.3
     alphas = [0.0, 0.3, 3.0, math.inf]
     ew, et = step_size_arrays([0.2] * 4, alphas)
-    state = exp.State(rng.standard_normal((d, k, 4)), rng.standard_normal((n, d, k, 4)))
+    state = ppsgd_exp.State(rng.standard_normal((d, k, 4)), rng.standard_normal((n, d, k, 4)))
     X = rng.standard_normal((len(users), m, d))
     Y = rng.standard_normal((len(users), m, k))
     w0, th0 = state.w.copy(), state.theta.copy()
-    exp.round_step(state, users, X, Y, ew, et, sigma, C, np.random.default_rng(11))
+    ppsgd_exp.round_step(state, users, X, Y, ew, et, sigma, C, np.random.default_rng(11))
     noise = np.random.default_rng(11).standard_normal((d, k, 4))
     for c in range(4):
         w_ref, th_ref = _reference_round(w0[..., c], th0[..., c], users, X, Y, ew[c], et[c], sigma, C,
@@ -126,5 +126,5 @@ def test_one_round_equals_per_user_reference(users):
 def test_duplicate_users_rejected():
     X, Y = _problem(np.random.default_rng(0))
     with pytest.raises(ValueError, match="distinct"):
-        exp.round_step(exp.State.zeros(7, 5, 3, 1), np.array([1, 1]), X[:2], Y[:2], np.ones(1), np.ones(1), 0.0,
+        ppsgd_exp.round_step(ppsgd_exp.State.zeros(7, 5, 3, 1), np.array([1, 1]), X[:2], Y[:2], np.ones(1), np.ones(1), 0.0,
                        1.0, np.random.default_rng(0))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.experiments import ppsgd_synthetic as syn
-from fedrepro.ppsgd import exp
+from fedrepro.papers.ppsgd.experiments import synthetic as syn
+from fedrepro.papers.ppsgd import ppsgd_exp
 
 SMALL = {
     "n_users": 30, "d": 8, "n_personal": 2, "theta0_std": 10.0, "personal_std": 0.01, "noise_std": 0.01, "m": 10,
@@ -20,7 +20,7 @@ SMALL = {
 def test_risk_at_init_equals_closed_form_per_user_loop():
     rng = np.random.default_rng(0)
     theta0, theta_star, lam = syn.draw_problem(SMALL, rng)
-    state = exp.State.zeros(SMALL["n_users"], SMALL["d"], 1, 3)
+    state = ppsgd_exp.State.zeros(SMALL["n_users"], SMALL["d"], 1, 3)
     r = syn.excess_risk(state.w, state.theta, theta_star, lam)
     by_hand = np.mean([sum(theta_star[i, k] ** 2 / (k + 1) for k in range(SMALL["d"]))
                        for i in range(SMALL["n_users"])])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrepro.ppsgd.stepsizes import clip_factors
+from fedrepro.papers.ppsgd.stepsizes import clip_factors
 
 
 def alg1_step(w: np.ndarray, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, eta: float, alpha: float,

@@ -1,12 +1,12 @@
-"""Fig. 1d's CNN PPSGD (fedrepro.ppsgd.cnn): architecture, vmapped per-user gradients vs a loop, the alpha limits,
+"""Fig. 1d's CNN PPSGD (fedrepro.papers.ppsgd.cnn): architecture, vmapped per-user gradients vs a loop, the alpha limits,
 the factor L on the theta step, and the joint clipping of (W, w)."""
 
 import numpy as np
 import pytest
 import torch
 
-from fedrepro.experiments.ppsgd_cnn import local_poor
-from fedrepro.ppsgd import cnn
+from fedrepro.papers.ppsgd.experiments.cnn import local_poor
+from fedrepro.papers.ppsgd import cnn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,19 +1,18 @@
-"""The papers' own privacy statements as experiments: PPSGD's Thms 4.1 / 5.1 noise scales (AdaPeD's and the
-histograms paper's are in fedrepro.papers.<paper>.experiments.privacy).
+"""PPSGD's own privacy statements as an experiment: the sufficient noise of Thms 4.1 / 5.1 for each epsilon.
 
-All deterministic closed forms; the rng is unused.
+A deterministic closed form; the rng is unused.
 """
 
 from __future__ import annotations
-
 
 import numpy as np
 import pandas as pd
 
 from fedrepro.experiments import RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
 from fedrepro.experiments.keys import eps_key
-from fedrepro.privacy.papers import ppsgd
+from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
+from fedrepro.papers.ppsgd import privacy as ppsgd
+
 
 PPSGD_SCHEMA = {
     "type": "object",

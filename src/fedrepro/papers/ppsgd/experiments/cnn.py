@@ -1,7 +1,7 @@
 """PPSGD Fig. 1d: the CNN with a shared private representation and an additive personalized output layer on federated
-EMNIST digits (Bietti et al. 2022 Sec. 6; notes ppsgd.md §2.5, E4; model and round in :mod:`fedrepro.ppsgd.cnn`).
+EMNIST digits (Bietti et al. 2022 Sec. 6; notes ppsgd.md §2.5, E4; model and round in :mod:`fedrepro.papers.ppsgd.cnn`).
 
-Same protocol as Fig. 1c (:mod:`fedrepro.experiments.ppsgd_linear`): the official sampler (Q users x m images per
+Same protocol as Fig. 1c (:mod:`fedrepro.papers.ppsgd.experiments.linear`): the official sampler (Q users x m images per
 round, ``epochs`` passes), every (step, alpha_c) configuration on the same batch sequence, pooled test accuracy
 every ``eval_every`` iterations (before that iteration's update), best step per evaluation point, epsilon per
 iteration by opacus RDP at q = Q/N (0 for alpha_c = 0). Per-user gradients are one vmapped call per round over
@@ -19,11 +19,11 @@ import torch
 from fedrepro.errors import DataError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1
-from fedrepro.experiments.ppsgd_linear import Clients, load_partition, run_grid
-from fedrepro.experiments.ppsgd_synthetic import GRID_PROPERTIES
+from fedrepro.papers.ppsgd.clients import Clients, load_partition
+from fedrepro.papers.ppsgd.grid import GRID_PROPERTIES, run_grid
 from fedrepro.learning.engine import resolve_device
-from fedrepro.ppsgd import cnn
-from fedrepro.ppsgd.sampler import BatchSampler
+from fedrepro.papers.ppsgd import cnn
+from fedrepro.papers.ppsgd.sampler import BatchSampler
 
 SCHEMA = {
     "type": "object",

@@ -9,7 +9,7 @@ users S (each with a minibatch X_i in R^{m x d}, Y_i in R^{m x K}):
     g~_i    = g_i / max(1, ||g_i||_F / C)                       per-user clipping of the AVERAGE gradient
     w       <- w - eta_w ((1/L) sum_{i in S} g~_i + (sigma C / L) xi),   xi ~ N(0, I_{d x K})
 
-(eta_w, eta_theta) come from (step, alpha_c) by :func:`fedrepro.ppsgd.stepsizes.step_sizes`. With eta_w = 0
+(eta_w, eta_theta) come from (step, alpha_c) by :func:`fedrepro.papers.ppsgd.stepsizes.step_sizes`. With eta_w = 0
 (alpha_c = 0) w is never touched (and the caller spends no privacy); with eta_theta = 0 (alpha_c = inf) theta is
 never touched.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrepro.ppsgd.stepsizes import clip_factors
+from fedrepro.papers.ppsgd.stepsizes import clip_factors
 
 
 @dataclass

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrepro.ppsgd.stepsizes import clip_factors
+from fedrepro.papers.ppsgd.stepsizes import clip_factors
 
 VARIANTS = ("sum", "mean")     # Algorithm 2, Algorithm 3
 
