@@ -18,7 +18,9 @@ import yaml
 
 from learning_helpers import write_quadrant_partition
 
-ROOT = Path(__file__).resolve().parents[1]
+from fedrepro.config import REPO_ROOT
+
+ROOT = REPO_ROOT
 pytestmark = pytest.mark.slow     # three training subprocesses (~1 min on 2 busy cores)
 
 

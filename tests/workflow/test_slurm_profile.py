@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedrepro.config import experiment_resources, load_global, load_paper, validate
+from fedrepro.config import REPO_ROOT, experiment_resources, load_global, load_paper, validate
 from fedrepro.config import load_schema
 from fedrepro.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def test_profile_is_a_slurm_profile_with_known_keys():

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import yaml
 
-from fedrepro.config import load_global, load_partitions
+from fedrepro.config import REPO_ROOT, load_global, load_partitions
 from fedrepro.data import fedformat
 from fedrepro.data.prepare import prepare
 from fedrepro.data.sources import fetch, is_available
 from fedrepro.errors import ConfigError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = REPO_ROOT.parent / "shared" / "data"
 
 
 def _cfg(tmp_path, mirror=None):

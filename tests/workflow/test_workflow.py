@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from fedrepro.config import REPO_ROOT
+
+ROOT = REPO_ROOT
 _BESIDE = Path(sys.executable).parent / "snakemake"  # the snakemake installed with this interpreter, if any
 SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
 pytestmark = pytest.mark.slow

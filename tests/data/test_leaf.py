@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrepro.config import validate_global
+from fedrepro.config import REPO_ROOT, validate_global
 from fedrepro.data import catalog, leaf
 from fedrepro.data.sources import dataset_files, fetch, is_available, sha256_of
 from fedrepro.errors import DataError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = REPO_ROOT.parent / "shared" / "data"
 SAMPLE = SHARED / "leaf_femnist_sf005"
 DS = "leaf_femnist_sf005"
 RNG = np.random.default_rng(7)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fedrepro.config import load_global, load_paper
+from fedrepro.config import REPO_ROOT, load_global, load_paper
 from fedrepro.report.registry import COLUMNS, load_registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 PAPERS_DIR = ROOT.parent / "shared" / "papers"
 PAPER_FILES = {"fedhdp": "fedhdp_aldaghri.md", "histograms": "histograms_setlur.md", "ppsgd": "ppsgd_bietti2022.md",
                "adaped": "adaped_ozkara2023.md"}
