@@ -10,6 +10,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
+from fedrepro.learning.net import sgd, stack
 from fedrepro.learning.data import ClientData
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.models import Linear
@@ -118,7 +119,7 @@ def test_pfedme_inner_solve_is_proximal():
             assert residual.abs().max() < 1e-4, k
         dist[lam] = max(float((t - w[k]).abs().max()) for k, t in state.theta.items())
         if lam > 100:  # w_i <- w_i - lr lam (w_i - theta_hat) ~ w_i - lr (grad f(w_i) + wd w_i)
-            g_w, _ = engine.client_grads(state.net, engine.stack(w, m), x, y)
+            g_w, _ = engine.client_grads(state.net, stack(w, m), x, y)
             for k, v in state.local.items():
                 torch.testing.assert_close(v, w[k] - lr * (g_w[k] + 1e-3 * w[k]), atol=1e-4, rtol=0)
     assert dist[1e3] < 1e-3 < dist[3.0]
@@ -190,9 +191,9 @@ def test_perfedavg_deployed_is_alpha_step_from_global(blobs):
         return engine.EvalContext(data, np.random.default_rng(5), B, lr=0.05, iters_per_epoch=6)
     deployed = algo.deployed_params(state, ctx())
     x, y = data.sample(np.arange(n), B, np.random.default_rng(5))
-    stacked = engine.stack(state.global_params, n)
+    stacked = stack(state.global_params, n)
     g, _ = engine.client_grads(state.net, stacked, x, y)
-    assert_params_close(deployed, engine.sgd(stacked, g, alpha, wd))
+    assert_params_close(deployed, sgd(stacked, g, alpha, wd))
     assert_params_close(PerFedAvg(eval_steps=0).deployed_params(state, ctx()), stacked, atol=0)
 
 

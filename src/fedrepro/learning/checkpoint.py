@@ -2,7 +2,7 @@
 
 A checkpoint holds everything the round loop carries from one round to the next: the algorithm's state (any
 dataclass of tensors, dicts/lists of tensors, scalars, nested dataclasses and torch Generators; the functional
-:class:`~fedrepro.learning.engine.Net` is rebuilt, not saved), the numpy stream's bit-generator state, the engine's
+:class:`~fedrepro.learning.net.Net` is rebuilt, not saved), the numpy stream's bit-generator state, the engine's
 torch Generator state, the counters and the history so far. It is written with ``torch.save`` to a temporary file
 and renamed into place (a kill never leaves a half-written checkpoint) and read back with
 ``torch.load(weights_only=True)``: only tensors and plain containers, never arbitrary pickled objects.
@@ -33,7 +33,7 @@ def fingerprint(obj: Any) -> str:
 
 def pack(obj: Any) -> Any:
     """``obj`` as tensors and plain containers (the only things ``torch.load(weights_only=True)`` accepts)."""
-    from fedrepro.learning.engine import Net
+    from fedrepro.learning.net import Net
 
     if isinstance(obj, Net):
         return {"__net__": True}

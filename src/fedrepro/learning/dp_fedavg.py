@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_map
 
 from fedrepro.learning.dp import GaussianMechanism, clip_per_client, gaussian_noise
-from fedrepro.learning.engine import expand
+from fedrepro.learning.net import expand
 from fedrepro.learning.fedavg import FedAvg, FedAvgState
 
 

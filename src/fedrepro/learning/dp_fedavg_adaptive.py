@@ -24,7 +24,8 @@ from torch import Tensor
 from fedrepro.learning.adaptive_clip import AdaptiveClip
 from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, clip_per_client, gaussian_noise
-from fedrepro.learning.engine import Algorithm, Net, Params, stack
+from fedrepro.learning.engine import Algorithm
+from fedrepro.learning.net import Net, Params, stack
 
 
 @dataclass

@@ -14,6 +14,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
+from fedrepro.learning.net import put, stack
 from fedrepro.learning.adaptive_clip import AdaptiveClip, effective_noise_multiplier, update_noise_multiplier
 from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
 from fedrepro.learning.fedavg import FedAvg
@@ -213,9 +214,9 @@ class RefFedAvgDitto(FedAvg):
         return losses
 
     def deployed_params(self, st, ctx=None):
-        out = engine.stack(st.global_params, st.n_clients)
+        out = stack(st.global_params, st.n_clients)
         for j in st.trained:
-            engine.put(out, torch.tensor([j]), {k: v.unsqueeze(0) for k, v in st.personal[j].items()})
+            put(out, torch.tensor([j]), {k: v.unsqueeze(0) for k, v in st.personal[j].items()})
         return out
 
 

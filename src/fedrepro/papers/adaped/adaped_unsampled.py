@@ -26,7 +26,7 @@ from torch.func import grad
 from torch.nn import functional as F
 
 from fedrepro.papers.adaped.adaped import AdaPeD, AdaPeDState
-from fedrepro.learning.engine import Net, Params, put, sgd, take
+from fedrepro.learning.net import Net, Params, put, sgd, take
 from fedrepro.learning.losses import kd_loss
 
 

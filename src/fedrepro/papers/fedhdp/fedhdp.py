@@ -36,7 +36,8 @@ from torch import Tensor
 from fedrepro.learning.adaptive_clip import AdaptiveClip
 from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, gaussian_noise
-from fedrepro.learning.engine import Algorithm, Net, Params, expand, stack
+from fedrepro.learning.engine import Algorithm
+from fedrepro.learning.net import Net, Params, expand, stack
 
 
 @dataclass
