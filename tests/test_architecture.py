@@ -88,18 +88,32 @@ def test_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def kinds_importing_kinds(graph: dict[str, set[str]], kind_mods: set[str]) -> dict[str, list[str]]:
+    return {m: sorted(graph[m] & kind_mods) for m in kind_mods if graph[m] & kind_mods}
+
+
+def shared_importing_papers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Outside fedrepro.papers only the registries may name the papers package (its index), never a paper."""
+    return {m: sorted(i for i in deps if i.startswith("fedrepro.papers."))
+            for m, deps in graph.items()
+            if not m.startswith("fedrepro.papers") and any(i.startswith("fedrepro.papers.") for i in deps)}
+
+
 def test_no_kind_imports_another_kind():
-    kind_mods = set(kind_modules().values())
-    offenders = {m: sorted(GRAPH[m] & kind_mods) for m in kind_mods if GRAPH[m] & kind_mods}
-    assert offenders == {}
+    assert kinds_importing_kinds(GRAPH, set(kind_modules().values())) == {}
 
 
 def test_shared_layers_know_no_paper():
-    """Outside fedrepro.papers only the registries may name the papers package (its index), never a paper."""
-    shared = [m for m in MODULES if not m.startswith("fedrepro.papers")]
-    offenders = {m: sorted(i for i in GRAPH[m] if i.startswith("fedrepro.papers."))
-                 for m in shared if any(i.startswith("fedrepro.papers.") for i in GRAPH[m])}
-    assert offenders == {}
+    assert shared_importing_papers(GRAPH) == {}
+
+
+def test_layer_checks_find_offenders():
+    graph = {"fedrepro.papers.a.experiments.x": {"fedrepro.papers.a.experiments.y"},
+             "fedrepro.papers.a.experiments.y": set(), "fedrepro.report.build": {"fedrepro.papers.a.plots"},
+             "fedrepro.cli": {"fedrepro.papers"}}
+    kinds = {"fedrepro.papers.a.experiments.x", "fedrepro.papers.a.experiments.y"}
+    assert kinds_importing_kinds(graph, kinds) == {"fedrepro.papers.a.experiments.x": ["fedrepro.papers.a.experiments.y"]}
+    assert shared_importing_papers(graph) == {"fedrepro.report.build": ["fedrepro.papers.a.plots"]}
 
 
 def test_every_paper_has_a_home():
