@@ -39,10 +39,14 @@ os.environ["PATH"] = (
     f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 )
 
-RES = CFG["results_dir"]
-FIGS = CFG["figures_dir"]
-LOGS = CFG["logs_dir"]
-DATA = CFG["data"]["dir"]
+
+
+def P(pattern, /, **fields):
+    """Output path pattern ``pattern`` of fedrepro.paths (the one place paths are spelled): configured directories
+    filled in, the fields given filled in, every other field left as a Snakemake wildcard."""
+    return paths.rule_pattern(CFG, pattern, **fields)
+
+
 # Global settings every CLI call must share with this Snakemake invocation (paths, papers, data mirror): passed
 # to the jobs in the environment, not as params, so that e.g. building one paper (only_papers) or moving the mirror
 # does not rerun finished experiments. The CLI merges dicts into config/config.yaml, so only_papers names the
@@ -70,11 +74,14 @@ def run_files(paper, exp, scale):
     run_seeds = seeds(scale)
     if EXPERIMENTS[f"{paper}.{exp}"].deterministic:
         run_seeds = run_seeds[:1]
-    return [f"{RES}/{paper}/{exp}/{scale}/seed{s}/metrics.json" for s in run_seeds]
+    return [
+        P("run_file", paper=paper, exp=exp, scale=scale, seed=s, file="metrics.json")
+        for s in run_seeds
+    ]
 
 
 def summary_file(paper, exp, scale=SCALE):
-    return f"{RES}/{paper}/{exp}/{scale}/summary.json"
+    return P("summary", paper=paper, exp=exp, scale=scale)
 
 
 def runnable_summaries(paper):
@@ -88,7 +95,7 @@ def runnable_summaries(paper):
 def figure_files(paper, ext):
     figs = PAPERS[paper].get("figures") or {}
     return [
-        f"{FIGS}/{paper}/{name}.{ext}"
+        P("figure", paper=paper, fig=name, ext=ext)
         for name, spec in figs.items()
         if runnable(f"{paper}.{spec['experiment']}")
     ]
@@ -98,7 +105,7 @@ def table_files(paper):
     if paper not in CFG.get("targets", {}):
         return []
     return [
-        f"{RES}/tables/{paper}/{table_slug(a)}.{ext}"
+        P("table", paper=paper, table=table_slug(a), ext=ext)
         for a in table_artifacts(CFG, paper)
         for ext in ("csv", "md")
     ]
@@ -107,8 +114,8 @@ def table_files(paper):
 def experiment_inputs(wildcards):
     """Verified datasets and built partitions an experiment reads."""
     exp = EXPERIMENTS[f"{wildcards.paper}.{wildcards.exp}"]
-    return [f"{DATA}/{d}/.verified" for d in exp.datasets] + [
-        f"{RES}/data/{p}" for p in exp.partitions
+    return [P("dataset_stamp", dataset=d) for d in exp.datasets] + [
+        P("partition", name=p) for p in exp.partitions
     ]
 
 
@@ -158,17 +165,17 @@ def figure_inputs(wildcards):
 def partition_plots():
     """Look-at-the-data plots of every partition whose dataset is available here."""
     return [
-        f"{FIGS}/data/{name}.png"
+        P("partition_plot", name=name)
         for name, spec in PARTITIONS.items()
         if is_available(CFG, spec["dataset"])
     ]
 
 
 def partition_stamp(wildcards):
-    return f"{DATA}/{PARTITIONS[wildcards.name]['dataset']}/.verified"
+    return P("dataset_stamp", dataset=PARTITIONS[wildcards.name]["dataset"])
 
 
-REPORT_FILES = [f"{RES}/report/replication.{ext}" for ext in ("md", "csv", "html")]
+REPORT_FILES = [P("report", ext=ext) for ext in ("md", "csv", "html")]
 
 CURVE_KINDS = ("privacy_curve", "privacy_grid")
 
@@ -191,9 +198,14 @@ def privacy_outputs():
             e for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"
         ]
         if exps:
-            out += [f"{RES}/privacy/{paper}/{f}.csv" for f in ("epsilon", "curves")]
+            out += [
+                P("privacy_table", paper=paper, name=f) for f in ("epsilon", "curves")
+            ]
         if any(e.kind in CURVE_KINDS for e in exps):
-            out += [f"{FIGS}/{paper}/privacy_epsilon.{ext}" for ext in ("pdf", "png")]
+            out += [
+                P("figure", paper=paper, fig="privacy_epsilon", ext=ext)
+                for ext in ("pdf", "png")
+            ]
     return out
 
 

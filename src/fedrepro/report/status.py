@@ -32,7 +32,7 @@ class Result:
 
 
 def rebuild_command(cfg: Mapping, t: Target, scale: str) -> str:
-    summary = f"{cfg['results_dir']}/{t.paper}/{t.exp_name}/{scale}/summary.json"
+    summary = paths.relative(cfg, "summary", paper=t.paper, exp=t.exp_name, scale=scale)
     return f"snakemake --cores 2 --config scale={scale} -- {summary}"
 
 
