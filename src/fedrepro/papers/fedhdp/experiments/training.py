@@ -42,6 +42,7 @@ well by the global model, Sec. 5.2), ``np_ge_p_local`` (the same for the persona
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -168,30 +169,35 @@ def client_metrics(acc_g: np.ndarray, acc_l: list[np.ndarray], counts: np.ndarra
     return out
 
 
-@experiment_kind("fedhdp_training", SCHEMA)
-def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
-    from fedrepro.learning.adaptive_clip import update_noise_multiplier
-    from fedrepro.learning.checkpoint import run_checkpointer
-    from fedrepro.learning.engine import evaluate, train
-    from fedrepro.learning.models import n_params
-    from fedrepro.privacy import compute_epsilon
-    from fedrepro.progress import RoundProgress
+@dataclass(frozen=True)
+class Noise:
+    """The private group's noise (notes §3): Table 7's effective multiplier, the clipped-count noise, the update
+    noise they imply, the adaptive-clipping settings, and epsilon from dp-accounting at z_eff (None without noise)."""
 
-    _validate(p, ctx)
-    ds, data, factory, model_kw = training_setup(p, ctx)
-    device = data.device
-    m = ds.n_clients
-    K = max(1, round(p["sampling_rate"] * m))
-    opt = p.get("opt_out") or {}
-    opt_out, _ = opt_out_mask(ds, opt.get("fraction", 0.05), opt.get("seed", 0))
-    private = ~opt_out
-    B = p["batch_size"]
-    iters = max(1, int(np.ceil(float(np.median(ds.counts("train"))) / B)))
+    z_eff: float
+    z_count: float
+    z_update: float
+    clip: dict
+    sampling_rate: float
+    epsilon: Any
+
+
+def schedule_of(p: dict, ds, seed: int, device) -> tuple[dict, int, int]:
+    """The engine schedule: ``rounds`` rounds of K = round(q m) clients, ``local_epochs`` x ceil(median train count /
+    batch_size) local steps, lr x decay every ``lr_decay_every`` rounds (the engine decays per "epoch" of
+    iters_per_epoch iterations). Returns (schedule, K, local iterations per epoch)."""
+    K = max(1, round(p["sampling_rate"] * ds.n_clients))
+    iters = max(1, int(np.ceil(float(np.median(ds.counts("train"))) / p["batch_size"])))
     tau = max(1, int(round(p["local_epochs"] * iters)))
-    # lr x decay every lr_decay_every rounds: the engine decays per "epoch" of iters_per_epoch iterations
-    schedule = dict(batch_size=B, rounds=p["rounds"], tau=tau, clients_per_round=K, lr=p["lr"],
+    schedule = dict(batch_size=p["batch_size"], rounds=p["rounds"], tau=tau, clients_per_round=K, lr=p["lr"],
                     lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=tau * p.get("lr_decay_every", p["rounds"]),
-                    seed=int(rng.integers(2**31)), eval_every=p.get("eval_every", p["rounds"]), device=device)
+                    seed=seed, eval_every=p.get("eval_every", p["rounds"]), device=device)
+    return schedule, K, iters
+
+
+def noise_of(p: dict, K: int, m: int, exp_id: str) -> Noise:
+    from fedrepro.learning.adaptive_clip import update_noise_multiplier
+    from fedrepro.privacy import compute_epsilon
 
     priv = p["privacy"]
     z_eff = priv["noise_multiplier_eff"]
@@ -199,18 +205,26 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     try:
         z_update = update_noise_multiplier(z_eff, z_count)
     except ValueError as exc:
-        raise ConfigError(f"{ctx.exp_id}: params.privacy: {exc}") from None
+        raise ConfigError(f"{exp_id}: params.privacy: {exc}") from None
     clip = {"quantile": 0.5, "lr": 0.2, **p["clip"], "count_std": z_count if z_eff > 0 else 0.0}
     q = K / m
     eps = compute_epsilon(z_eff, q, p["rounds"], priv["delta"], priv.get("accountant", "rdp")) if z_eff > 0 else None
+    return Noise(z_eff, z_count, z_update, clip, q, eps)
 
-    lams = list(p["lams"])
-    wd = p.get("weight_decay", 0.0)
-    counts = ds.counts("test").astype(np.float64)
+
+def train_methods(p: dict, ctx: RunContext, data, factory, schedule: dict, private: np.ndarray, noise: Noise,
+                  counts: np.ndarray) -> tuple[dict, dict, list[dict]]:
+    """Train every method; returns (metrics per lambda block and method, Table 3/4 metrics per method and lambda,
+    history rows)."""
+    from fedrepro.learning.checkpoint import run_checkpointer
+    from fedrepro.learning.engine import evaluate, train
+    from fedrepro.progress import RoundProgress
+
+    lams, m = list(p["lams"]), len(private)
     metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
     rows, per_method = [], {}
     for name, spec in p["methods"].items():
-        algo = build(spec, private, lams, z_update, clip, wd)
+        algo = build(spec, private, lams, noise.z_update, noise.clip, p.get("weight_decay", 0.0))
         ckpt = run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name,
                                 p.get("checkpoint_every", 10))
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
@@ -228,50 +242,85 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
         per_method[name] = per_lam
         metrics.setdefault("final_clip", {})[name] = float(algo.state.clip)
         metrics.setdefault("skipped_rounds", {})[name] = int(getattr(algo.state, "skipped", 0))
-    n_classes = int(model_kw["n_classes"])
-    metrics["privacy"] = {"noise_multiplier_eff": z_eff, "noise_multiplier_update": z_update,
-                          "count_std": z_count, "sampling_rate": q, "rounds": p["rounds"], "delta": priv["delta"],
-                          **({"epsilon": eps.epsilon} if eps else {})}
-    model = factory()   # one instance for what the settings read off the model
-    metrics.update(n_clients=m, n_opt_out=int(opt_out.sum()), clients_per_round=K, local_steps=tau,
-                   iters_per_epoch=iters, n_params=n_params(model))
+    return metrics, per_method, rows
+
+
+def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_classes: int,
+               noise: Noise) -> dict:
+    """The run's inputs as Tables 5-7 print them (the registry compares them)."""
     from torch import nn
 
-    metrics["setting"] = {
-        "n_clients": m, "clients_per_round_pct": 100.0 * K / m, "nonprivate_pct": 100.0 * opt_out.sum() / m,
-        "rounds": p["rounds"], "n_labels": n_classes, "batch_size": B, "local_epochs": p["local_epochs"],
-        "lr": p["lr"], "lr_decay": p.get("lr_decay", 1.0), "clip_init": clip["init"], "clip_lr": clip["lr"],
-        "target_unclipped_quantile": clip["quantile"], "effective_noise_multiplier": z_eff,
-        "model": layer_sizes(model, data.feature_shape),
+    return {
+        "n_clients": m, "clients_per_round_pct": 100.0 * K / m, "nonprivate_pct": 100.0 * n_opt_out / m,
+        "rounds": p["rounds"], "n_labels": n_classes, "batch_size": p["batch_size"], "local_epochs": p["local_epochs"],
+        "lr": p["lr"], "lr_decay": p.get("lr_decay", 1.0), "clip_init": noise.clip["init"],
+        "clip_lr": noise.clip["lr"], "target_unclipped_quantile": noise.clip["quantile"],
+        "effective_noise_multiplier": noise.z_eff, "model": layer_sizes(model, feature_shape),
         "model_is_cnn": float(any(isinstance(mod, nn.Conv2d) for mod in model.modules()))}
-    for out_key, (a, b) in (p.get("differences") or {}).items():
+
+
+def add_differences(metrics: dict, differences: dict, exp_id: str) -> None:
+    """``differences`` (output key -> [a, b]): metrics a - b of two metric keys of this run, in place."""
+    for out_key, (a, b) in differences.items():
         flat = flatten(metrics)
         if a not in flat or b not in flat:
-            raise ConfigError(f"{ctx.exp_id}: params.differences.{out_key}: {a if a not in flat else b!r} is not a "
+            raise ConfigError(f"{exp_id}: params.differences.{out_key}: {a if a not in flat else b!r} is not a "
                               "metric of this run")
         node = metrics
         *head, last = out_key.split(".")
         for part in head:
             node = node.setdefault(part, {})
         node[last] = flat[a] - flat[b]
+
+
+def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[str, Check]:
     checks = {}
     dp_names = [n for n, spec in p["methods"].items() if spec["algorithm"] == "dp_fedavg"]
     for check, names in (p.get("checks") or {}).items():
         if check == "acc_g_ge_dp_fedavg":
             if len(dp_names) != 1:
-                raise ConfigError(f"{ctx.exp_id}: params.checks.{check} needs exactly one dp_fedavg method")
+                raise ConfigError(f"{exp_id}: params.checks.{check} needs exactly one dp_fedavg method")
             ref = per_method[dp_names[0]][0]["acc_g"]
             results = [(per_method[n][0]["acc_g"] >= ref, f"{n}: Acc_g {per_method[n][0]['acc_g']:.2f} vs "
                         f"{dp_names[0]} {ref:.2f}") for n in names]
-            checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
-            continue
-        results = [_check(check, n, per_method[n][0], n_classes) for n in names]
+        else:
+            results = [_check(check, n, per_method[n][0], n_classes) for n in names]
         checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
+    return checks
+
+
+@experiment_kind("fedhdp_training", SCHEMA)
+def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    from fedrepro.learning.models import n_params
+
+    _validate(p, ctx)
+    ds, data, factory, model_kw = training_setup(p, ctx)
+    m = ds.n_clients
+    opt = p.get("opt_out") or {}
+    opt_out, _ = opt_out_mask(ds, opt.get("fraction", 0.05), opt.get("seed", 0))
+    schedule, K, iters = schedule_of(p, ds, int(rng.integers(2**31)), data.device)
+    noise = noise_of(p, K, m, ctx.exp_id)
+    metrics, per_method, rows = train_methods(p, ctx, data, factory, schedule, ~opt_out, noise,
+                                              ds.counts("test").astype(np.float64))
+    n_classes = int(model_kw["n_classes"])
+    metrics["privacy"] = {"noise_multiplier_eff": noise.z_eff, "noise_multiplier_update": noise.z_update,
+                          "count_std": noise.z_count, "sampling_rate": noise.sampling_rate, "rounds": p["rounds"],
+                          "delta": p["privacy"]["delta"],
+                          **({"epsilon": noise.epsilon.epsilon} if noise.epsilon else {})}
+    model = factory()   # one instance for what the settings read off the model
+    metrics.update(n_clients=m, n_opt_out=int(opt_out.sum()), clients_per_round=K, local_steps=schedule["tau"],
+                   iters_per_epoch=iters, n_params=n_params(model))
+    metrics["setting"] = setting_of(p, model, data.feature_shape, m, K, int(opt_out.sum()), n_classes, noise)
+    add_differences(metrics, p.get("differences") or {}, ctx.exp_id)
     accountant = None
-    if eps is not None:
-        accountant = {"name": f"{eps.accountant} (z_eff {z_eff}, q {q:.4g}, {p['rounds']} rounds; private group)",
-                      "version": f"{eps.library} {eps.library_version}", "delta": priv["delta"]}
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
+    if noise.epsilon is not None:
+        eps = noise.epsilon
+        accountant = {"name": f"{eps.accountant} (z_eff {noise.z_eff}, q {noise.sampling_rate:.4g}, {p['rounds']} "
+                              "rounds; private group)",
+                      "version": f"{eps.library} {eps.library_version}", "delta": p["privacy"]["delta"]}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks_of(p, per_method, n_classes,
+                                                                                   ctx.exp_id),
+                     accountant=accountant)
 
 
 def layer_sizes(model, feature_shape=(1, 28, 28)) -> dict[str, int]:
