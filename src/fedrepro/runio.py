@@ -23,7 +23,8 @@ import pandas as pd
 import yaml
 
 import fedrepro
-from fedrepro.config import Experiment
+from fedrepro.config import Experiment, validate
+from fedrepro.errors import ResultError
 from fedrepro.experiments import RunOutput
 
 METRICS = "metrics.json"
@@ -112,9 +113,61 @@ def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall
     write_json(out_dir / METRICS, doc)
 
 
+# What readers of the result files rely on (other keys may be present): a file that lacks it stops with one
+# ResultError naming the file and the key, instead of a KeyError deep in the report.
+_CHECKS = {"type": "object", "additionalProperties": {
+    "type": "object", "required": ["passed", "detail"],
+    "properties": {"passed": {"type": "boolean"}, "detail": {"type": "string"}}}}
+_RUN_FACTS = {"experiment": {"type": "string"}, "kind": {"type": "string"}, "scale": {"type": "string"},
+              "effective_scale": {"type": "string"}, "wall_time_s": {"type": "number"},
+              "versions": {"type": "object"}, "checks": _CHECKS}
+METRICS_SCHEMA = {
+    "type": "object",
+    "required": ["experiment", "kind", "seed", "scale", "effective_scale", "metrics", "checks", "wall_time_s",
+                 "versions"],
+    "properties": {**_RUN_FACTS, "seed": {"type": "integer", "minimum": 0}, "metrics": {"type": "object"}},
+}
+SUMMARY_SCHEMA = {  # written by fedrepro.aggregate.summarize
+    "type": "object",
+    "required": ["experiment", "kind", "scale", "effective_scale", "seeds", "metrics", "checks", "wall_time_s",
+                 "versions"],
+    "properties": {**_RUN_FACTS,
+                   "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+                   "metrics": {"type": "object", "additionalProperties": {
+                       "type": "object", "required": ["mean", "std"],
+                       "properties": {"mean": {"type": ["number", "null"]}, "std": {"type": ["number", "null"]}}}}},
+}
+REBUILD = "delete it and run the workflow again (`snakemake --cores 2`) to rebuild it"
+
+
+def read_result_json(path: Path, schema: dict, what: str) -> dict:
+    """A JSON result file, checked against ``schema``; a missing, unreadable or incomplete file is a ResultError
+    naming it (``what``: e.g. "run metrics file") and how to rebuild it."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultError(f"{path}: {what} not found; run the workflow (`snakemake --cores 2`) to build it") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultError(f"{path}: not a valid {what} ({exc}); {REBUILD}") from None
+    validate(doc, schema, source=str(path), error=ResultError, fix=REBUILD)
+    return doc
+
+
 def read_metrics(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / METRICS).read_text())
+    return read_result_json(Path(run_dir) / METRICS, METRICS_SCHEMA, "run metrics file")
+
+
+def read_summary(path: Path) -> dict:
+    return read_result_json(Path(path), SUMMARY_SCHEMA, "summary over seeds")
 
 
 def read_history(run_dir: Path) -> pd.DataFrame:
-    return pd.read_parquet(Path(run_dir) / HISTORY)
+    path = Path(run_dir) / HISTORY
+    try:
+        return pd.read_parquet(path)
+    except FileNotFoundError:
+        raise ResultError(f"{path}: run history not found; run the workflow again (`snakemake --cores 2`) to "
+                          "rebuild it") from None
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ResultError(f"{path}: not a valid parquet file ({exc}); {REBUILD}") from None
