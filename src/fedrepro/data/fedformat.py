@@ -148,6 +148,9 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
+        from fedrepro.runio import honour_umask
+
+        honour_umask(tmp)  # the final directory gets the umask's mode (0755), not mkdtemp's 0700
         # 1. features, gathered in chunks into a preallocated .npy
         feat = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=ref.dtype, shape=(n_rows, *ref.shape[1:]))
         row_bytes = max(1, int(np.prod(ref.shape[1:], dtype=np.int64)) * ref.dtype.itemsize)
