@@ -377,22 +377,51 @@ def is_complete(path: str | Path) -> bool:
         return False
 
 
-def _check(path: Path, verify: bool) -> dict:
+def _rebuild(path: Path) -> str:
+    return f"delete {path} and build it again (`snakemake --cores 2 {path}`)"
+
+
+# what the loader reads from a manifest: key -> the fields it needs inside that key's mapping
+_MANIFEST_FIELDS = {"features": ("file", "bytes", "sha256", "shape", "dtype"), "index": ("file", "bytes", "sha256"),
+                    "splits": (), "clients": (), "n_clients": (), "n_classes": ()}
+
+
+def _read_manifest(path: Path) -> dict:
     mf = path / MANIFEST
     if not mf.is_file():
-        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?)")
-    manifest = json.loads(mf.read_text())
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise DataError(f"{path}: format {manifest.get('format')!r} v{manifest.get('format_version')}, expected "
-                        f"{FORMAT} v{FORMAT_VERSION}")
+        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?); "
+                        f"{_rebuild(path)}")
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{mf}: not valid JSON ({exc}); {_rebuild(path)}") from None
+    got = manifest if isinstance(manifest, dict) else {}
+    if got.get("format") != FORMAT or got.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"{mf}: format {got.get('format')!r} v{got.get('format_version')}, expected "
+                        f"{FORMAT} v{FORMAT_VERSION}; {_rebuild(path)}")
+    for key, fields in _MANIFEST_FIELDS.items():
+        entry = manifest.get(key)
+        if entry is None or (fields and not (isinstance(entry, dict) and all(f in entry for f in fields))):
+            raise DataError(f"{mf}: {key}: missing or incomplete (needs {', '.join(fields) or 'a value'}); "
+                            f"{_rebuild(path)}")
+    return manifest
+
+
+def _check(path: Path, verify: bool) -> dict:
+    manifest = _read_manifest(path)
     for key in ("features", "index"):
         entry = manifest[key]
         f = path / entry["file"]
         if not f.is_file() or f.stat().st_size != entry["bytes"]:
-            raise DataError(f"{path}: {entry['file']} missing or of the wrong size (manifest: {entry['bytes']} bytes)")
+            raise DataError(f"{f}: missing or of the wrong size (manifest: {entry['bytes']} bytes); {_rebuild(path)}")
         if verify and _sha256(f) != entry["sha256"]:
-            raise DataError(f"{path}: {entry['file']} checksum mismatch (manifest sha256 {entry['sha256']})")
+            raise DataError(f"{f}: checksum mismatch (manifest sha256 {entry['sha256']}); {_rebuild(path)}")
     return manifest
+
+
+def check(path: str | Path, verify: bool = False) -> None:
+    """Raise a DataError naming the file when ``path`` is not a complete dataset (see :func:`is_complete`)."""
+    _check(Path(path), verify)
 
 
 def load(path: str | Path, verify: bool = False) -> FederatedDataset:
@@ -403,11 +432,17 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
 
     path = Path(path)
     manifest = _check(path, verify)
-    features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
+    try:
+        features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path / FEATURES}: not a readable npy file ({exc}); {_rebuild(path)}") from None
     if list(features.shape) != manifest["features"]["shape"] or features.dtype.str != manifest["features"]["dtype"]:
         raise DataError(f"{path}: {FEATURES} is {features.dtype.str}{features.shape}, manifest says "
                         f"{manifest['features']['dtype']}{tuple(manifest['features']['shape'])}")
-    t = pq.read_table(path / INDEX)
+    try:
+        t = pq.read_table(path / INDEX)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"{path / INDEX}: not a readable parquet file ({exc}); {_rebuild(path)}") from None
     split_col = t.column("split").combine_chunks()
     if hasattr(split_col, "indices"):
         names = split_col.dictionary.to_pylist()
@@ -437,5 +472,5 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
 write_federated = write
 load_federated = load
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "is_complete", "load", "load_federated", "source_info",
+__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "check", "is_complete", "load", "load_federated", "source_info",
            "write", "write_federated"]
