@@ -114,7 +114,8 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
 
     ``train_features``/``test_features``: arrays whose first axis is the sample (any numeric dtype, same trailing
     shape and dtype for both; may be memory-mapped). ``train``/``test``: labels (+ groups, coarse) as given to the
-    partitioner. ``source``: :func:`source_info` (dataset id and input-file sha256). ``keep_unassigned``: also
+    partitioner. ``source``: dataset id and input-file sha256 (:func:`source_info`, or the verified record of
+    fedrepro.data.prepare). ``keep_unassigned``: also
     store samples held by no client (client_id -1, after each split's clients). ``extra``: free JSON-able entries
     stored under ``manifest["extra"]``.
     """
