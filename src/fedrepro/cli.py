@@ -19,7 +19,6 @@ import argparse
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from fedrepro.errors import FedreproError
@@ -101,26 +100,27 @@ def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
     from fedrepro.data.sources import dataset_files
     from fedrepro.experiments import RunContext, get_kind
-    from fedrepro.runio import write_run
+    from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale, parse_overrides(args.set))
     out = _writable(args.out, "--out", is_dir=True)
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
-    # `snakemake --rerun-incomplete` (or this command again) continues from them
+    # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
+    clock = RunClock()
     ctx = RunContext(exp_id=exp.id, seed=args.seed, data={d: dataset_files(cfg, d) for d in exp.datasets},
-                     partitions=_partition_dirs(cfg, exp), checkpoint_dir=ckpt)
+                     partitions=_partition_dirs(cfg, exp), checkpoint_dir=ckpt, clock=clock)
     kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
-    t0 = time.perf_counter()
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
-    wall = time.perf_counter() - t0
-    write_run(out, exp, args.seed, output, wall)
+    wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
+    write_run(out, exp, args.seed, output, wall, resumed)
     if ckpt is not None:
         shutil.rmtree(ckpt, ignore_errors=True)
-    print(f"[fedrepro] done in {wall:.2f}s -> {args.out}", flush=True)
+    note = "" if resumed is None else f" ({clock.before_s:.2f}s before the resume + {resumed:.2f}s now)"
+    print(f"[fedrepro] done in {wall:.2f}s{note} -> {args.out}", flush=True)
     return 0
 
 

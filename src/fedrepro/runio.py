@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -97,7 +98,36 @@ def versions() -> dict[str, str]:
     return out
 
 
-def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall_time_s: float) -> None:
+class RunClock:
+    """The compute time of one run across kills and resumes.
+
+    Each round checkpoint carries the run's total at the moment it was saved (``elapsed_s``, see
+    fedrepro.learning.checkpoint); a resumed attempt adds its own wall time to the largest total among the
+    checkpoints it resumed from. Work a killed attempt did after its last checkpoint is lost, redone, and counted once.
+    """
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self.before_s = 0.0  # earlier attempts' compute, up to the newest checkpoint resumed from
+
+    def this_attempt_s(self) -> float:
+        return time.perf_counter() - self._start
+
+    def total_s(self) -> float:
+        return self.before_s + self.this_attempt_s()
+
+    @property
+    def resumed(self) -> bool:
+        return self.before_s > 0
+
+    def resumed_from(self, elapsed_s: float) -> None:
+        self.before_s = max(self.before_s, float(elapsed_s))
+
+
+def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall_time_s: float,
+              resumed_wall_time_s: float | None = None) -> None:
+    """``wall_time_s``: the run's compute across resumes; ``resumed_wall_time_s``: the part done by the attempt that
+    resumed and finished it (None when it ran in one go)."""
     out_dir = Path(out_dir)
     resolved = {
         "experiment": exp.id,
@@ -124,6 +154,7 @@ def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall
         "checks": {k: asdict(v) for k, v in output.checks.items()},
         "accountant": output.accountant,
         "wall_time_s": wall_time_s,
+        "wall_time_resumed_s": resumed_wall_time_s,
         "versions": versions(),
     }
     write_json(out_dir / METRICS, doc)

@@ -215,7 +215,7 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     for name, spec in p["methods"].items():
         algo = build(spec, private, lams, z_update, clip, wd)
         ckpt = run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name,
-                                p.get("checkpoint_every", 10))
+                                p.get("checkpoint_every", 10), ctx.clock)
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
         models = algo.final_models()
