@@ -50,4 +50,4 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_outputs(),
+        all_outputs,
