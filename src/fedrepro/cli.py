@@ -109,9 +109,10 @@ def cmd_run(args) -> int:
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
-    clock = RunClock()
-    ctx = RunContext(exp_id=exp.id, seed=args.seed, data={d: dataset_files(cfg, d) for d in exp.datasets},
-                     partitions=_partition_dirs(cfg, exp), checkpoint_dir=ckpt, clock=clock)
+    data, partitions = {d: dataset_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
+    clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
+    ctx = RunContext(exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt,
+                     clock=clock)
     kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
