@@ -8,6 +8,7 @@ seconds), the county-election experiment on the test fixture, and a partition of
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -231,6 +232,8 @@ def test_yaml_syntax_errors_name_file_and_line(tmp_path, capsys):
     paper.write_text(paper.read_text() + "experiments:\n\tbad: 1\n")
     lines = paper.read_text().count("\n")
     one_error(fedrepro_here(capsys, "list", "--config", cfg), f"{paper}:{lines}:1", "not valid YAML")
+    broken.write_bytes(b"scale: \xff\xfe quick\n")
+    one_error(fedrepro_here(capsys, "list", "--config", broken), broken, "cannot read")
 
 
 @pytest.mark.slow
@@ -342,6 +345,23 @@ def test_data_file_corrupted_after_fetch_is_caught_on_use(pinned_mirror, monkeyp
     assert str(copy) in msg and ds.files[0].sha256 in msg and f"mirror {mirrored}" in msg and "\n" not in msg
     # the check never rewrites the fetch rule's output (that would rerun everything downstream)
     assert stamp.read_bytes() == stamp_bytes and stamp.stat().st_mtime_ns == stamp_mtime
+    copy.unlink()
+    with pytest.raises(DataError, match="is missing although") as err:
+        sources.dataset_files(cfg, ds.id)
+    assert str(copy) in str(err.value)
+
+
+def test_checksum_messages_name_where_the_file_came_from(pinned_mirror):
+    cfg, ds, mirrored = pinned_mirror
+    f = dataclasses.replace(ds.files[0], sha256="0" * 64)
+    for origin, names in {"download https://example.org/returns.csv": ["https://example.org/returns.csv",
+                                                                        f"downloaded to {mirrored}"],
+                          "written by debian-package": ["written by debian-package", "installed package"],
+                          f"mirror {mirrored}": [f"the mirror file {mirrored}"],
+                          "": [f"{mirrored} (in the data dir)"]}.items():
+        with pytest.raises(DataError, match="checksum mismatch") as err:
+            sources.verify(mirrored, f, ds, origin=origin)
+        assert all(n in str(err.value) for n in names) and "0" * 64 in str(err.value), str(err.value)
 
 
 def test_corrupted_data_stops_the_run_that_reads_it(work):
