@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fedrepro.config import REPO_ROOT, load_global, load_partitions
-from fedrepro.data import fedformat
+from fedrepro.data import catalog, fedformat
 from fedrepro.data.prepare import prepare
 from fedrepro.data.sources import fetch, is_available
 from fedrepro.errors import ConfigError
@@ -61,5 +61,8 @@ def test_leaf_sample_through_mirror_writer_groups(tmp_path):
     assert ds.counts("train").sum() == 14708 and ds.counts("test").sum() == 1685
     sources = ds.manifest["source"]["files"]
     assert len(sources) == 40 and all(len(h) == 64 for h in sources.values())
+    # the manifest records the pinned sha256 each input matched when it was verified again for this build
+    assert sources == {f.name: f.sha256 for f in catalog.get_dataset("leaf_femnist_sf005").files}
+    assert ds.manifest["source"]["unpinned"] == []
     x, y = ds.client_arrays(0, "train")
     assert x.shape[1] == 784 and 0.0 <= float(x.min()) and float(x.max()) <= 1.0

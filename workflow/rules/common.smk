@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 from fedrepro import paths
 from fedrepro.config import (
@@ -92,6 +93,52 @@ def runnable_summaries(paper):
     ]
 
 
+def runnable_runs(paper):
+    """Every seed's run of the runnable experiments. Asked for by the default target itself: Snakemake does not
+    rebuild a missing input of a job whose outputs are up to date, so with only the summaries asked for, a deleted
+    seed (metrics.json) would go unnoticed."""
+    return [
+        f
+        for e in EXPERIMENTS.values()
+        if e.paper == paper and runnable(e.id)
+        for f in run_files(paper, e.name, SCALE)
+    ]
+
+
+def left_out_by_data():
+    """{dataset: [experiment ids]} of the experiments left out of the default target because a dataset they read
+    is not available here."""
+    out = {}
+    for exp_id, e in EXPERIMENTS.items():
+        for d in e.datasets:
+            if not is_available(CFG, d):
+                out.setdefault(d, []).append(exp_id)
+    return out
+
+
+_LEFT_OUT_WARNED = False
+
+
+def warn_left_out():
+    """Say once, on the console, which experiments the default target leaves out for want of data (the report
+    lists them per target as 'not run: data unavailable offline')."""
+    global _LEFT_OUT_WARNED
+    if _LEFT_OUT_WARNED:
+        return
+    _LEFT_OUT_WARNED = True
+    missing = left_out_by_data()
+    if not missing:
+        return
+    n = len({x for ids in missing.values() for x in ids})
+    lines = [f"  {d}: {', '.join(ids)}" for d, ids in sorted(missing.items())]
+    logger.warning(
+        f"fedrepro: {n} experiment(s) left out of the default target, their data being unavailable here (not in "
+        f"{CFG['data']['dir']}/ or the mirror {CFG['data'].get('mirror')}); the report lists them as not run. By missing dataset:\n"
+        + "\n".join(lines)
+        + "\n  fetch one with `python -m fedrepro data fetch DATASET` on a networked machine, or set data.mirror."
+    )
+
+
 def figure_files(paper, ext):
     figs = PAPERS[paper].get("figures") or {}
     return [
@@ -162,13 +209,16 @@ def figure_inputs(wildcards):
     }
 
 
+def available_partitions():
+    """Partitions whose dataset is available here."""
+    return [
+        name for name, spec in PARTITIONS.items() if is_available(CFG, spec["dataset"])
+    ]
+
+
 def partition_plots():
     """Look-at-the-data plots of every partition whose dataset is available here."""
-    return [
-        P("partition_plot", name=name)
-        for name, spec in PARTITIONS.items()
-        if is_available(CFG, spec["dataset"])
-    ]
+    return [P("partition_plot", name=name) for name in available_partitions()]
 
 
 def partition_stamp(wildcards):
@@ -209,13 +259,17 @@ def privacy_outputs():
     return out
 
 
-def all_outputs():
+def all_outputs(wildcards=None):
+    """The default target (rule all's input function, so the warning comes only when it is built)."""
+    warn_left_out()
     out = []
     for paper in PAPERS:
         out += (
-            runnable_summaries(paper)
+            runnable_runs(paper)
+            + runnable_summaries(paper)
             + figure_files(paper, "pdf")
             + figure_files(paper, "png")
         )
         out += table_files(paper)
-    return out + privacy_outputs() + partition_plots() + REPORT_FILES
+    partitions = [P("partition", name=name) for name in available_partitions()]
+    return out + privacy_outputs() + partitions + partition_plots() + REPORT_FILES

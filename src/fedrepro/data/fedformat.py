@@ -114,7 +114,8 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
 
     ``train_features``/``test_features``: arrays whose first axis is the sample (any numeric dtype, same trailing
     shape and dtype for both; may be memory-mapped). ``train``/``test``: labels (+ groups, coarse) as given to the
-    partitioner. ``source``: :func:`source_info` (dataset id and input-file sha256). ``keep_unassigned``: also
+    partitioner. ``source``: dataset id and input-file sha256 (:func:`source_info`, or the verified record of
+    fedrepro.data.prepare). ``keep_unassigned``: also
     store samples held by no client (client_id -1, after each split's clients). ``extra``: free JSON-able entries
     stored under ``manifest["extra"]``.
     """
@@ -148,6 +149,9 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
+        from fedrepro.runio import honour_umask
+
+        honour_umask(tmp)  # the final directory gets the umask's mode (0755), not mkdtemp's 0700
         # 1. features, gathered in chunks into a preallocated .npy
         feat = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=ref.dtype, shape=(n_rows, *ref.shape[1:]))
         row_bytes = max(1, int(np.prod(ref.shape[1:], dtype=np.int64)) * ref.dtype.itemsize)
@@ -374,22 +378,51 @@ def is_complete(path: str | Path) -> bool:
         return False
 
 
-def _check(path: Path, verify: bool) -> dict:
+def _rebuild(path: Path) -> str:
+    return f"delete {path} and build it again (`snakemake --cores 2 {path}`)"
+
+
+# what the loader reads from a manifest: key -> the fields it needs inside that key's mapping
+_MANIFEST_FIELDS = {"features": ("file", "bytes", "sha256", "shape", "dtype"), "index": ("file", "bytes", "sha256"),
+                    "splits": (), "clients": (), "n_clients": (), "n_classes": ()}
+
+
+def _read_manifest(path: Path) -> dict:
     mf = path / MANIFEST
     if not mf.is_file():
-        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?)")
-    manifest = json.loads(mf.read_text())
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise DataError(f"{path}: format {manifest.get('format')!r} v{manifest.get('format_version')}, expected "
-                        f"{FORMAT} v{FORMAT_VERSION}")
+        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?); "
+                        f"{_rebuild(path)}")
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{mf}: not valid JSON ({exc}); {_rebuild(path)}") from None
+    got = manifest if isinstance(manifest, dict) else {}
+    if got.get("format") != FORMAT or got.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"{mf}: format {got.get('format')!r} v{got.get('format_version')}, expected "
+                        f"{FORMAT} v{FORMAT_VERSION}; {_rebuild(path)}")
+    for key, fields in _MANIFEST_FIELDS.items():
+        entry = manifest.get(key)
+        if entry is None or (fields and not (isinstance(entry, dict) and all(f in entry for f in fields))):
+            raise DataError(f"{mf}: {key}: missing or incomplete (needs {', '.join(fields) or 'a value'}); "
+                            f"{_rebuild(path)}")
+    return manifest
+
+
+def _check(path: Path, verify: bool) -> dict:
+    manifest = _read_manifest(path)
     for key in ("features", "index"):
         entry = manifest[key]
         f = path / entry["file"]
         if not f.is_file() or f.stat().st_size != entry["bytes"]:
-            raise DataError(f"{path}: {entry['file']} missing or of the wrong size (manifest: {entry['bytes']} bytes)")
+            raise DataError(f"{f}: missing or of the wrong size (manifest: {entry['bytes']} bytes); {_rebuild(path)}")
         if verify and _sha256(f) != entry["sha256"]:
-            raise DataError(f"{path}: {entry['file']} checksum mismatch (manifest sha256 {entry['sha256']})")
+            raise DataError(f"{f}: checksum mismatch (manifest sha256 {entry['sha256']}); {_rebuild(path)}")
     return manifest
+
+
+def check(path: str | Path, verify: bool = False) -> None:
+    """Raise a DataError naming the file when ``path`` is not a complete dataset (see :func:`is_complete`)."""
+    _check(Path(path), verify)
 
 
 def load(path: str | Path, verify: bool = False) -> FederatedDataset:
@@ -400,11 +433,17 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
 
     path = Path(path)
     manifest = _check(path, verify)
-    features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
+    try:
+        features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path / FEATURES}: not a readable npy file ({exc}); {_rebuild(path)}") from None
     if list(features.shape) != manifest["features"]["shape"] or features.dtype.str != manifest["features"]["dtype"]:
         raise DataError(f"{path}: {FEATURES} is {features.dtype.str}{features.shape}, manifest says "
                         f"{manifest['features']['dtype']}{tuple(manifest['features']['shape'])}")
-    t = pq.read_table(path / INDEX)
+    try:
+        t = pq.read_table(path / INDEX)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"{path / INDEX}: not a readable parquet file ({exc}); {_rebuild(path)}") from None
     split_col = t.column("split").combine_chunks()
     if hasattr(split_col, "indices"):
         names = split_col.dictionary.to_pylist()
@@ -434,5 +473,5 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
 write_federated = write
 load_federated = load
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "is_complete", "load", "load_federated", "source_info",
+__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "check", "is_complete", "load", "load_federated", "source_info",
            "write", "write_federated"]

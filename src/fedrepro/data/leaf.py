@@ -56,6 +56,7 @@ import io
 import json
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
@@ -299,8 +300,8 @@ def load_reddit(archive: str | Path) -> dict[str, RedditSplit]:
     try:
         zf = zipfile.ZipFile(archive)
     except (OSError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{archive}: not a zip archive ({exc}); a Google Drive HTML page instead of the file?"
-                        ) from None
+        raise DataError(f"{archive}: not a zip archive ({exc}): cut short, or a Google Drive HTML page instead of "
+                        "the file? delete it and fetch it again") from None
     out = {}
     with zf:
         names = set(zf.namelist())
@@ -310,8 +311,9 @@ def load_reddit(archive: str | Path) -> dict[str, RedditSplit]:
             try:
                 with zf.open(member) as fh:
                     out[split] = read_reddit_json(io.BufferedReader(fh), f"{archive}:{member}")
-            except (zipfile.BadZipFile, OSError) as exc:
-                raise DataError(f"{archive}: cannot read member {member!r}: {exc}") from None
+            except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+                raise DataError(f"{archive}: cannot read member {member!r} ({exc}): corrupt or truncated; delete it "
+                                "and fetch it again") from None
     return out
 
 

@@ -51,14 +51,16 @@ class RunOutput:
 @dataclass(frozen=True)
 class RunContext:
     """What a run may need besides its parameters: its id, seed, the verified files of its datasets, the
-    directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load), and where long
-    runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint)."""
+    directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load), where long
+    runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint), and the run's
+    clock, which those checkpoints carry across a kill (fedrepro.runio.RunClock; None outside `fedrepro run`)."""
 
     exp_id: str
     seed: int
     data: dict[str, list[Path]] = field(default_factory=dict)
     partitions: dict[str, Path] = field(default_factory=dict)
     checkpoint_dir: Path | None = None
+    clock: Any = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from fedrepro import paths  # noqa: E402
 from fedrepro.config import load_paper  # noqa: E402
 from fedrepro.errors import ConfigError  # noqa: E402
-from fedrepro.runio import atomic_write, read_history  # noqa: E402
+from fedrepro.runio import atomic_write, read_history, read_summary  # noqa: E402
 
 PlotFn = Callable[[Mapping, dict, list[pd.DataFrame]], "plt.Figure"]
 _PLOTS: dict[str, PlotFn] = {}
@@ -63,8 +63,6 @@ def get_plot(name: str) -> PlotFn:
 
 def render_figure(cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None = None,
                   scale: str | None = None) -> None:
-    import json
-
     paper, fig = fig_id.split(".", 1)
     figs = load_paper(cfg, paper).get("figures") or {}
     if fig not in figs:
@@ -72,7 +70,7 @@ def render_figure(cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None
     spec = figs[fig]
     scale = scale or cfg["scale"]
     summary_file = paths.summary_path(cfg, paper, spec["experiment"], scale)
-    summary = json.loads(summary_file.read_text())
+    summary = read_summary(summary_file)
     histories = [read_history(paths.run_dir(cfg, paper, spec["experiment"], scale, s)) for s in summary["seeds"]]
     figure = get_plot(spec["plot"])(spec, summary, histories)
     figure.text(0.99, 0.01, f"fedrepro · {summary['effective_scale']} scale · {len(summary['seeds'])} seeds",

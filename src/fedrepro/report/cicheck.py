@@ -5,15 +5,32 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from fedrepro.errors import FedreproError
+from fedrepro.errors import FedreproError, ResultError
 from fedrepro.report.status import REPRODUCED
+
+COLUMNS = ("paper", "id", "ci", "status", "printed", "rebuilt", "reason")  # the columns read below
 
 
 def ci_check(report_csv: Path) -> int:
     if not report_csv.is_file():
         raise FedreproError(f"replication report not found: {report_csv} (build it with the `report` rule first)")
-    with open(report_csv, newline="", encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["ci"] == "true"]
+    rebuild = "rebuild it with `snakemake --cores 2` or `python -m fedrepro report`"
+    try:
+        with open(report_csv, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ResultError(f"{report_csv}: not a replication report (no column {', '.join(missing)}); "
+                                  f"{rebuild}")
+            rows = []
+            for r in reader:
+                if any(r[c] is None for c in COLUMNS):  # a row cut short
+                    raise ResultError(f"{report_csv}: line {reader.line_num}: fewer columns than the header; "
+                                      f"{rebuild}")
+                if r["ci"] == "true":
+                    rows.append(r)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ResultError(f"{report_csv}: cannot read the replication report ({exc}); {rebuild}") from None
     if not rows:
         raise FedreproError(f"{report_csv}: no target is flagged for CI; the check would prove nothing")
     bad = [r for r in rows if r["status"] != REPRODUCED]

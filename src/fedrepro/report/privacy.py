@@ -9,7 +9,6 @@ the registry's values for those curves are drawn as markers (printed numbers fil
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -20,7 +19,7 @@ import pandas as pd
 from fedrepro import paths
 from fedrepro.config import Experiment, load_paper, resolve_experiment, resolve_path
 from fedrepro.report.registry import load_registry
-from fedrepro.runio import atomic_write, read_history
+from fedrepro.runio import atomic_write, read_history, read_metrics, read_summary
 
 COLUMNS = ["experiment", "setting", "accountant", "library", "library_version", "noise_multiplier", "sampling_rate",
            "rounds", "delta", "epsilon", "optimal_order", "note"]
@@ -38,10 +37,10 @@ def curve_experiments(cfg: Mapping, paper: str, scale: str) -> list[Experiment]:
 
 
 def _run(cfg: Mapping, exp: Experiment, scale: str) -> tuple[dict, pd.DataFrame]:
-    summary = json.loads(paths.summary_path(cfg, exp.paper, exp.name, scale).read_text())
+    summary = read_summary(paths.summary_path(cfg, exp.paper, exp.name, scale))
     seed = summary["seeds"][0]  # privacy kinds are deterministic: one run
-    run = json.loads((paths.run_dir(cfg, exp.paper, exp.name, scale, seed) / "metrics.json").read_text())
-    return run, read_history(paths.run_dir(cfg, exp.paper, exp.name, scale, seed))
+    run_dir = paths.run_dir(cfg, exp.paper, exp.name, scale, seed)
+    return read_metrics(run_dir), read_history(run_dir)
 
 
 def _lib(acc: Mapping | None) -> dict:

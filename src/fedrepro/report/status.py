@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -12,6 +11,7 @@ from fedrepro.config import load_paper, resolve_path
 from fedrepro.data.catalog import get_dataset
 from fedrepro.data.sources import is_available
 from fedrepro.report.registry import Target, effective_tolerance, load_registry
+from fedrepro.runio import read_summary
 
 REPRODUCED, DEVIATES, NOT_RUN = "reproduced", "deviates", "not run"
 REFERENCE = "reference"  # rebuilt, but the paper prints no number for it (e.g. a figure's flat line)
@@ -76,8 +76,9 @@ def evaluate(cfg: Mapping, t: Target, scale: str, summary: dict | None, exp_entr
 
 
 def load_summary(cfg: Mapping, paper: str, exp: str, scale: str) -> dict | None:
+    """The experiment's summary.json, or None when it was not built; an unreadable one is a ResultError."""
     p = paths.summary_path(cfg, paper, exp, scale)
-    return json.loads(p.read_text()) if p.is_file() else None
+    return read_summary(p) if p.exists() else None
 
 
 def evaluate_paper(cfg: Mapping, paper: str, scale: str) -> list[Result]:

@@ -204,7 +204,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
                 label = f"{name}{'' if key is None else ' ' + key} lr={lr:g}"
                 runs.append((lr, train(algo, data, factory, lr=lr, **schedule, callback=RoundProgress(label),
                                        checkpoint=run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, seed, label,
-                                                                   p.get("checkpoint_every", 10)))))
+                                                                   p.get("checkpoint_every", 10), ctx.clock))))
             lr, hist = _pick(runs, p.get("select", "final_test"))
             for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
                 rows += [dict(h, method=name, lr_grid=lr_run, selected=lr_run == lr,

@@ -226,7 +226,7 @@ def train_methods(p: dict, ctx: RunContext, data, factory, schedule: dict, priva
     for name, spec in p["methods"].items():
         algo = build(spec, private, lams, noise.z_update, noise.clip, p.get("weight_decay", 0.0))
         ckpt = run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name,
-                                p.get("checkpoint_every", 10))
+                                p.get("checkpoint_every", 10), ctx.clock)
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
         models = algo.final_models()
