@@ -33,7 +33,7 @@ from fedrepro.data.archive import decompress_file, extract_members
 from fedrepro.errors import DataError, ResultError
 
 ROOT = REPO_ROOT
-FIXTURE = Path(__file__).parent / "fixtures" / "countypres_2000-2020_sample.csv"
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "countypres_2000-2020_sample.csv"
 ELECTION, ELECTION_FILE = "election_county_returns", "countypres_2000-2020.csv"
 PARTITION = "digits_dirichlet_a05"
 _BESIDE = Path(sys.executable).parent / "snakemake"
