@@ -156,6 +156,8 @@ def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall
         "wall_time_s": wall_time_s,
         "wall_time_resumed_s": resumed_wall_time_s,
         "versions": versions(),
+        "deterministic": exp.deterministic,
+        "undefined_ok": list(output.undefined_ok),
     }
     write_json(out_dir / METRICS, doc)
 

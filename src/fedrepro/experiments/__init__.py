@@ -40,12 +40,16 @@ class RunOutput:
     history: per-round / per-grid-point rows (written as parquet).
     checks: named pass/fail statements.
     accountant: name+version of the privacy accountant behind any epsilon, or None.
+    undefined_ok: glob patterns of metric keys (dotted) that may legitimately be undefined (None) in some seeds and
+        defined in others (e.g. "the iteration where curve A first beats curve B" when it never does); any other
+        metric undefined in some seeds only fails the aggregate (fedrepro.aggregate).
     """
 
     metrics: dict[str, Any]
     history: pd.DataFrame = field(default_factory=pd.DataFrame)
     checks: dict[str, Check] = field(default_factory=dict)
     accountant: dict[str, str] | None = None
+    undefined_ok: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
