@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-checkpoint", action="store_true",
                    help=f"do not keep round checkpoints in OUT/{CHECKPOINT_DIR} (default: keep them until the run ends)")
     r.add_argument("--seed", type=_seed, default=0, help="integer >= 0 (default 0)")
-    r.add_argument("--scale", choices=["quick", "paper"], default=None, help="default: config's scale")
+    r.add_argument("--scale", choices=["default", "quick", "paper"], default=None,
+                   help="default: config's scale (default = the experiment's default_scale)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an experiment param")
     _common(r)
     r.set_defaults(fn=cmd_run)
@@ -253,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("figure", help="PAPER.FIG, e.g. adaped.fig1a")
     f.add_argument("--out", required=True)
     f.add_argument("--png", default=None)
-    f.add_argument("--scale", choices=["quick", "paper"], default=None)
+    f.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(f)
     f.set_defaults(fn=cmd_figure)
 
@@ -261,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("paper")
     t.add_argument("--out-dir", required=True)
     t.add_argument("--only", default=None, help="one table, e.g. table3")
-    t.add_argument("--scale", choices=["quick", "paper"], default=None)
+    t.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(t)
     t.set_defaults(fn=cmd_tables)
 
@@ -270,13 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--out-dir", default=None, help="write epsilon.csv and <experiment>.csv here")
     pv.add_argument("--figure", default=None, help="write the epsilon-vs-rounds figure (PDF) here")
     pv.add_argument("--png", default=None)
-    pv.add_argument("--scale", choices=["quick", "paper"], default=None)
+    pv.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(pv)
     pv.set_defaults(fn=cmd_privacy)
 
     rep = sub.add_parser("report", help="replication report over every registered target")
     rep.add_argument("--out-dir", required=True)
-    rep.add_argument("--scale", choices=["quick", "paper"], default=None)
+    rep.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(rep)
     rep.set_defaults(fn=cmd_report)
 

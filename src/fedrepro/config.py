@@ -19,7 +19,8 @@ from fedrepro.errors import ConfigError, FedreproError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
-SCALES = ("quick", "paper")
+SCALES = ("quick", "paper")            # the parameter sets a run uses (results/<paper>/<exp>/<scale>/)
+MODES = ("default", "quick", "paper")  # config `scale`: default = each experiment's default_scale
 
 
 def _key_path(path) -> str:
@@ -160,8 +161,11 @@ class Experiment:
 
     @property
     def effective_scale(self) -> str:
-        """``paper`` whenever the parameters equal the paper's, whatever scale was asked for."""
-        return "paper" if self.params == self.paper_params else self.scale
+        """``paper`` whenever the parameters equal the paper's, whatever scale was asked for; ``custom`` for paper
+        scale with --set overrides (not the paper's settings either); else ``quick``."""
+        if self.params == self.paper_params:
+            return "paper"
+        return "custom" if self.scale == "paper" else self.scale
 
 
 def load_paper(cfg: Mapping, paper: str) -> dict:
@@ -191,10 +195,8 @@ def resolve_experiment(
     if name not in doc["experiments"]:
         known = ", ".join(sorted(doc["experiments"]))
         raise ConfigError(f"{cfg['papers'][paper]}: experiments.{name}: no such experiment (known: {known})")
-    scale = scale or cfg["scale"]
-    if scale not in SCALES:
-        raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
     entry = doc["experiments"][name]
+    scale = run_scale(entry, scale or cfg["scale"])
     kind = get_kind(entry["kind"], source=f"{cfg['papers'][paper]}: experiments.{name}.kind")
     paper_params = dict(entry["params"])
     params = deep_merge(paper_params, entry.get("quick") or {}) if scale == "quick" else dict(paper_params)
@@ -215,6 +217,21 @@ def resolve_experiment(
         deterministic=kind.deterministic,
         stage=kind.stage,
     )
+
+
+def run_scale(entry: Mapping, mode: str) -> str:
+    """The scale (quick | paper) an experiment runs at under ``mode``: ``default`` takes the experiment's
+    ``default_scale`` (quick when unset); an experiment without quick overrides runs at paper scale under every mode,
+    so its runs, seeds and verdicts are the paper scale's (quick would repeat the paper's settings under a quick label)."""
+    if mode not in MODES:
+        raise ConfigError(f"scale: {mode!r} is not one of {', '.join(MODES)}")
+    scale = entry.get("default_scale", "quick") if mode == "default" else mode
+    return "paper" if scale == "quick" and not entry.get("quick") else scale
+
+
+def experiment_scale(cfg: Mapping, paper: str, exp: str, mode: str | None = None) -> str:
+    """The scale experiment ``paper.exp`` runs at under ``mode`` (default: the config's scale)."""
+    return run_scale(load_paper(cfg, paper)["experiments"][exp], mode or cfg["scale"])
 
 
 def experiment_datasets(cfg: Mapping, entry: Mapping, where: str = "experiment") -> tuple[str, ...]:

@@ -23,6 +23,8 @@ from fedrepro.report.tables import table_artifacts, table_slug
 try:
     CFG = validate_global(config, source="config (config/config.yaml + --config)")
     PAPERS = {p: load_paper(CFG, p) for p in CFG["papers"]}
+    # The scale mode (default | quick | paper): each experiment resolves the scale it runs at (its `default_scale`
+    # under `default`; paper when it has no quick overrides) and keeps it as EXPERIMENTS[id].scale.
     SCALE = CFG["scale"]
     # Resolving every experiment validates its parameters now, before any job starts.
     EXPERIMENTS = {
@@ -70,8 +72,10 @@ def runnable(exp_id):
     return all(is_available(CFG, d) for d in EXPERIMENTS[exp_id].datasets)
 
 
-def run_files(paper, exp, scale):
-    """One run per seed; a deterministic kind (no randomness) runs once, at the scale's first seed."""
+def run_files(paper, exp, scale=None):
+    """One run per seed of the scale (the experiment's own scale by default); a deterministic kind (no
+    randomness) runs once, at the scale's first seed."""
+    scale = scale or EXPERIMENTS[f"{paper}.{exp}"].scale
     run_seeds = seeds(scale)
     if EXPERIMENTS[f"{paper}.{exp}"].deterministic:
         run_seeds = run_seeds[:1]
@@ -81,8 +85,9 @@ def run_files(paper, exp, scale):
     ]
 
 
-def summary_file(paper, exp, scale=SCALE):
-    return P("summary", paper=paper, exp=exp, scale=scale)
+def summary_file(paper, exp):
+    """The summary over seeds of an experiment, at the scale it runs at."""
+    return P("summary", paper=paper, exp=exp, scale=EXPERIMENTS[f"{paper}.{exp}"].scale)
 
 
 def runnable_summaries(paper):
@@ -101,7 +106,7 @@ def runnable_runs(paper):
         f
         for e in EXPERIMENTS.values()
         if e.paper == paper and runnable(e.id)
-        for f in run_files(paper, e.name, SCALE)
+        for f in run_files(paper, e.name)
     ]
 
 
@@ -205,7 +210,7 @@ def figure_inputs(wildcards):
     spec = PAPERS[wildcards.paper]["figures"][wildcards.fig]
     return {
         "summary": summary_file(wildcards.paper, spec["experiment"]),
-        "runs": run_files(wildcards.paper, spec["experiment"], SCALE),
+        "runs": run_files(wildcards.paper, spec["experiment"]),
     }
 
 

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedrepro import paths  # noqa: E402
-from fedrepro.config import load_paper  # noqa: E402
+from fedrepro.config import experiment_scale, load_paper  # noqa: E402
 from fedrepro.errors import ConfigError  # noqa: E402
 from fedrepro.runio import atomic_write, read_history, read_summary  # noqa: E402
 
@@ -68,7 +68,7 @@ def render_figure(cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None
     if fig not in figs:
         raise ConfigError(f"{cfg['papers'][paper]}: figures.{fig}: no such figure (known: {', '.join(figs)})")
     spec = figs[fig]
-    scale = scale or cfg["scale"]
+    scale = experiment_scale(cfg, paper, spec["experiment"], scale)
     summary_file = paths.summary_path(cfg, paper, spec["experiment"], scale)
     summary = read_summary(summary_file)
     histories = [read_history(paths.run_dir(cfg, paper, spec["experiment"], scale, s)) for s in summary["seeds"]]

@@ -36,7 +36,9 @@ def curve_experiments(cfg: Mapping, paper: str, scale: str) -> list[Experiment]:
     return [e for e in privacy_experiments(cfg, paper, scale) if e.kind in CURVE_KINDS]
 
 
-def _run(cfg: Mapping, exp: Experiment, scale: str) -> tuple[dict, pd.DataFrame]:
+def _run(cfg: Mapping, exp: Experiment) -> tuple[dict, pd.DataFrame]:
+    """The first seed's run of an accounting experiment, at the scale it ran at."""
+    scale = exp.scale
     summary = read_summary(paths.summary_path(cfg, exp.paper, exp.name, scale))
     seed = summary["seeds"][0]  # privacy kinds are deterministic: one run
     run_dir = paths.run_dir(cfg, exp.paper, exp.name, scale, seed)
@@ -128,7 +130,7 @@ def write_privacy_tables(cfg: Mapping, paper: str, out_dir: Path, scale: str | N
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, curves = [], []
     for exp in privacy_experiments(cfg, paper, scale):
-        run, hist = _run(cfg, exp, scale)
+        run, hist = _run(cfg, exp)
         rows += [dict(r, experiment=exp.name) for r in ROWS[exp.kind](exp, run, hist)]
         full = hist.assign(experiment=exp.name, **_lib(run["accountant"]))
         allacc = (run["accountant"] or {}).get("all")
@@ -182,7 +184,7 @@ def render_privacy_figure(cfg: Mapping, paper: str, out_pdf: Path, out_png: Path
     for ax in axes.flat[len(exps):]:
         ax.set_visible(False)
     for ax, exp in zip(axes.flat, exps):
-        run, hist = _run(cfg, exp, scale)
+        run, hist = _run(cfg, exp)
         p = exp.params
         primary = run["accountant"]["accountant"]
         if exp.kind == "privacy_grid":
