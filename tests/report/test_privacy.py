@@ -28,9 +28,9 @@ PAPER = {
                                                                             "delta": 1e-10, "T": 50}},
     },
 }
-REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,tolerance,experiment,key,ci,needs,note
-A,Table 1 caption,,,s,eps,,0.9,,0.05,toy.curve,epsilon.rdp,false,,
-B,Extra: x,,,s,eps,,2.0,,0.05,toy.grid,epsilon.rdp.s1_t40,false,,
+REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,pm_reading,runs,tolerance,experiment,key,row,ci,needs,note
+A,Table 1 caption,,,s,eps,,0.9,,,,0.05,toy.curve,epsilon.rdp,printed,false,,
+B,Extra: x,,,s,eps,,2.0,,,,0.05,toy.grid,epsilon.rdp.s1_t40,check,false,,
 """
 
 
@@ -42,7 +42,7 @@ def toy(cfg, tmp_path):
     for name in PAPER["experiments"]:
         exp = resolve_experiment(cfg, f"toy.{name}", "quick")
         out = get_kind(exp.kind).fn(exp.params, None, RunContext(exp.id, 0))
-        run = Path(cfg["results_dir"]) / "toy" / name / "quick" / "seed0"
+        run = Path(cfg["results_dir"]) / "toy" / name / exp.scale / "seed0"
         write_run(run, exp, 0, out, 0.1)
         subprocess.run([sys.executable, "-m", "fedrepro", "aggregate", "--runs", str(run), "--out",
                         str(run.parent / "summary.json")], check=True, capture_output=True)
@@ -65,7 +65,7 @@ def test_epsilon_csv_has_every_setting_and_accountant_with_versions(toy, tmp_pat
     hist = [r for r in rows if r["experiment"] == "thm31"]
     assert len(hist) == 3 and all(float(r["epsilon"]) == pytest.approx(15.0) for r in hist)
     # the final epsilon in epsilon.csv is the summary's metric, not recomputed
-    summary = json.loads((Path(toy["results_dir"]) / "toy/curve/quick/summary.json").read_text())
+    summary = json.loads((Path(toy["results_dir"]) / "toy/curve/paper/summary.json").read_text())  # no quick block
     rdp = next(r for r in curve if r["accountant"] == "rdp")
     assert float(rdp["epsilon"]) == summary["metrics"]["epsilon.rdp"]["mean"]
     curves = pd.read_csv(out / "curves.csv")

@@ -62,6 +62,7 @@ def test_extras_are_marked_as_such(paper):
     for r in rows(paper):
         extra = r["artifact"].startswith("Extra")
         assert extra == r["id"].startswith("X."), r["id"]
+        assert not (extra and r["row"] == "printed"), f"{r['id']}: an extra is never a printed row"
         if extra and r["value"]:
             assert r["note"], f"{r['id']}: an extra value must say where it comes from"
 

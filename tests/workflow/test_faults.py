@@ -38,8 +38,8 @@ ELECTION, ELECTION_FILE = "election_county_returns", "countypres_2000-2020.csv"
 PARTITION = "digits_dirichlet_a05"
 _BESIDE = Path(sys.executable).parent / "snakemake"
 SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
-REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,tolerance,experiment,key,ci,needs,note
-R1.ex,Remark 1,,,"m=1e4",ratio,,0.01,,0.005,adaped.remark1,ratio,true,,
+REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,pm_reading,runs,tolerance,experiment,key,row,ci,needs,note
+R1.ex,Remark 1,,,m=1e4,ratio,,0.01,,,,0.005,adaped.remark1,ratio,printed,true,,
 """
 
 
@@ -123,7 +123,7 @@ def built(tmp_path_factory) -> Path:
     digits partition. Tests work on copies (see ``work``)."""
     base = tmp_path_factory.mktemp("built")
     cfg = write_config(base)
-    runs = base / "results" / "adaped" / "remark1" / "quick"
+    runs = base / "results" / "adaped" / "remark1" / "paper"   # no quick overrides: runs at paper scale
     for seed in (0, 1):
         ok(fedrepro("run", "adaped.remark1", "--seed", seed, "--scale", "quick", "--out", runs / f"seed{seed}",
                     "--config", cfg))
@@ -142,7 +142,7 @@ def work(built, tmp_path) -> tuple[Path, Path]:
 
 
 def _runs(w: Path) -> Path:
-    return w / "results" / "adaped" / "remark1" / "quick"
+    return w / "results" / "adaped" / "remark1" / "paper"
 
 
 CORRUPTIONS = {

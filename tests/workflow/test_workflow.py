@@ -20,10 +20,10 @@ _BESIDE = Path(sys.executable).parent / "snakemake"  # the snakemake installed w
 SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
 pytestmark = pytest.mark.slow
 
-REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,tolerance,experiment,key,ci,needs,note
-R1.ex,Remark 1,,,"m=1e4",ratio,,0.01,,0.005,adaped.remark1,ratio,true,,
-F3b,Figure 3b,,,fig3b,curves,,,,,adaped.fig3b,"check:local_flat_matches_closed_form,personalized_flat_matches_closed_form",true,,
-T9,Table 9,Local,n = 1,made-up,MSE,,1.0,,0.05,adaped.remark1,a,false,,
+REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,pm_reading,runs,tolerance,experiment,key,row,ci,needs,note
+R1.ex,Remark 1,,,m=1e4,ratio,,0.01,,,,0.005,adaped.remark1,ratio,printed,true,,
+F3b,Figure 3b,,,fig3b,curves,,,,,,,adaped.fig3b,"check:local_flat_matches_closed_form,personalized_flat_matches_closed_form",check,true,,
+T9,Table 9,Local,n = 1,made-up,MSE,,1.0,,,,0.05,adaped.remark1,a,printed,false,,
 """
 
 
@@ -63,7 +63,7 @@ def test_full_run_report_rerun_identical_and_nothing_to_do(tmp_path):
     r = _snakemake(cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     # The privacy stage: a deterministic kind runs once (first seed), its epsilons are collected per accountant.
-    assert [p.name for p in (tmp_path / "results" / "adaped" / "eps_test" / "quick").glob("seed*")] == ["seed0"]
+    assert [p.name for p in (tmp_path / "results" / "adaped" / "eps_test" / "paper").glob("seed*")] == ["seed0"]
     eps = (tmp_path / "results" / "privacy" / "adaped" / "epsilon.csv").read_text().splitlines()
     assert len(eps) == 3 and eps[1].startswith("eps_test,") and ",rdp_classic,dp-accounting," in eps[2]
     assert (tmp_path / "figures" / "adaped" / "privacy_epsilon.png").is_file()

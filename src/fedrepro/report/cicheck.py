@@ -1,4 +1,5 @@
-"""CI replication check: exit 1 when a target flagged `ci=true` is not reproduced (deviates or was not built)."""
+"""CI replication check: exit 1 when a row flagged `ci=true` is not good: a printed row not reproduced (or reproduced
+after calibration), a check or consistency row that does not pass, or a row that was not built."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import csv
 from pathlib import Path
 
 from fedrepro.errors import FedreproError, ResultError
-from fedrepro.report.status import REPRODUCED
+from fedrepro.report.verdict import GOOD
 
 COLUMNS = ("paper", "id", "ci", "status", "printed", "rebuilt", "reason")  # the columns read below
 
@@ -33,11 +34,11 @@ def ci_check(report_csv: Path) -> int:
         raise ResultError(f"{report_csv}: cannot read the replication report ({exc}); {rebuild}") from None
     if not rows:
         raise FedreproError(f"{report_csv}: no target is flagged for CI; the check would prove nothing")
-    bad = [r for r in rows if r["status"] != REPRODUCED]
+    bad = [r for r in rows if r["status"] not in GOOD]
     for r in rows:
-        mark = "ok  " if r["status"] == REPRODUCED else "FAIL"
-        print(f"{mark} {r['paper']}.{r['id']:<22} {r['status']:<11} printed={r['printed']:<14} "
+        mark = "ok  " if r["status"] in GOOD else "FAIL"
+        print(f"{mark} {r['paper']}.{r['id']:<28} {r['status']:<14} printed={r['printed']:<14} "
               f"rebuilt={r['rebuilt'][:10]:<10} {r['reason'][:90]}")
-    print(f"CI replication check: {len(rows) - len(bad)} reproduced, {len(bad)} not reproduced "
-          f"(of {len(rows)} CI targets)")
+    print(f"CI replication check: {len(rows) - len(bad)} good (printed rows reproduced, checks passing), {len(bad)} not "
+          f"(of {len(rows)} CI rows)")
     return 1 if bad else 0

@@ -15,7 +15,8 @@ from fedrepro.config import resolve_path
 from fedrepro.errors import ConfigError
 from fedrepro.report.fmt import fmt_pm, printed
 from fedrepro.report.registry import load_registry
-from fedrepro.report.status import NOT_RUN, Result, evaluate_paper
+from fedrepro.report.status import Result, evaluate_paper
+from fedrepro.report.verdict import NOT_RUN
 from fedrepro.runio import atomic_write
 
 
@@ -51,7 +52,7 @@ def _rebuilt(r: Result | None) -> str:
         return ""
     if r.status == NOT_RUN:
         return "not run"
-    return fmt_pm(r.rebuilt, r.rebuilt_std, r.target.value_text)
+    return fmt_pm(r.rebuilt, r.rebuilt_se, r.target.value_text)
 
 
 def _md(header: list[str], body: list[list[str]]) -> list[str]:
@@ -84,14 +85,18 @@ def write_tables(cfg: Mapping, paper: str, out_dir: Path, scale: str | None = No
         def write_csv(p: Path) -> None:
             with open(p, "w", newline="", encoding="utf-8") as fh:
                 w = csv.writer(fh, lineterminator="\n")
-                w.writerow(["row", "column", "printed", "rebuilt_mean", "rebuilt_std", "status", "scale", "target"])
+                w.writerow(["row", "column", "printed", "rebuilt_mean", "rebuilt_std", "rebuilt_se", "n", "status",
+                            "scale", "target"])
                 for r in rs:
                     t = r.target
                     w.writerow([t.table_row, t.table_col, printed(t.value_text, t.pm_text),
                                 "" if r.rebuilt is None else repr(r.rebuilt),
-                                "" if r.rebuilt_std is None else repr(r.rebuilt_std), r.status, r.scale, t.id])
+                                "" if r.rebuilt_std is None else repr(r.rebuilt_std),
+                                "" if r.rebuilt_se is None else repr(r.rebuilt_se), "" if r.n is None else r.n,
+                                r.status, r.scale, t.id])
 
-        md = [f"# {paper} {artifact} (rebuilt at scale: {scale})", "", "## Rebuilt (mean ± std over seeds)", "",
+        md = [f"# {paper} {artifact} (scale mode: {scale}; each cell's scale in the CSV)", "",
+              "## Rebuilt (mean ± standard error over seeds)", "",
               *_md(header, rebuilt), "", "## Printed in the paper", "", *_md(header, paper_t), "", "## Status", "",
               *_md(header, status), ""]
         csv_path, md_path = out_dir / f"{slug}.csv", out_dir / f"{slug}.md"

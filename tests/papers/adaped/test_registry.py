@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fedrepro.config import REPO_ROOT
+from fedrepro.report.registry import COLUMNS
 
 REPO = REPO_ROOT
 REGISTRY = REPO / "config" / "targets" / "adaped.csv"
@@ -26,8 +27,7 @@ NOTES = SHARED / "notes" / "adaped.md"
 PAPER_MD = "adaped_ozkara2023.md"
 PAPER_PDFTEXT = "adaped_ozkara2023_pdftext.txt"
 
-HEADER = ["id", "artifact", "table_row", "table_col", "setting", "metric", "unit", "value", "pm", "tolerance",
-          "experiment", "key", "ci", "needs", "note"]
+HEADER = COLUMNS
 TABLE_ROWS = {"Table 1": 21, "Table 2": 6, "Table 3": 6, "Table 4": 7, "Table 5": 7}
 ARTIFACTS = set(TABLE_ROWS) | {"Figure 1a", "Figure 1b", "Figure 2a", "Figure 2b", "Figure 3a", "Figure 3b",
                                "Sec. 4 text", "App. K text", "Remark 1"}

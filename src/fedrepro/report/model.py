@@ -1,0 +1,158 @@
+"""The replication report as data: built once from the registries, the summaries and the configs, then rendered as
+Markdown and CSV (fedrepro.report.build) and as the HTML page. Nothing here formats text for one output.
+
+    Report          the scale mode, one PaperReport per paper, the datasets table
+    PaperReport     the paper's rows split by type (printed / check / consistency), grouped by artifact, its
+                    calibrations, the defaults chosen where it is silent (GAP comments), its rebuilt figures, and its
+                    not-run rows grouped by the dataset they wait for
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from fedrepro import paths
+from fedrepro.config import load_paper, resolve_path
+from fedrepro.report import verdict as v
+from fedrepro.report.gaps import gap_comments
+from fedrepro.report.status import Calibration, Result, calibrations, evaluate_paper
+
+PRIVACY_FIGURE = {"artifact": "Privacy accounting",
+                  "caption": "epsilon vs rounds per accountant or noise level (privacy stage); every epsilon with its "
+                             "library and version is in results/privacy/<paper>/epsilon.csv"}
+
+
+@dataclass
+class Group:
+    """The rows of one paper artifact (Table 3, Figure 1a, Sec. 4 text, ...) of one row type, in registry order."""
+
+    artifact: str
+    rows: list[Result]
+
+    def counts(self, statuses: tuple[str, ...]) -> dict[str, int]:
+        return count(self.rows, statuses)
+
+
+@dataclass
+class Figure:
+    name: str
+    artifact: str
+    caption: str
+    experiment: str | None
+    png: Path
+
+
+@dataclass
+class PaperReport:
+    paper: str
+    title: str
+    config_file: str
+    results: list[Result]
+    calibrations: list[Calibration]
+    gaps: list[tuple[str, str, str]]
+    figures: list[Figure]
+
+    def of_type(self, row: str) -> list[Result]:
+        return [r for r in self.results if r.target.row == row]
+
+    @property
+    def printed(self) -> list[Result]:
+        return self.of_type("printed")
+
+    @property
+    def checks(self) -> list[Result]:
+        return self.of_type("check")
+
+    @property
+    def consistency(self) -> list[Result]:
+        return self.of_type("consistency")
+
+    def groups(self, row: str) -> list[Group]:
+        return by_artifact(self.of_type(row))
+
+    def issues(self) -> list[Result]:
+        """What this project established against the paper: consistency rows that fail, and printed rows whose note
+        records an inconsistency of the paper."""
+        return ([r for r in self.consistency if r.status == v.FAILS]
+                + [r for r in self.printed if "INCONSISTENT in the paper" in r.target.note])
+
+    def not_run_by_dataset(self) -> dict[str, list[Result]]:
+        """Rows not run for want of data, by the datasets they wait for (the fetch command said once per group)."""
+        out: dict[str, list[Result]] = {}
+        for r in self.results:
+            if r.status == v.NOT_RUN and r.reason.startswith("data unavailable"):
+                out.setdefault(r.command.split(" && snakemake")[0], []).append(r)
+        return out
+
+
+@dataclass
+class Report:
+    mode: str
+    papers: list[PaperReport]
+    datasets: list[list[str]] = field(default_factory=list)
+
+
+def count(rows: list[Result], statuses: tuple[str, ...]) -> dict[str, int]:
+    c = {s: 0 for s in statuses}
+    for r in rows:
+        c[r.status] = c.get(r.status, 0) + 1
+    return c
+
+
+def by_artifact(results: list[Result]) -> list[Group]:
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.target.artifact or "(no artifact)", []).append(r)
+    return [Group(a, rs) for a, rs in groups.items()]
+
+
+def _figures(cfg: Mapping, paper: str) -> list[Figure]:
+    figs = load_paper(cfg, paper).get("figures") or {}
+    out = [Figure(name, spec["artifact"], spec["caption"], spec["experiment"],
+                  paths.figure_path(cfg, paper, name, "png")) for name, spec in figs.items()]
+    out.append(Figure("privacy_epsilon", PRIVACY_FIGURE["artifact"], PRIVACY_FIGURE["caption"], None,
+                      paths.figure_path(cfg, paper, "privacy_epsilon", "png")))
+    return [f for f in out if f.png.is_file()]
+
+
+def paper_report(cfg: Mapping, paper: str, mode: str) -> PaperReport:
+    doc = load_paper(cfg, paper)
+    return PaperReport(paper=paper, title=doc["title"], config_file=str(cfg["papers"][paper]),
+                       results=evaluate_paper(cfg, paper, mode), calibrations=calibrations(paper, doc),
+                       gaps=gap_comments(resolve_path(cfg["papers"][paper])), figures=_figures(cfg, paper))
+
+
+DATASET_HEAD = ["dataset", "title", "available here", "sha256 pinned", "unlocks"]
+
+
+def dataset_rows(cfg: Mapping, papers: list[PaperReport]) -> list[list[str]]:
+    """Per catalog dataset: availability here, pinning, and which experiments/targets/partitions it unlocks."""
+    from fedrepro.config import load_partitions
+    from fedrepro.data.catalog import all_datasets
+    from fedrepro.data.sources import is_available
+
+    users: dict[str, list[str]] = {}
+    by_paper = {p.paper: p for p in papers}
+    for paper in cfg["papers"]:
+        for name, e in load_paper(cfg, paper)["experiments"].items():
+            rows = by_paper[paper].results if paper in by_paper else []
+            n_printed = sum(r.target.experiment == f"{paper}.{name}" and r.target.printed for r in rows)
+            for d in e.get("datasets") or []:
+                users.setdefault(d, []).append(f"{paper}.{name} ({n_printed} printed)")
+    for name, spec in load_partitions(cfg).items():
+        users.setdefault(spec["dataset"], []).append(f"partition {name}")
+    rows = []
+    for ds_id, ds in sorted(all_datasets().items()):
+        pinned = "bundled" if not ds.files else ("yes" if all(f.sha256 for f in ds.files) else "no")
+        rows.append([ds_id, ds.title, "yes" if is_available(cfg, ds_id) else "no", pinned,
+                     "; ".join(users.get(ds_id, [])) or "-"])
+    return rows
+
+
+def build(cfg: Mapping, mode: str | None = None) -> Report:
+    mode = mode or cfg["scale"]
+    papers = [paper_report(cfg, paper, mode) for paper in cfg.get("targets", {})]
+    return Report(mode=mode, papers=papers, datasets=dataset_rows(cfg, papers))
+
