@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.papers.ppsgd.experiments import synthetic as syn
 from fedrepro.papers.ppsgd import ppsgd_exp
@@ -113,3 +114,51 @@ def test_fig1a_text_claim_checks():
     assert global_stops_improving(best, [0.0, 1.0, math.inf], 1.0).passed
     best[(0.0, math.inf)] = 100 * np.exp(-t / 5)                                        # no plateau within reach
     assert not global_stops_improving(best, [0.0, 1.0, math.inf], 0.0).passed
+
+
+def test_dominates_from_needs_local_below_through_the_end():
+    local = np.array([9.0, 8, 5, 2, 1, 0.5])
+    others = np.array([[9.0, 4, 6, 1, 3, 2], [9.0, 9, 9, 9, 9, 9]])
+    assert syn.first_crossing(local, others) == 2          # below at t = 2, above again at t = 3
+    assert syn.dominates_from(local, others) == 4          # below at every t >= 4
+    others[0, -1] = 0.1                                    # above at the last iteration: never dominates
+    assert syn.dominates_from(local, others) is None
+    assert syn.dominates_from(np.zeros(4), np.ones((2, 4))) == 1
+
+
+def test_compare_alphas_restricts_the_claims_to_the_plotted_curves():
+    t = np.arange(31, dtype=float)
+    glob = 100 * np.exp(-t / 5) + 1.0
+    best = {(0.0, math.inf): glob, (0.0, 30.0): glob - 0.5, (0.0, 1.0): 100 * np.exp(-t / 20) + 0.01,
+            (0.0, 0.0): 100 * np.exp(-t / 25)}
+    alphas = [0.0, 1.0, 30.0, math.inf]
+    assert not syn.global_fastest_early(best, alphas, [0.0], 10).passed                 # alpha 30 is lower
+    plotted = syn.compared_alphas({"compare_alphas": [0, 1, ".inf"]}, alphas)
+    assert plotted == [0.0, 1.0, math.inf]
+    assert syn.global_fastest_early(best, plotted, [0.0], 10).passed
+    assert syn.compared_alphas({}, alphas) == alphas
+    with pytest.raises(ConfigError, match="compare_alphas"):
+        syn.compared_alphas({"compare_alphas": [0, 3]}, alphas)
+
+
+def test_stall_requires_global_to_have_stopped_improving():
+    t = np.arange(101, dtype=float)
+    still_falling = 100 * np.exp(-t / 50) + 0.5
+    best = {(0.0, math.inf): still_falling, (0.0, 1.0): 100 * np.exp(-t / 10) + 0.01}
+    alphas = [0.0, 1.0, math.inf]
+    assert syn.global_stops_improving(best, alphas, 0.5).passed                          # later-better part only
+    stall = {"window": 20, "max_drop": 0.1}
+    assert not syn.global_stops_improving(best, alphas, 0.5, stall).passed              # still 32% lower
+    best[(0.0, math.inf)] = 100 * np.exp(-t / 5) + 0.5                                  # flat at 0.5 by the end
+    assert syn.global_stops_improving(best, alphas, 0.5, stall).passed
+
+
+def test_small_run_with_the_claim_readings():
+    p = dict(SMALL, alphas=[0, 1, 3, ".inf"], compare_alphas=[0, 1, ".inf"], stall={"window": 5, "max_drop": 0.5},
+             crossing={"sigmas": [100.0], "window": [1, 25], "rule": "dominates_from"})
+    out = get_kind("ppsgd_synthetic").fn(p, np.random.default_rng(0), RunContext("ppsgd.t", 0))
+    assert "3" not in out.checks["local_overtakes_joint_at_large_noise"].detail.split("curve (")[1].split(";")[0]
+    assert "need < 50%" in out.checks["global_stops_improving_without_noise"].detail
+    with pytest.raises(ConfigError):
+        get_kind("ppsgd_synthetic").fn(dict(p, compare_alphas=[0, 10]), np.random.default_rng(0),
+                                       RunContext("ppsgd.t", 0))

@@ -22,14 +22,16 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.ppsgd import ppsgd_exp
-from fedrepro.papers.ppsgd.grid import GRID_PROPERTIES, alpha_label, sigma_label
+from fedrepro.papers.ppsgd.grid import ALPHA, GRID_PROPERTIES, alpha_label, sigma_label
 from fedrepro.papers.ppsgd.stepsizes import parse_alpha, step_size_arrays
 from fedrepro.privacy import ACCOUNTANTS, epsilon_curve
 
 SELECT = ("min_over_steps_per_iteration", "min_over_steps_final")
+CROSSING_RULES = ("first", "dominates_from")
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -53,9 +55,18 @@ SCHEMA = {
             "type": "object", "additionalProperties": False, "required": ["sigmas", "window"],
             "properties": {"sigmas": {"type": "array", "items": NONNEG},
                            "mode": {"enum": ["all", "any"]},  # every judged sigma, or at least one, inside window
+                           # first: first iteration alpha = 0 is below every compared curve (default); dominates_from:
+                           # the iteration from which it stays below them through niter
+                           "rule": {"enum": list(CROSSING_RULES)},
                            "window": {"type": "array", "minItems": 2, "maxItems": 2, "items": INT1}}},
         "z": POSITIVE,
         "early_iteration": INT1,   # the "initial iterations" at which global learning should be fastest
+        # the curves the claims compare (default: every alpha of the run); Fig. 1a plots only some of them
+        "compare_alphas": {"type": "array", "minItems": 2, "items": ALPHA},
+        # "stops improving": alpha = inf's risk falls by less than max_drop over its last `window` iterations
+        "stall": {"type": "object", "additionalProperties": False, "required": ["window", "max_drop"],
+                  "properties": {"window": INT1, "max_drop": {"type": "number", "exclusiveMinimum": 0,
+                                                               "exclusiveMaximum": 1}}},
     },
 }
 
@@ -131,6 +142,16 @@ def first_crossing(local: np.ndarray, others: np.ndarray) -> int | None:
     return int(hit[0]) + 1 if hit.size else None
 
 
+def dominates_from(local: np.ndarray, others: np.ndarray) -> int | None:
+    """First iteration t >= 1 from which local is below every curve of others (A, T+1) at every later iteration
+    ("dominates ... after t"); None if it is not below them at the last iteration."""
+    below = (local[None, :] < others).all(axis=0)[1:]
+    if not below[-1]:
+        return None
+    miss = np.flatnonzero(~below)
+    return int(miss[-1]) + 2 if miss.size else 1
+
+
 def _epsilons(p: dict, sigma: float) -> dict[str, np.ndarray]:
     """accountant -> epsilon (niter + 1,) at delta (0 at iteration 0; NaN where not computed; inf for sigma = 0)."""
     T = p["niter"]
@@ -159,6 +180,7 @@ def ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
 
 def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     alphas = [parse_alpha(a) for a in p["alphas"]]
+    compared = compared_alphas(p, alphas, ctx.exp_id)
     steps = [float(s) for s in p["steps"]]
     grid_s = [s for a in alphas for s in steps]
     grid_a = [a for a in alphas for s in steps]
@@ -209,27 +231,31 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
             r0, cond, tol_cond),
     }
     window = p["crossing"]["window"]
+    rule = p["crossing"].get("rule", "first")
     crossings = {}
-    if 0.0 in alphas and any(a > 0 for a in alphas):
+    if 0.0 in compared and any(a > 0 for a in compared):
         for s in p["sigmas"]:
-            others = np.stack([best[(s, a)] for a in alphas if a > 0])
-            crossings[s] = first_crossing(best[(s, 0.0)], others)
+            others = np.stack([best[(s, a)] for a in compared if a > 0])
+            crossings[s] = (first_crossing if rule == "first" else dominates_from)(best[(s, 0.0)], others)
     judged = {s: crossings[s] for s in p["crossing"]["sigmas"] if s in crossings}
     if judged:
         inside = [c is not None and window[0] <= c <= window[1] for c in judged.values()]
         ok = any(inside) if p["crossing"].get("mode", "all") == "any" else all(inside)
         checks["local_overtakes_joint_at_large_noise"] = Check(
-            ok, f"first iteration where alpha_c = 0 has lower excess risk than every alpha_c > 0 curve (best over "
-            f"steps), need within [{window[0]}, {window[1]}] (paper: 'after about 200 iterations'): " + "; ".join(
+            ok, ("first iteration where" if rule == "first" else "iteration from which (through the end)") +
+            f" alpha_c = 0 has lower excess risk than every compared alpha_c > 0 curve "
+            f"({', '.join(alpha_label(a) for a in compared if a > 0)}; best over steps), need within "
+            f"[{window[0]}, {window[1]}] (paper: 'after about 200 iterations'): " + "; ".join(
                 f"sigma={s:g}: {c if c is not None else 'never'}" for s, c in judged.items()))
     else:
         checks["local_overtakes_joint_at_large_noise"] = Check(
             False, "no crossing computed: needs alpha_c = 0 and some alpha_c > 0 and crossing.sigmas within sigmas")
 
-    if "early_iteration" in p and math.inf in alphas and len(alphas) > 1:
-        checks["global_fastest_early"] = global_fastest_early(best, alphas, p["sigmas"], min(p["early_iteration"], T))
-    if 0.0 in p["sigmas"] and math.inf in alphas and any(0 < a < math.inf for a in alphas):
-        checks["global_stops_improving_without_noise"] = global_stops_improving(best, alphas, floor)
+    if "early_iteration" in p and math.inf in compared and len(compared) > 1:
+        checks["global_fastest_early"] = global_fastest_early(best, compared, p["sigmas"],
+                                                              min(p["early_iteration"], T))
+    if 0.0 in p["sigmas"] and math.inf in compared and any(0 < a < math.inf for a in compared):
+        checks["global_stops_improving_without_noise"] = global_stops_improving(best, compared, floor, p.get("stall"))
 
     # ---- metrics
     metrics: dict = {
@@ -250,6 +276,18 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
                      accountant=accountant)
 
 
+def compared_alphas(p: dict, alphas: list[float], exp_id: str = "ppsgd_synthetic") -> list[float]:
+    """The alphas the claim checks compare: ``compare_alphas`` (each must be in ``alphas``) or every alpha of the run."""
+    if "compare_alphas" not in p:
+        return alphas
+    chosen = [parse_alpha(a) for a in p["compare_alphas"]]
+    missing = [alpha_label(a) for a in chosen if a not in alphas]
+    if missing:
+        raise ConfigError(f"{exp_id}: params.compare_alphas {missing} are not in params.alphas "
+                          f"{[alpha_label(a) for a in alphas]}: add them to alphas or drop them from compare_alphas")
+    return chosen
+
+
 def global_fastest_early(best: dict, alphas: list[float], sigmas: list[float], t: int) -> Check:
     """Sec. 6 on Fig. 1a: "global learning (alpha = inf) enjoys faster convergence at initial iterations in all
     cases": at iteration t, in every sigma panel, the alpha = inf curve (best step) is at or below every other."""
@@ -262,17 +300,19 @@ def global_fastest_early(best: dict, alphas: list[float], sigmas: list[float], t
     return Check(ok, f"iteration {t}: alpha = inf lowest excess risk in every panel: " + "; ".join(parts))
 
 
-def global_stops_improving(best: dict, alphas: list[float], floor: float) -> Check:
+def global_stops_improving(best: dict, alphas: list[float], floor: float, stall: dict | None = None) -> Check:
     """Sec. 6 on Fig. 1a: global learning "eventually stops improving, even without privacy noise, since minimizing
     risk requires personalization" and "small choices of alpha lead to better performance in later iterations": at
-    sigma = 0 some 0 < alpha < inf ends below alpha = inf. The detail gives alpha = inf's distance to its plateau,
-    the closed-form global floor min_w R(w, 0)."""
+    sigma = 0 some 0 < alpha < inf ends below alpha = inf, and, with ``stall`` = {window, max_drop}, alpha = inf's
+    risk fell by less than max_drop over its last ``window`` iterations (without ``stall`` only the first part is
+    judged). The detail gives alpha = inf's distance to its plateau, the closed-form global floor min_w R(w, 0)."""
     g = best[(0.0, math.inf)]
     finite = {a: best[(0.0, a)][-1] for a in alphas if 0 < a < math.inf}
     a_best = min(finite, key=finite.get)
-    last = max(1, len(g) // 10)
+    last = min(stall["window"], len(g) - 1) if stall else max(1, len(g) // 10)
     drop = 1.0 - g[-1] / g[-1 - last] if g[-1 - last] > 0 else 0.0
-    return Check(bool(finite[a_best] < g[-1]),
-                 f"sigma = 0, final excess risk: alpha = inf {g[-1]:.4g} (global floor {floor:.3g}, still "
-                 f"{100 * drop:.0f}% lower than {last} iterations before) vs best finite alpha Q {alpha_label(a_best)} "
-                 f"{finite[a_best]:.4g}", float(finite[a_best]), float(g[-1]))
+    ok = bool(finite[a_best] < g[-1]) and (stall is None or drop < stall["max_drop"])
+    need = f" (need < {100 * stall['max_drop']:.0f}%)" if stall else ""
+    return Check(ok, f"sigma = 0, final excess risk: alpha = inf {g[-1]:.4g} (global floor {floor:.3g}, "
+                     f"{100 * drop:.1f}% lower than {last} iterations before{need}) vs best finite alpha Q "
+                     f"{alpha_label(a_best)} {finite[a_best]:.4g}", float(finite[a_best]), float(g[-1]))
