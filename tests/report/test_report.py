@@ -170,3 +170,16 @@ def test_gap_comments_carry_their_key_path(tmp_path):
                  "  b:\n    params:\n      # GAP: whole block guessed\n      k: 1  # not a gap\n")
     assert gap_comments(p) == [("experiments.a.params.m", "3", "m unstated"),
                                ("experiments.b.params", "", "whole block guessed")]
+
+
+def test_a_calibration_naming_an_unknown_row_is_a_config_error(cfg, tmp_path):
+    import yaml
+
+    from fedrepro.errors import ConfigError
+    from fedrepro.report.status import evaluate_paper
+
+    doc = yaml.safe_load(open(cfg["papers"]["adaped"]))
+    doc["experiments"]["bernoulli"]["calibration"][0]["fitted_to"] = ["K.bern.nope"]
+    (tmp_path / "adaped.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="calibration .*no registry row K.bern.nope"):
+        evaluate_paper(dict(cfg, papers=dict(cfg["papers"], adaped=str(tmp_path / "adaped.yaml"))), "adaped")

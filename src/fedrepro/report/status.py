@@ -14,6 +14,7 @@ from fedrepro import paths
 from fedrepro.config import load_paper, resolve_path, run_scale
 from fedrepro.data.catalog import get_dataset
 from fedrepro.data.sources import is_available
+from fedrepro.errors import ConfigError
 from fedrepro.report import verdict as v
 from fedrepro.report.registry import Target, load_registry
 from fedrepro.runio import read_summary
@@ -158,6 +159,12 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
     doc = load_paper(cfg, paper)
     targets = load_registry(registry_path(cfg, paper), paper, doc["experiments"])
     cals = calibrations(paper, doc)
+    known = {t.id for t in targets}
+    for c in cals:
+        unknown = sorted((set(c.fitted_to) | set(c.affects or ())) - known)
+        if unknown:
+            raise ConfigError(f"{cfg['papers'][paper]}: experiments.{c.experiment.split('.', 1)[1]}.calibration "
+                              f"({c.param}): no registry row {', '.join(unknown)} in {registry_path(cfg, paper)}")
     cache: dict[str, tuple[str, dict | None]] = {}
     results = []
     for t in targets:
