@@ -112,7 +112,7 @@ def cmd_run(args) -> int:
     data, partitions = {d: dataset_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
     ctx = RunContext(exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt,
-                     clock=clock)
+                     clock=clock, config=cfg)
     kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)

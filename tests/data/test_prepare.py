@@ -1,7 +1,6 @@
 """The data stage: partition specs validated, real offline data parsed, partitioned and written end to end."""
 
 import copy
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -7,7 +7,6 @@ A row either reproduces a number the paper prints (its value must occur in the p
 import csv
 import re
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 

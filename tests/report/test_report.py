@@ -131,20 +131,29 @@ def test_runs_of_different_experiments_or_scales_are_not_averaged():
 def _report(tmp_path, rows):
     p = tmp_path / "replication.csv"
     with open(p, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["paper", "id", "printed", "rebuilt", "status", "ci", "reason"])
+        w = csv.DictWriter(fh, fieldnames=["paper", "id", "row", "printed", "rebuilt", "status", "ci", "reason",
+                                           "evidence"])
         w.writeheader()
         w.writerows(rows)
     return p
 
 
 def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
-    row = dict(paper="adaped", id="R1", printed="0.01", rebuilt="0.01", status="reproduced", ci="true", reason="")
+    row = dict(paper="adaped", id="R1", row="printed", printed="0.01", rebuilt="0.01", status="reproduced", ci="true",
+               reason="", evidence="")
     for good in (v.REPRODUCED, v.CALIBRATED, v.PASSES):
         assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, status=good)]))]) == 0
     for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN):
         assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(row, id="X", status=status)]))]) == 1
-    # a deviating row not flagged for CI does not fail the check
-    assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(row, status="deviates", ci="false")]))]) == 0
+    # a deviating row not flagged for CI does not fail the check when a forensic conclusion explains it ...
+    explained = dict(row, id="D", status="deviates", ci="false", evidence="forensics adaped.f: no reading ...")
+    assert main(["ci-check", "--report", str(_report(tmp_path, [row, explained]))]) == 0
+    # ... but an unexplained deviation, or one whose forensic sweep is not built, fails it
+    for evidence in ("", "forensics adaped.f: not built (`snakemake ...`)"):
+        bad = dict(explained, evidence=evidence)
+        assert main(["ci-check", "--report", str(_report(tmp_path, [row, bad]))]) == 1
+    # a deviating check row is not a printed deviation
+    assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(explained, row="check", evidence="")]))]) == 0
     # nothing flagged: refuse rather than pass vacuously
     assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, ci="false")]))]) == 2
 

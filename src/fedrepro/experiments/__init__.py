@@ -56,8 +56,9 @@ class RunOutput:
 class RunContext:
     """What a run may need besides its parameters: its id, seed, the verified files of its datasets, the
     directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load), where long
-    runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint), and the run's
-    clock, which those checkpoints carry across a kill (fedrepro.runio.RunClock; None outside `fedrepro run`)."""
+    runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint), the run's
+    clock, which those checkpoints carry across a kill (fedrepro.runio.RunClock; None outside `fedrepro run`), and
+    the global configuration, for the kinds that read other experiments and the registry (forensic sweeps)."""
 
     exp_id: str
     seed: int
@@ -65,6 +66,7 @@ class RunContext:
     partitions: dict[str, Path] = field(default_factory=dict)
     checkpoint_dir: Path | None = None
     clock: Any = None
+    config: Any = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
 SHARED_KINDS = {
     "privacy_curve": "fedrepro.experiments.privacy_curves",
     "privacy_grid": "fedrepro.experiments.privacy_curves",
+    "forensic_sweep": "fedrepro.experiments.forensics",   # deviation forensics of any paper's experiment
 }
 
 

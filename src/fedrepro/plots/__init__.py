@@ -49,10 +49,13 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
     return ax.figure
 
 
+SHARED_PLOTS = {"forensic_sweep": "fedrepro.plots.forensics"}   # paper-free styles; each paper declares its own
+
+
 def get_plot(name: str) -> PlotFn:
     from fedrepro.papers import declared
 
-    modules = declared("PLOTS")
+    modules = SHARED_PLOTS | declared("PLOTS")
     if name not in modules:
         raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(modules))})")
     importlib.import_module(modules[name])

@@ -23,7 +23,7 @@ from fedrepro.runio import atomic_write
 
 CSV_COLUMNS = ["paper", "id", "row", "artifact", "setting", "metric", "printed", "pm_reading", "rebuilt",
                "rebuilt_std", "rebuilt_se", "n", "diff", "tol", "status", "scale", "ci", "reason", "command",
-               "calibration", "note"]
+               "calibration", "evidence", "note"]
 
 
 def _md(s: str) -> str:
@@ -56,8 +56,13 @@ def markdown(report: m.Report, out_dir: Path) -> str:
     issues = [(p.paper, r) for p in report.papers for r in p.issues()]
     lines += ["## Paper issues found", ""]
     lines += (_table(["paper", "row", "what", "evidence"],
-                     [[paper, r.target.id, r.target.metric, r.reason or r.target.note] for paper, r in issues])
+                     [[paper, r.target.id, r.target.metric, " | ".join(r.evidence) or r.reason] for paper, r in issues])
               if issues else ["None established."])
+    unexplained = [(p.paper, r) for p in report.papers for r in p.unexplained()]
+    lines += ["", "## Deviations without forensic evidence", ""]
+    lines += (_table(["paper", "row", "metric", "reason"],
+                     [[paper, r.target.id, r.target.metric, r.reason] for paper, r in unexplained])
+              if unexplained else ["None: every printed row that deviates links a forensic conclusion."])
     lines += ["", "## Datasets", "", *_table(m.DATASET_HEAD, report.datasets), ""]
     for p in report.papers:
         lines += [f"## {p.paper}: {p.title}", "", "### Printed rows by artifact", "",
@@ -107,7 +112,7 @@ def write_csv(path: Path, report: m.Report) -> None:
                 w.writerow([p.paper, t.id, t.row, t.artifact, t.setting, t.metric, printed(t.value_text, t.pm_text),
                             t.pm_reading, num(r.rebuilt), num(r.rebuilt_std), num(r.rebuilt_se),
                             "" if r.n is None else str(r.n), num(r.diff), num(r.tol), r.status, r.scale,
-                            str(t.ci).lower(), r.reason, r.command, r.calibration, t.note])
+                            str(t.ci).lower(), r.reason, r.command, r.calibration, " | ".join(r.evidence), t.note])
 
 
 def write_report(cfg: Mapping, out_dir: Path, mode: str | None = None) -> m.Report:

@@ -1,5 +1,6 @@
-"""CI replication check: exit 1 when a row flagged `ci=true` is not good: a printed row not reproduced (or reproduced
-after calibration), a check or consistency row that does not pass, or a row that was not built."""
+"""CI replication check: exit 1 when a row flagged `ci=true` is not good (a printed row not reproduced, or reproduced
+after calibration; a check or consistency row that does not pass; a row not built), or when any printed row deviates
+without a built forensic conclusion (fedrepro.experiments.forensics)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import csv
 from pathlib import Path
 
 from fedrepro.errors import FedreproError, ResultError
-from fedrepro.report.verdict import GOOD
+from fedrepro.report.verdict import DEVIATES, GOOD
 
-COLUMNS = ("paper", "id", "ci", "status", "printed", "rebuilt", "reason")  # the columns read below
+COLUMNS = ("paper", "id", "row", "ci", "status", "printed", "rebuilt", "reason", "evidence")  # the columns read
 
 
 def ci_check(report_csv: Path) -> int:
@@ -23,13 +24,16 @@ def ci_check(report_csv: Path) -> int:
             if missing:
                 raise ResultError(f"{report_csv}: not a replication report (no column {', '.join(missing)}); "
                                   f"{rebuild}")
-            rows = []
+            rows, unexplained = [], []
             for r in reader:
                 if any(r[c] is None for c in COLUMNS):  # a row cut short
                     raise ResultError(f"{report_csv}: line {reader.line_num}: fewer columns than the header; "
                                       f"{rebuild}")
                 if r["ci"] == "true":
                     rows.append(r)
+                if r["row"] == "printed" and r["status"] == DEVIATES and not any(
+                        not e.split(": ", 1)[-1].startswith("not built") for e in r["evidence"].split(" | ") if e):
+                    unexplained.append(r)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ResultError(f"{report_csv}: cannot read the replication report ({exc}); {rebuild}") from None
     if not rows:
@@ -41,4 +45,9 @@ def ci_check(report_csv: Path) -> int:
               f"rebuilt={r['rebuilt'][:10]:<10} {r['reason'][:90]}")
     print(f"CI replication check: {len(rows) - len(bad)} good (printed rows reproduced, checks passing), {len(bad)} not "
           f"(of {len(rows)} CI rows)")
-    return 1 if bad else 0
+    for r in unexplained:
+        print(f"FAIL {r['paper']}.{r['id']:<28} deviates without a forensic conclusion: {r['reason'][:90]}")
+    if unexplained:
+        print(f"{len(unexplained)} printed row(s) deviate with no forensic evidence (a forensic_sweep experiment naming "
+              "the row, built): a deviation is explained by evidence, not prose")
+    return 1 if bad or unexplained else 0

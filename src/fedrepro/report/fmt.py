@@ -49,6 +49,7 @@ def note_text(r: Result) -> str:
         parts.append(r.reason)
     if r.status == v.NOT_RUN and r.command:
         parts.append(f"run: `{r.command}`")
+    parts += r.evidence
     if r.reading and r.target.pm is not None:
         parts.append(r.reading)
     if r.target.note:

@@ -73,10 +73,15 @@ class PaperReport:
         return by_artifact(self.of_type(row))
 
     def issues(self) -> list[Result]:
-        """What this project established against the paper: consistency rows that fail, and printed rows whose note
-        records an inconsistency of the paper."""
+        """What this project established against the paper, each with its evidence: consistency rows that fail (the
+        paper against itself), and rows whose forensic sweep traced the deviation to the paper."""
         return ([r for r in self.consistency if r.status == v.FAILS]
-                + [r for r in self.printed if "INCONSISTENT in the paper" in r.target.note])
+                + [r for r in self.results if r.target.row != "consistency" and any("paper issue:" in e
+                                                                                      for e in r.evidence)])
+
+    def unexplained(self) -> list[Result]:
+        """Printed rows that deviate with no forensic conclusion built: a deviation must carry evidence, not prose."""
+        return [r for r in self.printed if r.status == v.DEVIATES and not explained(r)]
 
     def not_run_by_dataset(self) -> dict[str, list[Result]]:
         """Rows not run for want of data, by the datasets they wait for (the fetch command said once per group)."""
@@ -92,6 +97,11 @@ class Report:
     mode: str
     papers: list[PaperReport]
     datasets: list[list[str]] = field(default_factory=list)
+
+
+def explained(r: Result) -> bool:
+    """A forensic conclusion is built for the row (fedrepro.experiments.forensics)."""
+    return any(not e.split(": ", 1)[-1].startswith("not built") for e in r.evidence)
 
 
 def count(rows: list[Result], statuses: tuple[str, ...]) -> dict[str, int]:

@@ -166,15 +166,41 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
             raise ConfigError(f"{cfg['papers'][paper]}: experiments.{c.experiment.split('.', 1)[1]}.calibration "
                               f"({c.param}): no registry row {', '.join(unknown)} in {registry_path(cfg, paper)}")
     cache: dict[str, tuple[str, dict | None]] = {}
+
+    def built(name: str) -> tuple[str, dict | None]:
+        if name not in cache:
+            scale = run_scale(doc["experiments"][name], mode)
+            cache[name] = (scale, load_summary(cfg, paper, name, scale))
+        return cache[name]
+
+    evidence = forensic_evidence(cfg, paper, doc, built)
     results = []
     for t in targets:
         entry = doc["experiments"].get(t.exp_name)
-        if t.exp_name not in cache and entry is not None:
-            scale = run_scale(entry, mode)
-            cache[t.exp_name] = (scale, load_summary(cfg, paper, t.exp_name, scale))
-        scale, summary = cache.get(t.exp_name, (mode, None))
-        results.append(evaluate(cfg, t, scale, summary, entry, cals))
+        scale, summary = built(t.exp_name) if entry is not None else (mode, None)
+        r = evaluate(cfg, t, scale, summary, entry, cals)
+        r.evidence = evidence.get(t.id, [])
+        results.append(r)
     return results
+
+
+def forensic_evidence(cfg: Mapping, paper: str, doc: Mapping, built) -> dict[str, list[str]]:
+    """row id -> the conclusions of the forensic sweeps (kind forensic_sweep) that explain it, each naming its
+    experiment; a sweep not built yet says so with the command that builds it."""
+    from fedrepro.experiments.forensics import forensic_experiments
+
+    out: dict[str, list[str]] = {}
+    for name, entry in forensic_experiments(doc).items():
+        scale, summary = built(name)
+        for row in entry["params"]["rows"]:
+            check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
+            if check is None:
+                summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
+                text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
+            else:
+                text = f"forensics {paper}.{name}: {check['detail']}"
+            out.setdefault(row, []).append(text)
+    return out
 
 
 def registry_path(cfg: Mapping, paper: str) -> Path:

@@ -12,7 +12,6 @@ import copy
 import csv
 import re
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 

@@ -4,7 +4,6 @@ import csv
 import re
 from collections import Counter
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 

@@ -2,7 +2,6 @@
 model, in the data layer's TokenHistograms format), their config entries and the registry keys they must produce."""
 
 import csv
-from pathlib import Path
 
 import numpy as np
 import pytest

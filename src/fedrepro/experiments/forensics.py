@@ -1,0 +1,200 @@
+"""Deviation forensics: one mechanism for every paper (issue #15).
+
+A forensic experiment (kind ``forensic_sweep``, in config/<paper>.yaml) names an experiment of the same paper, the
+registry rows it must explain, and a grid of *readings*: values of parameters the paper leaves open, each range
+justified in a comment where it is written and fixed before the outcome was seen. It runs the experiment's own kind
+at paper scale under every reading (the config's own reading first) for the given seeds, judges every row under
+every reading by the report's rule (fedrepro.report.verdict), and concludes per row:
+
+    reproduced under reading R      which readings, how close (the closest first)
+    no reading in the ranges        the closest reading and its distance (|rebuilt - printed| / tolerance)
+    reproduces it
+
+plus, over all rows, the readings that reproduce every row at once (``joint``). A row whose cause was this
+project's own implementation says so with ``implementation_fix`` (the fix and the test that pins it), and a
+deviation the paper causes itself with ``paper_issue`` (listed under "Paper issues found").
+
+Resumable: each (reading, seed) result is kept in the run's checkpoint directory until the run completes, so a
+killed sweep continues where it stopped. The report links each row to its forensic conclusion (check
+``conclusion.<row id>``) and figure; the history holds one line per (reading, row).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from fedrepro.errors import ConfigError
+from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind, get_kind
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["experiment", "rows", "grid"],
+    "properties": {
+        "experiment": {"type": "string", "minLength": 1},           # the swept experiment, of the same paper
+        "rows": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
+        # param key (dotted, as for --set) -> the values read; every combination is one reading
+        "grid": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1}},
+        "fixed": {"type": "object"},                                # overrides applied under every reading
+        "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},   # row -> fix + test
+        "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},         # row -> what
+    },
+}
+
+
+def readings(grid: Mapping[str, list]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in order (the last key varies fastest)."""
+    keys = list(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def _nest(flat: Mapping[str, Any]) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        *head, last = key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def reading_text(reading: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in reading.items()) or "the config's reading"
+
+
+def _point(ctx: RunContext, kind, exp, seed: int, index: int) -> dict:
+    """Metrics and checks of the swept experiment under one reading and seed (cached in the checkpoint dir)."""
+    from fedrepro.aggregate import flatten
+    from fedrepro.runio import atomic_write, to_jsonable
+    from fedrepro.seeding import rng_for
+
+    cache = ctx.checkpoint_dir / f"reading{index}_seed{seed}.json" if ctx.checkpoint_dir else None
+    if cache is not None and cache.is_file():
+        return json.loads(cache.read_text())
+    point_ctx = RunContext(exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config)
+    out = kind.fn(exp.params, rng_for(exp.id, seed), point_ctx)
+    doc = to_jsonable({"metrics": flatten(out.metrics),
+                       "checks": {k: {"passed": bool(c.passed), "detail": c.detail} for k, c in out.checks.items()}})
+    if cache is not None:
+        text = json.dumps(doc)
+        atomic_write(cache, lambda p: p.write_text(text))
+    return doc
+
+
+def judge_row(t, points: list[dict], deterministic: bool) -> dict:
+    """One row under one reading, over its seeds: outcome, rebuilt mean/se, diff, tol, distance, detail."""
+    from fedrepro.report import verdict as v
+
+    if t.check_names is not None:
+        missing = [c for c in t.check_names if any(c not in p["checks"] for p in points)]
+        if missing:
+            raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no check {', '.join(missing)}")
+        failed = [(c, p["checks"][c]["detail"]) for p in points for c in t.check_names if not p["checks"][c]["passed"]]
+        return {"outcome": v.DEVIATES if failed else v.REPRODUCED, "distance": float(bool(failed)),
+                "detail": failed[0][1] if failed else "; ".join(points[0]["checks"][c]["detail"] for c in t.check_names)}
+    values = [p["metrics"].get(t.key) for p in points]
+    if any(x is None for x in values):
+        raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no metric {t.key!r} (or None)")
+    arr = np.asarray(values, dtype=float)
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
+    return {"outcome": j.outcome, "rebuilt": float(arr.mean()), "se": j.se_rebuilt, "n": int(arr.size), "diff": j.diff,
+            "tol": j.tol, "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf, "detail": j.why}
+
+
+def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str | None) -> Check:
+    """The row's conclusion over the readings (judged: (reading, judgement) pairs, the config's reading first)."""
+    from fedrepro.report import verdict as v
+
+    n = len(judged)
+    good = [(r, j) for r, j in judged if j["outcome"] == v.REPRODUCED]
+    config_j = judged[0][1]
+    at_config = ("at the config's reading" if not judged[0][0] else f"at the config's reading ({reading_text(judged[0][0])})")
+
+    def value(j):
+        if "rebuilt" not in j:
+            return j["detail"]
+        return (f"{j['rebuilt']:.4g} ± {j['se']:.2g} (n={j['n']}) vs printed {t.value_text}: |diff| {abs(j['diff']):.3g}"
+                f" vs tol {j['tol']:.3g}")
+
+    if good:
+        best_r, best_j = min(good, key=lambda rj: rj[1]["distance"])
+        text = (f"reproduced under {len(good)} of {n} readings; closest: {reading_text(best_r)}: {value(best_j)}; "
+                f"{at_config}: {config_j['outcome']}")
+    else:
+        best_r, best_j = min(judged, key=lambda rj: rj[1]["distance"])
+        text = f"no reading of the {n} in the ranges reproduces it; closest: {reading_text(best_r)}: {value(best_j)}"
+    if fix:
+        text = f"implementation fixed: {fix}; {text}"
+    if issue:
+        text = f"{text}; paper issue: {issue}"
+    return Check(bool(good), text)
+
+
+@experiment_kind("forensic_sweep", SCHEMA, deterministic=True)  # its seeds are params, not the rng
+def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    from fedrepro.config import deep_merge, resolve_experiment, resolve_path
+    from fedrepro.report.registry import load_registry
+
+    if ctx.config is None:
+        raise ConfigError(f"{ctx.exp_id}: a forensic sweep needs the global configuration (run it with "
+                          "`python -m fedrepro run`)")
+    cfg = ctx.config
+    paper = ctx.exp_id.split(".", 1)[0]
+    swept_id = f"{paper}.{p['experiment']}"
+    targets = {t.id: t for t in load_registry(resolve_path(cfg["targets"][paper]), paper)}
+    unknown = [r for r in p["rows"] if r not in targets]
+    if unknown:
+        raise ConfigError(f"{ctx.exp_id}: params.rows: no registry row {', '.join(unknown)}")
+    rows = [targets[r] for r in p["rows"]]
+    wrong = [t.id for t in rows if t.experiment != swept_id]
+    if wrong:
+        raise ConfigError(f"{ctx.exp_id}: params.rows: {', '.join(wrong)} are rows of another experiment than "
+                          f"{swept_id}")
+    grid = [{}] + readings(p["grid"])   # the config's own reading first
+    seeds = p.get("seeds", [0])
+    table, per_row = [], {t.id: [] for t in rows}
+    for i, reading in enumerate(grid):
+        exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p.get("fixed") or {}, _nest(reading)))
+        kind = get_kind(exp.kind)
+        point_seeds = seeds[:1] if kind.deterministic else seeds
+        points = [_point(ctx, kind, exp, s, i) for s in point_seeds]
+        for t in rows:
+            j = judge_row(t, points, kind.deterministic)
+            per_row[t.id].append((reading, j))
+            table.append({"reading": i, "reading_text": reading_text(reading) if i else "config",
+                          **{f"axis.{k}": str(v) for k, v in reading.items()}, "row": t.id,
+                          "printed": t.value if t.value is not None else np.nan,
+                          **{k: j.get(k, np.nan) for k in ("rebuilt", "se", "n", "diff", "tol", "distance")},
+                          "outcome": j["outcome"], "detail": j["detail"]})
+    checks = {f"conclusion.{t.id}": conclusion(t, per_row[t.id], (p.get("implementation_fix") or {}).get(t.id),
+                                               (p.get("paper_issue") or {}).get(t.id)) for t in rows}
+    from fedrepro.report.verdict import REPRODUCED
+
+    joint = [i for i in range(len(grid)) if all(per_row[t.id][i][1]["outcome"] == REPRODUCED for t in rows)]
+    checks["joint"] = Check(bool(joint), (f"{len(joint)} of {len(grid)} readings reproduce every row at once: "
+                                          + "; ".join(reading_text(grid[i]) if i else "config" for i in joint[:5]))
+                            if joint else f"no reading of the {len(grid)} reproduces every row at once")
+    metrics = {"n_readings": len(grid),
+               "reproducing_readings": {t.id: sum(j["outcome"] == REPRODUCED for _, j in per_row[t.id]) for t in rows},
+               "closest_distance": {t.id: min(j["distance"] for _, j in per_row[t.id]) for t in rows},
+               "joint_readings": len(joint)}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(table), checks=checks,
+                     accountant={"name": f"forensic sweep of {swept_id}", "version": "see the swept experiment"})
+
+
+def forensic_experiments(doc: Mapping) -> dict[str, Mapping]:
+    """name -> entry of a paper's forensic experiments (kind forensic_sweep)."""
+    return {name: e for name, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"}
+
+
+__all__ = ["conclusion", "forensic_experiments", "forensic_sweep", "judge_row", "readings"]
+
