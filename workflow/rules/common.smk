@@ -63,8 +63,10 @@ _CLI_SETTINGS["only_papers"] = list(CFG["papers"])
 os.environ["FEDREPRO_WORKFLOW_CONFIG"] = json.dumps(_CLI_SETTINGS)
 
 
-def seeds(scale):
-    return CFG["seeds"][scale]
+def seeds(scale, paper=None, exp=None):
+    """The seeds of a scale: the experiment's own `seeds.<scale>` when it sets them, else config.yaml's."""
+    own = (PAPERS[paper]["experiments"][exp].get("seeds") or {}) if exp else {}
+    return own.get(scale, CFG["seeds"][scale])
 
 
 def runnable(exp_id):
@@ -76,7 +78,7 @@ def run_files(paper, exp, scale=None):
     """One run per seed of the scale (the experiment's own scale by default); a deterministic kind (no
     randomness) runs once, at the scale's first seed."""
     scale = scale or EXPERIMENTS[f"{paper}.{exp}"].scale
-    run_seeds = seeds(scale)
+    run_seeds = seeds(scale, paper, exp)
     if EXPERIMENTS[f"{paper}.{exp}"].deterministic:
         run_seeds = run_seeds[:1]
     return [
