@@ -10,6 +10,7 @@ that defines the kind asked for.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,25 +78,38 @@ class Kind:
     module: str
     deterministic: bool = False
     stage: str = "estimate"
+    metrics: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+
+    def produces_metric(self, key: str) -> bool:
+        """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.metrics)
+
+    def produces_check(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.checks)
 
 
 _KINDS: dict[str, Kind] = {}
 
 
-def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate"):
+def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate",
+                    metrics: tuple[str, ...] = (), checks: tuple[str, ...] = ()):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
     deterministic: the function never draws from ``rng`` (closed forms, accountants), so the workflow runs it once
     (the first seed of the scale) instead of once per seed; tests/experiments/test_kinds.py checks the claim.
     stage: "privacy" for accounting experiments, whose results the privacy stage also collects into
     results/privacy/<paper>/ (workflow/rules/privacy.smk); "estimate" for everything else.
+    metrics, checks: glob patterns of the metric keys (dotted, as in summary.json) and the check names the kind
+    produces, so that a registry row naming anything else is refused when the registry is loaded; tests check every
+    kind's runs against them (tests/test_architecture.py, tests/experiments/test_kinds.py).
     """
 
     def deco(fn):
         if name in _KINDS and _KINDS[name].fn is not fn:
             raise RuntimeError(f"experiment kind {name!r} registered twice")
-        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__,
-                            deterministic=deterministic, stage=stage)
+        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__, deterministic=deterministic,
+                            stage=stage, metrics=tuple(metrics), checks=tuple(checks))
         return fn
 
     return deco

@@ -139,7 +139,9 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
     return Check(bool(good), text)
 
 
-@experiment_kind("forensic_sweep", SCHEMA, deterministic=True)  # its seeds are params, not the rng
+@experiment_kind("forensic_sweep", SCHEMA, deterministic=True,
+                 metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings"),
+                 checks=("conclusion.*", "joint"))  # its seeds are params, not the rng
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path
     from fedrepro.report.registry import load_registry
