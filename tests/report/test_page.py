@@ -107,3 +107,17 @@ def test_markdown_and_csv_from_the_same_model(report, tmp_path):
     assert rows["T3.far"]["table"] == "table3" and rows["X.fm.acc"]["table"] == "extra-table1-fmnist"
     assert rows["F1a.claim"]["table"] == ""
     assert FETCH in rows["T3.offline"]["command"]   # the CSV keeps each row's full command
+
+
+def test_a_ci_failure_points_to_its_row_on_the_page(tmp_path, capsys):
+    from fedrepro.cli import main
+
+    report = tmp_path / "replication.csv"
+    with open(report, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=["paper", "id", "printed", "rebuilt", "status", "ci", "reason"])
+        w.writeheader()
+        w.writerow(dict(paper="adaped", id="T3.ok", printed="1", rebuilt="1", status="reproduced", ci="true", reason=""))
+        w.writerow(dict(paper="adaped", id="T3.far", printed="1", rebuilt="2", status="deviates", ci="true", reason=""))
+    assert main(["ci-check", "--report", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'replication.html'}#adaped.T3.far" in out and "#adaped.T3.ok" not in out
