@@ -87,6 +87,10 @@ def test_fixture_page_in_chromium(browser, cfg, tmp_path):
         f"adaped.{rid}": expected_status(rid) for rid in ROWS if rid.startswith("T3.")}
     colour = {status: bg for _, status, bg in cells}
     assert len({colour["reproduced"], colour["deviates"], colour["not run"], colour["not comparable"]}) == 4
+    # hovering a number shows its row: tolerance, the reading of the printed ±, the note
+    page.hover("#adaped-table3 a.part[data-row='adaped.T3.far']")
+    tip = page.inner_text("#tip")
+    assert page.is_visible("#tip") and "tol: " in tip and "read as a standard error" in tip and "T3.far" in tip
     # printed rows show, checks are folded until opened or filtered for
     printed = {f"adaped.{rid}" for rid, (fields, *_) in ROWS.items() if fields.get("row", "printed") == "printed"}
     assert {i for i, _ in _visible_rows(page)} == printed

@@ -83,10 +83,9 @@ def markdown(report: m.Report, out_dir: Path) -> str:
                               [[c.param, ", ".join(c.fitted_to), c.how,
                                 ", ".join(r.target.id for r in p.printed if r.status == v.CALIBRATED
                                           and c.text() in r.calibration) or "-"] for c in p.calibrations]), ""]
-        for row_type, title, statuses in (("consistency", "The paper against itself", v.CHECK_STATUSES),
-                                          ("check", "Implementation checks", v.CHECK_STATUSES)):
+        for row_type in ("consistency", "check"):
             for g in p.groups(row_type):
-                lines += [f"### {title}: {g.artifact} — {_count_text(g.rows, statuses)}", "",
+                lines += [f"### {m.ROW_TYPES[row_type]}: {g.artifact} — {_count_text(g.rows, v.CHECK_STATUSES)}", "",
                           *_table(HEAD, [cells(r) for r in g.rows]), ""]
         for wait in p.waiting_for_data():
             lines += [f"### {WAITING}: {', '.join(wait.datasets)} ({len(wait.rows)} rows)", "",

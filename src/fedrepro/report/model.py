@@ -22,6 +22,9 @@ from fedrepro.report.gaps import gap_comments
 from fedrepro.report.status import Calibration, Result, calibrations, evaluate_paper, fetch_command
 from fedrepro.report.tables import Layout, layouts
 
+# the row types (fedrepro.report.registry) as the report titles them
+ROW_TYPES = {"printed": "Printed in the paper", "consistency": "The paper against itself",
+             "check": "Implementation checks"}
 PRIVACY_FIGURE = {"artifact": "Privacy accounting",
                   "caption": "epsilon vs rounds per accountant or noise level (privacy stage); every epsilon with its "
                              "library and version is in results/privacy/<paper>/epsilon.csv"}

@@ -64,6 +64,7 @@
   window.addEventListener("hashchange", reveal);
 
   const tip = document.getElementById("tip");
+  for (const part of all("a.part[title]")) part.removeAttribute("title");   // the tip below replaces the title
   document.addEventListener("mouseover", (e) => {
     const cell = e.target.closest("a.part");
     const row = cell && document.getElementById(cell.dataset.row);
