@@ -103,6 +103,7 @@ def test_fixture_page_in_chromium(browser, cfg, tmp_path):
         .map((a) => a.dataset.status)""")
     assert dimmed and "deviates" not in dimmed
     assert page.is_visible("#adaped-figure-fig1a") and page.is_hidden("#adaped-extra-table1-fmnist")
+    assert page.locator("#adaped-figure-fig1a .rowlist:visible").count() == 1   # the claim's list, not the checks'
     _screenshot(page, "browser-test.png")
     # a row's anchor (as a CI failure message gives it) opens the row even where the filter hid it
     page.goto(page_file.resolve().as_uri() + "#adaped.T3.ok")

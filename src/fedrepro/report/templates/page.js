@@ -24,6 +24,7 @@
           any = any || match;
         }
         if (status && !any) visible = false;
+        for (const list of all(".rowlist", blk)) list.hidden = !list.querySelector("li:not([hidden])");
         blk.hidden = !visible;
         if (visible && (status || artifact) && blk.tagName === "DETAILS") blk.open = true;
         if (visible) rows += all("tr.row", blk).filter((r) => !r.hidden).length;
