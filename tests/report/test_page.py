@@ -121,3 +121,17 @@ def test_a_ci_failure_points_to_its_row_on_the_page(tmp_path, capsys):
     assert main(["ci-check", "--report", str(report)]) == 1
     out = capsys.readouterr().out
     assert f"{tmp_path / 'replication.html'}#adaped.T3.far" in out and "#adaped.T3.ok" not in out
+
+
+def test_which_rows_judge_a_figure(report):
+    from fedrepro.report.model import artifact_stem, figure_rows
+
+    assert artifact_stem("Extra: Figure 1 (left), implementation check") == "Figure 1"
+    assert artifact_stem("Sec. 4 text (Q1)") == "Sec. 4 text"
+    assert artifact_stem("Extra table: Table 1 protocol on Fashion-MNIST") == "Table 1 protocol on Fashion-MNIST"
+    results = report.papers[0].results
+    assert [r.target.id for r in figure_rows("Figure 1a", "adaped.fig1a", results)] == ["F1a.claim", "F1a.sim"]
+    # a figure no row names (an extra plot of a table's run) is judged by every row of its experiment
+    assert [r.target.id for r in figure_rows("Extra: psi over training", "adaped.table1_fmnist", results)] == [
+        "X.fm.acc"]
+    assert figure_rows("Privacy accounting", None, results) == []
