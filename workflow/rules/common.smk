@@ -18,7 +18,7 @@ from fedrepro.config import (
 )
 from fedrepro.data.sources import is_available, stamp_path
 from fedrepro.errors import FedreproError
-from fedrepro.report.tables import table_artifacts, table_slug
+from fedrepro.report.tables import table_artifacts
 
 try:
     CFG = validate_global(config, source="config (config/config.yaml + --config)")
@@ -159,8 +159,8 @@ def table_files(paper):
     if paper not in CFG.get("targets", {}):
         return []
     return [
-        P("table", paper=paper, table=table_slug(a), ext=ext)
-        for a in table_artifacts(CFG, paper)
+        P("table", paper=paper, table=name, ext=ext)
+        for name in table_artifacts(CFG, paper).values()
         for ext in ("csv", "md")
     ]
 
