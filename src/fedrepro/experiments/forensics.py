@@ -76,7 +76,8 @@ def _point(ctx: RunContext, kind, exp, seed: int, index: int) -> dict:
     from fedrepro.runio import atomic_write, to_jsonable
     from fedrepro.seeding import rng_for
 
-    cache = ctx.checkpoint_dir / f"reading{index}_seed{seed}.json" if ctx.checkpoint_dir else None
+    # the job's own checkpoint dir, one file per (reading, seed): a cache, not part of the results layout
+    cache = ctx.checkpoint_dir / f"point_{index}_{seed}.json" if ctx.checkpoint_dir else None
     if cache is not None and cache.is_file():
         return json.loads(cache.read_text())
     point_ctx = RunContext(exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config)
