@@ -23,8 +23,8 @@ import pytest
 h5py = pytest.importorskip("h5py")
 
 from tff_fixtures import (  # noqa: E402
-    COLS, EMNIST_CLIENTS, SO_DATA, _emnist_arrays, _write_emnist_h5, _write_so_h5, mirror_cfg as _cfg, pin as _pin,
-    tar_bz2 as _tar_bz2,
+    COLS, EMNIST_CLIENTS, SO_DATA, _emnist_arrays, _pb_ld, _write_emnist_h5, _write_so_h5, _write_so_sqlite,
+    encode_example, mirror_cfg as _cfg, pin as _pin, tar_bz2 as _tar_bz2,
 )
 
 from fedrepro.data import catalog  # noqa: E402
@@ -61,11 +61,11 @@ def test_catalog_entries_and_published_checksums():
                                  "tff_emnist": (3400, 671_585, 77_483)}
 
 
-def test_source_modules_keep_h5py_out_of_import():
+def test_source_modules_keep_h5py_and_protobuf_out_of_import():
     code = ("import sys; from fedrepro.data import catalog; catalog.all_datasets(); "
-            "print(int('h5py' in sys.modules), int('scipy.sparse' in sys.modules))")
+            "print(int('h5py' in sys.modules), int('scipy.sparse' in sys.modules), int('google.protobuf' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0", "0"]
+    assert out == ["0", "0", "0"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -327,6 +327,33 @@ def test_stackoverflow_fixed_length_strings_and_limit(tmp_path):
         _check_so_split(h5, "train")
         c = h5.client("00000017", limit=2)
         assert c.title == ["python list", ""] and c.score.tolist() == [3, -1]
+
+
+def _so_row(client: str = "00000099", split: str = "test") -> dict:
+    return {c: (v if c == "score" else v.encode()) for c, v in zip(COLS, SO_DATA[split][client][0])}
+
+
+_TWO_TAGS = _pb_ld(1, _pb_ld(1, _pb_ld(1, b"tags") + _pb_ld(2, _pb_ld(1, _pb_ld(1, b"a") + _pb_ld(1, b"b")))))
+
+
+@pytest.mark.parametrize("record, match", [
+    (encode_example({k: v for k, v in _so_row().items() if k != "score"}), "'score': expected exactly one value, got none"),
+    # a second Example.features is merged into the first (protobuf semantics): tags gets two values
+    (encode_example({k: v for k, v in _so_row().items() if k != "tags"}) + _TWO_TAGS, "'tags'.* got 2"),
+    (encode_example({**_so_row(), "score": b"3"}), "'score': expected an int64_list"),
+    (encode_example({**_so_row(), "tokens": 5}), "'tokens': expected a bytes_list"),
+    (encode_example({**_so_row(), "title": b"caf\xe9"}), "'title': .* is not UTF-8"),
+    (b"\x0b", "not a valid tf.train.Example"),
+])
+def test_stackoverflow_sqlite_refuses_examples_outside_tffs_parse_spec(tmp_path, record, match):
+    path = _write_so_sqlite(tmp_path / so.SQLITE_FILE)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE examples SET serialized_example_proto = ? WHERE client_id = ? AND split_name = ?",
+                    (record, "00000099", "test"))
+    with so.open_split(path, "test") as test:
+        assert test.client("00000017").tokens == ["python to"]  # the other rows still read
+        with pytest.raises(DataError, match=f"client '00000099': bad tf.train.Example: .*{match}"):
+            test.client("00000099")
 
 
 def test_stackoverflow_rejects_foreign_files(tmp_path):

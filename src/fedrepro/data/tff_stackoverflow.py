@@ -42,7 +42,7 @@ import numpy as np
 
 from fedrepro.data.archive import decompress_file, extract_members
 from fedrepro.data.catalog import Dataset, RemoteFile, register
-from fedrepro.data.tf_example import ProtoError, parse_tf_example
+from fedrepro.data.tf_example import TfExampleError, parse_tf_example
 from fedrepro.data.tff_h5 import TffH5, decode_strings
 from fedrepro.errors import DataError
 
@@ -160,17 +160,20 @@ def _stackoverflow_example(buf: bytes) -> dict[str, object]:
     for name in FEATURES:
         vals = ex.get(name)
         if vals is None or len(vals) != 1:
-            raise ProtoError(f"feature {name!r}: expected exactly one value, got "
-                             f"{'none' if vals is None else len(vals)}")
+            raise TfExampleError(f"feature {name!r}: expected exactly one value, got "
+                                 f"{'none' if vals is None else len(vals)}")
         v = vals[0]
         if name in INT_FEATURES:
             if not isinstance(v, int):
-                raise ProtoError(f"feature {name!r}: expected an int64_list")
+                raise TfExampleError(f"feature {name!r}: expected an int64_list")
             row[name] = v
         else:
             if not isinstance(v, bytes):
-                raise ProtoError(f"feature {name!r}: expected a bytes_list")
-            row[name] = v.decode("utf-8")
+                raise TfExampleError(f"feature {name!r}: expected a bytes_list")
+            try:
+                row[name] = v.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TfExampleError(f"feature {name!r}: {v[:40]!r} is not UTF-8") from None
     return row
 
 
@@ -246,7 +249,7 @@ class StackOverflowSqlite:
         for (blob,) in self._con.execute(sql, args):
             try:
                 row = _stackoverflow_example(blob)
-            except ProtoError as exc:
+            except TfExampleError as exc:
                 raise DataError(f"{self.path}: client {client_id!r}: bad tf.train.Example: {exc}") from None
             for f in FEATURES:
                 cols[f].append(row[f])
