@@ -41,6 +41,7 @@ SCHEMA = {
         "loss": {"enum": list(am.LOSSES)},
         "init": {"enum": list(am.INITS)},
         "gmm_n_init": INT1,
+        "gmm_warm_start": {"type": "boolean"},
         "z": POSITIVE,
         "cos_min": {"type": "number", "minimum": -1, "maximum": 1},
     },
@@ -92,7 +93,8 @@ def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
     mu = np.full(d, float(p["mu"]))
     cfg = am.AdaMixConfig(k=p["k"], rounds=p["rounds"], local_steps=p["local_steps"], lr=p["lr"],
                           step_rule=p["step_rule"], em_iters=p["em_iters"], reg_covar=p["reg_covar"],
-                          loss=p["loss"], noise_var=p["noise_var"], init=p["init"], n_init=p["gmm_n_init"])
+                          loss=p["loss"], noise_var=p["noise_var"], init=p["init"], n_init=p["gmm_n_init"],
+                          gmm_warm_start=p.get("gmm_warm_start", True))
     theta, _ = am.draw_mixture_models(m, mu, p["sigma_theta2"], rng)
     err_local, err_mix, fits, rows = {}, {}, {}, []
     for n in p["n_values"]:
