@@ -48,7 +48,7 @@ def test_resumes_from_the_readings_already_run(tmp_path):
     first = sweep(tmp_path)
     cached = sorted(p.name for p in tmp_path.iterdir())
     assert len(cached) == 10   # 5 readings x 2 seeds
-    (tmp_path / "reading3_seed1.json").write_text('{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
+    (tmp_path / "point_3_1.json").write_text('{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
     again = sweep(tmp_path)
     row = again.history.set_index("reading").loc[3]
     assert row["rebuilt"] != first.history.set_index("reading").loc[3]["rebuilt"]   # the cache was read, not rerun

@@ -91,3 +91,77 @@ def test_config_entries_validate(scale):
     assert (syn["n_users"], syn["d"], syn["K"], syn["T"]) == (100000, 1000, 10, 50)
     t1 = resolve_experiment(CFG, "histograms.table1", "paper")
     assert t1.params["runs"] == 20 and t1.params["lam"] == 0.3 and t1.params["tau"] == 0.5
+
+
+# Table 1's printed numbers (Setlur et al.), the private checks' reference case: both must hold on them
+TABLE1 = {"nonprivate": dict(zip(METHODS, (5.093, 1.054, 1.036, 0.971, 0.930, 0.912, 0.875, 0.883, 0.868))),
+          "private": dict(zip(METHODS, (5.093, 1.115, 1.110, 0.990, 1.053, 0.958, 0.948, 0.904, 0.951)))}
+ZERO_SE = {r: dict.fromkeys(METHODS, 0.0) for r in TABLE1}
+
+
+def _with(regime, **values):
+    kl = {r: dict(v) for r, v in TABLE1.items()}
+    kl[regime].update(values)
+    return kl
+
+
+def test_private_checks_hold_on_table1_and_fail_when_they_must():
+    from fedrepro.papers.histograms.experiments.synthetic import private_keeps_gains, private_not_better
+
+    assert private_not_better(TABLE1, ZERO_SE, 4).passed
+    assert private_keeps_gains(TABLE1).passed
+    # a private method better than its non-private counterpart
+    assert not private_not_better(_with("private", alg2_ft=0.80), ZERO_SE, 4).passed
+    # a NaN anywhere (before issue 15 a NaN made every comparison False and the check passed)
+    nan = _with("private", ifca=float("nan"))
+    assert not private_not_better(nan, ZERO_SE, 4).passed and not private_keeps_gains(nan).passed
+    # the synthetic extra's state before issue 15: private + FT above Local, yet worse than non-private (so
+    # private_not_better passes, which is why it is no evidence of a working private pipeline)
+    broken = _with("private", **{m: 6.0 for m in ("fedavg_ft", "ifca_ft", "alg2_dimred_ft", "alg2_ft")})
+    assert private_not_better(broken, ZERO_SE, 4).passed
+    assert not private_keeps_gains(broken).passed
+    # clustering's gain over FedAvg lost privately
+    assert not private_keeps_gains(_with("private", alg2_dimred_ft=0.96)).passed
+    # no non-private gain to keep: nothing to judge, so not a pass
+    flat = {r: dict.fromkeys(METHODS, 1.0) for r in TABLE1}
+    assert not private_keeps_gains(flat).passed
+
+
+def test_a_list_of_clips_is_tuned_on_validation_users():
+    from fedrepro.errors import ConfigError
+    from fedrepro.papers.histograms.pipeline import HistData, run_pipeline
+
+    base = dict(SMALL, regimes=["private"])
+    tuned = dict(base, private=dict(base["private"], clip=[0.5, 2.0, 8.0], ifca_clip=[0.1, 1.0]))
+    out = get_kind("histograms_synthetic").fn(tuned, np.random.default_rng(0), RunContext("histograms.x", 0))
+    tuning = out.metrics["diagnostics"]["private"]["tuning"]
+    assert set(tuning) == set(METHODS) - {"local"}
+    for row, t in tuning.items():
+        best = int(np.argmin(t["validation_kl"]))
+        assert t["chosen"] == t["candidates"][best]
+        assert out.metrics["kl"]["private"][row] == pytest.approx(t["kl"][best], rel=1e-12)
+    assert tuning["ifca"]["candidates"] == [0.1, 1.0] and tuning["alg2"]["candidates"] == [0.5, 2.0, 8.0]
+    # validation KL tracks the KL against the true histograms (the held-out tokens are an unbiased proxy)
+    assert np.corrcoef(tuning["alg2_ft"]["validation_kl"], tuning["alg2_ft"]["kl"])[0, 1] > 0.9
+    # a one-candidate list is the scalar run, bit for bit
+    one = dict(base, private=dict(base["private"], clip=[1.0], ifca_clip=[1.0]))
+    a = get_kind("histograms_synthetic").fn(one, np.random.default_rng(0), RunContext("histograms.x", 0))
+    b = get_kind("histograms_synthetic").fn(base, np.random.default_rng(0), RunContext("histograms.x", 0))
+    assert a.metrics["kl"] == b.metrics["kl"] and "tuning" not in a.metrics["diagnostics"]["private"]
+    # tuning needs validation users
+    rng = np.random.default_rng(0)
+    u = sample_users(make_mixture(30, 2, 20.0, 1.0, 2.0, rng), 200, 40, 0, rng, dtype=np.float64)
+    data = HistData(S=u.train / 40.0, counts=u.train, Qeval=u.Q, Sval=u.train[:50] / 40.0)
+    small = dict(tuned, K=2, T=2, dimred={"keep_tokens": 5})
+    with pytest.raises(ConfigError, match="validation users"):
+        run_pipeline(data, small, rng, regimes=["private"])
+
+
+def test_table1_validation_users_score_the_tuning():
+    p = dict(ALGO, vocab_size=80, train_tokens=50, test_tokens=400, val_users=200, val_tokens=200, split_seed=0,
+             runs=1, max_users=500)
+    hist = _token_histograms()
+    data = histogram_data(hist, p)
+    assert np.all(data.tune_index < 500) and len(data.tune_index) == np.count_nonzero(hist.val_index < 500)
+    assert np.allclose(data.tune_eval.sum(axis=1), 1.0)
+    assert np.array_equal(data.tune_eval, data.Sval[hist.val_index < 500])

@@ -48,7 +48,8 @@ def histogram_data(hist, p: dict) -> HistData:
     S = (train / train.sum(axis=1, keepdims=True)).astype(dtype)
     Qeval = (test / test.sum(axis=1, keepdims=True)).astype(dtype)
     Sval = (hist.val / np.maximum(hist.val.sum(axis=1, keepdims=True), 1)).astype(dtype)
-    return HistData(S=S, counts=train, Qeval=Qeval, Sval=Sval)
+    tune = hist.val_index < n  # validation users among the first n (their validation tokens score tuning)
+    return HistData(S=S, counts=train, Qeval=Qeval, Sval=Sval, tune_index=hist.val_index[tune], tune_eval=Sval[tune])
 
 
 def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
