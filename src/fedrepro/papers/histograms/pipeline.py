@@ -217,7 +217,8 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
             diag.setdefault(regime, {})["tuning"] = tuning
         for name in CLUSTERED:
             fit = chosen[name]
-            d = {"iterations": fit.res.iterations, "final_objective": fit.res.objective[-1]}
+            d = {"iterations": fit.res.iterations, "final_objective": fit.res.objective[-1],
+                 "converged": bool(fit.res.changed) and fit.res.changed[-1] == 0}   # no assignment changed last
             if data.truth is not None:
                 d["misclustering"] = misclustering(data.truth, fit.labels, K)
             diag.setdefault(regime, {})[name] = d

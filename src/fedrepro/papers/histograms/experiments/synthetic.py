@@ -30,12 +30,12 @@ from threadpoolctl import threadpool_limits
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.histograms import closed_forms as cf
+from fedrepro.papers.histograms.claims import CLAIMS, table1_claims
 from fedrepro.papers.histograms.finetune import bayes_lambda
 from fedrepro.papers.histograms.generator import make_mixture, multinomial_rows, sample_users
 from fedrepro.papers.histograms.pipeline import (
     ALGO_PROPERTIES,
     ALGO_REQUIRED,
-    CLUSTERED,
     METHODS,
     REGIMES,
     HistData,
@@ -71,45 +71,11 @@ def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
     }
 
 
-def _non_finite(kl: dict) -> list[str]:
-    return [f"{regime}.{m}" for regime in ("nonprivate", "private") for m in METHODS
-            if not np.isfinite(kl[regime][m])]
-
-
-def private_not_better(kl: dict, se: dict, z: float) -> Check:
-    """Sec. 4: "each private algorithm performs worse than its non-private counterpart": no private method below
-    its non-private KL by more than z standard errors. One-sided, so any implementation that only adds noise
-    passes it, however broken (the substantive claim is :func:`private_keeps_gains`); a non-finite KL fails."""
-    bad = _non_finite(kl)
-    better = [m for m in METHODS if m != "local"
-              and kl["private"][m] < kl["nonprivate"][m] - z * se["private"][m]]
-    return Check(not bad and not better,
-                 "every private method is no better than its non-private counterpart (within z SE)"
-                 + (f"; better: {', '.join(better)}" if better else "") + (f"; not finite: {', '.join(bad)}" if bad
-                                                                          else ""))
-
-
-def private_keeps_gains(kl: dict) -> Check:
-    """Sec. 1: "ensuring the privacy mechanisms do not eat away gains we observed non-privately" (Table 1: every
-    private row below Local; private IFCA / Alg. 2 (+ DimRed), with and without FT, below private FedAvg with the
-    same FT). Every gain a method has non-privately over Local, and every gain a clustering method has over FedAvg
-    (same FT), must remain privately; with no non-private gain to keep, or a non-finite KL, it fails."""
-    k, q = kl["nonprivate"], kl["private"]
-    bad = _non_finite(kl)
-    pairs = [(m, "local") for m in METHODS if m != "local" and k[m] < k["local"]]
-    pairs += [(c + ft, "fedavg" + ft) for c in CLUSTERED for ft in ("", "_ft") if k[c + ft] < k["fedavg" + ft]]
-    lost = [f"{m} {q[m]:.4f} >= {b} {q[b]:.4f}" for m, b in pairs if not q[m] < q[b]]
-    return Check(bool(pairs) and not bad and not lost,
-                 f"private KL keeps the {len(pairs)} non-private gains (over Local; clustering over FedAvg)"
-                 + (f"; lost: {'; '.join(lost)}" if lost else "") + (f"; not finite: {', '.join(bad)}" if bad else "")
-                 + ("" if pairs else "; no non-private gain to keep"))
-
-
 @experiment_kind("histograms_synthetic", SCHEMA,
                  metrics=("kl.*", "kl_se.*", "reference.*", "diagnostics.*"),
                  checks=("alg2_ft_near_oracle", "clustering_beats_fedavg_nonprivate", "finetuning_helps_nonprivate",
                          "lloyd_objective_monotone", "local_matches_closed_form", "ordering_nonprivate",
-                         "private_keeps_gains", "private_not_better"))
+                         *CLAIMS))
 def histograms_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     with threadpool_limits(limits=1, user_api="blas"):
         return _run(p, rng)
@@ -168,9 +134,7 @@ def _run(p: dict, rng: np.random.Generator) -> RunOutput:
             rise <= 1e-9 * abs(obj[0]),
             f"non-private Alg. 2 objective (1/n) sum_u min_k KL(Q^_u || P_k) over {len(obj) - 1} iterations: "
             f"{obj[0]:.5f} -> {obj[-1]:.5f}, largest increase {rise:.2g}", rise, 0.0, 1e-9 * abs(obj[0]))
-    if "private" in kl and "nonprivate" in kl:
-        checks["private_not_better"] = private_not_better(kl, se, z)
-        checks["private_keeps_gains"] = private_keeps_gains(kl)
+    checks.update(table1_claims(kl, se, diag, p))   # Table 1's sentences on the generative model
 
     metrics = {"kl": kl, "kl_se": se, "reference": ref, "diagnostics": diag,
                "seconds": {"generate": t_gen, "pipeline": t_run}}
