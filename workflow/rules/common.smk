@@ -175,7 +175,7 @@ def experiment_inputs(wildcards):
 
 # Fixed resources of the small jobs (aggregate_seeds, figure, table, privacy_tables, privacy_figure, report,
 # plot_partition). Measured with /usr/bin/time -v on the 2-core VM (quick scale, CPU shared): peak RSS 0.11-0.23 GB,
-# wall 5-90 s (report 89 s, privacy tables 34 s, the rest <= 16 s); 1 GB and 15 min leave >= 4x headroom.
+# wall 5-35 s (privacy tables 34 s, report ~7 s, the rest <= 16 s); 1 GB and 15 min leave >= 4x headroom.
 SMALL_MEM_MB = 1000
 SMALL_RUNTIME = 15
 # fetch_dataset: hashing streams the file; the wall time is the download (CIFAR-100, ~170 MB, the largest archive).

@@ -36,8 +36,6 @@ from fedrepro.papers.histograms.generator import make_mixture, multinomial_rows,
 from fedrepro.papers.histograms.pipeline import (
     ALGO_PROPERTIES,
     ALGO_REQUIRED,
-    METHODS,
-    REGIMES,
     HistData,
     run_pipeline,
     tuning_requested,
