@@ -44,14 +44,75 @@ def test_fix_and_paper_issue_are_said(tmp_path):
     assert d.startswith("implementation fixed: eq. (5) weight (test_x); ") and d.endswith("; paper issue: Thm 2")
 
 
+def _digest(**over):
+    from fedrepro.config import resolve_experiment
+    from fedrepro.experiments.forensics import params_digest
+
+    return params_digest(resolve_experiment(load_global(), "adaped.remark1", "paper", over).params)
+
+
 def test_resumes_from_the_readings_already_run(tmp_path):
     first = sweep(tmp_path)
     cached = sorted(p.name for p in tmp_path.iterdir())
-    assert len(cached) == 10   # 5 readings x 2 seeds
-    (tmp_path / "reading3_seed1.json").write_text('{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
+    # 5 readings x 2 seeds, but the config's reading (n = 100, 0.001) is also the grid's first: it runs once
+    assert len(cached) == 8 and f"{_digest()}_seed0.json" in cached
+    assert f"{_digest(n=10, sigma_theta2=0.001)}_seed1.json" in cached
+    (tmp_path / f"{_digest(n=10, sigma_theta2=0.001)}_seed1.json").write_text(
+        '{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
     again = sweep(tmp_path)
     row = again.history.set_index("reading").loc[3]
     assert row["rebuilt"] != first.history.set_index("reading").loc[3]["rebuilt"]   # the cache was read, not rerun
+
+
+def test_joined_axes_and_a_union_of_grids():
+    from fedrepro.experiments.forensics import _nest
+
+    grid = [{"n,m": [[100, 10000], [10, 100]]}, {"sigma_theta2": [0.1]}]
+    rs = readings(grid)
+    assert rs == [{"n,m": [100, 10000]}, {"n,m": [10, 100]}, {"sigma_theta2": [0.1][0]}]
+    assert _nest(rs[1]) == {"n": 10, "m": 100} and _nest({"a.b,c": [1, 2]}) == {"a": {"b": 1}, "c": 2}
+    with pytest.raises(ConfigError, match="sets 2 parameters together"):
+        readings({"n,m": [[100, 10000], 5]})
+
+
+def test_a_joined_axis_sets_both_parameters(tmp_path):
+    out = sweep(tmp_path, grid={"n,sigma_theta2": [[100, 0.001], [10, 0.1]]})
+    assert out.metrics["reproducing_readings"]["R1.ex"] == 2   # config, and (100, 0.001) (the same run)
+    assert list(out.history["outcome"]) == ["reproduced", "reproduced", "deviates"]
+
+
+class _Row:
+    id, value, value_text, check_names = "X", None, "", ["c"]
+
+
+def _pt(passed, value=None, expected=None, tolerance=None):
+    return {"metrics": {}, "checks": {"c": {"passed": passed, "detail": f"c={value}", "value": value,
+                                            "expected": expected, "tolerance": tolerance}}}
+
+
+def test_a_check_row_takes_its_distance_from_the_check():
+    from fedrepro.experiments.forensics import conclusion, judge_row
+
+    near = judge_row(_Row, [_pt(False, 1.3, 1.0, 0.1)], True)
+    far = judge_row(_Row, [_pt(False, 2.0, 1.0, 0.1)], True)
+    assert near["numeric"] and abs(near["distance"] - 3.0) < 1e-9 and abs(far["distance"] - 10.0) < 1e-9
+    # a failed check is at least at its boundary, even if its value sits inside the tolerance
+    assert judge_row(_Row, [_pt(False, 1.05, 1.0, 0.1)], True)["distance"] == 1.0
+    c = conclusion(_Row, [({}, far), ({"a": 1}, near)], None, None)
+    assert not c.passed and "closest: a=1: c=1.3 (distance 3" in c.detail
+    # pass/fail checks without value/tolerance: no reading is called the closest
+    plain = judge_row(_Row, [_pt(False)], True)
+    assert not plain["numeric"] and plain["distance"] == 1.0
+    c = conclusion(_Row, [({}, plain), ({"a": 1}, plain)], None, None)
+    assert "closest" not in c.detail and "at the config's reading: c=None" in c.detail
+
+
+def test_what_a_sweep_reads_is_the_swept_experiment_and_its_rows():
+    from fedrepro.experiments.forensics import swept_inputs
+
+    got = swept_inputs(SWEEP, load_global(), "adaped.forensic_test")
+    assert got["experiment"]["kind"] == "gaussian_remark1" and set(got["rows"]) == {"R1.ex"}
+    assert got["rows"]["R1.ex"]["value"] == 0.01
 
 
 def test_bad_rows_are_config_errors(tmp_path):

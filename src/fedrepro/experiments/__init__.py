@@ -77,25 +77,32 @@ class Kind:
     module: str
     deterministic: bool = False
     stage: str = "estimate"
+    # what the kind reads besides its parameters (another experiment's parameters, registry rows), as a
+    # JSON-able dict: fn(params, cfg, exp_id); the workflow reruns the experiment when it changes
+    reads: Callable[[dict, Any, str], dict] | None = None
 
 
 _KINDS: dict[str, Kind] = {}
 
 
-def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate"):
+def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate",
+                    reads: Callable[[dict, Any, str], dict] | None = None):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
     deterministic: the function never draws from ``rng`` (closed forms, accountants), so the workflow runs it once
     (the first seed of the scale) instead of once per seed; tests/experiments/test_kinds.py checks the claim.
     stage: "privacy" for accounting experiments, whose results the privacy stage also collects into
     results/privacy/<paper>/ (workflow/rules/privacy.smk); "estimate" for everything else.
+    reads: for kinds that read more than their parameters (forensic sweeps read the swept experiment and registry
+    rows): ``reads(params, cfg, exp_id)`` returns what they read, so a change there reruns them (workflow
+    resolved_params).
     """
 
     def deco(fn):
         if name in _KINDS and _KINDS[name].fn is not fn:
             raise RuntimeError(f"experiment kind {name!r} registered twice")
         _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__,
-                            deterministic=deterministic, stage=stage)
+                            deterministic=deterministic, stage=stage, reads=reads)
         return fn
 
     return deco
