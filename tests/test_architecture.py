@@ -168,3 +168,8 @@ def test_a_wrong_declaration_is_caught(monkeypatch):
         from fedrepro.experiments import get_kind
 
         get_kind("not_registered_anywhere")
+
+
+def test_every_kind_declares_what_it_produces():
+    """Registry keys are validated against these declarations (fedrepro.report.registry.check_keys)."""
+    assert [n for n, k in all_kinds().items() if not k.metrics] == []

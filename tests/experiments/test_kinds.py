@@ -56,3 +56,56 @@ def test_deterministic_kinds_never_draw_from_rng():
         out = kind.fn(DETERMINISTIC_PARAMS[name], _NoRandomness(), RunContext(f"adaped.{name}", 0, config=load_global()))
         assert out.metrics, name
 
+
+
+def _undeclared(kind, out) -> list[str]:
+    from fedrepro.aggregate import flatten
+
+    return ([k for k in flatten(out.metrics) if not kind.produces_metric(k)]
+            + [f"check {c}" for c in out.checks if not kind.produces_check(c)])
+
+
+def test_deterministic_kinds_produce_only_what_they_declare():
+    from fedrepro.experiments import RunContext
+
+    for name, params in DETERMINISTIC_PARAMS.items():
+        kind = get_kind(name)
+        out = kind.fn(params, _NoRandomness(), RunContext(f"adaped.{name}", 0, config=load_global()))
+        assert _undeclared(kind, out) == [], name
+
+
+# Cheap runs of the other offline kinds, on the repository's experiments (quick scale, small overrides).
+CHEAP_RUNS = [("adaped.fig1a", {"reps": 2}), ("adaped.remark1", {}), ("adaped.bernoulli", {"m": 300, "reps": 1}),
+              ("adaped.linreg_d50", {"m": 200}), ("adaped.table3", {"m": 100, "rounds": 2}),
+              ("fedhdp.fig1", {"trials": 50}), ("fedhdp.fig2", {"trials": 50}), ("fedhdp.fig4", {"trials": 50}),
+              ("fedhdp.table2", {"trials": 50}),
+              ("ppsgd.fig1a_synthetic", {"niter": 12, "n_users": 50, "sigmas": [0, 100]})]
+
+
+@pytest.mark.parametrize("exp_id, overrides", CHEAP_RUNS)
+def test_kinds_produce_only_what_they_declare(exp_id, overrides):
+    from fedrepro.config import resolve_experiment
+    from fedrepro.experiments import RunContext
+    from fedrepro.seeding import rng_for
+
+    cfg = load_global()
+    exp = resolve_experiment(cfg, exp_id, "quick", overrides)
+    kind = get_kind(exp.kind)
+    out = kind.fn(exp.params, rng_for(exp.id, 0), RunContext(exp.id, 0, config=cfg))
+    assert _undeclared(kind, out) == []
+
+
+def test_a_row_naming_what_no_kind_produces_is_refused(tmp_path):
+    from fedrepro.config import load_paper
+    from fedrepro.report.registry import check_keys, load_registry
+
+    cfg = load_global()
+    doc = load_paper(cfg, "adaped")
+    rows = load_registry(cfg["targets"]["adaped"], "adaped", doc["experiments"])
+    check_keys("adaped.csv", rows, doc["experiments"])   # the real registry passes
+    import dataclasses
+
+    bad = [dataclasses.replace(rows[0], experiment="adaped.bernoulli", key="gain_pctt.normal"),
+           dataclasses.replace(rows[0], experiment="adaped.fig1a", key="check:recovers,dp_matches_closed_form")]
+    with pytest.raises(ConfigError, match=r"(?s)2 registry row\(s\).*metric gain_pctt.normal.*check\(s\) recovers"):
+        check_keys("adaped.csv", bad, doc["experiments"])

@@ -10,6 +10,7 @@ that defines the kind asked for.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,15 +78,25 @@ class Kind:
     module: str
     deterministic: bool = False
     stage: str = "estimate"
+    metrics: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
     # what the kind reads besides its parameters (another experiment's parameters, registry rows), as a
     # JSON-able dict: fn(params, cfg, exp_id); the workflow reruns the experiment when it changes
     reads: Callable[[dict, Any, str], dict] | None = None
+
+    def produces_metric(self, key: str) -> bool:
+        """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.metrics)
+
+    def produces_check(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.checks)
 
 
 _KINDS: dict[str, Kind] = {}
 
 
 def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate",
+                    metrics: tuple[str, ...] = (), checks: tuple[str, ...] = (),
                     reads: Callable[[dict, Any, str], dict] | None = None):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -93,6 +104,9 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
     (the first seed of the scale) instead of once per seed; tests/experiments/test_kinds.py checks the claim.
     stage: "privacy" for accounting experiments, whose results the privacy stage also collects into
     results/privacy/<paper>/ (workflow/rules/privacy.smk); "estimate" for everything else.
+    metrics, checks: glob patterns of the metric keys (dotted, as in summary.json) and the check names the kind
+    produces, so that a registry row naming anything else is refused when the registry is loaded; tests check every
+    kind's runs against them (tests/test_architecture.py, tests/experiments/test_kinds.py).
     reads: for kinds that read more than their parameters (forensic sweeps read the swept experiment and registry
     rows): ``reads(params, cfg, exp_id)`` returns what they read, so a change there reruns them (workflow
     resolved_params).
@@ -101,8 +115,8 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
     def deco(fn):
         if name in _KINDS and _KINDS[name].fn is not fn:
             raise RuntimeError(f"experiment kind {name!r} registered twice")
-        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__,
-                            deterministic=deterministic, stage=stage, reads=reads)
+        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__, deterministic=deterministic,
+                            stage=stage, metrics=tuple(metrics), checks=tuple(checks), reads=reads)
         return fn
 
     return deco

@@ -213,7 +213,8 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
 
 
 @experiment_kind("forensic_sweep", SCHEMA, deterministic=True,  # its seeds are params, not the rng
-                 reads=swept_inputs)
+                 metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings"),
+                 checks=("conclusion.*", "joint"), reads=swept_inputs)
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path
     from fedrepro.report.registry import load_registry

@@ -29,7 +29,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection
+from typing import Collection, Mapping
 
 from fedrepro.errors import ConfigError
 
@@ -184,3 +184,26 @@ def load_registry(path: str | Path, paper: str, experiments: Collection[str] | N
         raise ConfigError(f"{path}: {len(problems)} bad registry row(s); fix them (columns: see "
                           "src/fedrepro/report/registry.py):\n  " + "\n  ".join(problems[:20]) + more)
     return out
+
+
+def check_keys(path: str | Path, targets: list[Target], experiments: Mapping[str, Mapping]) -> None:
+    """Every row's key is one its experiment's kind declares it produces (a metric key, or check names); all rows
+    that are not are reported at once. ``experiments``: the experiments of config/<paper>.yaml (name -> entry)."""
+    from fedrepro.experiments import get_kind
+
+    problems = []
+    for t in targets:
+        kind = get_kind(experiments[t.exp_name]["kind"])
+        if t.check_names is not None:
+            bad = [c for c in t.check_names if not kind.produces_check(c)]
+            what, known = "check(s)", kind.checks
+        else:
+            bad = [] if kind.produces_metric(t.key) else [t.key]
+            what, known = "metric", kind.metrics
+        if bad:
+            problems.append(f"{path} ({t.id}): key: {what} {', '.join(bad)} not produced by kind {kind.name} of "
+                            f"{t.experiment} (it declares: {', '.join(known) or 'none'})")
+    if problems:
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise ConfigError(f"{path}: {len(problems)} registry row(s) name what no kind produces; fix the key:\n  "
+                          + "\n  ".join(problems[:20]) + more)

@@ -16,7 +16,7 @@ from fedrepro.data.catalog import get_dataset
 from fedrepro.data.sources import is_available
 from fedrepro.errors import ConfigError
 from fedrepro.report import verdict as v
-from fedrepro.report.registry import Target, load_registry
+from fedrepro.report.registry import Target, check_keys, load_registry
 from fedrepro.runio import read_summary
 
 
@@ -158,6 +158,7 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
     mode = mode or cfg["scale"]
     doc = load_paper(cfg, paper)
     targets = load_registry(registry_path(cfg, paper), paper, doc["experiments"])
+    check_keys(registry_path(cfg, paper), targets, doc["experiments"])
     cals = calibrations(paper, doc)
     known = {t.id for t in targets}
     for c in cals:

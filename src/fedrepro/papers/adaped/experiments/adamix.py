@@ -86,7 +86,9 @@ def _recovery_check(fits: dict[int, am.GMM], mu: np.ndarray, cos_min: float) -> 
                  + "; ".join(parts), worst, cos_min)
 
 
-@experiment_kind("adamix_linreg", SCHEMA)
+@experiment_kind("adamix_linreg", SCHEMA,
+                 metrics=("mse.*",),
+                 checks=("adamix_improves_on_local_at_every_n", "gmm_recovers_component_means", "local_mse_matches_closed_form"))
 def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     m, d = p["m"], p["d"]
     mu = np.full(d, float(p["mu"]))

@@ -103,7 +103,9 @@ def _gain(mse_local: float, mse_pers: float) -> float:
     return 100.0 * (mse_local - mse_pers) / mse_local
 
 
-@experiment_kind("bernoulli_synthetic", SCHEMA)
+@experiment_kind("bernoulli_synthetic", SCHEMA,
+                 metrics=("a_hat_mean.*", "beta_known_prior.*", "gain_pct.*", "gain_pct_limit.*", "mse_local.*", "mse_personalized.*"),
+                 checks=("*_eq6_matches_large_m_limit", "*_local_matches_closed_form", "*_mse_decrease_matches_large_m_limit", "beta_eq6_not_below_bayes_risk", "beta_known_prior_matches_bayes_risk", "beta_within_thm3_bound", "claim_less_spread_more_gain"))
 def bernoulli_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     m, n, reps, z = p["m"], p["n"], p["reps"], p["z"]
     metrics: dict = {k: {} for k in ("gain_pct", "mse_local", "mse_personalized", "gain_pct_limit", "a_hat_mean")}

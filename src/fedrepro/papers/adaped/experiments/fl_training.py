@@ -163,7 +163,9 @@ def _fmt(values: dict) -> str:
 
 # ------------------------------------------------------------------------------------------------------ kind
 
-@experiment_kind("fl_training", SCHEMA)
+@experiment_kind("fl_training", SCHEMA,
+                 metrics=("acc.*", "acc_weighted.*", "lr.*", "final_train_loss.*", "psi.*", "noise.*", "n_clients", "clients_per_round", "rounds", "iters_per_epoch", "batch_size", "n_params"),
+                 checks=("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases"))
 def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import n_rounds, train

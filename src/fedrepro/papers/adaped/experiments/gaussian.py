@@ -56,7 +56,9 @@ def _dp_standard_error(errs, a, st, sx, n, m, d, sq, reps) -> float:
     return math.sqrt(shared + float(np.var(errs)) / (m * reps))
 
 
-@experiment_kind("gaussian_dp_estimation", DP_SCHEMA)
+@experiment_kind("gaussian_dp_estimation", DP_SCHEMA,
+                 metrics=("a_personalized", "closed_form_*", "mse_*", "projection_bound_b"),
+                 checks=("dp_decreases_with_eps0", "dp_matches_closed_form", "dp_recovers_personalized_at_max_eps0", "local_flat_matches_closed_form", "personalized_flat_matches_closed_form"))
 def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     m, n, d = p["m"], p["n"], p["d"]
     st, sx = p["sigma_theta"], p["sigma_x"]
@@ -128,7 +130,9 @@ REMARK1_SCHEMA = {
 }
 
 
-@experiment_kind("gaussian_remark1", REMARK1_SCHEMA)
+@experiment_kind("gaussian_remark1", REMARK1_SCHEMA,
+                 metrics=("a", "ratio"),
+                 checks=())
 def gaussian_remark1(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     ratio = g.remark1_ratio(p["m"], p["n"], p["sigma_x2"], p["sigma_theta2"])
     a = p["sigma_theta2"] / (p["sigma_theta2"] + p["sigma_x2"] / p["n"])

@@ -98,7 +98,9 @@ def _stationary_check(res: lr.Alg4Result, points: list[lr.Stationary], theta_tru
                              f"[{pts}]", dev, 0.0, tol)
 
 
-@experiment_kind("personalized_linreg", SCHEMA)
+@experiment_kind("personalized_linreg", SCHEMA,
+                 metrics=("alt_vs_known_increase_pct", "gain_vs_fedavg_pct", "gain_vs_local_pct", "mse.*"),
+                 checks=("alg4_reaches_stationary_point", "known_mse_matches_trace", "local_mse_matches_eq53"))
 def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     st2, sx2 = p["sigma_theta2"], p["sigma_x2"]
     data = lr.simulate(p["m"], p["n"], p["d"], st2, sx2, p["mu_std"], p["x_var"], rng)

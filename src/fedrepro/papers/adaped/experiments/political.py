@@ -51,7 +51,9 @@ def cross_validate(outcomes: np.ndarray, minus_one: bool = True, centre: str = "
     return pd.DataFrame(rows)
 
 
-@experiment_kind("political_bernoulli", SCHEMA)
+@experiment_kind("political_bernoulli", SCHEMA,
+                 metrics=("gain_pct", "gain_pct_fold_std", "m", "mse_local", "mse_personalized", "data.*"),
+                 checks=("personalized_beats_local_every_fold",))
 def political_bernoulli(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     files = ctx.data.get(DATASET)
     if not files:

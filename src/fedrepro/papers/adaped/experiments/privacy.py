@@ -28,7 +28,9 @@ ADAPED_SCHEMA = {
 }
 
 
-@experiment_kind("adaped_thm5", ADAPED_SCHEMA, deterministic=True, stage="privacy")
+@experiment_kind("adaped_thm5", ADAPED_SCHEMA, deterministic=True, stage="privacy",
+                 metrics=("z.*", "slope.*", "order.*", "epsilon_library.*", "ratio.*", "z_library.*", "epsilon_library_triangle.*", "ratio_triangle.*"),
+                 checks=("thm5_lemma1_round_trip", "thm5_not_below_library"))
 def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Noise ratio z for each printed epsilon by Thm 5 + Lemma 1 (equal z for mu and psi), and the library epsilon
     of the same mechanism at that z (paper's sensitivity; triangle-inequality sensitivity when tau is given)."""
@@ -84,7 +86,9 @@ LDP_SCHEMA = {
 }
 
 
-@experiment_kind("adaped_ldp", LDP_SCHEMA, deterministic=True, stage="privacy")
+@experiment_kind("adaped_ldp", LDP_SCHEMA, deterministic=True, stage="privacy",
+                 metrics=("epsilon_*.*", "ratio_*.*"),
+                 checks=("thm22_is_valid",))
 def adaped_ldp(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Sec. 2.1's Gaussian LDP mechanism (Thm 2.2's sigma_q for each eps0) beside the epsilon the library accountants
     certify for the same noise at the same delta."""

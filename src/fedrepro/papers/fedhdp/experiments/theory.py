@@ -68,7 +68,9 @@ SERVER_VARIANCE_SCHEMA = {
 }
 
 
-@experiment_kind("fedhdp_server_variance", SERVER_VARIANCE_SCHEMA)
+@experiment_kind("fedhdp_server_variance", SERVER_VARIANCE_SCHEMA,
+                 metrics=("left.*", "right.*"),
+                 checks=("lemma1_r_star_minimizes", "mc_matches_closed_form", "mc_r_star_beats_fedavg"))
 def fedhdp_server_variance(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     n, rho = p["N"], p["rho"]
     n_np, n_p = pe.split(n, rho)
@@ -159,7 +161,9 @@ def _opt_out_case(p: dict, n_np: int, private: bool, ratio_mode: str, lam: np.nd
             "cf_at_star": scale * float(pe.local_mse(lam_star, *setup, a2, t2))}
 
 
-@experiment_kind("fedhdp_opt_out", OPT_OUT_SCHEMA)
+@experiment_kind("fedhdp_opt_out", OPT_OUT_SCHEMA,
+                 metrics=("fedhdp.*", "hdp.*"),
+                 checks=("fedhdp_beats_hdp", "lam_np_at_least_lam_p", "lam_star_is_bayes_optimal_eq49", "mc_matches_closed_form", "opting_out_helps"))
 def fedhdp_opt_out(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["model"] == "linreg" and "d" not in p:
         raise ValueError("fedhdp_opt_out: model linreg needs d")
@@ -221,7 +225,9 @@ VS_RHO_SCHEMA = {
 }
 
 
-@experiment_kind("fedhdp_server_variance_vs_rho", VS_RHO_SCHEMA)
+@experiment_kind("fedhdp_server_variance_vs_rho", VS_RHO_SCHEMA,
+                 metrics=("ratio_at_claim_rho", "ratio_at_smallest_rho", "smallest_rho"),
+                 checks=("closed_forms_agree", "fedhdp_below_fedavg", "large_gain_at_small_rho", "mc_matches_closed_form"))
 def fedhdp_server_variance_vs_rho(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     n, sc2, g2 = p["N"], p["sigma_c2"], p["gamma2"]
     alpha2, tau2 = p["alpha_share"] * sc2, (1 - p["alpha_share"]) * sc2
@@ -293,7 +299,9 @@ def _argmin(n, rho, a2, t2, g2, private, own="excluded"):
     return pe.local_mse_argmin(*pe.client_setup(n, rho, r, a2, t2, g2, private, own), a2, t2)
 
 
-@experiment_kind("fedhdp_table2", TABLE2_SCHEMA)
+@experiment_kind("fedhdp_table2", TABLE2_SCHEMA,
+                 metrics=("examples.*", "mc_hom_priv.*"),
+                 checks=("eq18_equals_eq79", "lemma1_optimum", "lemma2_gaps_and_limits", "table2_het_data_hom_priv", "table2_het_data_no_priv", "table2_hom_data_hom_priv", "table2_hom_data_no_priv", "table2_hom_priv_eq18", "table2_hom_priv_mc_prefers_eq18", "theorem3_bayes_optimal"))
 def fedhdp_table2(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Table 2 entries as checks of the printed formula against eq. (17)/(18) and against the independent argmin of
     the exact MSE (eq. 49 convention), at every parameter point; plus Lemma 1/2, Theorem 3 and eq. (79)."""

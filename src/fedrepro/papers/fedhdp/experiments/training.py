@@ -289,7 +289,9 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
     return checks
 
 
-@experiment_kind("fedhdp_training", SCHEMA)
+@experiment_kind("fedhdp_training", SCHEMA,
+                 metrics=("lam*.*", "final_clip.*", "skipped_rounds.*", "privacy.*", "setting.*", "derived.*", "table*.*", "n_clients", "n_opt_out", "clients_per_round", "local_steps", "iters_per_epoch", "n_params"),
+                 checks=("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg"))
 def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.models import n_params
 

@@ -24,7 +24,9 @@ HIST_SCHEMA = {
 }
 
 
-@experiment_kind("histograms_thm31", HIST_SCHEMA, deterministic=True, stage="privacy")
+@experiment_kind("histograms_thm31", HIST_SCHEMA, deterministic=True, stage="privacy",
+                 metrics=("per_iteration_epsilon.*", "per_step_delta.*", "per_step_epsilon.*", "sigma.*", "total_delta.*", "total_epsilon.*"),
+                 checks=("composition_round_trip", "per_step_epsilon_below_one"))
 def histograms_thm31(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Alg. 3's per-step epsilon and sigma for a total (eps', delta') over T iterations, under each delta reading."""
     budgets = [histograms.per_step_budget(p["total_epsilon"], p["delta"], p["T"], r)

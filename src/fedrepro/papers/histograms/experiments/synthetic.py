@@ -64,7 +64,9 @@ def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
     }
 
 
-@experiment_kind("histograms_synthetic", SCHEMA)
+@experiment_kind("histograms_synthetic", SCHEMA,
+                 metrics=("kl.*", "kl_se.*", "reference.*", "diagnostics.*"),
+                 checks=("alg2_ft_near_oracle", "clustering_beats_fedavg_nonprivate", "finetuning_helps_nonprivate", "lloyd_objective_monotone", "local_matches_closed_form", "ordering_nonprivate", "private_not_better"))
 def histograms_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     with threadpool_limits(limits=1, user_api="blas"):
         return _run(p, rng)

@@ -74,7 +74,9 @@ def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
                                  "version": "paper"} if "private" in p["regimes"] else None)
 
 
-@experiment_kind("histograms_table1", SCHEMA)
+@experiment_kind("histograms_table1", SCHEMA,
+                 metrics=("kl.*", "kl_std.*", "kl_ci95.*", "n_users", "n_val_users", "diagnostics_last_run.*"),
+                 checks=())
 def histograms_table1(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.data.leaf import load_reddit
     from fedrepro.papers.histograms.reddit import token_histograms

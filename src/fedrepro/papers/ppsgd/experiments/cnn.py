@@ -91,7 +91,9 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
     return np.array(its), np.array(accs, dtype=float).T, rounds
 
 
-@experiment_kind("ppsgd_cnn", SCHEMA, stage="estimate")
+@experiment_kind("ppsgd_cnn", SCHEMA, stage="estimate",
+                 metrics=("final_accuracy.*", "final_epsilon.*", "final_step.*", "n_classes", "n_users", "pareto_size.*", "sampling_rate", "best_alpha_without_privacy"),
+                 checks=("beats_chance", "local_poor", "personalized_dominates", "best_alpha_without_privacy"))
 def ppsgd_cnn(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["data"] not in ctx.partitions:
         raise DataError(f"{ctx.exp_id}: partition {p['data']!r} not built (declare `partitions: [{p['data']}]`)")

@@ -145,7 +145,9 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
     return np.array(its), np.concatenate(acc_chunks, axis=1), rounds
 
 
-@experiment_kind("ppsgd_linear", SCHEMA, stage="estimate")
+@experiment_kind("ppsgd_linear", SCHEMA, stage="estimate",
+                 metrics=("final_accuracy.*", "final_epsilon.*", "final_step.*", "n_classes", "n_users", "pareto_size.*", "sampling_rate", "best_alpha_without_privacy"),
+                 checks=("beats_chance", "personalized_dominates", "best_alpha_without_privacy"))
 def ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2
     # shared cores spin-wait (measured 15x slower under load)

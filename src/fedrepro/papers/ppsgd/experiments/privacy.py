@@ -24,7 +24,9 @@ PPSGD_SCHEMA = {
 }
 
 
-@experiment_kind("ppsgd_theorems", PPSGD_SCHEMA, deterministic=True, stage="privacy")
+@experiment_kind("ppsgd_theorems", PPSGD_SCHEMA, deterministic=True, stage="privacy",
+                 metrics=("thm41_sigma_zeta.*", "thm51_applies.*", "thm51_epsilon_limit", "thm51_sigma_zeta.*"),
+                 checks=())
 def ppsgd_theorems(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Thm 4.1 / 5.1 sufficient noise std sigma_zeta per epsilon, with the unspecified constants c, c1, c2 (default
     1): orders of magnitude only, not comparable with any printed number."""

@@ -170,7 +170,9 @@ def _epsilons(p: dict, sigma: float) -> dict[str, np.ndarray]:
     return out
 
 
-@experiment_kind("ppsgd_synthetic", SCHEMA)
+@experiment_kind("ppsgd_synthetic", SCHEMA,
+                 metrics=("crossing_iteration.*", "final_epsilon.*", "final_excess_risk.*", "final_excess_risk_per_coord.*", "global_floor.*", "init_risk.*", "train_seconds.*"),
+                 checks=("global_fastest_early", "global_stops_improving_without_noise", "init_risk_matches_closed_form", "init_risk_matches_expectation", "local_overtakes_joint_at_large_noise"))
 def ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2
     # shared cores spin-wait (measured 15x slower under load)
