@@ -127,6 +127,7 @@ SHARED_KINDS = {
     "privacy_curve": "fedrepro.experiments.privacy_curves",
     "privacy_grid": "fedrepro.experiments.privacy_curves",
     "forensic_sweep": "fedrepro.experiments.forensics",   # deviation forensics of any paper's experiment
+    "printed_relations": "fedrepro.experiments.consistency",   # a paper's printed numbers checked against each other
 }
 
 
