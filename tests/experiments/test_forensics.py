@@ -25,10 +25,11 @@ def test_readings_are_every_combination_in_order():
 def test_a_reading_that_reproduces_the_row_is_named(tmp_path):
     out = sweep(tmp_path)
     c = out.checks["conclusion.R1.ex"]
-    assert c.passed and c.detail.startswith("reproduced under 2 of 5 readings")   # the config's and n=100, 0.001
+    # the grid's (n=100, 0.001) is the config's reading: counted once
+    assert c.passed and c.detail.startswith("reproduced under 1 of 4 readings")
     assert "at the config's reading: reproduced" in c.detail
-    assert out.metrics["reproducing_readings"]["R1.ex"] == 2 and out.metrics["n_readings"] == 5
-    assert set(out.history["outcome"]) == {"reproduced", "deviates"} and len(out.history) == 5
+    assert out.metrics["reproducing_readings"]["R1.ex"] == 1 and out.metrics["n_readings"] == 4
+    assert set(out.history["outcome"]) == {"reproduced", "deviates"} and len(out.history) == 4
 
 
 def test_no_reading_reproduces_and_the_closest_is_named(tmp_path):
@@ -54,14 +55,14 @@ def _digest(**over):
 def test_resumes_from_the_readings_already_run(tmp_path):
     first = sweep(tmp_path)
     cached = sorted(p.name for p in tmp_path.iterdir())
-    # 5 readings x 2 seeds, but the config's reading (n = 100, 0.001) is also the grid's first: it runs once
+    # 4 readings x 2 seeds (the grid's first, n = 100, 0.001, is the config's reading)
     assert len(cached) == 8 and f"{_digest()}_seed0.json" in cached
     assert f"{_digest(n=10, sigma_theta2=0.001)}_seed1.json" in cached
     (tmp_path / f"{_digest(n=10, sigma_theta2=0.001)}_seed1.json").write_text(
         '{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
     again = sweep(tmp_path)
-    row = again.history.set_index("reading").loc[3]
-    assert row["rebuilt"] != first.history.set_index("reading").loc[3]["rebuilt"]   # the cache was read, not rerun
+    row = again.history.set_index("reading").loc[2]
+    assert row["rebuilt"] != first.history.set_index("reading").loc[2]["rebuilt"]   # the cache was read, not rerun
 
 
 def test_joined_axes_and_a_union_of_grids():
@@ -77,8 +78,8 @@ def test_joined_axes_and_a_union_of_grids():
 
 def test_a_joined_axis_sets_both_parameters(tmp_path):
     out = sweep(tmp_path, grid={"n,sigma_theta2": [[100, 0.001], [10, 0.1]]})
-    assert out.metrics["reproducing_readings"]["R1.ex"] == 2   # config, and (100, 0.001) (the same run)
-    assert list(out.history["outcome"]) == ["reproduced", "reproduced", "deviates"]
+    assert out.metrics["reproducing_readings"]["R1.ex"] == 1   # the config's; (100, 0.001) is the same reading
+    assert list(out.history["outcome"]) == ["reproduced", "deviates"]
 
 
 class _Row:
@@ -105,6 +106,9 @@ def test_a_check_row_takes_its_distance_from_the_check():
     assert not plain["numeric"] and plain["distance"] == 1.0
     c = conclusion(_Row, [({}, plain), ({"a": 1}, plain)], None, None)
     assert "closest" not in c.detail and "at the config's reading: c=None" in c.detail
+    holds = judge_row(_Row, [_pt(True)], True)
+    c = conclusion(_Row, [({}, plain), ({"a": 1}, holds), ({"a": 2}, holds)], None, None)
+    assert c.passed and c.detail.startswith("reproduced under 2 of 3 readings: a=1; a=2 (first: c=None)")
 
 
 def test_what_a_sweep_reads_is_the_swept_experiment_and_its_rows():

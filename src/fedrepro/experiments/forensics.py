@@ -13,8 +13,8 @@ every reading by the report's rule (fedrepro.report.verdict), and concludes per 
 plus, over all rows, the readings that reproduce every row at once (``joint``). A grid is a mapping axis -> values
 (every combination is one reading) or a list of such mappings (the union of their readings: sub-grids where an axis
 matters only under some value of another). An axis may set several parameters together: its key joins their
-dotted keys with commas and each value lists theirs (``"r,mu": [[0, 0], [1, 1]]`` reads mu = r). Readings that
-resolve to the same parameters run once. A row whose cause was this
+dotted keys with commas and each value lists theirs (``"r,mu": [[0, 0], [1, 1]]`` reads mu = r). A reading that
+resolves to the parameters of an earlier one (the config's values, typically) is that reading and is counted once. A row whose cause was this
 project's own implementation says so with ``implementation_fix`` (the fix and the test that pins it), and a
 deviation the paper causes itself with ``paper_issue`` (listed under "Paper issues found").
 
@@ -181,9 +181,14 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
         return (f"{j['rebuilt']:.4g} ± {j['se']:.2g} (n={j['n']}) vs printed {t.value_text}: |diff| {abs(j['diff']):.3g}"
                 f" vs tol {j['tol']:.3g}")
 
-    if good:
+    if good and all(j["numeric"] for _, j in good):
         best_r, best_j = min(good, key=lambda rj: rj[1]["distance"])
         text = (f"reproduced under {len(good)} of {n} readings; closest: {reading_text(best_r)}: {value(best_j)}; "
+                f"{at_config}: {config_j['outcome']}")
+    elif good:   # pass/fail checks: the readings under which it holds (the first few), none 'closest'
+        names = "; ".join(reading_text(r) if r else "the config's" for r, _ in good[:6])
+        more = f"; and {len(good) - 6} more" if len(good) > 6 else ""
+        text = (f"reproduced under {len(good)} of {n} readings: {names}{more} (first: {value(good[0][1])}); "
                 f"{at_config}: {config_j['outcome']}")
     elif all(j["numeric"] for _, j in judged):
         best_r, best_j = min(judged, key=lambda rj: rj[1]["distance"])
@@ -234,11 +239,18 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     if wrong:
         raise ConfigError(f"{ctx.exp_id}: params.rows: {', '.join(wrong)} are rows of another experiment than "
                           f"{swept_id}")
-    grid = [{}] + readings(p["grid"])   # the config's own reading first
+    # the config's own reading first; a grid reading that resolves to the parameters of an earlier one (e.g. the
+    # config's values) is that reading, counted once
+    grid, resolved, seen = [], [], set()
+    for reading in [{}] + readings(p["grid"]):
+        exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p.get("fixed") or {}, _nest(reading)))
+        if params_digest(exp.params) not in seen:
+            seen.add(params_digest(exp.params))
+            grid.append(reading)
+            resolved.append(exp)
     seeds = p.get("seeds", [0])
     table, per_row, memo = [], {t.id: [] for t in rows}, {}
-    for i, reading in enumerate(grid):
-        exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p.get("fixed") or {}, _nest(reading)))
+    for i, (reading, exp) in enumerate(zip(grid, resolved)):
         kind = get_kind(exp.kind)
         point_seeds = seeds[:1] if kind.deterministic else seeds
         points = [_point(ctx, kind, exp, s, memo) for s in point_seeds]
