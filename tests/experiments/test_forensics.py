@@ -76,6 +76,14 @@ def test_joined_axes_and_a_union_of_grids():
         readings({"n,m": [[100, 10000], 5]})
 
 
+def test_readings_are_compared_by_value():
+    from fedrepro.experiments.forensics import params_digest
+
+    assert params_digest({"r": 0, "g": {"mu": [1, 2]}}) == params_digest({"r": 0.0, "g": {"mu": [1.0, 2.0]}})
+    assert params_digest({"r": 0}) != params_digest({"r": 0.5})
+    assert params_digest({"r": True}) != params_digest({"r": 1})
+
+
 def test_a_joined_axis_sets_both_parameters(tmp_path):
     out = sweep(tmp_path, grid={"n,sigma_theta2": [[100, 0.001], [10, 0.1]]})
     assert out.metrics["reproducing_readings"]["R1.ex"] == 1   # the config's; (100, 0.001) is the same reading

@@ -95,9 +95,20 @@ def reading_text(reading: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in reading.items()) or "the config's reading"
 
 
+def _canonical(x):
+    if isinstance(x, Mapping):
+        return {k: _canonical(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_canonical(v) for v in x]
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
 def params_digest(params: Mapping) -> str:
-    """A short digest of resolved parameters: readings that resolve alike share one run (and its cache file)."""
-    text = json.dumps(params, sort_keys=True, default=str)
+    """A short digest of resolved parameters: readings that resolve alike share one run (and its cache file). A
+    number is read by its value (a grid's ``0`` is the config's ``0.0``)."""
+    text = json.dumps(_canonical(params), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
