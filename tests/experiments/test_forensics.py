@@ -145,3 +145,15 @@ def test_the_sweep_figure_draws_every_row(tmp_path):
     out = sweep(tmp_path)
     fig = get_plot("forensic_sweep")({"artifact": "Forensics"}, {}, [out.history])
     assert len(fig.axes) == 1 and fig.axes[0].get_title() == "Forensics: R1.ex"
+
+
+def test_a_closest_reading_that_is_undecided_says_so():
+    from fedrepro.experiments.forensics import conclusion
+
+    row = type("R", (), {"id": "R", "value_text": "8.0"})
+    j = {"outcome": "inconclusive", "rebuilt": 8.08, "se": 1.4, "n": 2, "diff": 0.08, "tol": 3.2, "distance": 0.03,
+         "numeric": True, "detail": "rebuild too noisy to judge"}
+    far = dict(j, outcome="deviates", rebuilt=29.4, diff=21.4, distance=6.7, detail="")
+    c = conclusion(row, [({}, far), ({"a": 1}, j)], None, None)
+    assert not c.passed and c.detail.endswith("vs tol 3.2 (inconclusive: rebuild too noisy to judge)")
+    assert "(deviates" not in conclusion(row, [({}, far)], None, None).detail

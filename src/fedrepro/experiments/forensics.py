@@ -189,8 +189,9 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
         if "rebuilt" not in j:
             return j["detail"] + (f" (distance {j['distance']:.3g}, 1 = the check's boundary)"
                                   if j["numeric"] and j["outcome"] != v.REPRODUCED else "")
+        undecided = f" ({j['outcome']}: {j['detail']})" if j["outcome"] not in (v.REPRODUCED, v.DEVIATES) else ""
         return (f"{j['rebuilt']:.4g} ± {j['se']:.2g} (n={j['n']}) vs printed {t.value_text}: |diff| {abs(j['diff']):.3g}"
-                f" vs tol {j['tol']:.3g}")
+                f" vs tol {j['tol']:.3g}{undecided}")
 
     if good and all(j["numeric"] for _, j in good):
         best_r, best_j = min(good, key=lambda rj: rj[1]["distance"])
