@@ -129,6 +129,14 @@ def test_writes_are_deterministic(small, tmp_path):
         assert (a / name).read_bytes() == (b / name).read_bytes()
 
 
+def test_chunked_feature_gather_writes_the_same_bytes(small, tmp_path, monkeypatch):
+    _, whole = write_patho(small, tmp_path / "whole")
+    monkeypatch.setattr(ff, "CHUNK_BYTES", 1000)  # one 784-byte row per chunk
+    _, chunked = write_patho(small, tmp_path / "chunked")
+    for name in ("features.npy", "index.parquet", "manifest.json"):
+        assert (whole / name).read_bytes() == (chunked / name).read_bytes()
+
+
 def test_interrupted_write_leaves_nothing_that_looks_complete(small, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("killed mid-write")

@@ -9,7 +9,6 @@ through the real mirror path (``sources.fetch`` with a temp ``data.mirror`` and 
 from __future__ import annotations
 
 import io
-import json
 import lzma
 import os
 import sqlite3
@@ -24,8 +23,8 @@ import pytest
 h5py = pytest.importorskip("h5py")
 
 from tff_fixtures import (  # noqa: E402
-    COLS, EMNIST_CLIENTS, SO_DATA, TAG_COUNT, WORD_COUNT, _emnist_arrays, _pb_ld, _pb_varint, _write_emnist_h5,
-    _write_so_h5, encode_example, mirror_cfg as _cfg, pin as _pin, tar_bz2 as _tar_bz2,
+    COLS, EMNIST_CLIENTS, SO_DATA, _emnist_arrays, _pb_ld, _write_emnist_h5, _write_so_h5, _write_so_sqlite,
+    encode_example, mirror_cfg as _cfg, pin as _pin, tar_bz2 as _tar_bz2,
 )
 
 from fedrepro.data import catalog  # noqa: E402
@@ -62,11 +61,11 @@ def test_catalog_entries_and_published_checksums():
                                  "tff_emnist": (3400, 671_585, 77_483)}
 
 
-def test_source_modules_keep_h5py_out_of_import():
+def test_source_modules_keep_h5py_and_protobuf_out_of_import():
     code = ("import sys; from fedrepro.data import catalog; catalog.all_datasets(); "
-            "print(int('h5py' in sys.modules), int('scipy.sparse' in sys.modules))")
+            "print(int('h5py' in sys.modules), int('scipy.sparse' in sys.modules), int('google.protobuf' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0", "0"]
+    assert out == ["0", "0", "0"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -271,33 +270,6 @@ def test_decompress_lzma_and_a_corrupt_stream(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_tf_example_wire_format():
-    # Hand-serialized Example{features{feature{key:"score" value{int64_list{value:-1}}}
-    #                                  feature{key:"type" value{bytes_list{value:"answer"}}}}}
-    golden = bytes.fromhex(
-        "0a2d"                                    # Example.features (field 1, LEN 45)
-        "0a17" "0a05" + b"score".hex()            # map entry (LEN 23): key "score"
-        + "120e" "1a0c" "0a0a" + "ff" * 9 + "01"  # value: Feature.int64_list: packed [-1] (10-byte varint)
-        + "0a12" "0a04" + b"type".hex()           # map entry (LEN 18): key "type"
-        + "120a" "0a08" "0a06" + b"answer".hex()  # value: Feature.bytes_list: ["answer"]
-    )
-    assert encode_example({"score": -1, "type": b"answer"}) == golden
-    assert so.parse_tf_example(golden) == {"score": [-1], "type": [b"answer"]}
-    # unpacked int64, float list (packed and unpacked), an unknown field and a repeated key (last wins)
-    unpacked = _pb_ld(3, bytes([0x08]) + _pb_varint(2**63 - 1) + bytes([0x08]) + _pb_varint(-5))
-    floats = _pb_ld(2, _pb_ld(1, np.array([0.5, -2.0], "<f4").tobytes()) + bytes([0x0D]) +
-                    np.array([3.25], "<f4").tobytes())
-    entry = lambda k, feat: _pb_ld(1, _pb_ld(1, k) + _pb_ld(2, feat))  # noqa: E731
-    msg = _pb_ld(1, entry(b"a", unpacked) + entry(b"f", floats) + entry(b"a", _pb_ld(1, _pb_ld(1, b"z")))
-                 + entry(b"b", unpacked)) + bytes([0x10, 0x07])  # Example field 2 (varint): unknown, skipped
-    assert so.parse_tf_example(msg) == {"a": [b"z"], "f": [0.5, -2.0, 3.25], "b": [2**63 - 1, -5]}
-    with pytest.raises(DataError):
-        so.parse_tf_example(golden[:-3])
-    with pytest.raises(DataError):
-        so.parse_tf_example(bytes([0x0B]))  # wire type 3 (group)
-
-
-
 def _check_so_split(h5, split: str) -> None:
     assert h5.client_ids == sorted(SO_DATA[split])
     for cid, rows in SO_DATA[split].items():
@@ -357,47 +329,31 @@ def test_stackoverflow_fixed_length_strings_and_limit(tmp_path):
         assert c.title == ["python list", ""] and c.score.tolist() == [3, -1]
 
 
-def test_bag_of_words_and_tags_known_counts():
-    vocab = ["the", "python", "to"]
-    rows = SO_DATA["train"]["00000017"]
-    x = so.bag_of_words([r[0] for r in rows], [r[1] for r in rows], vocab).toarray()
-    assert x.dtype == np.float32
-    np.testing.assert_array_equal(x, np.array([
-        [2 / 8, 2 / 8, 1 / 8],  # the list to the python . python list: 8 words
-        [0, 0, 1],              # "  to\tto  " + "": 2 words, both "to"
-        [0, 0, 0],              # no words at all: zeros (TF: NaN)
-        [0, 0, 0],              # "java Python": case-sensitive, both OOV
-        [1 / 3, 0, 1 / 3],      # "to the t"
-    ], dtype=np.float32))
-    y = so.tag_matrix([r[2] for r in rows], ["python", "java"])
-    np.testing.assert_array_equal(y, np.array([[1, 1], [0, 0], [0, 0], [0, 2], [0, 0]], dtype=np.float32))
+def _so_row(client: str = "00000099", split: str = "test") -> dict:
+    return {c: (v if c == "score" else v.encode()) for c, v in zip(COLS, SO_DATA[split][client][0])}
 
 
-def test_ppsgd_stackoverflow_clients(tmp_path):
-    paths = {s: _write_so_h5(tmp_path / so.H5_MEMBERS[s], SO_DATA[s]) for s in SO_DATA}
-    wc = tmp_path / so.WORD_COUNT_FILE
-    wc.write_text(WORD_COUNT)
-    tc = tmp_path / so.TAG_COUNT_FILE
-    tc.write_text(json.dumps(TAG_COUNT))
-    words, tags = so.load_word_counts(wc), so.load_tag_counts([tc])
-    with so.open_split(paths["train"], "train") as train, so.open_split(paths["train"], "test") as test:
-        out = so.ppsgd_clients(train, test, words, tags, num_clients=2, word_vocab_size=3, tag_vocab_size=2,
-                               max_train_per_client=4)
-        assert [c.client_id for c in out] == ["00000003", "00000017"]  # first 2 sorted *test* ids
-        u17 = out[1]
-        assert u17.x_train.shape == (4, 3) and u17.y_train.shape == (4, 2)  # capped at 4, stored order
-        np.testing.assert_array_equal(u17.x_train.toarray()[0], [0.25, 0.25, 0.125])
-        np.testing.assert_array_equal(u17.y_train[:, 1], [1, 0, 0, 2])
-        np.testing.assert_array_equal(u17.x_test.toarray(), [[0, 0.5, 0.5]])  # "python to" + ""
-        np.testing.assert_array_equal(out[0].y_test, [[1, 1]])
-        shuffled = so.ppsgd_clients(train, test, words, tags, num_clients=2, word_vocab_size=3,
-                                    tag_vocab_size=2, max_train_per_client=4, rng=np.random.default_rng(3))
-        a, b = u17.x_train.toarray(), shuffled[1].x_train.toarray()
-        assert sorted(map(tuple, a)) == sorted(map(tuple, b))  # same 4 documents, permuted
-        with pytest.raises(DataError, match="00000099"):  # a test user without train data
-            so.ppsgd_clients(train, test, words, tags, num_clients=3, word_vocab_size=3, tag_vocab_size=2)
-        with pytest.raises(DataError, match="fewer"):
-            so.ppsgd_clients(train, test, words, tags, num_clients=2, word_vocab_size=50, tag_vocab_size=2)
+_TWO_TAGS = _pb_ld(1, _pb_ld(1, _pb_ld(1, b"tags") + _pb_ld(2, _pb_ld(1, _pb_ld(1, b"a") + _pb_ld(1, b"b")))))
+
+
+@pytest.mark.parametrize("record, match", [
+    (encode_example({k: v for k, v in _so_row().items() if k != "score"}), "'score': expected exactly one value, got none"),
+    # a second Example.features is merged into the first (protobuf semantics): tags gets two values
+    (encode_example({k: v for k, v in _so_row().items() if k != "tags"}) + _TWO_TAGS, "'tags'.* got 2"),
+    (encode_example({**_so_row(), "score": b"3"}), "'score': expected an int64_list"),
+    (encode_example({**_so_row(), "tokens": 5}), "'tokens': expected a bytes_list"),
+    (encode_example({**_so_row(), "title": b"caf\xe9"}), "'title': .* is not UTF-8"),
+    (b"\x0b", "not a valid tf.train.Example"),
+])
+def test_stackoverflow_sqlite_refuses_examples_outside_tffs_parse_spec(tmp_path, record, match):
+    path = _write_so_sqlite(tmp_path / so.SQLITE_FILE)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE examples SET serialized_example_proto = ? WHERE client_id = ? AND split_name = ?",
+                    (record, "00000099", "test"))
+    with so.open_split(path, "test") as test:
+        assert test.client("00000017").tokens == ["python to"]  # the other rows still read
+        with pytest.raises(DataError, match=f"client '00000099': bad tf.train.Example: .*{match}"):
+            test.client("00000099")
 
 
 def test_stackoverflow_rejects_foreign_files(tmp_path):

@@ -2,7 +2,9 @@
 tf.train.Example protos, wrapped in tar.bz2 / lzma as published), and a mirror config to fetch them through.
 
 Written with h5py / sqlite3 from the layouts in TFF's hdf5_client_data.py and sql_client_data.py; shared by the
-data-layer tests (test_data_tff.py) and the end-to-end experiment tests on these formats.
+data-layer tests (tests/data/test_tff.py, test_tf_example.py), PPSGD's featurisation tests and the end-to-end
+experiment tests on these formats. The tf.train.Example encoder below is written from the protobuf encoding spec,
+independently of the reader it tests (fedrepro.data.tf_example, the protobuf runtime).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from fedrepro.config import (
 from fedrepro.data.sources import is_available, stamp_path
 from fedrepro.errors import FedreproError
 from fedrepro.experiments import get_kind
-from fedrepro.report.tables import table_artifacts, table_slug
+from fedrepro.report.tables import table_artifacts
 
 try:
     CFG = validate_global(config, source="config (config/config.yaml + --config)")
@@ -160,8 +160,8 @@ def table_files(paper):
     if paper not in CFG.get("targets", {}):
         return []
     return [
-        P("table", paper=paper, table=table_slug(a), ext=ext)
-        for a in table_artifacts(CFG, paper)
+        P("table", paper=paper, table=name, ext=ext)
+        for name in table_artifacts(CFG, paper).values()
         for ext in ("csv", "md")
     ]
 
@@ -176,7 +176,7 @@ def experiment_inputs(wildcards):
 
 # Fixed resources of the small jobs (aggregate_seeds, figure, table, privacy_tables, privacy_figure, report,
 # plot_partition). Measured with /usr/bin/time -v on the 2-core VM (quick scale, CPU shared): peak RSS 0.11-0.23 GB,
-# wall 5-90 s (report 89 s, privacy tables 34 s, the rest <= 16 s); 1 GB and 15 min leave >= 4x headroom.
+# wall 5-35 s (privacy tables 34 s, report ~7 s, the rest <= 16 s); 1 GB and 15 min leave >= 4x headroom.
 SMALL_MEM_MB = 1000
 SMALL_RUNTIME = 15
 # fetch_dataset: hashing streams the file; the wall time is the download (CIFAR-100, ~170 MB, the largest archive).

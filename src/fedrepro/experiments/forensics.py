@@ -119,6 +119,7 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
     from fedrepro.runio import atomic_write, to_jsonable
     from fedrepro.seeding import rng_for
 
+    # the job's own checkpoint dir, one file per (resolved parameters, seed): a cache, not part of the results layout
     key = f"{params_digest(exp.params)}_seed{seed}"
     if key in memo:
         return memo[key]

@@ -16,12 +16,12 @@ from typing import Mapping
 
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
-from fedrepro.report.fmt import HEAD, cells, printed
+from fedrepro.report.fmt import HEAD, WAITING, cells, printed
 from fedrepro.report.status import Result
 from fedrepro.report.page import render_page
 from fedrepro.runio import atomic_write
 
-CSV_COLUMNS = ["paper", "id", "row", "artifact", "setting", "metric", "printed", "pm_reading", "rebuilt",
+CSV_COLUMNS = ["paper", "id", "row", "artifact", "table", "setting", "metric", "printed", "pm_reading", "rebuilt",
                "rebuilt_std", "rebuilt_se", "n", "diff", "tol", "status", "scale", "ci", "reason", "command",
                "calibration", "evidence", "note"]
 
@@ -33,6 +33,11 @@ def _md(s: str) -> str:
 def _table(header: list[str], body: list[list[str]]) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             + ["| " + " | ".join(_md(c) for c in row) + " |" for row in body])
+
+
+def _rel(target: Path, out_dir: Path) -> str:
+    """A file of the run as linked from the report's directory."""
+    return Path(os.path.relpath(target, out_dir.resolve())).as_posix()
 
 
 def _count_text(rows: list[Result], statuses: tuple[str, ...]) -> str:
@@ -69,6 +74,11 @@ def markdown(report: m.Report, out_dir: Path) -> str:
                   *_table(["artifact", *v.PRINTED_STATUSES],
                           [[g.artifact, *map(str, g.counts(v.PRINTED_STATUSES).values())]
                            for g in p.groups("printed")]), ""]
+        if p.tables:
+            lines += ["### Tables in the paper's layout", "",
+                      *_table(["table", "artifact", "cells"],
+                              [[f"[{lay.name}]({_rel(p.tables_dir / f'{lay.name}.md', out_dir)})", lay.artifact,
+                                _count_text(lay.results, v.ALL_STATUSES)] for lay in p.tables]), ""]
         for g in p.groups("printed"):
             lines += [f"### {g.artifact} — {_count_text(g.rows, v.PRINTED_STATUSES)}", "",
                       *_table(HEAD, [cells(r) for r in g.rows]), ""]
@@ -78,24 +88,24 @@ def markdown(report: m.Report, out_dir: Path) -> str:
                               [[c.param, ", ".join(c.fitted_to), c.how,
                                 ", ".join(r.target.id for r in p.printed if r.status == v.CALIBRATED
                                           and c.text() in r.calibration) or "-"] for c in p.calibrations]), ""]
-        for row_type, title, statuses in (("consistency", "The paper against itself", v.CHECK_STATUSES),
-                                          ("check", "Implementation checks", v.CHECK_STATUSES)):
+        for row_type in ("consistency", "check"):
             for g in p.groups(row_type):
-                lines += [f"### {title}: {g.artifact} — {_count_text(g.rows, statuses)}", "",
+                lines += [f"### {m.ROW_TYPES[row_type]}: {g.artifact} — {_count_text(g.rows, v.CHECK_STATUSES)}", "",
                           *_table(HEAD, [cells(r) for r in g.rows]), ""]
-        waiting = p.not_run_by_dataset()
-        if waiting:
-            lines += ["### Not run: waiting for data", "",
-                      *_table(["fetch (networked machine)", "rows"],
-                              [[f"`{cmd}`", str(len(rs))] for cmd, rs in waiting.items()]), ""]
+        for wait in p.waiting_for_data():
+            lines += [f"### {WAITING}: {', '.join(wait.datasets)} ({len(wait.rows)} rows)", "",
+                      f"Fetch (networked machine, or a mirror): `{wait.fetch}`, then:", "",
+                      *_table(["experiment", "rows", "rebuild"],
+                              [[exp, str(n), f"`{cmd}`"] for exp, (cmd, n) in wait.experiments().items()]), ""]
         if p.gaps:
             lines += [f"### Defaults chosen where the paper is silent ({p.config_file}, `# GAP:` comments)", "",
                       *_table(["key", "value", "why"], [[f"`{k}`", val, why] for k, val, why in p.gaps]), ""]
         if p.figures:
             lines += [f"### Figures ({p.paper})", ""]
             for f in p.figures:
-                rel = Path(os.path.relpath(f.png, out_dir.resolve())).as_posix()
-                lines += [f"**{f.artifact}** — {f.caption}", "", f"![{f.artifact}]({rel})", ""]
+                judged = ", ".join(f"{r.target.id} ({r.status})" for r in f.rows)
+                lines += [f"**{f.artifact}** — {f.caption}", "", f"![{f.artifact}]({_rel(f.png, out_dir)})", "",
+                          *([f"Rows: {judged}", ""] if judged else [])]
     return "\n".join(lines)
 
 
@@ -107,9 +117,10 @@ def write_csv(path: Path, report: m.Report) -> None:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(CSV_COLUMNS)
         for p in report.papers:
+            table = {r.target.id: lay.name for lay in p.tables for r in lay.results}
             for r in p.results:
                 t = r.target
-                w.writerow([p.paper, t.id, t.row, t.artifact, t.setting, t.metric, printed(t.value_text, t.pm_text),
+                w.writerow([p.paper, t.id, t.row, t.artifact, table.get(t.id, ""), t.setting, t.metric, printed(t.value_text, t.pm_text),
                             t.pm_reading, num(r.rebuilt), num(r.rebuilt_std), num(r.rebuilt_se),
                             "" if r.n is None else str(r.n), num(r.diff), num(r.tol), r.status, r.scale,
                             str(t.ci).lower(), r.reason, r.command, r.calibration, " | ".join(r.evidence), t.note])

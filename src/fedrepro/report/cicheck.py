@@ -43,6 +43,9 @@ def ci_check(report_csv: Path) -> int:
         mark = "ok  " if r["status"] in GOOD else "FAIL"
         print(f"{mark} {r['paper']}.{r['id']:<28} {r['status']:<14} printed={r['printed']:<14} "
               f"rebuilt={r['rebuilt'][:10]:<10} {r['reason'][:90]}")
+    page = report_csv.with_suffix(".html")   # the report page beside the CSV has an anchor per row
+    for r in bad:
+        print(f"     {r['paper']}.{r['id']} on the report page: {page}#{r['paper']}.{r['id']}")
     print(f"CI replication check: {len(rows) - len(bad)} good (printed rows reproduced, checks passing), {len(bad)} not "
           f"(of {len(rows)} CI rows)")
     for r in unexplained:

@@ -41,13 +41,18 @@ def printed(value_text: str, pm_text: str | None, unit: str = "") -> str:
     return f"{s}{unit if unit == '%' else ''}"
 
 
+WAITING = "Not run: waiting for data"   # the report section that says each fetch command once
+
+
 def note_text(r: Result) -> str:
     parts = []
     if r.calibration:
         parts.append(f"calibration: {r.calibration}")
-    if r.status not in (v.REPRODUCED, v.CALIBRATED, v.PASSES) and r.reason:
+    if r.waits_for:  # the data and its fetch command are said once per group, not per row
+        parts.append(f"data unavailable offline: {', '.join(r.waits_for)} (see '{WAITING}')")
+    elif r.status not in (v.REPRODUCED, v.CALIBRATED, v.PASSES) and r.reason:
         parts.append(r.reason)
-    if r.status == v.NOT_RUN and r.command:
+    if r.status == v.NOT_RUN and r.command and not r.waits_for:
         parts.append(f"run: `{r.command}`")
     parts += r.evidence
     if r.reading and r.target.pm is not None:

@@ -1,54 +1,75 @@
-"""The replication report as one self-contained HTML page (no network: inline CSS, figures as data URIs), rendered
-from the report model (fedrepro.report.model), the same one the Markdown report is rendered from."""
+"""The replication report as the page a researcher reads: results/report/replication.html, one self-contained file
+(inline CSS and a little inline JS, figures as data URIs, nothing fetched), rendered from the report model
+(fedrepro.report.model), the same one the Markdown report is rendered from.
+
+Per paper: a headline of printed rows by status; the paper issues this project found; every table in the paper's
+layout (one cell per number: printed over rebuilt ± se (n), coloured by status; hovering a cell shows its row);
+every rebuilt figure beside the rows that judge it; then every row, grouped by artifact and collapsed, each with the
+anchor ``#<paper>.<id>``; calibrations; rows waiting for data, grouped by the datasets they need with the fetch
+command once; the defaults chosen where the paper is silent. A filter bar narrows everything to one paper, artifact
+or status ("only deviates"). The template is templates/page.html.j2 (with page.css and page.js inlined).
+"""
 
 from __future__ import annotations
 
 import base64
-import html
+from pathlib import Path
+
+import jinja2
 
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
-from fedrepro.report.fmt import HEAD, cells
+from fedrepro.report.fmt import HEAD, WAITING, cells, fmt_value, printed, rebuilt_text
+from fedrepro.report.status import Result
 
-CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}th{background:#eee}
-.reproduced,.passes,.reproduced-after-calibration{background:#d9f2d9}.deviates,.fails{background:#fde2c8}
-.inconclusive,.fitted{background:#fff5cc}.not-run,.not-comparable,.shown{background:#eee}
-figure{display:inline-block;margin:1em;max-width:45%}img{max-width:100%}"""
+TEMPLATES = Path(__file__).with_name("templates")
+OPEN_UP_TO = 30  # groups and tables with more rows than this start collapsed (FedHDP's tables have up to 261)
 
 
-def _e(s: object) -> str:
-    return html.escape(str(s))
+def status_class(status: str) -> str:
+    return "st-" + status.replace(" ", "-")
 
 
-def _table(rows: list, header: list[str]) -> str:
-    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"]
-    for r in rows:
-        out.append(f"<tr id='{_e(r.target.paper)}.{_e(r.target.id)}' class='{r.status.replace(' ', '-')}'>"
-                   + "".join(f"<td>{_e(c)}</td>" for c in cells(r)) + "</tr>")
-    return "".join(out) + "</table>"
+def anchor(r: Result) -> str:
+    """The row's anchor, ``<paper>.<id>`` (the report's CSV and the CI check name rows the same way)."""
+    return f"{r.target.paper}.{r.target.id}"
+
+
+def cell_text(r: Result) -> tuple[str, str]:
+    """A table cell: what the paper prints and what was rebuilt (mean ± se (n), or the status when nothing was)."""
+    t = r.target
+    return printed(t.value_text, t.pm_text, t.unit) or "—", rebuilt_text(r) or r.status
+
+
+def hover_text(r: Result) -> str:
+    """The cell's tooltip without script: status, and the tolerance it was judged with."""
+    parts = [f"{r.target.id}: {r.status}"]
+    if r.diff is not None:
+        parts.append(f"diff {fmt_value(r.diff, r.target.value_text)}, tol {fmt_value(r.tol, r.target.value_text)}")
+    return "; ".join(parts)
+
+
+def counts(rows: list[Result], statuses: tuple[str, ...] = v.ALL_STATUSES) -> list[tuple[str, int]]:
+    """(status, count) of the statuses that occur, in the order of ``statuses``."""
+    return [(s, n) for s, n in m.count(rows, statuses).items() if n]
+
+
+def data_uri(png: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(cls=status_class, anchor=anchor, cells=cells, cell_text=cell_text, hover=hover_text,
+                       counts=counts, data_uri=data_uri)
+    return env
 
 
 def render_page(report: m.Report) -> str:
-    out = ["<!doctype html><html><head><meta charset='utf-8'><title>fedrepro replication report</title>",
-           f"<style>{CSS}</style></head><body><h1>fedrepro replication report</h1>",
-           f"<p>Scale mode: <b>{_e(report.mode)}</b>.</p><p>{_e(v.RULE_TEXT)}</p>",
-           "<h2>Printed numbers and statements</h2><table><tr><th>paper</th><th>printed rows</th>"
-           + "".join(f"<th>{s}</th>" for s in v.PRINTED_STATUSES) + "</tr>"]
-    for p in report.papers:
-        c = m.count(p.printed, v.PRINTED_STATUSES)
-        out.append(f"<tr><td>{_e(p.paper)}</td><td>{len(p.printed)}</td>"
-                   + "".join(f"<td>{c[s]}</td>" for s in v.PRINTED_STATUSES) + "</tr>")
-    out.append("</table>")
-    for p in report.papers:
-        out.append(f"<h2>{_e(p.paper)}: {_e(p.title)}</h2>")
-        for row_type in ("printed", "consistency", "check"):
-            for g in p.groups(row_type):
-                out.append(f"<details{' open' if row_type == 'printed' else ''}><summary><b>{_e(g.artifact)}</b> "
-                           f"({_e(row_type)}, {len(g.rows)} rows)</summary>{_table(g.rows, HEAD)}</details>")
-        for f in p.figures:
-            data = base64.b64encode(f.png.read_bytes()).decode()
-            out.append(f"<figure><img alt='{_e(f.artifact)}' src='data:image/png;base64,{data}'>"
-                       f"<figcaption><b>{_e(f.artifact)}</b>: {_e(f.caption)}</figcaption></figure>")
-    out.append("</body></html>")
-    return "\n".join(out)
+    statuses = [(s, sum(m.count(p.results, v.ALL_STATUSES)[s] for p in report.papers)) for s in v.ALL_STATUSES]
+    return _environment().get_template("page.html.j2").render(
+        report=report, v=v, head=HEAD, dataset_head=m.DATASET_HEAD, waiting=WAITING, open_up_to=OPEN_UP_TO,
+        statuses=[(s, n) for s, n in statuses if n], row_types=m.ROW_TYPES,
+        css=(TEMPLATES / "page.css").read_text(encoding="utf-8"),
+        js=(TEMPLATES / "page.js").read_text(encoding="utf-8"))

@@ -53,6 +53,7 @@ class Result:
     command: str = ""
     calibration: str = ""
     evidence: list[str] = field(default_factory=list)
+    waits_for: tuple[str, ...] = ()   # datasets unavailable here that the row's experiment reads (status not run)
 
 
 def rebuild_command(cfg: Mapping, t: Target, scale: str) -> str:
@@ -66,20 +67,24 @@ def unavailable_datasets(cfg: Mapping, exp_entry: Mapping) -> list[str]:
     return [d for d in experiment_datasets(cfg, exp_entry) if not is_available(cfg, d)]
 
 
+def fetch_command(datasets: tuple[str, ...] | list[str]) -> str:
+    """The command that fetches and verifies the datasets (on a networked machine, or from a mirror)."""
+    return " && ".join(f"python -m fedrepro data fetch {d}" + ("" if all(f.sha256 for f in get_dataset(d).files)
+                                                                else " --allow-unpinned") for d in datasets)
+
+
 def calibrations(paper: str, doc: Mapping) -> list[Calibration]:
     return [Calibration(f"{paper}.{name}", c["param"], tuple(c["fitted_to"]),
                         tuple(c["affects"]) if "affects" in c else None, c["how"])
             for name, e in doc["experiments"].items() for c in e.get("calibration") or []]
 
 
-def _not_run(cfg: Mapping, t: Target, scale: str, summary: dict | None, exp_entry: Mapping) -> Result | None:
-    missing = unavailable_datasets(cfg, exp_entry)
+def _not_run(cfg: Mapping, t: Target, scale: str, summary: dict | None, missing: list[str]) -> Result | None:
     if missing:
-        fetch = " && ".join(f"python -m fedrepro data fetch {d}" + ("" if all(f.sha256 for f in get_dataset(d).files)
-                                                                     else " --allow-unpinned") for d in missing)
+        fetch = fetch_command(missing)
         files = "; ".join(f"{d}: {', '.join(f.name for f in get_dataset(d).files)}" for d in missing)
         return Result(t, v.NOT_RUN, reason=f"data unavailable offline ({files}); needs a networked machine or a mirror",
-                      command=f"{fetch} && {rebuild_command(cfg, t, 'paper')}")
+                      command=f"{fetch} && {rebuild_command(cfg, t, 'paper')}", waits_for=tuple(missing))
     if summary is None:
         return Result(t, v.NOT_RUN, reason=f"not built at {scale} scale", command=rebuild_command(cfg, t, scale))
     return None
@@ -103,13 +108,16 @@ def _calibrated(r: Result, cals: list[Calibration]) -> Result:
 
 
 def evaluate(cfg: Mapping, t: Target, scale: str, summary: dict | None, exp_entry: Mapping | None,
-             cals: list[Calibration] = ()) -> Result:
+             cals: list[Calibration] = (), missing: list[str] | None = None) -> Result:
     """The row's Result; ``scale`` is the scale its experiment runs at, ``summary`` its summary.json (None if not
-    built), ``exp_entry`` its config entry (None: no such experiment)."""
+    built), ``exp_entry`` its config entry (None: no such experiment), ``missing`` its datasets unavailable here
+    (None: look them up)."""
     if exp_entry is None:
         return Result(t, v.NOT_RUN, reason=f"no rule yet; needs: {t.needs or 'an experiment'}",
                       command=f"(experiment {t.experiment} is not defined yet)")
-    r = _not_run(cfg, t, scale, summary, exp_entry) or _judge(t, summary)
+    if missing is None:
+        missing = unavailable_datasets(cfg, exp_entry)
+    r = _not_run(cfg, t, scale, summary, missing) or _judge(t, summary)
     return _calibrated(r, list(cals)) if t.printed else r
 
 
@@ -166,7 +174,8 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
         if unknown:
             raise ConfigError(f"{cfg['papers'][paper]}: experiments.{c.experiment.split('.', 1)[1]}.calibration "
                               f"({c.param}): no registry row {', '.join(unknown)} in {registry_path(cfg, paper)}")
-    cache: dict[str, tuple[str, dict | None]] = {}
+    cache: dict[str, tuple[str, dict | None]] = {}   # per experiment, looked up once (not per row)
+    missing: dict[str, list[str]] = {}
 
     def built(name: str) -> tuple[str, dict | None]:
         if name not in cache:
@@ -178,8 +187,10 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
     results = []
     for t in targets:
         entry = doc["experiments"].get(t.exp_name)
+        if entry is not None and t.exp_name not in missing:
+            missing[t.exp_name] = unavailable_datasets(cfg, entry)
         scale, summary = built(t.exp_name) if entry is not None else (mode, None)
-        r = evaluate(cfg, t, scale, summary, entry, cals)
+        r = evaluate(cfg, t, scale, summary, entry, cals, missing.get(t.exp_name, []))
         r.evidence = evidence.get(t.id, [])
         results.append(r)
     return results

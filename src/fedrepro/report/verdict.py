@@ -56,6 +56,7 @@ PASSES = "passes"
 FAILS = "fails"
 SHOWN = "shown"
 CHECK_STATUSES = (PASSES, FAILS, INCONCLUSIVE, SHOWN, NOT_COMPARABLE, NOT_RUN)
+ALL_STATUSES = PRINTED_STATUSES + (PASSES, FAILS, SHOWN)
 # what the CI replication check accepts for a row flagged ci=true
 GOOD = (REPRODUCED, CALIBRATED, PASSES)
 

@@ -134,7 +134,7 @@ def test_experiment_is_deterministic_and_checks_pass():
     assert a.metrics == b.metrics
     assert a.history.equals(b.history)
     assert a.metrics != c.metrics
-    assert sorted(a.metrics["mse"]) == ["adamix", "local"]
+    assert sorted(a.metrics["mse"]) == ["adamix", "local", "oracle"]
     assert sorted(a.metrics["mse"]["local"]) == sorted(a.metrics["mse"]["adamix"]) == ["n3", "n6"]
     assert all(ch.passed for ch in a.checks.values()), {k: ch.detail for k, ch in a.checks.items()}
     assert set(a.history["n"]) == {3, 6} and a.history["round"].max() == SMALL["rounds"]
@@ -147,3 +147,56 @@ def test_experiment_checks_can_fail():
     assert not one.checks["gmm_recovers_component_means"].passed
     off = _run(0, rounds=0, m=2000, n_values=[8], z=1e-6)  # a z this small rejects any Monte Carlo noise
     assert not off.checks["local_mse_matches_closed_form"].passed
+
+
+# ---------------------------------------------------------------- the well-posed variant (issue 15)
+
+from fedrepro.papers.adaped import adamix_marginal as amm  # noqa: E402
+
+
+def test_marginal_e_step_matches_the_direct_posterior_and_likelihood():
+    X, Y, _, gmm = _problem(3, m=5, n=3, d=4)
+    logp, means, traces = amm.e_step(X, Y, X @ np.swapaxes(X, 1, 2), gmm, 0.2)
+    for i in range(5):
+        for l in range(2):
+            s, mu = gmm.var[l], gmm.means[l]
+            M = np.eye(4) / s + X[i].T @ X[i] / 0.2
+            post = np.linalg.solve(M, X[i].T @ Y[i] / 0.2 + mu / s)
+            C = s * X[i] @ X[i].T + 0.2 * np.eye(3)
+            assert np.allclose(means[i, l], post)
+            assert math.isclose(traces[i, l], np.trace(np.linalg.inv(M)), rel_tol=1e-9)
+            ll = math.log(gmm.weights[l]) + multivariate_normal(X[i] @ mu, C).logpdf(Y[i])
+            assert math.isclose(logp[i, l], ll, rel_tol=1e-9)
+
+
+def test_marginal_em_never_decreases_the_marginal_likelihood_and_keeps_variances_positive():
+    rng = np.random.default_rng(0)
+    theta, _ = am.draw_mixture_models(300, np.ones(8), 1e-3, rng)
+    X, Y = am.draw_linreg_data(theta, 4, 0.1, rng)
+    lls, vars_ = [], []
+    amm.marginal_em(X, Y, am.GMMServer(2, 10, 1e-6, 0).fit(am.min_norm_ls(X, Y)), 0.1, 30,
+                    lambda t, th, g: (lls.append(amm.marginal_log_likelihood(X, Y, g, 0.1)), vars_.append(g.var)))
+    assert np.all(np.diff(lls) >= -1e-9 * np.abs(lls[:-1]))
+    assert np.min(vars_) > 1e-4  # no collapse onto the points (Alg. 1's GMM ends at reg_covar = 1e-6 here)
+
+
+def test_oracle_mse_is_the_trace_of_the_posterior_covariance():
+    X = np.random.default_rng(1).standard_normal((6, 3, 5))
+    direct = [np.trace(np.linalg.inv(np.eye(5) / 1e-3 + x.T @ x / 0.1)) for x in X]
+    assert np.allclose(amm.oracle_mse(X, 1e-3, 0.1), direct)
+    X2 = np.random.default_rng(2).standard_normal((6, 8, 5))  # n > d
+    direct = [np.trace(np.linalg.inv(np.eye(5) / 1e-3 + x.T @ x / 0.1)) for x in X2]
+    assert np.allclose(amm.oracle_mse(X2, 1e-3, 0.1), direct)
+
+
+def test_marginal_em_variant_sits_beside_the_papers_procedure_and_its_check_can_fail():
+    plain, both = _run(0), _run(0, variants=["marginal_em"], rounds=60)
+    plain60 = _run(0, rounds=60)
+    assert both.metrics["mse"]["adamix"] == plain60.metrics["mse"]["adamix"]  # the paper's numbers are untouched
+    assert "marginal_em" not in plain.metrics["mse"] and "marginal_em_reaches_oracle" not in plain.checks
+    ch = both.checks["marginal_em_reaches_oracle"]
+    assert ch.passed, ch.detail
+    for n in ("n3", "n6"):
+        assert both.metrics["mse"]["marginal_em"][n] < both.metrics["mse"]["adamix"][n]
+    early = _run(0, variants=["marginal_em"], rounds=0)  # P^0 alone: far from the oracle
+    assert not early.checks["marginal_em_reaches_oracle"].passed

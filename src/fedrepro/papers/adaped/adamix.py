@@ -18,7 +18,8 @@ the MAP objective). "sum" (scale 1) and "mean" (scale 1/n) are the other usual r
 Algorithm 1: theta^0 and P^0 = GMM(theta^0); for t = 1..T every client takes `local_steps` gradient steps on
 F_i^gm under P^(t-1), then the server fits P^(t) = GMM(theta^(t), k). The server GMM is scikit-learn's
 GaussianMixture(covariance_type="spherical") -- isotropic N(mu_l, s_l I) components as in eq. (10) --
-warm-started across rounds with `em_iters` EM iterations per round.
+warm-started across rounds with `em_iters` EM iterations per round (or, ``gmm_warm_start=False``, refitted from
+scratch every round).
 
 Step size (GAP, deviation from a constant eta): the fitted s_l shrink over the rounds (with point estimates
 theta_i the joint objective (10) is unbounded below as s_l -> 0, and ML refits drive s_l down to the GMM's
@@ -196,11 +197,12 @@ def client_steps(theta: np.ndarray, X: np.ndarray, Y: np.ndarray, gmm: GMM, scal
 
 
 class GMMServer:
-    """Line 11 of Alg. 1: spherical GMM fitted by EM (scikit-learn), warm-started from the previous round."""
+    """Line 11 of Alg. 1: spherical GMM fitted by EM (scikit-learn), warm-started from the previous round, or with
+    ``warm_start=False`` fitted afresh every round (k-means initialization, up to ``em_iters`` EM iterations)."""
 
-    def __init__(self, k: int, em_iters: int, reg_covar: float, seed: int, n_init: int = 1):
+    def __init__(self, k: int, em_iters: int, reg_covar: float, seed: int, n_init: int = 1, warm_start: bool = True):
         self.model = GaussianMixture(n_components=k, covariance_type="spherical", max_iter=em_iters,
-                                     reg_covar=reg_covar, n_init=n_init, warm_start=True, random_state=seed)
+                                     reg_covar=reg_covar, n_init=n_init, warm_start=warm_start, random_state=seed)
 
     def fit(self, theta: np.ndarray) -> GMM:
         with warnings.catch_warnings():
@@ -224,6 +226,7 @@ class AdaMixConfig:
     noise_var: float = 0.1
     init: str = "min_norm_ls"
     n_init: int = 1
+    gmm_warm_start: bool = True
 
 
 def adamix(X: np.ndarray, Y: np.ndarray, cfg: AdaMixConfig, rng: np.random.Generator,
@@ -234,7 +237,8 @@ def adamix(X: np.ndarray, Y: np.ndarray, cfg: AdaMixConfig, rng: np.random.Gener
     scale = loss_scale(cfg.loss, cfg.noise_var, X.shape[1])
     theta = min_norm_ls(X, Y)
     curv_f = data_curvature(X, scale)
-    server = GMMServer(cfg.k, cfg.em_iters, cfg.reg_covar, int(rng.integers(2**31 - 1)), cfg.n_init)
+    server = GMMServer(cfg.k, cfg.em_iters, cfg.reg_covar, int(rng.integers(2**31 - 1)), cfg.n_init,
+                       cfg.gmm_warm_start)
     gmm = server.fit(theta)
     if callback:
         callback(0, theta, gmm)

@@ -32,6 +32,8 @@ ldp_library_epsilon() gives the epsilon a library accountant certifies for that 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from typing import Callable
 
@@ -43,6 +45,9 @@ from fedrepro.privacy.accountant import compute_epsilon
 from fedrepro.privacy.result import EpsilonResult
 from fedrepro.privacy.solve import solve_monotone
 from fedrepro.privacy.validation import check_delta, check_positive, check_steps
+
+if TYPE_CHECKING:
+    from fedrepro.privacy.calibration import Calibration
 
 SENSITIVITIES = ("paper", "triangle")
 # Lemma 1's minimum is taken over real lambda in (1 + 1e-9, 1 + 1e9): a log-spaced grid locates it, bounded Brent
@@ -179,7 +184,7 @@ def ldp_library_epsilon(eps0: float, delta: float, accountant: str = "pld", **kw
 
 def library_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: int, delta: float, *,
                         tau: int | None = None, sensitivity: str = "paper", accountant: str = "rdp", terms: int = 2,
-                        **kwargs) -> tuple[float, "Calibration"]:
+                        **kwargs) -> tuple[float, Calibration]:
     """Noise ratio z at which the library accountant gives target_epsilon for the same mechanism as
     library_epsilon() (calibrated on the release's noise multiplier, which is linear in z)."""
     from fedrepro.privacy.calibration import calibrate_noise_multiplier

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, UNIT
+from fedrepro.errors import ConfigError
+from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, POSITIVE_LIST, UNIT
 from fedrepro.papers.histograms import dimred as dr
 from fedrepro.papers.histograms.fedavg import fedavg, private_fedavg
 from fedrepro.papers.histograms.ifca import ifca
@@ -56,7 +57,9 @@ ALGO_PROPERTIES = {
                 "required": ["total_epsilon", "delta", "clip", "s", "ifca_clip"],
                 "properties": {"total_epsilon": POSITIVE, "delta": DELTA,
                                "reading": {"enum": ["total", "per_step", "basic"]},
-                               "clip": POSITIVE, "s": POSITIVE, "ifca_clip": POSITIVE}},
+                               # a list is tuned on the validation users (run_pipeline)
+                               "clip": {"oneOf": [POSITIVE, POSITIVE_LIST]}, "s": POSITIVE,
+                               "ifca_clip": {"oneOf": [POSITIVE, POSITIVE_LIST]}}},
     "regimes": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(REGIMES)}},
     "trace_users": INT1,
     "dtype": {"enum": ["float32", "float64"]},
@@ -71,6 +74,8 @@ class HistData:
     Qeval: np.ndarray        # (n, d) what estimates are scored against
     Sval: np.ndarray         # (n_val, d) public validation proxy (Alg. 1 seeds in the private regime, DimRed)
     truth: np.ndarray | None = None  # (n,) true clusters (synthetic only)
+    tune_index: np.ndarray | None = None  # (n_tune,) rows of S of the validation users that score tuning
+    tune_eval: np.ndarray | None = None   # (n_tune, d) those users' held-out validation-token histograms
 
 
 class Evaluator:
@@ -120,11 +125,38 @@ def misclustering(truth: np.ndarray, labels: np.ndarray, K: int) -> float:
     return float(1 - C[r, c].sum() / len(truth))
 
 
+def candidates(value) -> list:
+    """A tuned parameter's candidate values: a list as given, a scalar as the one candidate."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def tuning_requested(p: dict) -> bool:
+    """Whether the private regime tunes Alg. 3's clip c or IFCA's clip on validation users (a list of candidates)."""
+    pr = p["private"]
+    return "private" in p["regimes"] and (len(candidates(pr["clip"])) > 1 or len(candidates(pr["ifca_clip"])) > 1)
+
+
+@dataclass
+class Fit:
+    """One method's centers and assignments for one candidate value of its tuned parameter."""
+    value: float | None
+    centers: np.ndarray
+    labels: np.ndarray
+    res: LloydResult | None = None
+
+
 def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGIMES):
     """-> (metrics {regime: {method: mean kl}}, standard errors {regime: {method: se}}, diagnostics, history rows).
 
     Non-privately Alg. 1 seeds from the users' own rows (``init_nonprivate: train``, the paper's Alg. 2) or from
-    the validation proxy (``validation``)."""
+    the validation proxy (``validation``).
+
+    Tuning (Sec. 4: the clipping threshold c is "tuned on validation"): ``private.clip`` (Alg. 3, private FedAvg,
+    private Alg. 2 with and without DimRed) and ``private.ifca_clip`` may be lists of candidates. Each candidate is
+    run (same data, same Alg. 1 initialization); each Table 1 row then reports the candidate whose estimates have
+    the lowest mean KL against the held-out validation tokens of the validation users (``data.tune_index``,
+    ``data.tune_eval``; ties go to the first candidate). Every candidate's validation and evaluation KL is kept in
+    ``diagnostics.private.tuning``. A scalar is one candidate (no tuning, no validation users needed)."""
     K, T, floor = p["K"], p["T"], p["center_floor"]
     ev = Evaluator(data, floor, p["lam"], p["local_beta"])
     S = data.S
@@ -141,9 +173,10 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
                             keep_tokens=dcfg.get("keep_tokens"))
     metrics, ses, diag, rows = {}, {}, {"dimred_kept_tokens": int(keep.size)}, []
     local_kl = ev.local()
+    zero = np.zeros(S.shape[0], dtype=np.int64)
     for regime in regimes:
         private = regime == "private"
-        out: dict[str, np.ndarray] = {"local": local_kl}
+        fits: dict[str, list[Fit]] = {}
         if private:
             pr = p["private"]
             b = per_step_budget(pr["total_epsilon"], pr["delta"], T, pr.get("reading", "total"))
@@ -151,36 +184,85 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
             diag["private_budget"] = {"per_step_epsilon": eps, "per_step_delta": dlt, "sigma": b.sigma,
                                       "total_epsilon": b.total_epsilon, "total_delta": b.total_delta}
             init_src = data.Sval
-            q_fa = private_fedavg(S, eps, dlt, pr["clip"], pr["s"], floor, rng)
+            clips, ifca_clips = candidates(pr["clip"]), candidates(pr["ifca_clip"])
+            fits["fedavg"] = [Fit(c, private_fedavg(S, eps, dlt, c, pr["s"], floor, rng)[None, :], zero)
+                              for c in clips]
 
-            def recenter(S_, labels, K_):
-                return private_centering(S_, labels, K_, eps, dlt, pr["clip"], pr["s"], floor, rng)
+            def recenter_with(c):
+                return lambda S_, labels, K_: private_centering(S_, labels, K_, eps, dlt, c, pr["s"], floor, rng)
         else:
             init_src = data.S if p.get("init_nonprivate", "train") == "train" else data.Sval
-            q_fa = fedavg(S)
-            recenter = mean_recenter
-        zero = np.zeros(S.shape[0], dtype=np.int64)
-        out["fedavg"] = ev.cluster(q_fa[None, :], zero)
-        out["fedavg_ft"] = ev.finetuned(q_fa[None, :], zero)
+            clips, ifca_clips = [None], [None]
+            fits["fedavg"] = [Fit(None, fedavg(S)[None, :], zero)]
+
+            def recenter_with(c):
+                return mean_recenter
         P0 = kl_init(init_src, K, p["tau"], floor, rng)
-        runs: dict[str, LloydResult] = {
-            "alg2": lloyd(S, P0, T, floor, recenter=recenter, stop_when_stable=not private, on_iteration=trace),
-            "alg2_dimred": lloyd(S, P0, T, floor, recenter=recenter, stop_when_stable=not private, keep=keep,
-                                 on_iteration=trace),
-            "ifca": ifca(S, P0, T, p["ifca_lr"], floor, init_mix=p.get("ifca_init_mix", 0.0), private=private, rng=rng,
-                         epsilon=eps if private else None, delta=dlt if private else None,
-                         clip=p["private"]["ifca_clip"] if private else None, on_iteration=trace),
+        lloyd_runs = {
+            "alg2": lambda c: lloyd(S, P0, T, floor, recenter=recenter_with(c), stop_when_stable=not private,
+                                    on_iteration=trace),
+            "alg2_dimred": lambda c: lloyd(S, P0, T, floor, recenter=recenter_with(c), stop_when_stable=not private,
+                                           keep=keep, on_iteration=trace),
+            "ifca": lambda c: ifca(S, P0, T, p["ifca_lr"], floor, init_mix=p.get("ifca_init_mix", 0.0),
+                                   private=private, rng=rng, epsilon=eps if private else None,
+                                   delta=dlt if private else None, clip=c, on_iteration=trace),
         }
-        for name, res in runs.items():
-            out[name] = ev.cluster(res.centers, res.labels)
-            out[f"{name}_ft"] = ev.finetuned(res.centers, res.labels)
-            d = {"iterations": res.iterations, "final_objective": res.objective[-1]}
+        for name, run in lloyd_runs.items():
+            fits[name] = [Fit(c, res.centers, res.labels, res)
+                          for c, res in ((c, run(c)) for c in (ifca_clips if name == "ifca" else clips))]
+        out, chosen, tuning = _select(fits, ev, _tuning_evaluator(data, p) if len(clips) + len(ifca_clips) > 2
+                                      else None)
+        out["local"] = local_kl
+        if tuning:
+            diag.setdefault(regime, {})["tuning"] = tuning
+        for name in CLUSTERED:
+            fit = chosen[name]
+            d = {"iterations": fit.res.iterations, "final_objective": fit.res.objective[-1],
+                 "converged": bool(fit.res.changed) and fit.res.changed[-1] == 0}   # no assignment changed last
             if data.truth is not None:
-                d["misclustering"] = misclustering(data.truth, res.labels, K)
+                d["misclustering"] = misclustering(data.truth, fit.labels, K)
             diag.setdefault(regime, {})[name] = d
-            for t, (obj, ch, kl) in enumerate(zip(res.objective, res.changed, res.trace)):
+            for t, (obj, ch, kl) in enumerate(zip(fit.res.objective, fit.res.changed, fit.res.trace)):
                 rows.append({"regime": regime, "method": name, "iteration": t, "objective": obj, "changed": ch,
                              "kl_cluster_model": kl})
         metrics[regime] = {m: float(np.mean(out[m])) for m in METHODS}
         ses[regime] = {m: float(np.std(out[m], ddof=1) / np.sqrt(len(out[m]))) for m in METHODS}
     return metrics, ses, diag, rows
+
+
+def _tuning_evaluator(data: HistData, p: dict) -> tuple[np.ndarray, Evaluator]:
+    """(rows of the validation users, an Evaluator scoring their estimates against their validation tokens)."""
+    if data.tune_index is None or data.tune_eval is None:
+        raise ConfigError("private.clip / private.ifca_clip: a list of candidates is tuned on validation users, "
+                          "but this data set has none; give one value, or validation users and tokens")
+    idx = data.tune_index
+    sub = HistData(S=data.S[idx], counts=data.counts[idx], Qeval=data.tune_eval, Sval=data.Sval)
+    return idx, Evaluator(sub, p["center_floor"], p["lam"], p["local_beta"])
+
+
+def _estimate_kl(ev: Evaluator, fit: Fit, ft: bool, rows: np.ndarray | None = None) -> np.ndarray:
+    labels = fit.labels if rows is None else fit.labels[rows]
+    return ev.finetuned(fit.centers, labels) if ft else ev.cluster(fit.centers, labels)
+
+
+def _select(fits: dict[str, list[Fit]], ev: Evaluator, tune: tuple[np.ndarray, Evaluator] | None):
+    """-> ({row: per-user KL of the chosen candidate}, {method: the Fit chosen for its row without FT},
+    {row: every candidate's value, validation KL and evaluation KL} (empty without tuning))."""
+    out, chosen, tuning = {}, {}, {}
+    for name, cands in fits.items():
+        for row, ft in ((name, False), (f"{name}_ft", True)):
+            kls = [_estimate_kl(ev, f, ft) for f in cands]
+            best = 0
+            if tune is not None:
+                idx, tev = tune
+                val = [float(np.mean(_estimate_kl(tev, f, ft, idx))) for f in cands]
+                best = int(np.argmin(val))
+                tuning[row] = {"candidates": [f.value for f in cands], "validation_kl": val,
+                               "kl": [float(np.mean(k)) for k in kls], "chosen": cands[best].value}
+                if name in CLUSTERED and ev.d.truth is not None and not ft:
+                    tuning[row]["misclustering"] = [misclustering(ev.d.truth, f.labels, f.centers.shape[0])
+                                                    for f in cands]
+            out[row] = kls[best]
+            if not ft:
+                chosen[name] = cands[best]
+    return out, chosen, tuning

@@ -4,7 +4,9 @@ Sec. 4 "AdaMix": m clients, theta_i ~ 1/2 N(mu, s I_d) + 1/2 N(-mu, s I_d), X_ij
 Y_ij = <X_ij, theta_i> + w_ij; MSE = mean over clients of ||theta_hat_i - theta_i||^2 (summed over coordinates,
 notes §7.21). One run draws the m models once and, for each n in ``n_values``, fresh data, the local estimator
 (min-norm least squares) and AdaMix. The algorithm and every GAP default are documented in
-:mod:`fedrepro.papers.adaped.adamix` and config/adaped.yaml.
+:mod:`fedrepro.papers.adaped.adamix` and config/adaped.yaml. Beside them: the oracle posterior's expected MSE (Thm 7,
+eq. 48, exact given each X_i, component known) and, with ``variants: [marginal_em]``, the well-posed variant of
+:mod:`fedrepro.papers.adaped.adamix_marginal` (EM on the marginal likelihood; an extra, not the paper's procedure).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pandas as pd
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, POSITIVE
 from fedrepro.papers.adaped import adamix as am
+from fedrepro.papers.adaped import adamix_marginal as amm
 
 
 SCHEMA = {
@@ -41,8 +44,13 @@ SCHEMA = {
         "loss": {"enum": list(am.LOSSES)},
         "init": {"enum": list(am.INITS)},
         "gmm_n_init": INT1,
+        "gmm_warm_start": {"type": "boolean"},
         "z": POSITIVE,
         "cos_min": {"type": "number", "minimum": -1, "maximum": 1},
+        # extras beside the paper's procedure (issue 15): "marginal_em", the well-posed variant
+        # (fedrepro.papers.adaped.adamix_marginal), judged against the oracle posterior within z SE + oracle_rtol
+        "variants": {"type": "array", "uniqueItems": True, "items": {"enum": ["marginal_em"]}},
+        "oracle_rtol": {"type": "number", "minimum": 0},
     },
 }
 
@@ -88,15 +96,18 @@ def _recovery_check(fits: dict[int, am.GMM], mu: np.ndarray, cos_min: float) -> 
 
 @experiment_kind("adamix_linreg", SCHEMA,
                  metrics=("mse.*",),
-                 checks=("adamix_improves_on_local_at_every_n", "gmm_recovers_component_means", "local_mse_matches_closed_form"))
+                 checks=("adamix_improves_on_local_at_every_n", "gmm_recovers_component_means", "local_mse_matches_closed_form",
+                         "marginal_em_reaches_oracle"))
 def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     m, d = p["m"], p["d"]
     mu = np.full(d, float(p["mu"]))
     cfg = am.AdaMixConfig(k=p["k"], rounds=p["rounds"], local_steps=p["local_steps"], lr=p["lr"],
                           step_rule=p["step_rule"], em_iters=p["em_iters"], reg_covar=p["reg_covar"],
-                          loss=p["loss"], noise_var=p["noise_var"], init=p["init"], n_init=p["gmm_n_init"])
+                          loss=p["loss"], noise_var=p["noise_var"], init=p["init"], n_init=p["gmm_n_init"],
+                          gmm_warm_start=p.get("gmm_warm_start", True))
     theta, _ = am.draw_mixture_models(m, mu, p["sigma_theta2"], rng)
     err_local, err_mix, fits, rows = {}, {}, {}, []
+    variants, oracle, err_me, me_rows = p.get("variants", []), {}, {}, []
     for n in p["n_values"]:
         X, Y = am.draw_linreg_data(theta, n, p["noise_var"], rng)
         err_local[n] = _mse(am.min_norm_ls(X, Y), theta)
@@ -112,6 +123,18 @@ def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
 
         th, fits[n] = am.adamix(X, Y, cfg, rng, record)
         err_mix[n] = _mse(th, theta)
+        oracle[n] = amm.oracle_mse(X, p["sigma_theta2"], p["noise_var"])
+        if "marginal_em" in variants:
+            # Alg. 1's P^0 from a spawned generator: the paper procedure's random stream is that of a run without it
+            server = am.GMMServer(cfg.k, cfg.em_iters, cfg.reg_covar, int(rng.spawn(1)[0].integers(2**31 - 1)),
+                                  cfg.n_init, cfg.gmm_warm_start)
+
+            def record_me(t, th, g, n=n):
+                me_rows.append({"n": n, "round": t, "mse_marginal_em": float(_mse(th, theta).mean()),
+                                **{f"marginal_em_sigma_{l}": float(math.sqrt(g.var[l])) for l in range(len(g.var))}})
+
+            th, _ = amm.marginal_em(X, Y, server.fit(am.min_norm_ls(X, Y)), p["noise_var"], cfg.rounds, record_me)
+            err_me[n] = _mse(th, theta)
     mse_local = {n: float(e.mean()) for n, e in err_local.items()}
     mse_mix = {n: float(e.mean()) for n, e in err_mix.items()}
     better = {n: mse_mix[n] < mse_local[n] for n in p["n_values"]}
@@ -123,5 +146,25 @@ def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         "gmm_recovers_component_means": _recovery_check(fits, mu, p["cos_min"]),
     }
     metrics = {"mse": {"local": {f"n{n}": v for n, v in mse_local.items()},
-                       "adamix": {f"n{n}": v for n, v in mse_mix.items()}}}
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks)
+                       "adamix": {f"n{n}": v for n, v in mse_mix.items()},
+                       "oracle": {f"n{n}": float(v.mean()) for n, v in oracle.items()}}}
+    history = pd.DataFrame(rows)
+    if err_me:
+        metrics["mse"]["marginal_em"] = {f"n{n}": float(e.mean()) for n, e in err_me.items()}
+        checks["marginal_em_reaches_oracle"] = _oracle_check(err_me, oracle, p)
+        history = history.merge(pd.DataFrame(me_rows), on=["n", "round"], how="left")
+    return RunOutput(metrics=metrics, history=history, checks=checks)
+
+
+def _oracle_check(errs: dict[int, np.ndarray], oracle: dict[int, np.ndarray], p: dict) -> Check:
+    """The well-posed variant's MSE vs the oracle posterior's expected MSE (eq. 48 given each X_i), within z standard
+    errors of the paired per-client difference plus ``oracle_rtol`` relative, at every n."""
+    parts, ok = [], True
+    for n, e in errs.items():
+        diff = e - oracle[n]
+        tol = p["z"] * float(diff.std(ddof=1) / math.sqrt(diff.size)) + p.get("oracle_rtol", 0.05) * oracle[n].mean()
+        hit = abs(float(diff.mean())) <= tol
+        ok &= hit
+        parts.append(f"n={n}: {e.mean():.4f} vs oracle {oracle[n].mean():.4f} (tol {tol:.4f}){'' if hit else ' FAIL'}")
+    return Check(bool(ok), "marginal-likelihood EM vs the oracle-component posterior (Thm 7, eq. 48): "
+                 + "; ".join(parts))

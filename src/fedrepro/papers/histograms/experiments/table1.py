@@ -17,7 +17,8 @@ from threadpoolctl import threadpool_limits
 
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import INT1
+from fedrepro.experiments.params import INT1, POSITIVE
+from fedrepro.papers.histograms.claims import CLAIMS, table1_claims
 from fedrepro.papers.histograms.pipeline import (
     ALGO_PROPERTIES,
     ALGO_REQUIRED,
@@ -30,11 +31,11 @@ DATASET = "reddit"
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["vocab_size", "train_tokens", "test_tokens", "val_users", "val_tokens", "split_seed", "runs"]
+    "required": ["vocab_size", "train_tokens", "test_tokens", "val_users", "val_tokens", "split_seed", "runs", "z"]
     + ALGO_REQUIRED,
     "properties": {
         "vocab_size": INT1, "train_tokens": INT1, "test_tokens": INT1, "val_users": INT1, "val_tokens": INT1,
-        "split_seed": {"type": "integer", "minimum": 0}, "runs": INT1, "max_users": INT1,
+        "split_seed": {"type": "integer", "minimum": 0}, "runs": INT1, "max_users": INT1, "z": POSITIVE,
         **ALGO_PROPERTIES,
     },
 }
@@ -48,14 +49,16 @@ def histogram_data(hist, p: dict) -> HistData:
     S = (train / train.sum(axis=1, keepdims=True)).astype(dtype)
     Qeval = (test / test.sum(axis=1, keepdims=True)).astype(dtype)
     Sval = (hist.val / np.maximum(hist.val.sum(axis=1, keepdims=True), 1)).astype(dtype)
-    return HistData(S=S, counts=train, Qeval=Qeval, Sval=Sval)
+    tune = hist.val_index < n  # validation users among the first n (their validation tokens score tuning)
+    return HistData(S=S, counts=train, Qeval=Qeval, Sval=Sval, tune_index=hist.val_index[tune], tune_eval=Sval[tune])
 
 
 def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
-    per_run, rows = [], []
+    per_run, diags, rows = [], [], []
     for r in range(p["runs"]):
         kl, _, diag, hist_rows = run_pipeline(data, p, rng, regimes=p["regimes"])
         per_run.append(kl)
+        diags.append(diag)
         rows += [dict(row, run=r) for row in hist_rows]
     metrics: dict = {"kl": {}, "kl_std": {}, "kl_ci95": {}}
     for regime in per_run[0]:
@@ -68,7 +71,13 @@ def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
     metrics["n_users"] = data.S.shape[0]
     metrics["n_val_users"] = data.Sval.shape[0]
     metrics["diagnostics_last_run"] = diag
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows),
+    # the paper's sentences on the run means (SE over runs); a method converged only if it did in every run
+    se = {g: {m: sd / np.sqrt(p["runs"]) for m, sd in v.items()} for g, v in metrics["kl_std"].items()}
+    over_runs = {g: {m: {"converged": all(d[g][m]["converged"] for d in diags),
+                         "iterations": max(d[g][m]["iterations"] for d in diags)} for m in ("alg2", "ifca")}
+                 for g in diag if g in ("nonprivate", "private")}
+    checks = table1_claims(metrics["kl"], se, over_runs, p)
+    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks,
                      accountant={"name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for "
                                          "Alg. 3's per-step budget; classical Gaussian mechanism",
                                  "version": "paper"} if "private" in p["regimes"] else None)
@@ -76,7 +85,7 @@ def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
 
 @experiment_kind("histograms_table1", SCHEMA,
                  metrics=("kl.*", "kl_std.*", "kl_ci95.*", "n_users", "n_val_users", "diagnostics_last_run.*"),
-                 checks=())
+                 checks=CLAIMS)
 def histograms_table1(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.data.leaf import load_reddit
     from fedrepro.papers.histograms.reddit import token_histograms

@@ -2,8 +2,8 @@
 ppsgd.md E2/E3).
 
 Data: a partition (config/partitions.yaml, e.g. TFF EMNIST digits' first 1000 writers) or TFF Stack Overflow via
-:func:`fedrepro.data.tff_stackoverflow.ppsgd_clients` (5000-word bag of words, 80 tags). Targets are the one-hot /
-multi-hot labels minus ``target_offset`` ([code]: 0.9 / -0.1), no bias. Training: PPSGD-exp
+:func:`fedrepro.papers.ppsgd.stackoverflow_tags.tag_prediction_clients` (5000-word bag of words, 80 tags). Targets
+are the one-hot / multi-hot labels minus ``target_offset`` ([code]: 0.9 / -0.1), no bias. Training: PPSGD-exp
 (:mod:`fedrepro.papers.ppsgd.ppsgd_exp`) with the official code's sampler (:mod:`fedrepro.papers.ppsgd.sampler`): Q users per round,
 m rows each, ``epochs`` passes. Every (step, alpha_c) configuration of the grid is trained on the same batch
 sequence (``chunk`` configurations at a time, vectorized), once per sigma. Evaluation every ``eval_every``
@@ -65,12 +65,14 @@ def load_stackoverflow(files, p: dict, rng: np.random.Generator) -> Clients:
     import scipy.sparse as sp
 
     from fedrepro.data import tff_stackoverflow as so
+    from fedrepro.papers.ppsgd.stackoverflow_tags import tag_prediction_clients
 
     train, test = so.open_split(files, "train"), so.open_split(files, "test")
-    clients = so.ppsgd_clients(train, test, so.load_word_counts(files), so.load_tag_counts(files),
-                               num_clients=p.get("n_users", 500), word_vocab_size=p.get("word_vocab_size", 5000),
-                               tag_vocab_size=p.get("tag_vocab_size", 80),
-                               max_train_per_client=p.get("max_train_per_client", 500), rng=rng)
+    clients = tag_prediction_clients(train, test, so.load_word_counts(files), so.load_tag_counts(files),
+                                     num_clients=p.get("n_users", 500),
+                                     word_vocab_size=p.get("word_vocab_size", 5000),
+                                     tag_vocab_size=p.get("tag_vocab_size", 80),
+                                     max_train_per_client=p.get("max_train_per_client", 500), rng=rng)
 
     def stack(xs, ys):
         off = np.r_[0, np.cumsum([y.shape[0] for y in ys])]
