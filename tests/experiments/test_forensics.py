@@ -56,9 +56,9 @@ def test_resumes_from_the_readings_already_run(tmp_path):
     first = sweep(tmp_path)
     cached = sorted(p.name for p in tmp_path.iterdir())
     # 4 readings x 2 seeds (the grid's first, n = 100, 0.001, is the config's reading)
-    assert len(cached) == 8 and f"{_digest()}_seed0.json" in cached
-    assert f"{_digest(n=10, sigma_theta2=0.001)}_seed1.json" in cached
-    (tmp_path / f"{_digest(n=10, sigma_theta2=0.001)}_seed1.json").write_text(
+    assert len(cached) == 8 and f"point_{_digest()}_0.json" in cached
+    assert f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json" in cached
+    (tmp_path / f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json").write_text(
         '{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
     again = sweep(tmp_path)
     row = again.history.set_index("reading").loc[2]

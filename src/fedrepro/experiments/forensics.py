@@ -120,7 +120,7 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
     from fedrepro.seeding import rng_for
 
     # the job's own checkpoint dir, one file per (resolved parameters, seed): a cache, not part of the results layout
-    key = f"{params_digest(exp.params)}_seed{seed}"
+    key = f"point_{params_digest(exp.params)}_{seed}"
     if key in memo:
         return memo[key]
     cache = ctx.checkpoint_dir / f"{key}.json" if ctx.checkpoint_dir else None
