@@ -42,6 +42,7 @@ DETERMINISTIC_PARAMS = {
                        "clip": 1.0},
     # its seeds are parameters: the swept experiment draws from its own seeded streams, never from this rng
     "forensic_sweep": {"experiment": "remark1", "rows": ["R1.ex"], "grid": {"n": [10]}},
+    "printed_relations": {"relations": {"r": {"what": "Remark 1", "value": "R1.ex", "equals": 0.01}}},
 }
 
 

@@ -192,3 +192,18 @@ def test_a_calibration_naming_an_unknown_row_is_a_config_error(cfg, tmp_path):
     (tmp_path / "adaped.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match="calibration .*no registry row K.bern.nope"):
         evaluate_paper(dict(cfg, papers=dict(cfg["papers"], adaped=str(tmp_path / "adaped.yaml"))), "adaped")
+
+
+def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
+    from fedrepro.report.status import forensic_evidence
+
+    doc = {"experiments": {"f": {"kind": "forensic_sweep", "params": {"rows": ["X", "Y"]}}}}
+    concl = {"checks": {"conclusion.X": {"passed": False, "detail": "no reading of the 3 ..."}}}
+    built = {"paper": ("paper", dict(concl, effective_scale="paper")), "quick": ("quick", dict(concl, effective_scale="quick")),
+             "none": ("paper", None)}
+    for case, expect in (("paper", "forensics adaped.f: no reading of the 3 ..."),
+                         ("quick", "forensics adaped.f (its quick grid): no reading of the 3 ...")):
+        ev = forensic_evidence(cfg, "adaped", doc, lambda name, c=case: built[c])
+        assert ev["X"] == [expect] and ev["Y"][0].startswith("forensics adaped.f: not built")
+    assert forensic_evidence(cfg, "adaped", doc, lambda name: built["none"])["X"][0].startswith(
+        "forensics adaped.f: not built (`snakemake --cores 2 ")

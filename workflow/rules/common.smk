@@ -18,6 +18,7 @@ from fedrepro.config import (
 )
 from fedrepro.data.sources import is_available, stamp_path
 from fedrepro.errors import FedreproError
+from fedrepro.experiments import get_kind
 from fedrepro.report.tables import table_artifacts
 
 try:
@@ -195,9 +196,13 @@ def run_resources(wildcards):
 
 
 def resolved_params(wildcards):
-    """The experiment's resolved parameters: a change in config/<paper>.yaml reruns exactly that experiment."""
-    exp = resolve_experiment(CFG, f"{wildcards.paper}.{wildcards.exp}", wildcards.scale)
-    return yaml.safe_dump(exp.params, sort_keys=True, default_flow_style=True).strip()
+    """The experiment's resolved parameters: a change in config/<paper>.yaml reruns exactly that experiment; for a
+    kind that reads more (a forensic sweep: the swept experiment and registry rows), what it reads too."""
+    exp_id = f"{wildcards.paper}.{wildcards.exp}"
+    exp = resolve_experiment(CFG, exp_id, wildcards.scale)
+    kind = get_kind(exp.kind)
+    doc = {"params": exp.params, "reads": kind.reads(exp.params, CFG, exp_id)} if kind.reads else exp.params
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=True).strip()
 
 
 # Only configured figures match rule figure (figures/data/*.png and privacy_epsilon belong to other rules).

@@ -80,6 +80,9 @@ class Kind:
     stage: str = "estimate"
     metrics: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
+    # what the kind reads besides its parameters (another experiment's parameters, registry rows), as a
+    # JSON-able dict: fn(params, cfg, exp_id); the workflow reruns the experiment when it changes
+    reads: Callable[[dict, Any, str], dict] | None = None
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -93,7 +96,8 @@ _KINDS: dict[str, Kind] = {}
 
 
 def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate",
-                    metrics: tuple[str, ...] = (), checks: tuple[str, ...] = ()):
+                    metrics: tuple[str, ...] = (), checks: tuple[str, ...] = (),
+                    reads: Callable[[dict, Any, str], dict] | None = None):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
     deterministic: the function never draws from ``rng`` (closed forms, accountants), so the workflow runs it once
@@ -103,13 +107,16 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
     metrics, checks: glob patterns of the metric keys (dotted, as in summary.json) and the check names the kind
     produces, so that a registry row naming anything else is refused when the registry is loaded; tests check every
     kind's runs against them (tests/test_architecture.py, tests/experiments/test_kinds.py).
+    reads: for kinds that read more than their parameters (forensic sweeps read the swept experiment and registry
+    rows): ``reads(params, cfg, exp_id)`` returns what they read, so a change there reruns them (workflow
+    resolved_params).
     """
 
     def deco(fn):
         if name in _KINDS and _KINDS[name].fn is not fn:
             raise RuntimeError(f"experiment kind {name!r} registered twice")
         _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__, deterministic=deterministic,
-                            stage=stage, metrics=tuple(metrics), checks=tuple(checks))
+                            stage=stage, metrics=tuple(metrics), checks=tuple(checks), reads=reads)
         return fn
 
     return deco
@@ -120,6 +127,7 @@ SHARED_KINDS = {
     "privacy_curve": "fedrepro.experiments.privacy_curves",
     "privacy_grid": "fedrepro.experiments.privacy_curves",
     "forensic_sweep": "fedrepro.experiments.forensics",   # deviation forensics of any paper's experiment
+    "printed_relations": "fedrepro.experiments.consistency",   # a paper's printed numbers checked against each other
 }
 
 

@@ -10,17 +10,22 @@ every reading by the report's rule (fedrepro.report.verdict), and concludes per 
     no reading in the ranges        the closest reading and its distance (|rebuilt - printed| / tolerance)
     reproduces it
 
-plus, over all rows, the readings that reproduce every row at once (``joint``). A row whose cause was this
+plus, over all rows, the readings that reproduce every row at once (``joint``). A grid is a mapping axis -> values
+(every combination is one reading) or a list of such mappings (the union of their readings: sub-grids where an axis
+matters only under some value of another). An axis may set several parameters together: its key joins their
+dotted keys with commas and each value lists theirs (``"r,mu": [[0, 0], [1, 1]]`` reads mu = r). A reading that
+resolves to the parameters of an earlier one (the config's values, typically) is that reading and is counted once. A row whose cause was this
 project's own implementation says so with ``implementation_fix`` (the fix and the test that pins it), and a
 deviation the paper causes itself with ``paper_issue`` (listed under "Paper issues found").
 
-Resumable: each (reading, seed) result is kept in the run's checkpoint directory until the run completes, so a
-killed sweep continues where it stopped. The report links each row to its forensic conclusion (check
+Resumable: each (resolved parameters, seed) result is kept in the run's checkpoint directory until the run
+completes, so a killed sweep continues where it stopped. The report links each row to its forensic conclusion (check
 ``conclusion.<row id>``) and figure; the history holds one line per (reading, row).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -39,25 +44,45 @@ SCHEMA = {
     "properties": {
         "experiment": {"type": "string", "minLength": 1},           # the swept experiment, of the same paper
         "rows": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
-        # param key (dotted, as for --set) -> the values read; every combination is one reading
-        "grid": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1}},
+        # param key (dotted, as for --set; several joined by commas) -> the values read; every combination is one
+        # reading. A list of such grids: the union of their readings.
+        "grid": {"oneOf": [{"$ref": "#/$defs/grid"}, {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/grid"}}]},
         "fixed": {"type": "object"},                                # overrides applied under every reading
         "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
         "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},   # row -> fix + test
         "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},         # row -> what
     },
+    "$defs": {"grid": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "array", "minItems": 1}}},
 }
 
 
-def readings(grid: Mapping[str, list]) -> list[dict[str, Any]]:
-    """Every combination of the grid's values, in order (the last key varies fastest)."""
+def readings(grid: Mapping[str, list] | list[Mapping[str, list]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in order (the last key varies fastest); a list of grids: the
+    readings of each in turn."""
+    if isinstance(grid, list):
+        return [r for g in grid for r in readings(g)]
     keys = list(grid)
+    for k in keys:
+        n = len(k.split(","))
+        bad = [v for v in grid[k] if n > 1 and not (isinstance(v, list) and len(v) == n)]
+        if bad:
+            raise ConfigError(f"forensics: grid axis {k!r} sets {n} parameters together: each value must list {n} "
+                              f"values, got {bad[0]!r}")
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def _flat(reading: Mapping[str, Any]) -> dict[str, Any]:
+    """A reading's parameters by dotted key (a joined axis "a,b" with value [x, y] sets a = x and b = y)."""
+    out: dict[str, Any] = {}
+    for key, value in reading.items():
+        keys = key.split(",")
+        out.update(zip(keys, value) if len(keys) > 1 else [(key, value)])
+    return out
 
 
 def _nest(flat: Mapping[str, Any]) -> dict:
     out: dict = {}
-    for key, value in flat.items():
+    for key, value in _flat(flat).items():
         node = out
         *head, last = key.split(".")
         for part in head:
@@ -70,28 +95,63 @@ def reading_text(reading: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in reading.items()) or "the config's reading"
 
 
-def _point(ctx: RunContext, kind, exp, seed: int, index: int) -> dict:
-    """Metrics and checks of the swept experiment under one reading and seed (cached in the checkpoint dir)."""
+def _canonical(x):
+    if isinstance(x, Mapping):
+        return {k: _canonical(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_canonical(v) for v in x]
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def params_digest(params: Mapping) -> str:
+    """A short digest of resolved parameters: readings that resolve alike share one run (and its cache file). A
+    number is read by its value (a grid's ``0`` is the config's ``0.0``)."""
+    text = json.dumps(_canonical(params), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
+    """Metrics and checks of the swept experiment under one reading and seed (cached in the checkpoint dir, keyed by
+    the resolved parameters)."""
     from fedrepro.aggregate import flatten
     from fedrepro.runio import atomic_write, to_jsonable
     from fedrepro.seeding import rng_for
 
-    # the job's own checkpoint dir, one file per (reading, seed): a cache, not part of the results layout
-    cache = ctx.checkpoint_dir / f"point_{index}_{seed}.json" if ctx.checkpoint_dir else None
+    # the job's own checkpoint dir, one file per (resolved parameters, seed): a cache, not part of the results layout
+    key = f"point_{params_digest(exp.params)}_{seed}"
+    if key in memo:
+        return memo[key]
+    cache = ctx.checkpoint_dir / f"{key}.json" if ctx.checkpoint_dir else None
     if cache is not None and cache.is_file():
-        return json.loads(cache.read_text())
+        memo[key] = json.loads(cache.read_text())
+        return memo[key]
     point_ctx = RunContext(exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config)
     out = kind.fn(exp.params, rng_for(exp.id, seed), point_ctx)
     doc = to_jsonable({"metrics": flatten(out.metrics),
-                       "checks": {k: {"passed": bool(c.passed), "detail": c.detail} for k, c in out.checks.items()}})
+                       "checks": {k: {"passed": bool(c.passed), "detail": c.detail, "value": c.value,
+                                      "expected": c.expected, "tolerance": c.tolerance}
+                                  for k, c in out.checks.items()}})
+    memo[key] = doc
     if cache is not None:
         text = json.dumps(doc)
         atomic_write(cache, lambda p: p.write_text(text))
     return doc
 
 
+def check_distance(c: Mapping) -> float | None:
+    """|value - expected| / tolerance of a check that states them (1 is the check's own boundary), else None."""
+    value, expected, tol = c.get("value"), c.get("expected"), c.get("tolerance")
+    if value is None or expected is None or not tol or tol <= 0:
+        return None
+    return abs(float(value) - float(expected)) / float(tol)
+
+
 def judge_row(t, points: list[dict], deterministic: bool) -> dict:
-    """One row under one reading, over its seeds: outcome, rebuilt mean/se, diff, tol, distance, detail."""
+    """One row under one reading, over its seeds: outcome, rebuilt mean/se, diff, tol, distance, detail. For a row
+    judged by checks the distance is the largest over its checks and seeds of |value - expected| / tolerance where
+    the checks state them (``numeric``), else 0 (holds) / 1 (fails)."""
     from fedrepro.report import verdict as v
 
     if t.check_names is not None:
@@ -99,7 +159,12 @@ def judge_row(t, points: list[dict], deterministic: bool) -> dict:
         if missing:
             raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no check {', '.join(missing)}")
         failed = [(c, p["checks"][c]["detail"]) for p in points for c in t.check_names if not p["checks"][c]["passed"]]
-        return {"outcome": v.DEVIATES if failed else v.REPRODUCED, "distance": float(bool(failed)),
+        dists = [check_distance(p["checks"][c]) for p in points for c in t.check_names]
+        numeric = all(d is not None for d in dists)
+        distance = max(dists) if numeric else float(bool(failed))
+        if numeric and failed:
+            distance = max(distance, 1.0)   # a failed check is at or beyond its boundary
+        return {"outcome": v.DEVIATES if failed else v.REPRODUCED, "distance": distance, "numeric": numeric,
                 "detail": failed[0][1] if failed else "; ".join(points[0]["checks"][c]["detail"] for c in t.check_names)}
     values = [p["metrics"].get(t.key) for p in points]
     if any(x is None for x in values):
@@ -108,7 +173,8 @@ def judge_row(t, points: list[dict], deterministic: bool) -> dict:
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
     return {"outcome": j.outcome, "rebuilt": float(arr.mean()), "se": j.se_rebuilt, "n": int(arr.size), "diff": j.diff,
-            "tol": j.tol, "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf, "detail": j.why}
+            "tol": j.tol, "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf, "numeric": True,
+            "detail": j.why}
 
 
 def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str | None) -> Check:
@@ -122,17 +188,26 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
 
     def value(j):
         if "rebuilt" not in j:
-            return j["detail"]
+            return j["detail"] + (f" (distance {j['distance']:.3g}, 1 = the check's boundary)"
+                                  if j["numeric"] and j["outcome"] != v.REPRODUCED else "")
+        undecided = f" ({j['outcome']}: {j['detail']})" if j["outcome"] not in (v.REPRODUCED, v.DEVIATES) else ""
         return (f"{j['rebuilt']:.4g} ± {j['se']:.2g} (n={j['n']}) vs printed {t.value_text}: |diff| {abs(j['diff']):.3g}"
-                f" vs tol {j['tol']:.3g}")
+                f" vs tol {j['tol']:.3g}{undecided}")
 
-    if good:
+    if good and all(j["numeric"] for _, j in good):
         best_r, best_j = min(good, key=lambda rj: rj[1]["distance"])
         text = (f"reproduced under {len(good)} of {n} readings; closest: {reading_text(best_r)}: {value(best_j)}; "
                 f"{at_config}: {config_j['outcome']}")
-    else:
+    elif good:   # pass/fail checks: the readings under which it holds (the first few), none 'closest'
+        names = "; ".join(reading_text(r) if r else "the config's" for r, _ in good[:6])
+        more = f"; and {len(good) - 6} more" if len(good) > 6 else ""
+        text = (f"reproduced under {len(good)} of {n} readings: {names}{more} (first: {value(good[0][1])}); "
+                f"{at_config}: {config_j['outcome']}")
+    elif all(j["numeric"] for _, j in judged):
         best_r, best_j = min(judged, key=lambda rj: rj[1]["distance"])
         text = f"no reading of the {n} in the ranges reproduces it; closest: {reading_text(best_r)}: {value(best_j)}"
+    else:   # pass/fail checks without a distance: no reading is 'closest'
+        text = f"no reading of the {n} in the ranges reproduces it; {at_config}: {value(config_j)}"
     if fix:
         text = f"implementation fixed: {fix}; {text}"
     if issue:
@@ -140,9 +215,24 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
     return Check(bool(good), text)
 
 
-@experiment_kind("forensic_sweep", SCHEMA, deterministic=True,
+def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
+    """What a sweep reads besides its parameters: the swept experiment's entry and the registry rows it explains
+    (so the workflow reruns the sweep when either changes)."""
+    from dataclasses import asdict
+
+    from fedrepro.config import load_paper, resolve_path
+    from fedrepro.report.registry import load_registry
+
+    paper = exp_id.split(".", 1)[0]
+    entry = load_paper(cfg, paper)["experiments"].get(p["experiment"])
+    targets = {t.id: asdict(t) for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
+               if t.id in set(p["rows"])}
+    return {"experiment": entry, "rows": targets}
+
+
+@experiment_kind("forensic_sweep", SCHEMA, deterministic=True,  # its seeds are params, not the rng
                  metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings"),
-                 checks=("conclusion.*", "joint"))  # its seeds are params, not the rng
+                 checks=("conclusion.*", "joint"), reads=swept_inputs)
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path
     from fedrepro.report.registry import load_registry
@@ -162,14 +252,21 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     if wrong:
         raise ConfigError(f"{ctx.exp_id}: params.rows: {', '.join(wrong)} are rows of another experiment than "
                           f"{swept_id}")
-    grid = [{}] + readings(p["grid"])   # the config's own reading first
-    seeds = p.get("seeds", [0])
-    table, per_row = [], {t.id: [] for t in rows}
-    for i, reading in enumerate(grid):
+    # the config's own reading first; a grid reading that resolves to the parameters of an earlier one (e.g. the
+    # config's values) is that reading, counted once
+    grid, resolved, seen = [], [], set()
+    for reading in [{}] + readings(p["grid"]):
         exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p.get("fixed") or {}, _nest(reading)))
+        if params_digest(exp.params) not in seen:
+            seen.add(params_digest(exp.params))
+            grid.append(reading)
+            resolved.append(exp)
+    seeds = p.get("seeds", [0])
+    table, per_row, memo = [], {t.id: [] for t in rows}, {}
+    for i, (reading, exp) in enumerate(zip(grid, resolved)):
         kind = get_kind(exp.kind)
         point_seeds = seeds[:1] if kind.deterministic else seeds
-        points = [_point(ctx, kind, exp, s, i) for s in point_seeds]
+        points = [_point(ctx, kind, exp, s, memo) for s in point_seeds]
         for t in rows:
             j = judge_row(t, points, kind.deterministic)
             per_row[t.id].append((reading, j))
@@ -177,6 +274,7 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
                           **{f"axis.{k}": str(v) for k, v in reading.items()}, "row": t.id,
                           "printed": t.value if t.value is not None else np.nan,
                           **{k: j.get(k, np.nan) for k in ("rebuilt", "se", "n", "diff", "tol", "distance")},
+                          "numeric": j["numeric"],
                           "outcome": j["outcome"], "detail": j["detail"]})
     checks = {f"conclusion.{t.id}": conclusion(t, per_row[t.id], (p.get("implementation_fix") or {}).get(t.id),
                                                (p.get("paper_issue") or {}).get(t.id)) for t in rows}
@@ -199,5 +297,6 @@ def forensic_experiments(doc: Mapping) -> dict[str, Mapping]:
     return {name: e for name, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"}
 
 
-__all__ = ["conclusion", "forensic_experiments", "forensic_sweep", "judge_row", "readings"]
+__all__ = ["check_distance", "conclusion", "forensic_experiments", "forensic_sweep", "judge_row", "params_digest",
+           "readings", "swept_inputs"]
 

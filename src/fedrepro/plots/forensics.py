@@ -1,5 +1,6 @@
 """The figure of a forensic sweep (fedrepro.experiments.forensics): per row, the rebuilt value under every reading
-beside the printed value and its tolerance band (a row judged by checks: passes / fails per reading)."""
+beside the printed value and its tolerance band (a row judged by checks: its distance to the check's boundary where
+the checks state one, else passes / fails per reading)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def forensic_sweep(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) 
             ax.errorbar(x, g["rebuilt"], yerr=1.96 * g["se"].fillna(0), fmt="none", ecolor="0.4", lw=0.8)
             ax.scatter(x, g["rebuilt"], c=colors, s=18, zorder=3, label="rebuilt (colour: verdict)")
             ylabel = "rebuilt value"
+        elif "numeric" in g and g["numeric"].all():   # checks that state value, expected and tolerance
+            ax.axhline(1.0, color="k", lw=1, label="the check's boundary")
+            ax.scatter(x, g["distance"].clip(lower=1e-3), c=colors, s=18, zorder=3, label="distance (colour: verdict)")
+            ax.set_yscale("log")
+            ylabel = "|value - expected| / tolerance"
         else:
             ax.scatter(x, (g["outcome"] == "reproduced").astype(float), c=colors, s=18)
             ax.set_yticks([0, 1], ["fails", "holds"])

@@ -210,7 +210,8 @@ def forensic_evidence(cfg: Mapping, paper: str, doc: Mapping, built) -> dict[str
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:
-                text = f"forensics {paper}.{name}: {check['detail']}"
+                grid = "" if summary.get("effective_scale") == "paper" else " (its quick grid)"
+                text = f"forensics {paper}.{name}{grid}: {check['detail']}"
             out.setdefault(row, []).append(text)
     return out
 

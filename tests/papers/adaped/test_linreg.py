@@ -152,7 +152,7 @@ def _run(seed=0, **over):
 def test_kind_is_deterministic_and_keys():
     a, b, c = _run(0), _run(0), _run(1)
     assert a.metrics == b.metrics and a.metrics != c.metrics
-    assert set(a.metrics) == {"mse", "gain_vs_local_pct", "gain_vs_fedavg_pct", "alt_vs_known_increase_pct"}
+    assert set(a.metrics) == {"mse", "gain_vs_local_pct", "gain_vs_fedavg_pct", "alt_vs_known_increase_pct", "bound"}
     assert set(a.metrics["mse"]) == {"local", "fedavg", "known", "alternating"}
     mse = a.metrics["mse"]
     assert a.metrics["gain_vs_local_pct"] == pytest.approx(100 * (mse["local"] - mse["alternating"]) / mse["local"])
@@ -169,3 +169,72 @@ def test_stationary_check_passes_or_fails_with_the_setting():
     assert not bad.checks["alg4_reaches_stationary_point"].passed
     good = _run(0, m=300, n=30, d=5, sigma_theta2=0.5, sigma_x2=1.0, mu_std=1.0, x_var=1.0)
     assert good.checks["alg4_reaches_stationary_point"].passed, good.checks["alg4_reaches_stationary_point"].detail
+
+
+# --- App. K's bounds (the forensics' closed forms) -------------------------------------------------------------
+
+def test_null_space_floor_matches_the_projects_monte_carlo():
+    """E||P_null theta_i||^2 = (d - n)/d (||mu||^2 + d s_theta^2): the pinv local estimator's bias (its error in the
+    null space of X_i, exact given X_i and theta_i) averaged over the project's simulated clients; and no local
+    estimator (pinv, ridge) has a lower MSE."""
+    m, n, d, st2 = 20000, 10, 50, 0.01
+    D = lr.simulate(m, n, d, st2, 0.05, 0.1, 0.05, np.random.default_rng(4))
+    spec = lr.Spectrum.of(D.X, D.Y)
+    Vth = spec._V(D.theta)
+    bias = (D.theta**2).sum(1) - (Vth**2).sum(1)
+    floor = lr.null_space_floor(D.mu, st2, n)
+    assert abs(bias.mean() - floor) <= 4 * bias.std(ddof=1) / math.sqrt(m)
+    for est in (lr.local_estimate(spec, "pinv"), lr.local_estimate(spec, "ridge", 0.5)):
+        assert ((est - D.theta) ** 2).sum(1).mean() >= floor
+    assert lr.null_space_floor(D.mu, st2, d + 1) == 0.0
+
+
+def test_no_personalized_estimator_beats_the_mmse_bound():
+    out = _run(0)
+    mse, bound = out.metrics["mse"], out.metrics["bound"]
+    assert mse["alternating"] > mse["known"]
+    assert out.metrics["gain_vs_fedavg_pct"] < bound["gain_vs_fedavg_max_pct"]
+    assert out.metrics["gain_vs_local_pct"] < bound["gain_vs_local_max_pct"]
+
+
+def test_personalized_reading_known_scores_eq47():
+    out = _run(0, personalized="known")
+    mse = out.metrics["mse"]
+    assert out.metrics["gain_vs_fedavg_pct"] == pytest.approx(out.metrics["bound"]["gain_vs_fedavg_max_pct"])
+    assert out.metrics["gain_vs_local_pct"] == pytest.approx(100 * (mse["local"] - mse["known"]) / mse["local"])
+    assert "alg4_reaches_stationary_point" not in _run(0, stationary_search=False).checks
+
+
+def test_printed_gain_checks_pass_or_fail():
+    from fedrepro.papers.adaped.experiments.linreg import printed_gains_checks
+
+    mse = {"known": 0.468, "fedavg": 0.501, "local": 1.053, "alternating": 0.743}   # App. K d = 50, pooled LS
+    paper = printed_gains_checks((8.0, 0.8), (14.8, 1.2), mse, floor=0.797)
+    assert not paper["printed_fedavg_gain_within_mmse_bound"].passed      # 14.8 ± 1.2 vs at most 6.6%
+    assert not paper["printed_gain_ordering_possible"].passed             # needs FedAvg worse than any local
+    fine = printed_gains_checks((50.0, 1.0), (5.0, 1.0), mse, floor=0.797)
+    assert all(c.passed for c in fine.values())
+
+
+def test_the_printed_rows_are_read_from_the_registry():
+    from fedrepro.config import load_global, resolve_experiment
+
+    cfg = load_global()
+    exp = resolve_experiment(cfg, "adaped.linreg_d50", "quick", {"m": 300, "stationary_search": False})
+    out = personalized_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0, config=cfg))
+    assert "printed gain vs FedAvg 14.8 ± 1.2" in out.checks["printed_fedavg_gain_within_mmse_bound"].detail
+    with pytest.raises(Exception, match="reads the registry"):
+        personalized_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0))
+
+
+def test_a_reused_population_gives_the_same_result_as_a_fresh_one():
+    from fedrepro.papers.adaped.experiments import linreg as kind
+
+    first = _run(0, stationary_search=False)
+    again = _run(0, stationary_search=False)                  # the kept population
+    kind._POPULATIONS.clear()
+    fresh = _run(0, stationary_search=False)
+    assert first.metrics == again.metrics == fresh.metrics
+    assert _run(1, stationary_search=False).metrics != first.metrics   # another seed: another population
+    other = _run(0, stationary_search=False, mu_std=0.2)                # a parameter of the draw: another population
+    assert other.metrics["mse"]["local"] != first.metrics["mse"]["local"]

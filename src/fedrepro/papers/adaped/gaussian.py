@@ -34,10 +34,17 @@ def personalized(xbar: np.ndarray, a: float, mu_hat: np.ndarray) -> np.ndarray:
     return a * xbar + (1.0 - a) * mu_hat
 
 
-def projection_bound(r: float, sigma_theta: float, sigma_x: float, m: int, n: int) -> float:
-    """b = r + s_theta sqrt(log(m^2 n)) + (s_x/sqrt(n)) sqrt(log(m^2 n)) (Thm 2)."""
+B_RULES = ("theorem", "proof_c2")
+
+
+def projection_bound(r: float, sigma_theta: float, sigma_x: float, m: int, n: int, rule: str = "theorem") -> float:
+    """The projection bound b of the LDP mechanism. theorem: b = r + s_theta L + (s_x/sqrt(n)) L, L = sqrt(log(m^2 n))
+    (Thm 2); proof_c2: App. B.2.1's c2 = sqrt(s_theta^2 log(m^2 n) / n) in place of s_theta L, i.e. s_theta L / sqrt(n)."""
+    if rule not in B_RULES:
+        raise ValueError(f"projection bound rule {rule!r}: one of {', '.join(B_RULES)}")
     L = math.sqrt(math.log(m * m * n))
-    return r + sigma_theta * L + sigma_x / math.sqrt(n) * L
+    spread = sigma_theta * L if rule == "theorem" else sigma_theta * L / math.sqrt(n)
+    return r + spread + sigma_x / math.sqrt(n) * L
 
 
 def ldp_noise_std(b: float, eps0: float, delta: float) -> float:
@@ -65,6 +72,57 @@ def mse_shrinkage(a: float, sigma_theta: float, sigma_x: float, n: int, m: int, 
     s = sigma_x**2 / n
     return d * (a * a * s + (1 - a) ** 2 * (s + sigma_q**2) / m + 2 * a * (1 - a) * s / m
                 + (1 - a) ** 2 * sigma_theta**2 * (m - 1) / m)
+
+
+def clipped_normal_moments(mu: float, tau: float, b: float) -> tuple[float, float, float]:
+    """E[c], E[c^2] and P(|Y| < b) of c = Proj_[-b,b](Y), Y ~ N(mu, tau^2)."""
+    from scipy.stats import norm
+
+    lo, hi = (-b - mu) / tau, (b - mu) / tau
+    p_in = norm.cdf(hi) - norm.cdf(lo)
+    p_lo, p_hi = norm.cdf(lo), norm.sf(hi)
+    dens = norm.pdf(lo) - norm.pdf(hi)
+    ey_in = mu * p_in + tau * dens
+    ey2_in = mu**2 * p_in + 2 * mu * tau * dens + tau**2 * (p_in + lo * norm.pdf(lo) - hi * norm.pdf(hi))
+    return -b * p_lo + ey_in + b * p_hi, b * b * (p_lo + p_hi) + ey2_in, p_in
+
+
+def mse_dp_exact(a: float, sigma_theta: float, sigma_x: float, n: int, m: int, mu: float, b: float, noise_var: float,
+                 d: int = 1) -> float:
+    """Exact MSE of the DP personalized estimator a Xbar_i + (1-a) mu_q, mu_q = mean_k Proj_[-b,b](Xbar_k) + N(0, V)
+    with V = noise_var (the mean's noise; sigma_q^2/m for per-client noise), per coordinate times d.
+
+    Y_k = Xbar_k ~ N(mu, s_theta^2 + s), s = s_x^2/n, c_k = Proj(Y_k). With the clipped-normal moments M1, M2 and
+    Stein's lemma (E[theta c(Y)] = mu M1 + s_theta^2 P(|Y| < b), E[eps c(Y)] = s P(|Y| < b)):
+    MSE = a^2 s + (1-a)^2 E[(mu_q - theta_i)^2] + 2a(1-a) s P(|Y| < b)/m. Without projection (b -> inf) and
+    V = sigma_q^2/m it is eq. (19) (:func:`mse_shrinkage`), which ignores the projection.
+    """
+    s = sigma_x**2 / n
+    M1, M2, p_in = clipped_normal_moments(mu, math.sqrt(sigma_theta**2 + s), b)
+    e_own = M2 / m**2 - 2 * (mu * M1 + sigma_theta**2 * p_in) / m + mu**2 + sigma_theta**2   # E[(c_i/m - theta_i)^2]
+    rest_mean, rest_var = (m - 1) * M1 / m, (m - 1) * (M2 - M1**2) / m**2                      # the other m - 1 terms
+    e_mq = e_own + 2 * (M1 / m - mu) * rest_mean + rest_var + rest_mean**2 + noise_var
+    return d * (a * a * s + (1 - a) ** 2 * e_mq + 2 * a * (1 - a) * s * p_in / m)
+
+
+def largest_recovering_sigma_q(target: float, sigma_theta: float, sigma_x: float, n: int, m: int, mu: float,
+                               b: float, a_rule: str = "eq5", d: int = 1) -> float:
+    """The largest per-client noise std sigma_q at which the DP estimator's exact MSE (eq. (5)'s a, or Thm 1's for
+    a_rule "nonprivate") is still <= target; 0 when even sigma_q = 0 misses it (the MSE grows with sigma_q)."""
+    from scipy.optimize import brentq
+
+    def excess(sq: float) -> float:
+        a = shrinkage_weight(sigma_theta, sigma_x, n, sq, m) if a_rule == "eq5" else shrinkage_weight(sigma_theta, sigma_x, n)
+        return mse_dp_exact(a, sigma_theta, sigma_x, n, m, mu, b, sq**2 / m, d) - target
+
+    if excess(0.0) > 0:
+        return 0.0
+    hi = 1.0
+    while excess(hi) <= 0:
+        hi *= 2
+        if hi > 1e9:
+            return math.inf
+    return brentq(excess, 0.0, hi, xtol=1e-10)
 
 
 def remark1_ratio(m: int, n: int, sigma_x2: float, sigma_theta2: float) -> float:

@@ -155,6 +155,22 @@ def local_estimate(spec: Spectrum, kind: str = "pinv", ridge: float = 0.0, margi
     raise ValueError(f"unknown local estimator {kind!r} (known: {', '.join(LOCAL_KINDS)})")
 
 
+def null_space_floor(mu: np.ndarray, sigma_theta2: float, n: int) -> float:
+    """The smallest expected MSE of any estimator of theta_i from client i's data alone (given mu's law is centred
+    at 0), for isotropic X_i with n < d: nothing about theta_i is learnt in the (d - n)-dim null space of X_i, a
+    uniformly random subspace, so E||P_null theta_i||^2 = (d - n)/d (||mu||^2 + d s_theta^2) is lost (0 when n >= d).
+    Averaged over mu ~ N(0, mu_std^2 I) it is (d - n)(mu_std^2 + s_theta^2) (App. K: 0.80 at d = 50, 1.80 at d = 100)."""
+    d = mu.shape[0]
+    return max(d - n, 0) / d * (float(mu @ mu) + d * sigma_theta2)
+
+
+def mmse_gain_bound_pct(mse_known: float, mse_reference: float) -> float:
+    """The largest MSE gain (%) over a reference estimator that any personalized estimator can have: eq. (47) with the
+    true mu and variances is the MMSE estimator of theta_i (the other clients' data are independent of theta_i given
+    mu), so no estimator's expected MSE is below E Tr(M_i^-1) (eq. 48)."""
+    return 100.0 * (1.0 - mse_known / mse_reference)
+
+
 FEDAVG_KINDS = ("pooled_ls", "mean_local")
 
 

@@ -30,7 +30,7 @@ def dp_estimation_mse(spec: Mapping, summary: dict, histories: list[pd.DataFrame
     _band(ax, x, stack["mse_local"], "Local Estimator", marker="o", ms=3)
     _band(ax, x, stack["mse_personalized"], "Personalized Estimator", marker="s", ms=3)
     _band(ax, x, stack["mse_dp"], "DP Personalized Estimator", marker="^", ms=3)
-    ax.plot(x, stack["mse_dp_closed_form"][0], "k:", lw=1, label="DP closed form (eq. 19)")
+    ax.plot(x, stack["mse_dp_closed_form"][0], "k:", lw=1, label="DP exact (eq. 19 with the projection)")
     return finish_axes(ax, r"$\epsilon_0$", "MSE (in 1e-2)", spec["artifact"], legend_size=7)
 
 

@@ -149,8 +149,11 @@ def test_stall_requires_global_to_have_stopped_improving():
     assert syn.global_stops_improving(best, alphas, 0.5).passed                          # later-better part only
     stall = {"window": 20, "max_drop": 0.1}
     assert not syn.global_stops_improving(best, alphas, 0.5, stall).passed              # still 32% lower
+    c = syn.global_stops_improving(best, alphas, 0.5, stall)
+    assert c.value / c.tolerance > 3                          # its distance for forensics: a 32% drop vs 10% allowed
     best[(0.0, math.inf)] = 100 * np.exp(-t / 5) + 0.5                                  # flat at 0.5 by the end
-    assert syn.global_stops_improving(best, alphas, 0.5, stall).passed
+    c = syn.global_stops_improving(best, alphas, 0.5, stall)
+    assert c.passed and c.value / c.tolerance < 1
 
 
 def test_small_run_with_the_claim_readings():
@@ -162,3 +165,14 @@ def test_small_run_with_the_claim_readings():
     with pytest.raises(ConfigError):
         get_kind("ppsgd_synthetic").fn(dict(p, compare_alphas=[0, 10]), np.random.default_rng(0),
                                        RunContext("ppsgd.t", 0))
+
+
+def test_the_crossing_check_states_its_distance_to_the_window():
+    p = dict(SMALL, crossing={"sigmas": [100.0], "window": [1, 25], "rule": "dominates_from"})
+    c = get_kind("ppsgd_synthetic").fn(p, np.random.default_rng(0), RunContext("ppsgd.t", 0)).checks[
+        "local_overtakes_joint_at_large_noise"]
+    assert (c.expected, c.tolerance) == (13.0, 12.0) and (abs(c.value - 13) <= 12) == c.passed
+    far = get_kind("ppsgd_synthetic").fn(dict(p, crossing=dict(p["crossing"], window=[200, 300])),
+                                         np.random.default_rng(0), RunContext("ppsgd.t", 0)).checks[
+        "local_overtakes_joint_at_large_noise"]
+    assert not far.passed and abs(far.value - far.expected) > far.tolerance

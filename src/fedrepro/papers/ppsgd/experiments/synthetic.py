@@ -242,13 +242,19 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
     judged = {s: crossings[s] for s in p["crossing"]["sigmas"] if s in crossings}
     if judged:
         inside = [c is not None and window[0] <= c <= window[1] for c in judged.values()]
-        ok = any(inside) if p["crossing"].get("mode", "all") == "any" else all(inside)
+        mode_any = p["crossing"].get("mode", "all") == "any"
+        ok = any(inside) if mode_any else all(inside)
+        # distance to the window in half-widths (<= 1 inside), a crossing never reached read as T + 1: the judged
+        # sigma nearest the window (mode any) or farthest from it (all)
+        centre, half = (window[0] + window[1]) / 2, max((window[1] - window[0]) / 2, 0.5)
+        at = [float(c) if c is not None else float(T + 1) for c in judged.values()]
+        nearest = (min if mode_any else max)(at, key=lambda c: abs(c - centre))
         checks["local_overtakes_joint_at_large_noise"] = Check(
             ok, ("first iteration where" if rule == "first" else "iteration from which (through the end)") +
             f" alpha_c = 0 has lower excess risk than every compared alpha_c > 0 curve "
             f"({', '.join(alpha_label(a) for a in compared if a > 0)}; best over steps), need within "
             f"[{window[0]}, {window[1]}] (paper: 'after about 200 iterations'): " + "; ".join(
-                f"sigma={s:g}: {c if c is not None else 'never'}" for s, c in judged.items()))
+                f"sigma={s:g}: {c if c is not None else 'never'}" for s, c in judged.items()), nearest, centre, half)
     else:
         checks["local_overtakes_joint_at_large_noise"] = Check(
             False, "no crossing computed: needs alpha_c = 0 and some alpha_c > 0 and crossing.sigmas within sigmas")
@@ -316,6 +322,9 @@ def global_stops_improving(best: dict, alphas: list[float], floor: float, stall:
     drop = 1.0 - g[-1] / g[-1 - last] if g[-1 - last] > 0 else 0.0
     ok = bool(finite[a_best] < g[-1]) and (stall is None or drop < stall["max_drop"])
     need = f" (need < {100 * stall['max_drop']:.0f}%)" if stall else ""
-    return Check(ok, f"sigma = 0, final excess risk: alpha = inf {g[-1]:.4g} (global floor {floor:.3g}, "
-                     f"{100 * drop:.1f}% lower than {last} iterations before{need}) vs best finite alpha Q "
-                     f"{alpha_label(a_best)} {finite[a_best]:.4g}", float(finite[a_best]), float(g[-1]))
+    detail = (f"sigma = 0, final excess risk: alpha = inf {g[-1]:.4g} (global floor {floor:.3g}, {100 * drop:.1f}% "
+              f"lower than {last} iterations before{need}) vs best finite alpha Q {alpha_label(a_best)} "
+              f"{finite[a_best]:.4g}")
+    if stall:   # distance: alpha = inf's last drop over the allowed one (a failed comparison of the ends adds >= 1)
+        return Check(ok, detail, float(max(drop, 0.0)), 0.0, float(stall["max_drop"]))
+    return Check(ok, detail, float(finite[a_best]), float(g[-1]))
