@@ -43,6 +43,7 @@ from torch.nn import functional as F
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from fedrepro.data.fedformat import FederatedDataset
+from fedrepro.learning import batched_cnn
 from fedrepro.learning.checkpoint import Checkpointer, pack, restore
 from fedrepro.learning.data import ClientData
 from fedrepro.seeding import rng_for
@@ -53,12 +54,24 @@ Params = dict[str, Tensor]
 # ------------------------------------------------------------------------------------------ stacked parameters
 
 class Net:
-    """Functional, client-batched view of a template module (its own parameters are only the initialization)."""
+    """Functional, client-batched view of a template module (its own parameters are only the initialization).
 
-    def __init__(self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None):
+    ``gemm``: under ``vmap``, compute a :class:`~fedrepro.learning.models.ConvNet` in the im2col + matrix-product
+    formulation of :mod:`fedrepro.learning.batched_cnn` (the same function, faster on CPU than the grouped
+    convolutions ``vmap`` makes of ``F.conv2d``: benchmarks/RESULTS.md). Default (None): on CPU, for the models it
+    supports; the CUDA path keeps ``F.conv2d`` (cuDNN; the formulation is untimed on a GPU). The per-client loop
+    (``vectorize=False``) always runs the module's own forward: it is the reference."""
+
+    def __init__(self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None,
+                 gemm: bool | None = None):
         self.model = model
         self.vectorize = vectorize
         self.chunk_size = chunk_size
+        if gemm is None:
+            gemm = batched_cnn.supports(model) and all(p.device.type == "cpu" for p in model.parameters())
+        elif gemm and not batched_cnn.supports(model):
+            raise ValueError(f"gemm=True: {type(model).__name__} is not a ConvNet the batched formulation supports")
+        self.gemm = gemm
 
     def params(self) -> Params:
         """A detached copy of the template's parameters (one client, no client axis)."""
@@ -70,6 +83,8 @@ class Net:
 
     def logits(self, params: Params, x: Tensor) -> Tensor:
         """Forward of one client: params without client axis, x (B, *feature_shape) -> (B, n_classes)."""
+        if self.gemm and self.vectorize:
+            return batched_cnn.logits(self.model, params, x)
         return functional_call(self.model, params, (x,))
 
     def map(self, fn: Callable, *args: Any) -> Any:
@@ -232,13 +247,19 @@ def summarize(ev: dict[str, np.ndarray]) -> dict[str, float]:
 
 @contextlib.contextmanager
 def _deterministic(on: bool) -> Iterator[None]:
+    """Deterministic kernels. Not torch's companion setting that fills every new tensor with NaN (to expose reads
+    of uninitialized memory): one more write of every op's output, ~5% of a batched LeNet5 step (measured 113 ->
+    107 ms per 50-client step on the 2-core VM), and no op here reads memory it did not write."""
     prev, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
     if on:
         torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(prev, warn_only=warn)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 def _template(model: nn.Module | Callable[[], nn.Module], seed: int, device: torch.device) -> nn.Module:
@@ -279,7 +300,8 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     ``torch.manual_seed(seed)``. Exactly one of ``rounds`` and ``epochs``. ``clients_per_round`` K (default all).
     ``callback(info)`` after every round: round, iteration, train_loss of the round, and ``eval`` when evaluated.
     ``checkpoint``: save the loop every ``checkpoint.every`` rounds and resume from a matching checkpoint; a resumed
-    run returns exactly what the uninterrupted run would (tested by killing one).
+    run returns exactly what the uninterrupted run would (tested by killing one). ``chunk_size``: clients per
+    vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients`.
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
@@ -302,6 +324,9 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     history: list[dict] = []
     with _deterministic(deterministic):
         net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size)
+        if chunk_size is None and vectorize and net.gemm:
+            net.chunk_size = batched_cnn.chunk_clients(net.model, data.feature_shape,
+                                                       batch_size * algorithm.batches_per_step)
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
         saved = checkpoint.load() if checkpoint is not None else None
