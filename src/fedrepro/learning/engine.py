@@ -146,6 +146,17 @@ def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params
     return net.map(grad_and_value(lambda p, xb, yb: ce_loss(net, p, xb, yb)), params, x, y)
 
 
+def client_sgd(net: Net, params: Params, x: Tensor, y: Tensor, lr: float | Tensor,
+               weight_decay: float = 0.0) -> tuple[Params, Tensor]:
+    """One SGD step of every client on its minibatch: (parameters after the step, losses). The same arithmetic as
+    :func:`client_grads` then :func:`sgd`, with each client's update done inside the mapped step, while its
+    gradients are still in cache (an update of all stacked parameters afterwards reads them from memory again)."""
+    def step(p: Params, xb: Tensor, yb: Tensor) -> tuple[Params, Tensor]:
+        g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
+        return sgd(p, g, lr, weight_decay), loss
+    return net.map(step, params, x, y)
+
+
 def loop_grads(model: nn.Module, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
     """Reference for :func:`client_grads`: a Python loop over clients with plain autograd."""
     grads, losses = [], []
@@ -373,6 +384,6 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     return history
 
 
-__all__ = ["Algorithm", "EvalContext", "Net", "Params", "ce_loss", "client_grads", "evaluate", "expand",
+__all__ = ["Algorithm", "EvalContext", "Net", "Params", "ce_loss", "client_grads", "client_sgd", "evaluate", "expand",
            "loop_grads", "mean", "n_rounds", "put", "resolve_device", "sgd", "split_batches", "stack", "summarize",
            "take", "train"]
