@@ -139,6 +139,17 @@ def test_net_switches_formulation(monkeypatch):
     assert calls == [1]
 
 
+def test_train_gemm_switch(quadrants):
+    """engine.train(gemm=...): both formulations give the same history; an unsupported model is refused."""
+    kw = dict(batch_size=5, lr=0.2, rounds=3, tau=3, clients_per_round=4, seed=1)
+    on = engine.train(FedAvg(), quadrants, small_cnn, gemm=True, **kw)
+    off = engine.train(FedAvg(), quadrants, small_cnn, gemm=False, **kw)
+    for a, b in zip(on, off):
+        assert a == pytest.approx(b, abs=1e-6)
+    with pytest.raises(ValueError, match="gemm=True"):
+        engine.train(FedAvg(), quadrants, lambda: MLP(64, 4), gemm=True, **kw)
+
+
 # --------------------------------------------------------------------------------------- every algorithm
 
 N_CLIENTS = 8

@@ -301,7 +301,7 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
           batch_size: int, lr: float, rounds: int | None = None, epochs: float | None = None, tau: int = 10,
           clients_per_round: int | None = None, lr_decay: float = 1.0, iters_per_epoch: int | None = None,
           seed: int = 0, eval_every: int = 1, device: str | torch.device = "cpu", vectorize: bool = True,
-          chunk_size: int | None = None, eval_rows: int = 4096, deterministic: bool = True,
+          chunk_size: int | None = None, eval_rows: int = 4096, deterministic: bool = True, gemm: bool | None = None,
           callback: Callable[[dict], None] | None = None, checkpoint: Checkpointer | None = None) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
@@ -313,6 +313,7 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     ``checkpoint``: save the loop every ``checkpoint.every`` rounds and resume from a matching checkpoint; a resumed
     run returns exactly what the uninterrupted run would (tested by killing one). ``chunk_size``: clients per
     vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients`.
+    ``gemm``: that formulation on or off (:class:`Net`; default: on CPU for the CNNs it supports).
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
@@ -334,7 +335,7 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
 
     history: list[dict] = []
     with _deterministic(deterministic):
-        net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size)
+        net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size, gemm=gemm)
         if chunk_size is None and vectorize and net.gemm:
             net.chunk_size = batched_cnn.chunk_clients(net.model, data.feature_shape,
                                                        batch_size * algorithm.batches_per_step)
