@@ -7,10 +7,10 @@ Not a test. FedAvg, LeNet5, tau = 10 local steps per round, synthetic LeNet5-sha
 Each point is one child process (so that its peak RSS, VmHWM, is its own): one warm-up round, then timed rounds
 until ``--budget`` seconds (at least one). Sweeps: clients per round K at batch 20, and batch size B at K = 50.
 
-Memory: the engine batches all K clients of a step at once by default; its activations grow with K x B (im2col
-columns, conv outputs; ~0.3 MB per image for LeNet5 forward + backward). ``--chunk N`` runs the vmapped step N
-clients at a time (``engine.train(chunk_size=N)``), which bounds them. The table shows where RSS reaches the
-machine's memory for the default.
+Memory: on CPU the engine runs the vmapped CNN step in chunks of clients whose im2col buffers stay within
+``batched_cnn.CHUNK_BYTES`` (``batched_cnn.chunk_clients``), so its activations do not grow with K; what grows with
+K is the per-client state (data, stacked parameters). ``--chunk N`` sets the chunk instead
+(``engine.train(chunk_size=N)``). The peak-RSS column shows how far that is from the machine's memory.
 
     python benchmarks/cost_curves.py                             # K = 10 .. 1000, B = 5 .. 200 (~30 min)
     python benchmarks/cost_curves.py --clients 10 100 --batches 20 --budget 5
