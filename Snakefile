@@ -5,8 +5,23 @@ from snakemake.utils import min_version
 
 min_version("8.0")
 
+# Read before Snakemake does: for a YAML syntax error its own message names neither the file nor the line.
+from pathlib import Path
 
-configfile: "config/config.yaml"
+from snakemake.exceptions import WorkflowError
+
+from fedrepro.config import read_yaml
+from fedrepro.errors import FedreproError
+
+CONFIG_FILE = "config/config.yaml"
+if Path(CONFIG_FILE).is_file():
+    try:
+        read_yaml(CONFIG_FILE)
+    except FedreproError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+configfile: CONFIG_FILE
 
 
 # `snakemake --report report.html` after a run: the replication table, every figure captioned with its paper
@@ -35,4 +50,4 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_outputs(),
+        all_outputs,

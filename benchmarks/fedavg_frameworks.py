@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fl_setting as S  # noqa: E402
 
 from fedrepro.learning import engine  # noqa: E402
+from fedrepro.learning.net import expand  # noqa: E402
 from fedrepro.learning.data import ClientData  # noqa: E402
 from fedrepro.learning.fedavg import FedAvg  # noqa: E402
 from fedrepro.learning.models import LeNet5  # noqa: E402
@@ -263,7 +264,7 @@ def main() -> None:
 
     ref = next(iter(params))
     agreement = {f"{p}/{t}": max_diff(params[ref], v) for (p, t), v in params.items()}
-    ev = engine.evaluate(engine.Net(LeNet5()), engine.expand(params[ref], data.n_clients), data, "test")
+    ev = engine.evaluate(engine.Net(LeNet5()), expand(params[ref], data.n_clients), data, "test")
     best, best_round = {}, {}  # best measurement (mean over its timed rounds) and best single round, per path
     for row in results:
         best[row["path"]] = max(best.get(row["path"], 0.0), row["rounds_per_s"])

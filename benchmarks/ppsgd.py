@@ -1,4 +1,4 @@
-"""PPSGD synthetic (Fig. 1a of Bietti et al. 2022): fedrepro's vectorized ``fedrepro.ppsgd.exp`` vs a faithful
+"""PPSGD synthetic (Fig. 1a of Bietti et al. 2022): fedrepro's vectorized ``fedrepro.papers.ppsgd.ppsgd_exp`` vs a faithful
 re-implementation of the official code's numpy loop. Not a test; results go to benchmarks/results/ppsgd.json.
 
 The official code (github.com/albietz/ppsgd, ``main_synthetic.py::training_priv``; notes ppsgd.md §2.4) runs one
@@ -37,9 +37,9 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fl_setting as S  # noqa: E402  (machine description, load average)
 
-from fedrepro.experiments.ppsgd_synthetic import draw_problem, excess_risk, train_grid  # noqa: E402
-from fedrepro.ppsgd import exp  # noqa: E402
-from fedrepro.ppsgd.stepsizes import parse_alpha, step_size_arrays, step_sizes  # noqa: E402
+from fedrepro.papers.ppsgd.experiments.synthetic import draw_problem, excess_risk, train_grid  # noqa: E402
+from fedrepro.papers.ppsgd import ppsgd_exp  # noqa: E402
+from fedrepro.papers.ppsgd.stepsizes import parse_alpha, step_size_arrays, step_sizes  # noqa: E402
 from fedrepro.privacy import epsilon_curve  # noqa: E402
 
 GRIDS = {"quick": {"steps": [0.2, 0.7, 1.5], "alphas": [0, 0.3, 1, "inf"]},
@@ -128,7 +128,7 @@ def official_grid(ds, grid, *, sigma, niter, noise=None, accountant=True, user_l
             else np.unique(np.linspace(0, len(grid) - 1, configs).round().astype(int)))
     for g in pick:
         step, alpha = grid[g]
-        eta_w, eta_theta = step_sizes(step, alpha)            # the code's map (fedrepro.ppsgd.stepsizes, tested)
+        eta_w, eta_theta = step_sizes(step, alpha)            # the code's map (fedrepro.papers.ppsgd.stepsizes, tested)
         ls, _ = official_training_priv(ds, batch_size=PROBLEM["m"], stepw=eta_w, steptheta=eta_theta, niter=niter,
                                        C=PROBLEM["clip"], noise_mult=sigma, delta=PROBLEM["delta"],
                                        noise=None if noise is None else (lambda t, g=g: noise[t][:, 0, g]),
@@ -140,7 +140,7 @@ def official_grid(ds, grid, *, sigma, niter, noise=None, accountant=True, user_l
 # ------------------------------------------------------------------------------------------- fedrepro
 
 class _NoiseFeed:
-    """An rng stand-in for ``exp.round_step``: its t-th ``standard_normal`` call returns ``noise[t]``."""
+    """An rng stand-in for ``ppsgd_exp.round_step``: its t-th ``standard_normal`` call returns ``noise[t]``."""
 
     def __init__(self, noise):
         self.noise, self.t = noise, 0
@@ -155,11 +155,11 @@ class _NoiseFeed:
 def fedrepro_fixed(theta_star, lam, X, Y, eta_w, eta_theta, sigma, noise) -> np.ndarray:
     """fedrepro's round_step on the given batches and noise: (niter, G) excess risk (iterations 1..niter)."""
     N, d = theta_star.shape
-    state = exp.State.zeros(N, d, 1, len(eta_w))
+    state = ppsgd_exp.State.zeros(N, d, 1, len(eta_w))
     feed = _NoiseFeed(noise)
     out = []
     for t in range(len(X)):
-        exp.round_step(state, np.arange(N), X[t], Y[t][..., None], eta_w, eta_theta, sigma, PROBLEM["clip"], feed)
+        ppsgd_exp.round_step(state, np.arange(N), X[t], Y[t][..., None], eta_w, eta_theta, sigma, PROBLEM["clip"], feed)
         out.append(excess_risk(state.w, state.theta, theta_star, lam))
     return np.array(out)
 
@@ -259,7 +259,7 @@ def main() -> None:
                   f"{user_loop['extrapolated_grid_s']:.0f} s (extrapolated)", flush=True)
 
     out = {
-        "benchmark": "PPSGD synthetic (Fig. 1a): fedrepro.ppsgd.exp (vectorized over users and grid) vs the "
+        "benchmark": "PPSGD synthetic (Fig. 1a): fedrepro.papers.ppsgd.ppsgd_exp (vectorized over users and grid) vs the "
                      "official code's numpy loop (one training_priv call per configuration)",
         "setting": {**{k: v for k, v in PROBLEM.items()}, "niter": args.niter, "sigma": args.sigma,
                     "grid": args.grid, "steps": g["steps"], "alphas": g["alphas"], "configs": G,

@@ -48,7 +48,7 @@ def blobs_factory():
 @pytest.fixture
 def emnist_mirror(tmp_path):
     """A mirror holding a 3-writer TFF federated EMNIST digits archive in the upstream format:
-    (config, mirror dir of the dataset, the arrays written). See tests/tff_fixtures.py."""
+    (config, mirror dir of the dataset, the arrays written). See tests/helpers/tff_fixtures.py."""
     pytest.importorskip("h5py")
     from tff_fixtures import make_emnist_mirror
 
@@ -58,7 +58,7 @@ def emnist_mirror(tmp_path):
 @pytest.fixture
 def so_mirror(tmp_path):
     """A mirror holding TFF Stack Overflow (h5 + sqlite) and its word/tag counts in the upstream formats:
-    (config, mirror dir). See tests/tff_fixtures.py."""
+    (config, mirror dir). See tests/helpers/tff_fixtures.py."""
     pytest.importorskip("h5py")
     from tff_fixtures import make_so_mirror
 

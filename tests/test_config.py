@@ -12,7 +12,19 @@ from fedrepro.errors import ConfigError
 
 def test_repository_config_is_valid():
     cfg = load_global()
-    assert cfg["scale"] in ("quick", "paper")
+    assert cfg["scale"] in ("default", "quick", "paper")
+
+
+def test_run_scale_per_mode():
+    from fedrepro.config import run_scale
+
+    cheap, costly, no_quick = ({"quick": {"m": 10}, "default_scale": "paper"}, {"quick": {"m": 10}}, {"quick": {}})
+    assert [run_scale(cheap, m) for m in ("default", "quick", "paper")] == ["paper", "quick", "paper"]
+    assert [run_scale(costly, m) for m in ("default", "quick", "paper")] == ["quick", "quick", "paper"]
+    # without quick overrides, quick would repeat the paper's settings: it runs (and is judged) at paper scale
+    assert [run_scale(no_quick, m) for m in ("default", "quick", "paper")] == ["paper", "paper", "paper"]
+    with pytest.raises(ConfigError, match="scale: 'huge'"):
+        run_scale(cheap, "huge")
 
 
 @pytest.mark.parametrize(
@@ -74,8 +86,10 @@ def test_overrides_parse_yaml_values_and_dotted_keys():
 
 def test_set_override_is_validated_and_changes_effective_scale():
     cfg = load_global()
-    exp = resolve_experiment(cfg, "adaped.fig1a", "quick", {"n": 7})
-    assert exp.params["n"] == 7 and exp.effective_scale == "quick"
+    exp = resolve_experiment(cfg, "adaped.table3", "quick", {"m": 7})   # table3 has no quick block: paper + --set
+    assert exp.params["m"] == 7 and exp.scale == "paper" and exp.effective_scale == "custom"
+    exp = resolve_experiment(cfg, "adaped.linreg_d50", "quick", {"d": 7})
+    assert exp.params["d"] == 7 and exp.effective_scale == "quick"
     assert resolve_experiment(cfg, "adaped.fig1a", "quick").effective_scale == "paper"
     with pytest.raises(ConfigError, match=r"experiments.fig1a.params.n"):
         resolve_experiment(cfg, "adaped.fig1a", "quick", {"n": 0})

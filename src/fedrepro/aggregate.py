@@ -1,17 +1,23 @@
-"""Combine the per-seed runs of one experiment into ``summary.json`` (mean ± std over seeds).
+"""Combine the per-seed runs of one experiment into ``summary.json``: per metric the mean over seeds, the sample std
+(ddof = 1), the standard error of the mean std/sqrt(n) and n, the number of seeds behind them.
 
 Metric keys are flattened to dotted paths (``gain_pct.normal``); targets in the registry refer to these keys.
-The std is the sample standard deviation over seeds (ddof=1; 0 for a single seed).
+Nothing is dropped silently: the runs must be of one experiment at one scale, and a metric that is undefined (None or
+NaN in metrics.json) in some seeds but not in others stops the aggregate with the key and the seeds, unless the
+kind declared it may be (``RunOutput.undefined_ok``, e.g. a crossing iteration when the curves never cross); a
+metric undefined in every seed (epsilon without noise) has mean None and n 0.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from fedrepro.errors import ResultError
 from fedrepro.runio import read_metrics, write_json
 
 
@@ -26,27 +32,51 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _stats(values: list[float]) -> dict:
+def stats(values: list[float]) -> dict:
+    """mean, std (ddof = 1; 0 for one value), se = std / sqrt(n) and n of the finite values."""
     arr = np.asarray(values, dtype=float)
     finite = arr[np.isfinite(arr)]
     if finite.size == 0:
-        return {"mean": None, "std": None, "n": 0, "values": values}
+        return {"mean": None, "std": None, "se": None, "n": 0, "values": values}
     std = float(np.std(finite, ddof=1)) if finite.size > 1 else 0.0
-    return {"mean": float(np.mean(finite)), "std": std, "n": int(finite.size), "values": values}
+    return {"mean": float(np.mean(finite)), "std": std, "se": std / math.sqrt(finite.size), "n": int(finite.size),
+            "values": values}
 
 
-def summarize(run_docs: list[dict]) -> dict:
+def _number(v: Any) -> bool:
+    return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
+    """The summary of one experiment's runs; ``sources`` names each run (its directory) in error messages."""
     if not run_docs:
         raise ValueError("no runs to summarize")
-    run_docs = sorted(run_docs, key=lambda d: d["seed"])
+    order = sorted(range(len(run_docs)), key=lambda i: run_docs[i]["seed"])
+    run_docs = [run_docs[i] for i in order]
+    names = [sources[i] for i in order] if sources else [f"seed {d['seed']}" for d in run_docs]
     first = run_docs[0]
+    for name, d in zip(names, run_docs):
+        for field in ("experiment", "kind", "scale"):
+            if d[field] != first[field]:
+                raise ResultError(f"{name}: {field} is {d[field]!r} but {names[0]} has {first[field]!r}: the runs of "
+                                  "one summary must be of one experiment at one scale")
+    undefined_ok = tuple(first.get("undefined_ok") or ())
     flat = [flatten(d["metrics"]) for d in run_docs]
-    keys = sorted(set().union(*flat))
-    metrics = {}
-    for key in keys:
+    metrics, broken = {}, []
+    for key in sorted(set().union(*flat)):
         vals = [f.get(key) for f in flat]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in vals):
-            metrics[key] = _stats([math.nan if v is None else float(v) for v in vals])
+        if not all(_number(v) for v in vals):
+            continue
+        floats = [math.nan if v is None else float(v) for v in vals]
+        s = stats(floats)
+        if 0 < s["n"] < len(floats) and not any(fnmatch.fnmatchcase(key, pat) for pat in undefined_ok):
+            bad = [name for name, v in zip(names, floats) if not math.isfinite(v)]
+            broken.append(f"{key} (undefined in {', '.join(bad)})")
+        metrics[key] = s
+    if broken:
+        raise ResultError(f"{first['experiment']}: metrics undefined (None/NaN) in some seeds only: "
+                          f"{'; '.join(broken[:5])}{' ...' if len(broken) > 5 else ''}; a failed seed must not be "
+                          "averaged away: look at those runs' logs, fix the cause and rerun them")
     checks = {}
     for name in sorted(set().union(*(d["checks"] for d in run_docs))):
         per_seed = [d["checks"].get(name) for d in run_docs]
@@ -63,6 +93,7 @@ def summarize(run_docs: list[dict]) -> dict:
         "kind": first["kind"],
         "scale": first["scale"],
         "effective_scale": first["effective_scale"],
+        "deterministic": bool(first.get("deterministic", False)),
         "seeds": [d["seed"] for d in run_docs],
         "metrics": metrics,
         "checks": checks,
@@ -73,6 +104,7 @@ def summarize(run_docs: list[dict]) -> dict:
 
 
 def aggregate_runs(run_dirs: Iterable[Path], out: Path) -> dict:
-    summary = summarize([read_metrics(Path(d)) for d in run_dirs])
+    run_dirs = [Path(d) for d in run_dirs]
+    summary = summarize([read_metrics(d) for d in run_dirs], [str(d) for d in run_dirs])
     write_json(Path(out), summary)
     return summary

@@ -16,9 +16,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from fedrepro.errors import FedreproError
@@ -41,7 +41,6 @@ def _load_cfg(args):
     """config/config.yaml (or --config), then the global settings of the Snakemake invocation that runs this job
     (JSON in $FEDREPRO_WORKFLOW_CONFIG, set by workflow/rules/common.smk), then --config-set."""
     import json
-    import os
 
     from fedrepro.config import deep_merge, load_global, parse_overrides
 
@@ -57,58 +56,94 @@ def _partition_dirs(cfg, exp) -> dict:
     out = {}
     for name in exp.partitions:
         d = paths.partition_dir(cfg, name)
-        if not fedformat.is_complete(d):
+        if not d.exists():
             raise DataError(f"{exp.id} trains on partition {name!r}, not built at {d}: run "
                             f"`snakemake --cores 2 {d}` or `python -m fedrepro data partition {name} --out {d}`")
+        fedformat.check(d)  # built but damaged: the error names the file
         out[name] = d
     return out
+
+
+def _seed(text: str) -> int:
+    """argparse type of --seed: an integer >= 0 (numpy's SeedSequence takes no negative entropy)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; seeds are integers >= 0")
+    return value
+
+
+def _writable(path: str | Path, option: str, is_dir: bool) -> Path:
+    """Check an output path before any work: ``path`` (a directory when ``is_dir``, else a file) must be creatable or
+    replaceable. Creates the missing parent directories (they would be created anyway) and probes one with a file."""
+    import tempfile
+
+    from fedrepro.errors import ConfigError
+
+    path = Path(path)
+    if path.exists() and path.is_dir() != is_dir:
+        want = "a directory" if is_dir else "a file"
+        raise ConfigError(f"{option} {path}: exists and is not {want}; choose another path or remove it")
+    folder = path if is_dir else path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot write there ({exc.strerror or exc}); choose a writable "
+                          "path") from None
+    return path
 
 
 def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
     from fedrepro.data.sources import dataset_files
     from fedrepro.experiments import RunContext, get_kind
-    from fedrepro.runio import write_run
+    from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale, parse_overrides(args.set))
-    out = Path(args.out)
+    out = _writable(args.out, "--out", is_dir=True)
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
-    # `snakemake --rerun-incomplete` (or this command again) continues from them
+    # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
-    ctx = RunContext(exp_id=exp.id, seed=args.seed, data={d: dataset_files(cfg, d) for d in exp.datasets},
-                     partitions=_partition_dirs(cfg, exp), checkpoint_dir=ckpt)
+    data, partitions = {d: dataset_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
+    clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
+    ctx = RunContext(exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt,
+                     clock=clock, config=cfg)
     kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
-    t0 = time.perf_counter()
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
-    wall = time.perf_counter() - t0
-    write_run(out, exp, args.seed, output, wall)
+    wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
+    write_run(out, exp, args.seed, output, wall, resumed)
     if ckpt is not None:
         shutil.rmtree(ckpt, ignore_errors=True)
-    print(f"[fedrepro] done in {wall:.2f}s -> {args.out}", flush=True)
+    note = "" if resumed is None else f" ({clock.before_s:.2f}s before the resume + {resumed:.2f}s now)"
+    print(f"[fedrepro] done in {wall:.2f}s{note} -> {args.out}", flush=True)
     return 0
 
 
 def cmd_aggregate(args) -> int:
     from fedrepro.aggregate import aggregate_runs
 
-    aggregate_runs([Path(r) for r in args.runs], Path(args.out))
+    aggregate_runs([Path(r) for r in args.runs], _writable(args.out, "--out", is_dir=False))
     return 0
 
 
 def cmd_figure(args) -> int:
     from fedrepro.plots import render_figure
 
-    render_figure(_load_cfg(args), args.figure, Path(args.out), Path(args.png) if args.png else None, args.scale)
+    png = _writable(args.png, "--png", is_dir=False) if args.png else None
+    render_figure(_load_cfg(args), args.figure, _writable(args.out, "--out", is_dir=False), png, args.scale)
     return 0
 
 
 def cmd_tables(args) -> int:
     from fedrepro.report.tables import write_tables
 
-    write_tables(_load_cfg(args), args.paper, Path(args.out_dir), args.scale, args.only)
+    write_tables(_load_cfg(args), args.paper, _writable(args.out_dir, "--out-dir", is_dir=True), args.scale, args.only)
     return 0
 
 
@@ -116,18 +151,21 @@ def cmd_privacy(args) -> int:
     from fedrepro.report.privacy import render_privacy_figure, write_privacy_tables
 
     cfg = _load_cfg(args)
-    if args.out_dir:
-        for path in write_privacy_tables(cfg, args.paper, Path(args.out_dir), args.scale):
+    out_dir = _writable(args.out_dir, "--out-dir", is_dir=True) if args.out_dir else None
+    figure = _writable(args.figure, "--figure", is_dir=False) if args.figure else None
+    png = _writable(args.png, "--png", is_dir=False) if args.png else None
+    if out_dir:
+        for path in write_privacy_tables(cfg, args.paper, out_dir, args.scale):
             print(f"[fedrepro] wrote {path}")
-    if args.figure:
-        render_privacy_figure(cfg, args.paper, Path(args.figure), Path(args.png) if args.png else None, args.scale)
+    if figure:
+        render_privacy_figure(cfg, args.paper, figure, png, args.scale)
     return 0
 
 
 def cmd_report(args) -> int:
     from fedrepro.report.build import write_report
 
-    write_report(_load_cfg(args), Path(args.out_dir), args.scale)
+    write_report(_load_cfg(args), _writable(args.out_dir, "--out-dir", is_dir=True), args.scale)
     return 0
 
 
@@ -161,14 +199,17 @@ def _data_partition(cfg, args) -> int:
                           f"(known: {', '.join(specs)})")
     if args.out is None:
         raise ConfigError(f"data {args.action}: --out is required")
+    out = _writable(args.out, "--out", is_dir=args.action == "partition")
     if args.action == "partition":
         from fedrepro.data.prepare import prepare
 
-        print(f"[fedrepro] wrote {prepare(cfg, args.dataset, specs[args.dataset], Path(args.out))}")
+        print(f"[fedrepro] wrote {prepare(cfg, args.dataset, specs[args.dataset], out)}")
     else:
         from fedrepro.data.plots import plot_dataset
 
-        plot_dataset(Path(args.input), Path(args.out))
+        if args.input is None:
+            raise ConfigError("data plot: --input (the partition directory) is required")
+        plot_dataset(Path(args.input), out)
     return 0
 
 
@@ -197,8 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="run directory to write")
     r.add_argument("--no-checkpoint", action="store_true",
                    help=f"do not keep round checkpoints in OUT/{CHECKPOINT_DIR} (default: keep them until the run ends)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--scale", choices=["quick", "paper"], default=None, help="default: config's scale")
+    r.add_argument("--seed", type=_seed, default=0, help="integer >= 0 (default 0)")
+    r.add_argument("--scale", choices=["default", "quick", "paper"], default=None,
+                   help="default: config's scale (default = the experiment's default_scale)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an experiment param")
     _common(r)
     r.set_defaults(fn=cmd_run)
@@ -212,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("figure", help="PAPER.FIG, e.g. adaped.fig1a")
     f.add_argument("--out", required=True)
     f.add_argument("--png", default=None)
-    f.add_argument("--scale", choices=["quick", "paper"], default=None)
+    f.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(f)
     f.set_defaults(fn=cmd_figure)
 
@@ -220,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("paper")
     t.add_argument("--out-dir", required=True)
     t.add_argument("--only", default=None, help="one table, e.g. table3")
-    t.add_argument("--scale", choices=["quick", "paper"], default=None)
+    t.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(t)
     t.set_defaults(fn=cmd_tables)
 
@@ -229,13 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--out-dir", default=None, help="write epsilon.csv and <experiment>.csv here")
     pv.add_argument("--figure", default=None, help="write the epsilon-vs-rounds figure (PDF) here")
     pv.add_argument("--png", default=None)
-    pv.add_argument("--scale", choices=["quick", "paper"], default=None)
+    pv.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(pv)
     pv.set_defaults(fn=cmd_privacy)
 
     rep = sub.add_parser("report", help="replication report over every registered target")
     rep.add_argument("--out-dir", required=True)
-    rep.add_argument("--scale", choices=["quick", "paper"], default=None)
+    rep.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     _common(rep)
     rep.set_defaults(fn=cmd_report)
 
@@ -262,10 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        status = args.fn(args)
+        sys.stdout.flush()  # a closed pipe (`... | head`) surfaces here, inside the handler below
+        return status
     except FedreproError as exc:
         print(f"fedrepro: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away: nothing left to say, and Python must not complain when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
 
 
 if __name__ == "__main__":

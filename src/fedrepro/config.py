@@ -14,12 +14,13 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from fedrepro.errors import ConfigError
+from fedrepro.errors import ConfigError, FedreproError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
-SCALES = ("quick", "paper")
+SCALES = ("quick", "paper")            # the parameter sets a run uses (results/<paper>/<exp>/<scale>/)
+MODES = ("default", "quick", "paper")  # config `scale`: default = each experiment's default_scale
 
 
 def _key_path(path) -> str:
@@ -27,24 +28,39 @@ def _key_path(path) -> str:
     return ".".join(parts).replace(".[", "[") or "<top level>"
 
 
-def validate(instance: Any, schema: Mapping, *, source: str, prefix: tuple = ()) -> None:
-    """Validate ``instance`` against a JSON schema; raise ConfigError naming the first bad key."""
+def validate(instance: Any, schema: Mapping, *, source: str, prefix: tuple = (),
+             error: type[FedreproError] = ConfigError, fix: str = "") -> None:
+    """Validate ``instance`` against a JSON schema; raise ``error`` (ConfigError unless the caller validates another
+    kind of file) naming ``source`` and the first bad key, followed by ``fix`` (what to do) when given."""
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if not errors:
         return
     err = errors[0]
     path = list(prefix) + list(err.absolute_path)
+    tail = f"; {fix}" if fix else ""
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = sorted(err.schema.get("properties", {}))
         extra = sorted(set(err.instance) - set(allowed))
         key = _key_path(path + extra[:1])
         hint = f"unknown key (allowed here: {', '.join(allowed)})" if allowed else "unknown key"
-        raise ConfigError(f"{source}: {key}: {hint}")
+        raise error(f"{source}: {key}: {hint}{tail}")
     if err.validator == "required":
         missing = err.message.split("'")[1] if "'" in err.message else err.message
-        raise ConfigError(f"{source}: {_key_path(path + [missing])}: required key is missing")
-    raise ConfigError(f"{source}: {_key_path(path)}: {err.message}")
+        raise error(f"{source}: {_key_path(path + [missing])}: required key is missing{tail}")
+    raise error(f"{source}: {_key_path(path)}: {err.message}{tail}")
+
+
+def yaml_syntax_error(path: str | Path, exc: yaml.YAMLError) -> ConfigError:
+    """One line naming the file, line and column of a YAML syntax error (PyYAML's own message spans several lines
+    and names the parsed string, not the file)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and cmark is not None and mark is not None and cmark.line != mark.line:
+        context = f"{context} started at line {cmark.line + 1}"
+    what = ", ".join(str(x) for x in (context, getattr(exc, "problem", None)) if x)
+    return ConfigError(f"{where}: not valid YAML ({what or str(exc).splitlines()[0]}); fix the syntax there")
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -54,7 +70,9 @@ def read_yaml(path: str | Path) -> Any:
     try:
         return yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise yaml_syntax_error(path, exc) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc}); is it a text file?") from None
 
 
 def load_schema(name: str) -> dict:
@@ -143,8 +161,11 @@ class Experiment:
 
     @property
     def effective_scale(self) -> str:
-        """``paper`` whenever the parameters equal the paper's, whatever scale was asked for."""
-        return "paper" if self.params == self.paper_params else self.scale
+        """``paper`` whenever the parameters equal the paper's, whatever scale was asked for; ``custom`` for paper
+        scale with --set overrides (not the paper's settings either); else ``quick``."""
+        if self.params == self.paper_params:
+            return "paper"
+        return "custom" if self.scale == "paper" else self.scale
 
 
 def load_paper(cfg: Mapping, paper: str) -> dict:
@@ -174,10 +195,8 @@ def resolve_experiment(
     if name not in doc["experiments"]:
         known = ", ".join(sorted(doc["experiments"]))
         raise ConfigError(f"{cfg['papers'][paper]}: experiments.{name}: no such experiment (known: {known})")
-    scale = scale or cfg["scale"]
-    if scale not in SCALES:
-        raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
     entry = doc["experiments"][name]
+    scale = run_scale(entry, scale or cfg["scale"])
     kind = get_kind(entry["kind"], source=f"{cfg['papers'][paper]}: experiments.{name}.kind")
     paper_params = dict(entry["params"])
     params = deep_merge(paper_params, entry.get("quick") or {}) if scale == "quick" else dict(paper_params)
@@ -198,6 +217,21 @@ def resolve_experiment(
         deterministic=kind.deterministic,
         stage=kind.stage,
     )
+
+
+def run_scale(entry: Mapping, mode: str) -> str:
+    """The scale (quick | paper) an experiment runs at under ``mode``: ``default`` takes the experiment's
+    ``default_scale`` (quick when unset); an experiment without quick overrides runs at paper scale under every mode,
+    so its runs, seeds and verdicts are the paper scale's (quick would repeat the paper's settings under a quick label)."""
+    if mode not in MODES:
+        raise ConfigError(f"scale: {mode!r} is not one of {', '.join(MODES)}")
+    scale = entry.get("default_scale", "quick") if mode == "default" else mode
+    return "paper" if scale == "quick" and not entry.get("quick") else scale
+
+
+def experiment_scale(cfg: Mapping, paper: str, exp: str, mode: str | None = None) -> str:
+    """The scale experiment ``paper.exp`` runs at under ``mode`` (default: the config's scale)."""
+    return run_scale(load_paper(cfg, paper)["experiments"][exp], mode or cfg["scale"])
 
 
 def experiment_datasets(cfg: Mapping, entry: Mapping, where: str = "experiment") -> tuple[str, ...]:

@@ -13,6 +13,11 @@ class DataError(FedreproError):
     """A dataset file is missing or corrupt; the message names the file, its checksum and where to put it."""
 
 
+class ResultError(FedreproError):
+    """A result file the workflow wrote earlier (metrics.json, summary.json, history.parquet, a replication report)
+    is missing, unreadable or lacks a field it must hold; the message names the file and how to rebuild it."""
+
+
 class PrivacyError(FedreproError):
     """A privacy-accounting parameter is out of range (delta, sampling rate, noise multiplier, steps, epsilon...);
     the message names the parameter and its value."""

@@ -1,11 +1,71 @@
-"""Where every output lives; shared by the Snakemake rules and the CLI so they never disagree."""
+"""Where every output lives: one pattern per kind of file, the single source for the Snakemake rules and the CLI.
+
+A pattern is a format string over the configured directories ``{results}``, ``{figures}``, ``{logs}``, ``{data}``
+(config.yaml's results_dir, figures_dir, logs_dir, data.dir) and the fields of one file (``{paper}``, ``{exp}``,
+``{scale}``, ``{seed}``, ...). The rules fill in the directories and keep the other fields as Snakemake wildcards
+(:func:`rule_pattern`, e.g. ``results/{paper}/{exp}/{scale}/summary.json``); the library fills in everything and
+resolves relative directories against the project root (:func:`path`).
+"""
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 from typing import Mapping
 
 from fedrepro.config import resolve_path
+
+PATTERNS = {
+    # one run of one experiment (metrics.json, history.parquet, config.yaml) and the summary over its seeds
+    "run_dir": "{results}/{paper}/{exp}/{scale}/seed{seed}",
+    "run_file": "{results}/{paper}/{exp}/{scale}/seed{seed}/{file}",
+    "summary": "{results}/{paper}/{exp}/{scale}/summary.json",
+    # the paper's artifacts and the report
+    "figure": "{figures}/{paper}/{fig}.{ext}",
+    "table": "{results}/tables/{paper}/{table}.{ext}",
+    "privacy_table": "{results}/privacy/{paper}/{name}.csv",
+    "report": "{results}/report/replication.{ext}",
+    # data
+    "dataset_stamp": "{data}/{dataset}/.verified",
+    "partition": "{results}/data/{name}",
+    "partition_plot": "{figures}/data/{name}.png",
+    # one log per job
+    "run_log": "{logs}/run/{paper}/{exp}/{scale}/seed{seed}.log",
+    "aggregate_log": "{logs}/aggregate/{paper}/{exp}/{scale}.log",
+    "figure_log": "{logs}/figures/{paper}/{fig}.log",
+    "table_log": "{logs}/tables/{paper}/{table}.log",
+    "privacy_log": "{logs}/privacy/{paper}/{name}.log",
+    "report_log": "{logs}/report.log",
+    "dataset_log": "{logs}/data/{dataset}.log",
+    "partition_log": "{logs}/data/partition/{name}.log",
+    "partition_plot_log": "{logs}/data/plot/{name}.log",
+}
+
+
+def _dirs(cfg: Mapping) -> dict[str, str]:
+    return {"results": cfg["results_dir"], "figures": cfg["figures_dir"], "logs": cfg.get("logs_dir", "logs"),
+            "data": cfg["data"]["dir"]}
+
+
+class _KeepMissing(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def rule_pattern(cfg: Mapping, name: str, /, **fields) -> str:
+    """The pattern ``name`` with the configured directories and the given fields filled in, every other field kept
+    as a ``{wildcard}`` (for Snakemake rules): rule_pattern(cfg, "summary") -> 'results/{paper}/{exp}/{scale}/...'."""
+    return string.Formatter().vformat(PATTERNS[name], (), _KeepMissing(_dirs(cfg) | fields))
+
+
+def relative(cfg: Mapping, name: str, /, **fields) -> str:
+    """The file as configured (relative directories stay relative), every field given."""
+    return PATTERNS[name].format(**_dirs(cfg), **fields)
+
+
+def path(cfg: Mapping, name: str, /, **fields) -> Path:
+    """The file, resolved against the project root."""
+    return resolve_path(relative(cfg, name, **fields))
 
 
 def results_root(cfg: Mapping) -> Path:
@@ -13,25 +73,21 @@ def results_root(cfg: Mapping) -> Path:
 
 
 def run_dir(cfg: Mapping, paper: str, exp: str, scale: str, seed: int) -> Path:
-    return results_root(cfg) / paper / exp / scale / f"seed{seed}"
+    return path(cfg, "run_dir", paper=paper, exp=exp, scale=scale, seed=seed)
 
 
 def summary_path(cfg: Mapping, paper: str, exp: str, scale: str) -> Path:
-    return results_root(cfg) / paper / exp / scale / "summary.json"
+    return path(cfg, "summary", paper=paper, exp=exp, scale=scale)
 
 
 def figure_path(cfg: Mapping, paper: str, fig: str, ext: str = "pdf") -> Path:
-    return resolve_path(cfg["figures_dir"]) / paper / f"{fig}.{ext}"
-
-
-def tables_dir(cfg: Mapping, paper: str) -> Path:
-    return results_root(cfg) / "tables" / paper
+    return path(cfg, "figure", paper=paper, fig=fig, ext=ext)
 
 
 def report_dir(cfg: Mapping) -> Path:
-    return results_root(cfg) / "report"
+    return path(cfg, "report", ext="md").parent
 
 
 def partition_dir(cfg: Mapping, name: str) -> Path:
     """A partitioned federated dataset built by the data stage (rule partition_dataset)."""
-    return results_root(cfg) / "data" / name
+    return path(cfg, "partition", name=name)

@@ -8,12 +8,14 @@ written last, so a killed run never leaves a file that looks complete.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import math
 import os
 import platform
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +25,8 @@ import pandas as pd
 import yaml
 
 import fedrepro
-from fedrepro.config import Experiment
+from fedrepro.config import Experiment, validate
+from fedrepro.errors import ResultError
 from fedrepro.experiments import RunOutput
 
 METRICS = "metrics.json"
@@ -31,13 +34,28 @@ HISTORY = "history.parquet"
 CONFIG = "config.yaml"
 
 
+@functools.cache
+def umask() -> int:
+    """The process's umask (read once: os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(path: Path) -> None:
+    """Give a file or directory made by tempfile (always 0600 / 0700) the mode a plain open/mkdir would have given
+    it (0644 / 0755 under umask 022), so colleagues on a shared filesystem can read the results."""
+    os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask())
+
+
 def atomic_write(path: Path, writer: Callable[[Path], None]) -> None:
-    """Call ``writer(tmp_path)`` and rename the result onto ``path``."""
+    """Call ``writer(tmp_path)`` and rename the result onto ``path`` (with the mode the umask gives new files)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         writer(Path(tmp))
+        honour_umask(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -80,7 +98,36 @@ def versions() -> dict[str, str]:
     return out
 
 
-def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall_time_s: float) -> None:
+class RunClock:
+    """The compute time of one run across kills and resumes.
+
+    Each round checkpoint carries the run's total at the moment it was saved (``elapsed_s``, see
+    fedrepro.learning.checkpoint); a resumed attempt adds its own wall time to the largest total among the
+    checkpoints it resumed from. Work a killed attempt did after its last checkpoint is lost, redone, and counted once.
+    """
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self.before_s = 0.0  # earlier attempts' compute, up to the newest checkpoint resumed from
+
+    def this_attempt_s(self) -> float:
+        return time.perf_counter() - self._start
+
+    def total_s(self) -> float:
+        return self.before_s + self.this_attempt_s()
+
+    @property
+    def resumed(self) -> bool:
+        return self.before_s > 0
+
+    def resumed_from(self, elapsed_s: float) -> None:
+        self.before_s = max(self.before_s, float(elapsed_s))
+
+
+def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall_time_s: float,
+              resumed_wall_time_s: float | None = None) -> None:
+    """``wall_time_s``: the run's compute across resumes; ``resumed_wall_time_s``: the part done by the attempt that
+    resumed and finished it (None when it ran in one go)."""
     out_dir = Path(out_dir)
     resolved = {
         "experiment": exp.id,
@@ -107,14 +154,69 @@ def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall
         "checks": {k: asdict(v) for k, v in output.checks.items()},
         "accountant": output.accountant,
         "wall_time_s": wall_time_s,
+        "wall_time_resumed_s": resumed_wall_time_s,
         "versions": versions(),
+        "deterministic": exp.deterministic,
+        "undefined_ok": list(output.undefined_ok),
     }
     write_json(out_dir / METRICS, doc)
 
 
+# What readers of the result files rely on (other keys may be present): a file that lacks it stops with one
+# ResultError naming the file and the key, instead of a KeyError deep in the report.
+_CHECKS = {"type": "object", "additionalProperties": {
+    "type": "object", "required": ["passed", "detail"],
+    "properties": {"passed": {"type": "boolean"}, "detail": {"type": "string"}}}}
+_RUN_FACTS = {"experiment": {"type": "string"}, "kind": {"type": "string"}, "scale": {"type": "string"},
+              "effective_scale": {"type": "string"}, "wall_time_s": {"type": "number"},
+              "versions": {"type": "object"}, "checks": _CHECKS}
+METRICS_SCHEMA = {
+    "type": "object",
+    "required": ["experiment", "kind", "seed", "scale", "effective_scale", "metrics", "checks", "wall_time_s",
+                 "versions"],
+    "properties": {**_RUN_FACTS, "seed": {"type": "integer", "minimum": 0}, "metrics": {"type": "object"}},
+}
+SUMMARY_SCHEMA = {  # written by fedrepro.aggregate.summarize
+    "type": "object",
+    "required": ["experiment", "kind", "scale", "effective_scale", "seeds", "metrics", "checks", "wall_time_s",
+                 "versions"],
+    "properties": {**_RUN_FACTS,
+                   "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+                   "metrics": {"type": "object", "additionalProperties": {
+                       "type": "object", "required": ["mean", "std"],
+                       "properties": {"mean": {"type": ["number", "null"]}, "std": {"type": ["number", "null"]}}}}},
+}
+REBUILD = "delete it and run the workflow again (`snakemake --cores 2`) to rebuild it"
+
+
+def read_result_json(path: Path, schema: dict, what: str) -> dict:
+    """A JSON result file, checked against ``schema``; a missing, unreadable or incomplete file is a ResultError
+    naming it (``what``: e.g. "run metrics file") and how to rebuild it."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultError(f"{path}: {what} not found; run the workflow (`snakemake --cores 2`) to build it") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultError(f"{path}: not a valid {what} ({exc}); {REBUILD}") from None
+    validate(doc, schema, source=str(path), error=ResultError, fix=REBUILD)
+    return doc
+
+
 def read_metrics(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / METRICS).read_text())
+    return read_result_json(Path(run_dir) / METRICS, METRICS_SCHEMA, "run metrics file")
+
+
+def read_summary(path: Path) -> dict:
+    return read_result_json(Path(path), SUMMARY_SCHEMA, "summary over seeds")
 
 
 def read_history(run_dir: Path) -> pd.DataFrame:
-    return pd.read_parquet(Path(run_dir) / HISTORY)
+    path = Path(run_dir) / HISTORY
+    try:
+        return pd.read_parquet(path)
+    except FileNotFoundError:
+        raise ResultError(f"{path}: run history not found; run the workflow again (`snakemake --cores 2`) to "
+                          "rebuild it") from None
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ResultError(f"{path}: not a valid parquet file ({exc}); {REBUILD}") from None

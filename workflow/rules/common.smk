@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 from fedrepro import paths
 from fedrepro.config import (
@@ -17,11 +18,14 @@ from fedrepro.config import (
 )
 from fedrepro.data.sources import is_available, stamp_path
 from fedrepro.errors import FedreproError
-from fedrepro.report.tables import table_artifacts, table_slug
+from fedrepro.experiments import get_kind
+from fedrepro.report.tables import table_artifacts
 
 try:
     CFG = validate_global(config, source="config (config/config.yaml + --config)")
     PAPERS = {p: load_paper(CFG, p) for p in CFG["papers"]}
+    # The scale mode (default | quick | paper): each experiment resolves the scale it runs at (its `default_scale`
+    # under `default`; paper when it has no quick overrides) and keeps it as EXPERIMENTS[id].scale.
     SCALE = CFG["scale"]
     # Resolving every experiment validates its parameters now, before any job starts.
     EXPERIMENTS = {
@@ -39,10 +43,14 @@ os.environ["PATH"] = (
     f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 )
 
-RES = CFG["results_dir"]
-FIGS = CFG["figures_dir"]
-LOGS = CFG["logs_dir"]
-DATA = CFG["data"]["dir"]
+
+
+def P(pattern, /, **fields):
+    """Output path pattern ``pattern`` of fedrepro.paths (the one place paths are spelled): configured directories
+    filled in, the fields given filled in, every other field left as a Snakemake wildcard."""
+    return paths.rule_pattern(CFG, pattern, **fields)
+
+
 # Global settings every CLI call must share with this Snakemake invocation (paths, papers, data mirror): passed
 # to the jobs in the environment, not as params, so that e.g. building one paper (only_papers) or moving the mirror
 # does not rerun finished experiments. The CLI merges dicts into config/config.yaml, so only_papers names the
@@ -56,8 +64,10 @@ _CLI_SETTINGS["only_papers"] = list(CFG["papers"])
 os.environ["FEDREPRO_WORKFLOW_CONFIG"] = json.dumps(_CLI_SETTINGS)
 
 
-def seeds(scale):
-    return CFG["seeds"][scale]
+def seeds(scale, paper=None, exp=None):
+    """The seeds of a scale: the experiment's own `seeds.<scale>` when it sets them, else config.yaml's."""
+    own = (PAPERS[paper]["experiments"][exp].get("seeds") or {}) if exp else {}
+    return own.get(scale, CFG["seeds"][scale])
 
 
 def runnable(exp_id):
@@ -65,16 +75,22 @@ def runnable(exp_id):
     return all(is_available(CFG, d) for d in EXPERIMENTS[exp_id].datasets)
 
 
-def run_files(paper, exp, scale):
-    """One run per seed; a deterministic kind (no randomness) runs once, at the scale's first seed."""
-    run_seeds = seeds(scale)
+def run_files(paper, exp, scale=None):
+    """One run per seed of the scale (the experiment's own scale by default); a deterministic kind (no
+    randomness) runs once, at the scale's first seed."""
+    scale = scale or EXPERIMENTS[f"{paper}.{exp}"].scale
+    run_seeds = seeds(scale, paper, exp)
     if EXPERIMENTS[f"{paper}.{exp}"].deterministic:
         run_seeds = run_seeds[:1]
-    return [f"{RES}/{paper}/{exp}/{scale}/seed{s}/metrics.json" for s in run_seeds]
+    return [
+        P("run_file", paper=paper, exp=exp, scale=scale, seed=s, file="metrics.json")
+        for s in run_seeds
+    ]
 
 
-def summary_file(paper, exp, scale=SCALE):
-    return f"{RES}/{paper}/{exp}/{scale}/summary.json"
+def summary_file(paper, exp):
+    """The summary over seeds of an experiment, at the scale it runs at."""
+    return P("summary", paper=paper, exp=exp, scale=EXPERIMENTS[f"{paper}.{exp}"].scale)
 
 
 def runnable_summaries(paper):
@@ -85,10 +101,56 @@ def runnable_summaries(paper):
     ]
 
 
+def runnable_runs(paper):
+    """Every seed's run of the runnable experiments. Asked for by the default target itself: Snakemake does not
+    rebuild a missing input of a job whose outputs are up to date, so with only the summaries asked for, a deleted
+    seed (metrics.json) would go unnoticed."""
+    return [
+        f
+        for e in EXPERIMENTS.values()
+        if e.paper == paper and runnable(e.id)
+        for f in run_files(paper, e.name)
+    ]
+
+
+def left_out_by_data():
+    """{dataset: [experiment ids]} of the experiments left out of the default target because a dataset they read
+    is not available here."""
+    out = {}
+    for exp_id, e in EXPERIMENTS.items():
+        for d in e.datasets:
+            if not is_available(CFG, d):
+                out.setdefault(d, []).append(exp_id)
+    return out
+
+
+_LEFT_OUT_WARNED = False
+
+
+def warn_left_out():
+    """Say once, on the console, which experiments the default target leaves out for want of data (the report
+    lists them per target as 'not run: data unavailable offline')."""
+    global _LEFT_OUT_WARNED
+    if _LEFT_OUT_WARNED:
+        return
+    _LEFT_OUT_WARNED = True
+    missing = left_out_by_data()
+    if not missing:
+        return
+    n = len({x for ids in missing.values() for x in ids})
+    lines = [f"  {d}: {', '.join(ids)}" for d, ids in sorted(missing.items())]
+    logger.warning(
+        f"fedrepro: {n} experiment(s) left out of the default target, their data being unavailable here (not in "
+        f"{CFG['data']['dir']}/ or the mirror {CFG['data'].get('mirror')}); the report lists them as not run. By missing dataset:\n"
+        + "\n".join(lines)
+        + "\n  fetch one with `python -m fedrepro data fetch DATASET` on a networked machine, or set data.mirror."
+    )
+
+
 def figure_files(paper, ext):
     figs = PAPERS[paper].get("figures") or {}
     return [
-        f"{FIGS}/{paper}/{name}.{ext}"
+        P("figure", paper=paper, fig=name, ext=ext)
         for name, spec in figs.items()
         if runnable(f"{paper}.{spec['experiment']}")
     ]
@@ -98,8 +160,8 @@ def table_files(paper):
     if paper not in CFG.get("targets", {}):
         return []
     return [
-        f"{RES}/tables/{paper}/{table_slug(a)}.{ext}"
-        for a in table_artifacts(CFG, paper)
+        P("table", paper=paper, table=name, ext=ext)
+        for name in table_artifacts(CFG, paper).values()
         for ext in ("csv", "md")
     ]
 
@@ -107,14 +169,14 @@ def table_files(paper):
 def experiment_inputs(wildcards):
     """Verified datasets and built partitions an experiment reads."""
     exp = EXPERIMENTS[f"{wildcards.paper}.{wildcards.exp}"]
-    return [f"{DATA}/{d}/.verified" for d in exp.datasets] + [
-        f"{RES}/data/{p}" for p in exp.partitions
+    return [P("dataset_stamp", dataset=d) for d in exp.datasets] + [
+        P("partition", name=p) for p in exp.partitions
     ]
 
 
 # Fixed resources of the small jobs (aggregate_seeds, figure, table, privacy_tables, privacy_figure, report,
 # plot_partition). Measured with /usr/bin/time -v on the 2-core VM (quick scale, CPU shared): peak RSS 0.11-0.23 GB,
-# wall 5-90 s (report 89 s, privacy tables 34 s, the rest <= 16 s); 1 GB and 15 min leave >= 4x headroom.
+# wall 5-35 s (privacy tables 34 s, report ~7 s, the rest <= 16 s); 1 GB and 15 min leave >= 4x headroom.
 SMALL_MEM_MB = 1000
 SMALL_RUNTIME = 15
 # fetch_dataset: hashing streams the file; the wall time is the download (CIFAR-100, ~170 MB, the largest archive).
@@ -134,9 +196,13 @@ def run_resources(wildcards):
 
 
 def resolved_params(wildcards):
-    """The experiment's resolved parameters: a change in config/<paper>.yaml reruns exactly that experiment."""
-    exp = resolve_experiment(CFG, f"{wildcards.paper}.{wildcards.exp}", wildcards.scale)
-    return yaml.safe_dump(exp.params, sort_keys=True, default_flow_style=True).strip()
+    """The experiment's resolved parameters: a change in config/<paper>.yaml reruns exactly that experiment; for a
+    kind that reads more (a forensic sweep: the swept experiment and registry rows), what it reads too."""
+    exp_id = f"{wildcards.paper}.{wildcards.exp}"
+    exp = resolve_experiment(CFG, exp_id, wildcards.scale)
+    kind = get_kind(exp.kind)
+    doc = {"params": exp.params, "reads": kind.reads(exp.params, CFG, exp_id)} if kind.reads else exp.params
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=True).strip()
 
 
 # Only configured figures match rule figure (figures/data/*.png and privacy_epsilon belong to other rules).
@@ -151,24 +217,27 @@ def figure_inputs(wildcards):
     spec = PAPERS[wildcards.paper]["figures"][wildcards.fig]
     return {
         "summary": summary_file(wildcards.paper, spec["experiment"]),
-        "runs": run_files(wildcards.paper, spec["experiment"], SCALE),
+        "runs": run_files(wildcards.paper, spec["experiment"]),
     }
+
+
+def available_partitions():
+    """Partitions whose dataset is available here."""
+    return [
+        name for name, spec in PARTITIONS.items() if is_available(CFG, spec["dataset"])
+    ]
 
 
 def partition_plots():
     """Look-at-the-data plots of every partition whose dataset is available here."""
-    return [
-        f"{FIGS}/data/{name}.png"
-        for name, spec in PARTITIONS.items()
-        if is_available(CFG, spec["dataset"])
-    ]
+    return [P("partition_plot", name=name) for name in available_partitions()]
 
 
 def partition_stamp(wildcards):
-    return f"{DATA}/{PARTITIONS[wildcards.name]['dataset']}/.verified"
+    return P("dataset_stamp", dataset=PARTITIONS[wildcards.name]["dataset"])
 
 
-REPORT_FILES = [f"{RES}/report/replication.{ext}" for ext in ("md", "csv", "html")]
+REPORT_FILES = [P("report", ext=ext) for ext in ("md", "csv", "html")]
 
 CURVE_KINDS = ("privacy_curve", "privacy_grid")
 
@@ -191,19 +260,28 @@ def privacy_outputs():
             e for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"
         ]
         if exps:
-            out += [f"{RES}/privacy/{paper}/{f}.csv" for f in ("epsilon", "curves")]
+            out += [
+                P("privacy_table", paper=paper, name=f) for f in ("epsilon", "curves")
+            ]
         if any(e.kind in CURVE_KINDS for e in exps):
-            out += [f"{FIGS}/{paper}/privacy_epsilon.{ext}" for ext in ("pdf", "png")]
+            out += [
+                P("figure", paper=paper, fig="privacy_epsilon", ext=ext)
+                for ext in ("pdf", "png")
+            ]
     return out
 
 
-def all_outputs():
+def all_outputs(wildcards=None):
+    """The default target (rule all's input function, so the warning comes only when it is built)."""
+    warn_left_out()
     out = []
     for paper in PAPERS:
         out += (
-            runnable_summaries(paper)
+            runnable_runs(paper)
+            + runnable_summaries(paper)
             + figure_files(paper, "pdf")
             + figure_files(paper, "png")
         )
         out += table_files(paper)
-    return out + privacy_outputs() + partition_plots() + REPORT_FILES
+    partitions = [P("partition", name=name) for name in available_partitions()]
+    return out + privacy_outputs() + partitions + partition_plots() + REPORT_FILES

@@ -3,9 +3,9 @@
 
 rule fetch_dataset:
     output:
-        stamp=f"{DATA}/{{dataset}}/.verified",
+        stamp=P("dataset_stamp"),
     log:
-        f"{LOGS}/data/{{dataset}}.log",
+        P("dataset_log"),
     conda:
         "../../environment.yml"
     resources:
@@ -19,9 +19,9 @@ rule partition_dataset:
     input:
         stamp=partition_stamp,
     output:
-        directory(f"{RES}/data/{{name}}"),
+        directory(P("partition")),
     log:
-        f"{LOGS}/data/partition/{{name}}.log",
+        P("partition_log"),
     conda:
         "../../environment.yml"
     resources:
@@ -35,11 +35,11 @@ rule partition_dataset:
 
 rule plot_partition:
     input:
-        f"{RES}/data/{{name}}",
+        P("partition"),
     output:
-        f"{FIGS}/data/{{name}}.png",
+        P("partition_plot"),
     log:
-        f"{LOGS}/data/plot/{{name}}.log",
+        P("partition_plot_log"),
     conda:
         "../../environment.yml"
     resources:

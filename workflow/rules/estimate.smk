@@ -5,11 +5,11 @@ rule run_experiment:
     input:
         experiment_inputs,
     output:
-        metrics=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/metrics.json",
-        history=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/history.parquet",
-        config=f"{RES}/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}/config.yaml",
+        metrics=P("run_file", file="metrics.json"),
+        history=P("run_file", file="history.parquet"),
+        config=P("run_file", file="config.yaml"),
     log:
-        f"{LOGS}/run/{{paper}}/{{exp}}/{{scale}}/seed{{seed}}.log",
+        P("run_log"),
     wildcard_constraints:
         scale="quick|paper",
         seed=r"\d+",
@@ -34,9 +34,9 @@ rule aggregate_seeds:
             wildcards.paper, wildcards.exp, wildcards.scale
         ),
     output:
-        summary=f"{RES}/{{paper}}/{{exp}}/{{scale}}/summary.json",
+        summary=P("summary"),
     log:
-        f"{LOGS}/aggregate/{{paper}}/{{exp}}/{{scale}}.log",
+        P("aggregate_log"),
     wildcard_constraints:
         scale="quick|paper",
     conda:

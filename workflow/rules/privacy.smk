@@ -6,10 +6,10 @@ rule privacy_tables:
     input:
         summaries=lambda wildcards: privacy_summaries(wildcards.paper),
     output:
-        epsilon=f"{RES}/privacy/{{paper}}/epsilon.csv",
-        curves=f"{RES}/privacy/{{paper}}/curves.csv",
+        epsilon=P("privacy_table", name="epsilon"),
+        curves=P("privacy_table", name="curves"),
     log:
-        f"{LOGS}/privacy/{{paper}}/tables.log",
+        P("privacy_log", name="tables"),
     conda:
         "../../environment.yml"
     resources:
@@ -28,15 +28,15 @@ rule privacy_figure:
         summaries=lambda wildcards: privacy_summaries(wildcards.paper),
         registry=lambda wildcards: CFG.get("targets", {}).get(wildcards.paper, []),
     output:
-        pdf=f"{FIGS}/{{paper}}/privacy_epsilon.pdf",
+        pdf=P("figure", fig="privacy_epsilon", ext="pdf"),
         png=report(
-            f"{FIGS}/{{paper}}/privacy_epsilon.png",
+            P("figure", fig="privacy_epsilon", ext="png"),
             caption="../report/privacy_figure.rst",
             category="{paper}",
             labels={"paper": "{paper}", "figure": "privacy_epsilon"},
         ),
     log:
-        f"{LOGS}/privacy/{{paper}}/figure.log",
+        P("privacy_log", name="figure"),
     conda:
         "../../environment.yml"
     resources:

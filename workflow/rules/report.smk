@@ -5,15 +5,15 @@ rule figure:
     input:
         unpack(figure_inputs),
     output:
-        pdf=f"{FIGS}/{{paper}}/{{fig}}.pdf",
+        pdf=P("figure", ext="pdf"),
         png=report(
-            f"{FIGS}/{{paper}}/{{fig}}.png",
+            P("figure", ext="png"),
             caption="../report/figure.rst",
             category="{paper}",
             labels={"paper": "{paper}", "figure": "{fig}"},
         ),
     log:
-        f"{LOGS}/figures/{{paper}}/{{fig}}.log",
+        P("figure_log"),
     wildcard_constraints:
         paper=FIGURE_PAPERS,
         fig=FIGURE_NAMES,
@@ -36,10 +36,10 @@ rule table:
         summaries=lambda wildcards: runnable_summaries(wildcards.paper),
         registry=lambda wildcards: CFG["targets"][wildcards.paper],
     output:
-        csv=f"{RES}/tables/{{paper}}/{{table}}.csv",
-        md=f"{RES}/tables/{{paper}}/{{table}}.md",
+        csv=P("table", ext="csv"),
+        md=P("table", ext="md"),
     log:
-        f"{LOGS}/tables/{{paper}}/{{table}}.log",
+        P("table_log"),
     conda:
         "../../environment.yml"
     resources:
@@ -75,7 +75,7 @@ rule report:
             labels={"table": "every target (html)"},
         ),
     log:
-        f"{LOGS}/report.log",
+        P("report_log"),
     conda:
         "../../environment.yml"
     resources:

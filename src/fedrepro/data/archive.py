@@ -155,8 +155,9 @@ def extract_members(archive: str | Path, dest: str | Path, members: Iterable[str
         raise DataError(f"archive {archive} does not exist")
     try:
         tar = tarfile.open(archive, mode="r:*")
-    except (tarfile.TarError, OSError, lzma.LZMAError) as exc:
-        raise DataError(f"{archive}: cannot open as a tar archive: {exc}") from None
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, zlib.error) as exc:  # EOFError: cut short
+        raise DataError(f"{archive}: cannot open as a tar archive ({exc}): corrupt or truncated; delete it and fetch "
+                        "it again") from None
     done: set[str] = set()
     try:
         with tar:
@@ -218,9 +219,10 @@ def decompress_file(src: str | Path, dest: str | Path, name: str, fmt: str = "lz
     try:
         with _OPENERS[fmt](src) as fh:
             _write_atomically(fh, outputs[name])
-    except (OSError, EOFError, lzma.LZMAError) as exc:
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
         outputs[name].with_name(name + ".part").unlink(missing_ok=True)
-        raise DataError(f"cannot decompress {src} ({fmt}): {exc}") from None
+        raise DataError(f"{src}: cannot decompress ({fmt}: {exc}): corrupt or truncated; delete it and fetch it "
+                        "again") from None
     _write_marker(marker, src, outputs)
     return outputs[name]
 

@@ -27,6 +27,7 @@ This module is imported by the dataset catalog: it keeps pyarrow imports inside 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -92,6 +93,17 @@ def _fedrepro_version() -> str:
 
 # ----------------------------------------------------------------------------------------------------- write
 
+@dataclass(frozen=True)
+class _Split:
+    """One split as :func:`write` stores it: its inputs, and ``order``, its source rows in file order."""
+
+    name: str
+    features: np.ndarray
+    labels: LabelSet
+    assign: np.ndarray  # client of each source row (-1: none)
+    order: np.ndarray
+
+
 def _order(assign: np.ndarray, keep_unassigned: bool) -> np.ndarray:
     """Source indices of one split in file order: by client id (unassigned, -1, last), then source index."""
     idx = np.arange(len(assign)) if keep_unassigned else np.flatnonzero(assign >= 0)
@@ -106,31 +118,18 @@ def _classes_of(client: np.ndarray, labels: np.ndarray, n_clients: int) -> list[
     return [pairs[1, bounds[c]:bounds[c + 1]].tolist() for c in range(n_clients)]
 
 
-def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
-          test_features: np.ndarray | None = None, test: LabelSet | np.ndarray | None = None, *,
-          source: Mapping[str, Any] | None = None, keep_unassigned: bool = False, overwrite: bool = False,
-          n_classes: int | None = None, extra: Mapping[str, Any] | None = None) -> Path:
-    """Write a partitioned dataset to ``out_dir`` atomically and return its path.
-
-    ``train_features``/``test_features``: arrays whose first axis is the sample (any numeric dtype, same trailing
-    shape and dtype for both; may be memory-mapped). ``train``/``test``: labels (+ groups, coarse) as given to the
-    partitioner. ``source``: :func:`source_info` (dataset id and input-file sha256). ``keep_unassigned``: also
-    store samples held by no client (client_id -1, after each split's clients). ``extra``: free JSON-able entries
-    stored under ``manifest["extra"]``.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out_dir = Path(out_dir)
-    train = as_labelset(train)
-    test = as_labelset(test)
-    splits = [("train", train_features, train, partition.train_client)]
+def _validated_splits(partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
+                      test_features: np.ndarray | None, test: LabelSet | np.ndarray | None,
+                      keep_unassigned: bool) -> list[_Split]:
+    """The splits to store, in file order (train, then test if given), after checking that they fit together."""
+    train, test = as_labelset(train), as_labelset(test)
+    given = [("train", train_features, train, partition.train_client)]
     if test is not None or test_features is not None:
         if test is None or test_features is None:
             raise ValueError("test_features and test must be given together")
-        splits.append(("test", test_features, test, partition.test_client))
+        given.append(("test", test_features, test, partition.test_client))
     ref = np.asarray(train_features[:0])
-    for name, feats, labels, assign in splits:
+    for name, feats, labels, assign in given:
         if len(feats) != len(labels) or len(labels) != len(assign):
             raise ValueError(f"{name}: {len(feats)} feature rows, {len(labels)} labels, {len(assign)} assignments")
         if feats.dtype != ref.dtype or feats.shape[1:] != ref.shape[1:]:
@@ -138,100 +137,123 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
                              f"{ref.dtype}{ref.shape[1:]}")
     if ref.dtype.hasobject:
         raise ValueError("features must not be an object array (the format never pickles)")
-    has_coarse = all(ls.coarse is not None for _, _, ls, _ in splits)
-    has_writer = all(ls.groups is not None for _, _, ls, _ in splits)
-    if n_classes is None:
-        n_classes = max(int(ls.labels.max(initial=-1)) for _, _, ls, _ in splits) + 1
+    return [_Split(name, feats, labels, assign, _order(assign, keep_unassigned))
+            for name, feats, labels, assign in given]
 
-    orders = [_order(assign, keep_unassigned) for _, _, _, assign in splits]
-    n_rows = sum(len(o) for o in orders)
+
+def _write_features(path: Path, splits: list[_Split]) -> None:
+    """Every stored row's features, gathered split by split in file order, in chunks, into one preallocated .npy."""
+    first = splits[0].features
+    n_rows = sum(len(s.order) for s in splits)
+    feat = np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=(n_rows, *first.shape[1:]))
+    row_bytes = max(1, int(np.prod(first.shape[1:], dtype=np.int64)) * first.dtype.itemsize)
+    chunk = max(1, CHUNK_BYTES // row_bytes)
+    start = 0
+    for s in splits:
+        for a in range(0, len(s.order), chunk):
+            sel = s.order[a:a + chunk]
+            feat[start + a:start + a + len(sel)] = s.features[sel]
+        start += len(s.order)
+    feat.flush()
+    del feat
+
+
+def _write_index(path: Path, splits: list[_Split]) -> list[str]:
+    """The index (one row per features row; coarse labels and writers only when every split has them) as parquet;
+    returns its column names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def column(values) -> np.ndarray:
+        return np.concatenate([values(s) for s in splits])
+
+    table = {"row": pa.array(np.arange(sum(len(s.order) for s in splits), dtype=np.int64)),
+             "client_id": pa.array(column(lambda s: s.assign[s.order]).astype(np.int64)),
+             "split": pa.DictionaryArray.from_arrays(
+                 pa.array(column(lambda s: np.full(len(s.order), SPLITS.index(s.name), dtype=np.int8))),
+                 pa.array(list(SPLITS))),
+             "label": pa.array(column(lambda s: s.labels.labels[s.order]).astype(np.int64)),
+             "source_index": pa.array(column(lambda s: s.order.astype(np.int64)))}
+    if all(s.labels.coarse is not None for s in splits):
+        table["coarse_label"] = pa.array(column(lambda s: s.labels.coarse[s.order]).astype(np.int64))
+    if all(s.labels.groups is not None for s in splits):
+        w = column(lambda s: s.labels.groups[s.order])
+        table["writer"] = pa.array(w.astype(str) if w.dtype.kind in "OUS" else w)
+    pq.write_table(pa.table(table), path)
+    return list(table)
+
+
+def _clients_entry(partition: Partition, splits: list[_Split]) -> list[dict[str, Any]]:
+    """Per client: its count and class set per split, and the scheme's metadata."""
+    counts = {s.name: np.bincount(s.assign[s.assign >= 0], minlength=partition.n_clients) for s in splits}
+    classes = {s.name: _classes_of(s.assign, s.labels.labels, partition.n_clients) for s in splits}
+    clients = []
+    for c in range(partition.n_clients):
+        entry: dict[str, Any] = {"id": c}
+        for s in splits:
+            entry[s.name] = int(counts[s.name][c])
+            entry[f"{s.name}_classes"] = classes[s.name][c]
+        for key, arr in partition.client_meta.items():
+            entry[key] = arr[c]
+        clients.append(entry)
+    return clients
+
+
+def _manifest(directory: Path, partition: Partition, splits: list[_Split], index_columns: list[str], *,
+              source: Mapping[str, Any] | None, keep_unassigned: bool, n_classes: int | None,
+              extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The manifest of the data files already written in ``directory`` (see the module docstring)."""
+    split_rows, offset = {}, 0
+    for s in splits:
+        split_rows[s.name] = {"start": offset, "rows": len(s.order), "assigned": int((s.assign[s.order] >= 0).sum()),
+                              "source_rows": len(s.assign)}
+        offset += len(s.order)
+    if n_classes is None:
+        n_classes = max(int(s.labels.labels.max(initial=-1)) for s in splits) + 1
+    has_coarse = all(s.labels.coarse is not None for s in splits)
+    first = splits[0].features
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "fedrepro_version": _fedrepro_version(),
+        "source": dict(source) if source is not None else None,
+        "partition": {"scheme": partition.scheme, "params": partition.params,
+                      "seed": partition.params.get("seed"), "n_clients": partition.n_clients,
+                      "client_meta": sorted(partition.client_meta)},
+        "n_clients": partition.n_clients,
+        "n_classes": n_classes,
+        "n_coarse_classes": (max(int(s.labels.coarse.max(initial=-1)) for s in splits) + 1 if has_coarse else None),
+        "features": {"file": FEATURES, "dtype": first.dtype.str, "shape": [offset, *first.shape[1:]],
+                     "bytes": (directory / FEATURES).stat().st_size, "sha256": _sha256(directory / FEATURES)},
+        "index": {"file": INDEX, "columns": index_columns, "bytes": (directory / INDEX).stat().st_size,
+                  "sha256": _sha256(directory / INDEX)},
+        "splits": split_rows,
+        "keep_unassigned": keep_unassigned,
+        "clients": _clients_entry(partition, splits),
+        "extra": dict(extra) if extra else {},
+    }
+
+
+def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
+    """The manifest as sorted, indented JSON, flushed to disk (it is the mark of a complete dataset)."""
+    text = json.dumps(_jsonable(manifest), indent=1, sort_keys=True) + "\n"
+    with open(path, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+@contextlib.contextmanager
+def _atomic_directory(out_dir: Path, overwrite: bool):
+    """Yield a hidden temporary directory beside ``out_dir``; when the block ends, rename it to ``out_dir``
+    (replacing an existing one only with ``overwrite``). An exception removes it and leaves ``out_dir`` as it was."""
+    from fedrepro.runio import honour_umask
+
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        # 1. features, gathered in chunks into a preallocated .npy
-        feat = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=ref.dtype, shape=(n_rows, *ref.shape[1:]))
-        row_bytes = max(1, int(np.prod(ref.shape[1:], dtype=np.int64)) * ref.dtype.itemsize)
-        chunk = max(1, CHUNK_BYTES // row_bytes)
-        start = 0
-        for (_, feats, _, _), order in zip(splits, orders):
-            for a in range(0, len(order), chunk):
-                sel = order[a:a + chunk]
-                feat[start + a:start + a + len(sel)] = feats[sel]
-            start += len(order)
-        feat.flush()
-        del feat
-
-        # 2. index
-        cols: dict[str, list] = {k: [] for k in ("client_id", "split", "label", "source_index", "coarse_label",
-                                                 "writer")}
-        for (name, _, ls, assign), order in zip(splits, orders):
-            cols["client_id"].append(assign[order])
-            cols["split"].append(np.full(len(order), SPLITS.index(name), dtype=np.int8))
-            cols["label"].append(ls.labels[order])
-            cols["source_index"].append(order.astype(np.int64))
-            if has_coarse:
-                cols["coarse_label"].append(ls.coarse[order])
-            if has_writer:
-                cols["writer"].append(ls.groups[order])
-        table = {"row": pa.array(np.arange(n_rows, dtype=np.int64)),
-                 "client_id": pa.array(np.concatenate(cols["client_id"]).astype(np.int64)),
-                 "split": pa.DictionaryArray.from_arrays(pa.array(np.concatenate(cols["split"])),
-                                                         pa.array(list(SPLITS))),
-                 "label": pa.array(np.concatenate(cols["label"]).astype(np.int64)),
-                 "source_index": pa.array(np.concatenate(cols["source_index"]))}
-        if has_coarse:
-            table["coarse_label"] = pa.array(np.concatenate(cols["coarse_label"]).astype(np.int64))
-        if has_writer:
-            w = np.concatenate(cols["writer"])
-            table["writer"] = pa.array(w.astype(str) if w.dtype.kind in "OUS" else w)
-        pq.write_table(pa.table(table), tmp / INDEX)
-
-        # 3. manifest, last
-        clients = []
-        counts = {name: np.bincount(assign[assign >= 0], minlength=partition.n_clients)
-                  for name, _, _, assign in splits}
-        classes = {name: _classes_of(assign, ls.labels, partition.n_clients) for name, _, ls, assign in splits}
-        for c in range(partition.n_clients):
-            entry: dict[str, Any] = {"id": c}
-            for name, _, _, _ in splits:
-                entry[name] = int(counts[name][c])
-                entry[f"{name}_classes"] = classes[name][c]
-            for key, arr in partition.client_meta.items():
-                entry[key] = arr[c]
-            clients.append(entry)
-        split_rows, offset = {}, 0
-        for (name, _, _, assign), order in zip(splits, orders):
-            split_rows[name] = {"start": offset, "rows": len(order), "assigned": int((assign[order] >= 0).sum()),
-                                "source_rows": len(assign)}
-            offset += len(order)
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "fedrepro_version": _fedrepro_version(),
-            "source": dict(source) if source is not None else None,
-            "partition": {"scheme": partition.scheme, "params": partition.params,
-                          "seed": partition.params.get("seed"), "n_clients": partition.n_clients,
-                          "client_meta": sorted(partition.client_meta)},
-            "n_clients": partition.n_clients,
-            "n_classes": n_classes,
-            "n_coarse_classes": (max(int(ls.coarse.max(initial=-1)) for _, _, ls, _ in splits) + 1
-                                 if has_coarse else None),
-            "features": {"file": FEATURES, "dtype": ref.dtype.str, "shape": [n_rows, *ref.shape[1:]],
-                         "bytes": (tmp / FEATURES).stat().st_size, "sha256": _sha256(tmp / FEATURES)},
-            "index": {"file": INDEX, "columns": list(table), "bytes": (tmp / INDEX).stat().st_size,
-                      "sha256": _sha256(tmp / INDEX)},
-            "splits": split_rows,
-            "keep_unassigned": keep_unassigned,
-            "clients": clients,
-            "extra": dict(extra) if extra else {},
-        }
-        text = json.dumps(_jsonable(manifest), indent=1, sort_keys=True) + "\n"
-        with open(tmp / MANIFEST, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-        # 4. into place
+        honour_umask(tmp)  # the final directory gets the umask's mode (0755), not mkdtemp's 0700
+        yield tmp
         if out_dir.exists():
             if not overwrite:
                 raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
@@ -244,6 +266,29 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
+          test_features: np.ndarray | None = None, test: LabelSet | np.ndarray | None = None, *,
+          source: Mapping[str, Any] | None = None, keep_unassigned: bool = False, overwrite: bool = False,
+          n_classes: int | None = None, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write a partitioned dataset to ``out_dir`` atomically and return its path.
+
+    ``train_features``/``test_features``: arrays whose first axis is the sample (any numeric dtype, same trailing
+    shape and dtype for both; may be memory-mapped). ``train``/``test``: labels (+ groups, coarse) as given to the
+    partitioner. ``source``: dataset id and input-file sha256 (:func:`source_info`, or the verified record of
+    fedrepro.data.prepare). ``keep_unassigned``: also
+    store samples held by no client (client_id -1, after each split's clients). ``extra``: free JSON-able entries
+    stored under ``manifest["extra"]``.
+    """
+    out_dir = Path(out_dir)
+    splits = _validated_splits(partition, train_features, train, test_features, test, keep_unassigned)
+    with _atomic_directory(out_dir, overwrite) as tmp:
+        _write_features(tmp / FEATURES, splits)
+        index_columns = _write_index(tmp / INDEX, splits)
+        _write_manifest(tmp / MANIFEST, _manifest(tmp, partition, splits, index_columns, source=source,
+                                                  keep_unassigned=keep_unassigned, n_classes=n_classes,
+                                                  extra=extra))
     return out_dir
 
 
@@ -374,22 +419,51 @@ def is_complete(path: str | Path) -> bool:
         return False
 
 
-def _check(path: Path, verify: bool) -> dict:
+def _rebuild(path: Path) -> str:
+    return f"delete {path} and build it again (`snakemake --cores 2 {path}`)"
+
+
+# what the loader reads from a manifest: key -> the fields it needs inside that key's mapping
+_MANIFEST_FIELDS = {"features": ("file", "bytes", "sha256", "shape", "dtype"), "index": ("file", "bytes", "sha256"),
+                    "splits": (), "clients": (), "n_clients": (), "n_classes": ()}
+
+
+def _read_manifest(path: Path) -> dict:
     mf = path / MANIFEST
     if not mf.is_file():
-        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?)")
-    manifest = json.loads(mf.read_text())
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise DataError(f"{path}: format {manifest.get('format')!r} v{manifest.get('format_version')}, expected "
-                        f"{FORMAT} v{FORMAT_VERSION}")
+        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?); "
+                        f"{_rebuild(path)}")
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{mf}: not valid JSON ({exc}); {_rebuild(path)}") from None
+    got = manifest if isinstance(manifest, dict) else {}
+    if got.get("format") != FORMAT or got.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"{mf}: format {got.get('format')!r} v{got.get('format_version')}, expected "
+                        f"{FORMAT} v{FORMAT_VERSION}; {_rebuild(path)}")
+    for key, fields in _MANIFEST_FIELDS.items():
+        entry = manifest.get(key)
+        if entry is None or (fields and not (isinstance(entry, dict) and all(f in entry for f in fields))):
+            raise DataError(f"{mf}: {key}: missing or incomplete (needs {', '.join(fields) or 'a value'}); "
+                            f"{_rebuild(path)}")
+    return manifest
+
+
+def _check(path: Path, verify: bool) -> dict:
+    manifest = _read_manifest(path)
     for key in ("features", "index"):
         entry = manifest[key]
         f = path / entry["file"]
         if not f.is_file() or f.stat().st_size != entry["bytes"]:
-            raise DataError(f"{path}: {entry['file']} missing or of the wrong size (manifest: {entry['bytes']} bytes)")
+            raise DataError(f"{f}: missing or of the wrong size (manifest: {entry['bytes']} bytes); {_rebuild(path)}")
         if verify and _sha256(f) != entry["sha256"]:
-            raise DataError(f"{path}: {entry['file']} checksum mismatch (manifest sha256 {entry['sha256']})")
+            raise DataError(f"{f}: checksum mismatch (manifest sha256 {entry['sha256']}); {_rebuild(path)}")
     return manifest
+
+
+def check(path: str | Path, verify: bool = False) -> None:
+    """Raise a DataError naming the file when ``path`` is not a complete dataset (see :func:`is_complete`)."""
+    _check(Path(path), verify)
 
 
 def load(path: str | Path, verify: bool = False) -> FederatedDataset:
@@ -400,11 +474,17 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
 
     path = Path(path)
     manifest = _check(path, verify)
-    features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
+    try:
+        features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path / FEATURES}: not a readable npy file ({exc}); {_rebuild(path)}") from None
     if list(features.shape) != manifest["features"]["shape"] or features.dtype.str != manifest["features"]["dtype"]:
         raise DataError(f"{path}: {FEATURES} is {features.dtype.str}{features.shape}, manifest says "
                         f"{manifest['features']['dtype']}{tuple(manifest['features']['shape'])}")
-    t = pq.read_table(path / INDEX)
+    try:
+        t = pq.read_table(path / INDEX)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"{path / INDEX}: not a readable parquet file ({exc}); {_rebuild(path)}") from None
     split_col = t.column("split").combine_chunks()
     if hasattr(split_col, "indices"):
         names = split_col.dictionary.to_pylist()
@@ -434,5 +514,5 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
 write_federated = write
 load_federated = load
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "is_complete", "load", "load_federated", "source_info",
+__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "check", "is_complete", "load", "load_federated", "source_info",
            "write", "write_federated"]

@@ -19,8 +19,9 @@ FEMNIST
       (``all_data_{0-10,16-20,31-34}``) of LEAF's ``preprocess.sh -s niid --sf 0.05 -k 0`` output with LEAF's
       sample-based train/test split (``-t sample --tf 0.9``, inferred from the file names and from every writer
       appearing in both splits); 14,708 train and 1,685 test images, 62 classes. It is not downloadable: the files
-      come from the project's shared data (``/work/shared/data/leaf_femnist_sf005``, which holds a SHA256SUMS file);
-      since its directory is named like the dataset, ``data.mirror=/work/shared/data`` finds it. The 40 sha256 below
+      come from the shared data beside the project (``../shared/data/leaf_femnist_sf005`` relative to the project
+      root, which holds a SHA256SUMS file); since its directory is named like the dataset, the default
+      ``data.mirror: ../shared/data`` finds it. The 40 sha256 below
       are exactly those of that SHA256SUMS file (re-computed from the files: all match).
     * ``leaf_femnist``: the full data set (3,550 writers, 805,263 images per the LEAF paper). Its canonical
       source is NIST Special Database 19 (``by_class.zip``, ``by_write.zip``), which LEAF's
@@ -55,6 +56,7 @@ import io
 import json
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
@@ -298,8 +300,8 @@ def load_reddit(archive: str | Path) -> dict[str, RedditSplit]:
     try:
         zf = zipfile.ZipFile(archive)
     except (OSError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{archive}: not a zip archive ({exc}); a Google Drive HTML page instead of the file?"
-                        ) from None
+        raise DataError(f"{archive}: not a zip archive ({exc}): cut short, or a Google Drive HTML page instead of "
+                        "the file? delete it and fetch it again") from None
     out = {}
     with zf:
         names = set(zf.namelist())
@@ -309,8 +311,9 @@ def load_reddit(archive: str | Path) -> dict[str, RedditSplit]:
             try:
                 with zf.open(member) as fh:
                     out[split] = read_reddit_json(io.BufferedReader(fh), f"{archive}:{member}")
-            except (zipfile.BadZipFile, OSError) as exc:
-                raise DataError(f"{archive}: cannot read member {member!r}: {exc}") from None
+            except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+                raise DataError(f"{archive}: cannot read member {member!r} ({exc}): corrupt or truncated; delete it "
+                                "and fetch it again") from None
     return out
 
 
@@ -325,7 +328,7 @@ _NIST_CITATION = ("P. J. Grother, K. K. Hanaoka, NIST Special Database 19, Handp
 SAMPLE_SOURCE = ("not downloadable: output of LEAF data/femnist/preprocess.sh -s niid --sf 0.05 -k 0 -t sample "
                  "--tf 0.9 (project shared data leaf_femnist_sf005; see fedrepro.data.leaf)")
 
-# name, sha256: exactly the 40 lines of /work/shared/data/leaf_femnist_sf005/SHA256SUMS (sha256 of that file:
+# name, sha256: exactly the 40 lines of ../shared/data/leaf_femnist_sf005/SHA256SUMS (sha256 of that file:
 # f74e25b11b612224c2d7745fc7c896809dd56667a26409b338cf0d535f983b54), re-computed from the files here.
 _SF005 = (
     ("train/all_data_0_niid_05_keep_0_train_9.json",

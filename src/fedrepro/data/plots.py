@@ -11,8 +11,6 @@ same file. This module is imported by the dataset catalog: matplotlib is importe
 
 from __future__ import annotations
 
-import os
-import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -85,15 +83,9 @@ def partition_figure(train_counts: np.ndarray, class_counts: np.ndarray, test_co
 
 
 def _save_png(fig, out_png: Path, dpi: int) -> None:
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_png.name}.", suffix=".tmp", dir=out_png.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
-        os.replace(tmp, out_png)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from fedrepro.runio import atomic_write
+
+    atomic_write(out_png, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None}))
 
 
 def _title(scheme: str, params: dict[str, Any], dataset: str | None) -> str:

@@ -1,8 +1,10 @@
 """Parse a verified dataset, partition it as a paper describes, and write it in the federated on-disk format.
 
 A *partition spec* (config/partitions.yaml) names a dataset, a scheme from fedrepro.data.partition, its parameters
-and a seed. :func:`prepare` is what the `partition_dataset` rule runs; the manifest records the sha256 of every
-input file, so a partitioned dataset can always be traced to the exact bytes it came from.
+and a seed. :func:`prepare` is what the `partition_dataset` rule runs. It verifies the input files again
+(fedrepro.data.sources.verified_files) and the manifest records the sha256 each one matched (the catalog's pin; a
+file fetched with --allow-unpinned is listed under ``unpinned``), so a partitioned dataset can always be traced to
+the exact bytes it came from.
 """
 
 from __future__ import annotations
@@ -108,11 +110,13 @@ def prepare(cfg: Mapping, name: str, spec: Mapping, out_dir: Path) -> Path:
     """Partition dataset ``spec['dataset']`` by ``spec['scheme']`` and write it to ``out_dir``."""
     from fedrepro.data import fedformat
     from fedrepro.data.partition import partition
-    from fedrepro.data.sources import dataset_files
+    from fedrepro.data.sources import verified_files
 
-    files = dataset_files(cfg, spec["dataset"])
-    arrays = load_arrays(spec["dataset"], files)
+    verified = verified_files(cfg, spec["dataset"])
+    arrays = load_arrays(spec["dataset"], [v.path for v in verified])
     part = partition(spec["scheme"], arrays.train, arrays.test, seed=spec["seed"], **(spec.get("params") or {}))
+    source = {"dataset": spec["dataset"], "files": {v.name: v.sha256 for v in verified},
+              "unpinned": [v.name for v in verified if not v.pinned]}
     return fedformat.write(out_dir, part, arrays.train_x, arrays.train, arrays.test_x, arrays.test,
-                           source=fedformat.source_info(spec["dataset"], files), n_classes=arrays.n_classes,
+                           source=source, n_classes=arrays.n_classes,
                            overwrite=True, extra={"name": name, "description": spec["description"]})

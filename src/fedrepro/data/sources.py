@@ -4,15 +4,24 @@ Lookup order for a file ``NAME`` of dataset ``ID``:
   1. ``<data.dir>/<ID>/NAME`` (already fetched),
   2. the mirror: ``<data.mirror>/<ID>/NAME`` or ``<data.mirror>/NAME`` (a directory or file:// URL),
   3. the canonical URL.
-Every file is checked against its sha256; a mismatch is an error, never a warning.
+Every file is checked against its sha256; a mismatch is an error, never a warning, naming the file that is wrong
+where it came from (the mirror file, the URL, the installed package or the data dir) and the expected sha256.
 ``NAME`` may contain a subdirectory (``train/x.json``); a bundled dataset (no files) is always available.
+
+Data is verified again where it is used: :func:`verified_files` (and :func:`dataset_files`), which partitioning and
+every run call, compare each file with the sha256 it was verified against. Cheaply: ``<data.dir>/<ID>/.verified.json``
+records each file's size, mtime and origin when it was last hashed, and a file is hashed again only when these
+changed. ``.verified`` itself (the fetch rule's output) is never rewritten on use, so a check does not rerun the
+workflow.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlparse
@@ -22,6 +31,8 @@ from fedrepro.data.catalog import Dataset, RemoteFile, get_dataset, get_provider
 from fedrepro.errors import DataError
 
 STAMP = ".verified"
+STATE = ".verified.json"  # per file: sha256, origin, size and mtime when last hashed (the cheap check on use)
+CATALOG = "src/fedrepro/data/catalog.py"
 
 
 def sha256_of(path: Path) -> str:
@@ -66,7 +77,14 @@ def _missing_message(cfg: Mapping, ds: Dataset, f: RemoteFile, why: str) -> str:
     )
 
 
-def verify(path: Path, f: RemoteFile, ds: Dataset, allow_unpinned: bool = False) -> str:
+def _expected_where(f: RemoteFile) -> str:
+    return f"pinned in {CATALOG}" if f.sha256 else "recorded when it was fetched with --allow-unpinned"
+
+
+def verify(path: Path, f: RemoteFile, ds: Dataset, allow_unpinned: bool = False, origin: str = "") -> str:
+    """The file's sha256, checked against the pinned one. ``origin`` says where ``path`` just came from: "mirror
+    <file>", "download <url>", "written by <provider>", or "" for a file already in the data dir; the error names
+    that as the thing that is wrong."""
     digest = sha256_of(path)
     if f.sha256 is None:
         if not allow_unpinned:
@@ -75,11 +93,21 @@ def verify(path: Path, f: RemoteFile, ds: Dataset, allow_unpinned: bool = False)
                 "re-run with --allow-unpinned to accept it and record the hash, then pin it in catalog.py"
             )
     elif digest != f.sha256:
-        raise DataError(
-            f"dataset {ds.id}: checksum mismatch for {path}\n  expected sha256: {f.sha256}\n"
-            f"  actual sha256:   {digest}\n  the file is corrupt or a different version; delete it and fetch "
-            f"again from {f.url} (or the mirror)"
-        )
+        if origin.startswith("mirror "):
+            what = (f"the mirror file {origin[len('mirror '):]} has sha256 {digest}, expected {f.sha256} "
+                    f"({_expected_where(f)}): the mirror copy is corrupt or another version; replace it with a good "
+                    f"copy (source: {f.url})")
+        elif origin.startswith("download "):
+            what = (f"{f.url} (downloaded to {path}) has sha256 {digest}, expected {f.sha256} "
+                    f"({_expected_where(f)}): a corrupt download or a changed upstream file; fetch again, and if it "
+                    "persists compare the upstream file before pinning its new hash")
+        elif origin.startswith("written by "):
+            what = (f"{path} ({origin}) has sha256 {digest}, expected {f.sha256} ({_expected_where(f)}): the "
+                    "installed package does not hold the pinned upstream file")
+        else:
+            what = (f"{path} (in the data dir) has sha256 {digest}, expected {f.sha256} ({_expected_where(f)}): it "
+                    "is corrupt or another version; delete it and fetch again")
+        raise DataError(f"dataset {ds.id}: checksum mismatch: {what}")
     return digest
 
 
@@ -107,15 +135,51 @@ def _download(url: str, dest: Path, timeout: float = 60.0) -> None:
     tmp.replace(dest)
 
 
+def _file_stat(path: Path) -> dict:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _read_state(cfg: Mapping, ds: Dataset) -> dict:
+    """``.verified.json``: {file name: {sha256, origin, size, mtime_ns}}; {} when absent or unreadable (then every
+    file is hashed once more and the state written anew)."""
+    try:
+        state = json.loads((data_dir(cfg, ds.id) / STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _write_state(cfg: Mapping, ds: Dataset, state: dict) -> None:
+    from fedrepro.runio import atomic_write
+
+    text = json.dumps(state, indent=1, sort_keys=True) + "\n"
+    atomic_write(data_dir(cfg, ds.id) / STATE, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def _stamp_digests(stamp: Path) -> dict[str, str]:
+    """{file name: sha256} from the lines ``<sha256>  <name>[  (unpinned)]`` of a ``.verified`` stamp."""
+    out = {}
+    for line in stamp.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and len(parts[0]) == 64:
+            out[parts[1]] = parts[0]
+    return out
+
+
 def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: bool = False) -> Path:
     """Make every file of the dataset present and verified in the data dir; return the stamp file."""
     ds = get_dataset(dataset_id)
     target_dir = data_dir(cfg, ds.id)
     target_dir.mkdir(parents=True, exist_ok=True)
     lines = []
+    previous = _read_state(cfg, ds)
+    state = {}
     provider = get_provider(ds.id)
+    provided = False
     if provider is not None and any(find_file(cfg, ds, f) is None for f in ds.files) and provider.available():
         provider.write(target_dir)  # verified below against the pinned sha256, like a download
+        provided = True
     if not ds.files:
         lines.append(f"bundled: {ds.bundled}")
     for f in ds.files:
@@ -129,17 +193,26 @@ def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: 
                 _download(f.url, dest)
             except OSError as exc:
                 raise DataError(_missing_message(cfg, ds, f, f"download failed: {exc}")) from None
+            origin = f"download {f.url}"
         elif src != dest:
             tmp = dest.with_name(dest.name + ".part")
             shutil.copyfile(src, tmp)
             tmp.replace(dest)
+            origin = f"mirror {src}"
+        elif provided:
+            origin = f"written by {provider.name}"
+        else:
+            origin = ""
         try:
-            digest = verify(dest, f, ds, allow_unpinned)
+            digest = verify(dest, f, ds, allow_unpinned, origin)
         except DataError:
-            if src is not None and src != dest:
+            if origin:
                 dest.unlink(missing_ok=True)  # never leave an unverified copy in the data dir
             raise
         lines.append(f"{digest}  {f.name}{'  (unpinned)' if f.sha256 is None else ''}")
+        earlier = (previous.get(f.name) or {}).get("origin") if isinstance(previous.get(f.name), dict) else None
+        state[f.name] = {"sha256": digest, "origin": origin or earlier or "the data dir", **_file_stat(dest)}
+    _write_state(cfg, ds, state)
     stamp = stamp_path(cfg, ds.id)
     tmp = stamp.with_name(STAMP + ".part")
     tmp.write_text("\n".join(lines) + "\n")
@@ -147,13 +220,61 @@ def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: 
     return stamp
 
 
-def dataset_files(cfg: Mapping, dataset_id: str) -> list[Path]:
-    """Paths of the verified files (after :func:`fetch`)."""
+@dataclass(frozen=True)
+class VerifiedFile:
+    """A dataset file as it is used: its catalog name, path, and the sha256 it matched (the catalog's pin, or for an
+    unpinned file the hash recorded when it was fetched with --allow-unpinned)."""
+
+    name: str
+    path: Path
+    sha256: str
+    pinned: bool
+
+
+def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
+    """The dataset's files, verified again now (after :func:`fetch`): a file whose size or mtime changed since it
+    was last hashed is hashed again and must still match; a mismatch is a DataError naming the file, where it came
+    from and the expected sha256."""
     ds = get_dataset(dataset_id)
     if not ds.files:
         return []  # bundled with an installed package: nothing to fetch
-    if not stamp_path(cfg, ds.id).is_file():
+    stamp = stamp_path(cfg, ds.id)
+    if not stamp.is_file():
         f = ds.files[0]
         raise DataError(_missing_message(cfg, ds, f, "not fetched/verified yet: run `python -m fedrepro data fetch "
                                                     f"{ds.id}`"))
-    return [data_dir(cfg, ds.id) / f.name for f in ds.files]
+    refetch = (f"delete {data_dir(cfg, ds.id)} and run the workflow again (`snakemake --cores 2`) or `python -m "
+               f"fedrepro data fetch {ds.id}` to fetch and verify it anew")
+    state, recorded = _read_state(cfg, ds), None
+    out, changed = [], False
+    for f in ds.files:
+        path = data_dir(cfg, ds.id) / f.name
+        rec = state.get(f.name) if isinstance(state.get(f.name), dict) else {}
+        if f.sha256 is None and recorded is None:
+            recorded = _stamp_digests(stamp)
+        expected = f.sha256 or recorded.get(f.name)
+        if not path.is_file() or expected is None:
+            raise DataError(f"dataset {ds.id}: {path} is {'missing' if expected else 'not recorded in ' + str(stamp)}"
+                            f" although {stamp} marks the dataset verified; {refetch}")
+        stat = _file_stat(path)
+        if rec.get("sha256") != expected or any(rec.get(k) != v for k, v in stat.items()):
+            digest = sha256_of(path)
+            if digest != expected:
+                origin = rec.get("origin")
+                raise DataError(f"dataset {ds.id}: checksum mismatch: {path} changed after it was verified: sha256 "
+                                f"{digest}, expected {expected} ({_expected_where(f)})"
+                                f"{f'; it came from {origin}' if origin else ''}; {refetch}")
+            state[f.name] = {**rec, "sha256": digest, **stat}
+            changed = True
+        out.append(VerifiedFile(f.name, path, expected, f.sha256 is not None))
+    if changed:
+        try:
+            _write_state(cfg, ds, state)
+        except OSError:
+            pass  # a read-only data dir: the files were verified all the same, and will be hashed again next time
+    return out
+
+
+def dataset_files(cfg: Mapping, dataset_id: str) -> list[Path]:
+    """Paths of the dataset's files, verified again now (see :func:`verified_files`)."""
+    return [v.path for v in verified_files(cfg, dataset_id)]

@@ -1,4 +1,4 @@
-"""TFF federated Stack Overflow, read without TensorFlow, and the PPSGD tag-prediction featurisation.
+"""TFF federated Stack Overflow, read without TensorFlow: the h5 and sqlite releases and the word / tag counts.
 
 Catalog ids (files on storage.googleapis.com/tff-datasets-public/):
   * ``tff_stackoverflow``: ``stackoverflow.tar.bz2`` (h5 release of older TFF versions) -> ``stackoverflow_train.h5``,
@@ -18,34 +18,31 @@ sqlite layout (TFF ``sql_client_data.py``): table ``examples(split_name, client_
 and table ``client_metadata(client_id, split_name, ...)``; split names 'train', 'heldout', 'test'. Each
 ``serialized_example_proto`` is a ``tf.train.Example`` whose features are parsed by TFF as
 ``FixedLenFeature(shape=())``: the same six keys, strings as ``bytes_list`` and ``score`` as ``int64_list``.
-:func:`parse_tf_example` decodes that message with a minimal protobuf wire-format reader (below), no TF/protobuf.
+:func:`fedrepro.data.tf_example.parse_tf_example` decodes that message.
 
 Checksums: the three ``.tar.bz2`` sha256 values are the ``file_hash=..., hash_algorithm='sha256'`` passed to
 ``tf.keras.utils.get_file`` in TFF's ``tensorflow_federated/python/simulation/datasets/stackoverflow.py``
 (``load_data``, ``load_word_counts``, ``load_tag_counts``). TFF downloads the ``.sqlite.lzma`` file through
 ``download.get_compressed_file`` without any hash, so that file is unpinned here.
 
-PPSGD featurisation (Bietti et al. 2022 Sec. 6: "N = 500 users ... bag-of-words format of dimension 5000 ... the 80
-most popular tags as labels"; the recipe is the authors' ``create_stackoverflow_data.py`` calling google-research
-``stackoverflow_tag_prediction.get_federated_datasets(word_vocab_size=5000, tag_vocab_size=80)``, notes/ppsgd.md
-E2): see :func:`ppsgd_clients`, :func:`bag_of_words` and :func:`tag_matrix`.
+The text these readers return is split into words and tags by :mod:`fedrepro.data.tokenizer`; PPSGD's
+tag-prediction features are built from them in :mod:`fedrepro.papers.ppsgd.stackoverflow_tags`.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import re
 import sqlite3
-import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 import numpy as np
 
 from fedrepro.data.archive import decompress_file, extract_members
 from fedrepro.data.catalog import Dataset, RemoteFile, register
+from fedrepro.data.tf_example import TfExampleError, parse_tf_example
 from fedrepro.data.tff_h5 import TffH5, decode_strings
 from fedrepro.errors import DataError
 
@@ -156,131 +153,6 @@ class StackOverflowH5(TffH5):
         return _client_from_columns(client_id, cols, str(self.path))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# tf.train.Example wire-format reader
-# ----------------------------------------------------------------------------------------------------------------
-# Messages (tensorflow/core/example/example.proto, feature.proto):
-#   Example   { Features features = 1; }
-#   Features  { map<string, Feature> feature = 1; }   # on the wire: repeated entry { string key = 1; Feature value = 2; }
-#   Feature   { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
-#   BytesList { repeated bytes value = 1; }
-#   FloatList { repeated float value = 1 [packed = true]; }
-#   Int64List { repeated int64 value = 1 [packed = true]; }
-# Wire format (protobuf encoding spec): each field is a varint key (field_number << 3 | wire_type); wire types
-# 0 varint, 1 fixed64, 2 length-delimited (varint length + bytes), 5 fixed32 (3/4, deprecated groups, are refused).
-# int64 values are two's-complement varints (negative numbers take 10 bytes); floats are little-endian fixed32.
-# Repeated scalars are accepted packed (one length-delimited field) or unpacked, as parsers must. Unknown fields are
-# skipped; a map key given twice keeps the last value and, within a oneof, the last kind wins (protobuf semantics).
-
-
-class ProtoError(DataError):
-    """A serialized tf.train.Example that cannot be decoded."""
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ProtoError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ProtoError("varint longer than 10 bytes")
-
-
-def _fields(buf: bytes):
-    """Yield (field_number, wire_type, value) where value is an int (types 0, 1, 5) or bytes (type 2)."""
-    pos, n = 0, len(buf)
-    while pos < n:
-        key, pos = _varint(buf, pos)
-        field, wt = key >> 3, key & 7
-        if field == 0:
-            raise ProtoError("field number 0")
-        if wt == 0:
-            value, pos = _varint(buf, pos)
-        elif wt == 1:
-            if pos + 8 > n:
-                raise ProtoError("truncated fixed64")
-            value, pos = int.from_bytes(buf[pos:pos + 8], "little"), pos + 8
-        elif wt == 2:
-            length, pos = _varint(buf, pos)
-            if pos + length > n:
-                raise ProtoError("truncated length-delimited field")
-            value, pos = bytes(buf[pos:pos + length]), pos + length
-        elif wt == 5:
-            if pos + 4 > n:
-                raise ProtoError("truncated fixed32")
-            value, pos = int.from_bytes(buf[pos:pos + 4], "little"), pos + 4
-        else:
-            raise ProtoError(f"unsupported wire type {wt}")
-        yield field, wt, value
-
-
-def _signed64(v: int) -> int:
-    v &= (1 << 64) - 1
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def _feature(buf: bytes) -> list:
-    values: list = []
-    for field, wt, value in _fields(buf):
-        if field == 1 and wt == 2:  # BytesList
-            values = [v for f, w, v in _fields(value) if f == 1 and w == 2]
-        elif field == 2 and wt == 2:  # FloatList
-            floats: list[float] = []
-            for f, w, v in _fields(value):
-                if f != 1:
-                    continue
-                if w == 2:
-                    if len(v) % 4:
-                        raise ProtoError("packed float list length not a multiple of 4")
-                    floats.extend(struct.unpack(f"<{len(v) // 4}f", v))
-                elif w == 5:
-                    floats.append(struct.unpack("<f", v.to_bytes(4, "little"))[0])
-            values = floats
-        elif field == 3 and wt == 2:  # Int64List
-            ints: list[int] = []
-            for f, w, v in _fields(value):
-                if f != 1:
-                    continue
-                if w == 2:
-                    p = 0
-                    while p < len(v):
-                        x, p = _varint(v, p)
-                        ints.append(_signed64(x))
-                elif w == 0:
-                    ints.append(_signed64(v))
-            values = ints
-    return values
-
-
-def parse_tf_example(buf: bytes) -> dict[str, list]:
-    """Decode a serialized ``tf.train.Example``: {feature name: list of bytes | float | int}."""
-    out: dict[str, list] = {}
-    for field, wt, features in _fields(bytes(buf)):
-        if field != 1 or wt != 2:
-            continue
-        for f, w, entry in _fields(features):
-            if f != 1 or w != 2:
-                continue
-            key, value = b"", b""
-            for ef, ew, ev in _fields(entry):
-                if ef == 1 and ew == 2:
-                    key = ev
-                elif ef == 2 and ew == 2:
-                    value = ev
-            try:
-                name = key.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ProtoError(f"feature name {key!r} is not UTF-8") from None
-            out[name] = _feature(value)
-    return out
-
-
 def _stackoverflow_example(buf: bytes) -> dict[str, object]:
     """One example with TFF's parse spec: FixedLenFeature(shape=()) for each of the six features."""
     ex = parse_tf_example(buf)
@@ -288,17 +160,20 @@ def _stackoverflow_example(buf: bytes) -> dict[str, object]:
     for name in FEATURES:
         vals = ex.get(name)
         if vals is None or len(vals) != 1:
-            raise ProtoError(f"feature {name!r}: expected exactly one value, got "
-                             f"{'none' if vals is None else len(vals)}")
+            raise TfExampleError(f"feature {name!r}: expected exactly one value, got "
+                                 f"{'none' if vals is None else len(vals)}")
         v = vals[0]
         if name in INT_FEATURES:
             if not isinstance(v, int):
-                raise ProtoError(f"feature {name!r}: expected an int64_list")
+                raise TfExampleError(f"feature {name!r}: expected an int64_list")
             row[name] = v
         else:
             if not isinstance(v, bytes):
-                raise ProtoError(f"feature {name!r}: expected a bytes_list")
-            row[name] = v.decode("utf-8")
+                raise TfExampleError(f"feature {name!r}: expected a bytes_list")
+            try:
+                row[name] = v.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TfExampleError(f"feature {name!r}: {v[:40]!r} is not UTF-8") from None
     return row
 
 
@@ -374,7 +249,7 @@ class StackOverflowSqlite:
         for (blob,) in self._con.execute(sql, args):
             try:
                 row = _stackoverflow_example(blob)
-            except ProtoError as exc:
+            except TfExampleError as exc:
                 raise DataError(f"{self.path}: client {client_id!r}: bad tf.train.Example: {exc}") from None
             for f in FEATURES:
                 cols[f].append(row[f])
@@ -472,105 +347,3 @@ def load_tag_counts(source: str | Path | Iterable[str | Path]) -> collections.Or
     if not isinstance(raw, dict):
         raise DataError(f"{path}: expected a JSON object tag -> count")
     return collections.OrderedDict(sorted(raw.items(), key=lambda item: item[1], reverse=True))
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# PPSGD featurisation
-# ----------------------------------------------------------------------------------------------------------------
-
-_WHITESPACE = re.compile(r"[ \t\n\v\f\r]+")  # tf.strings.split(sep=None): runs of ASCII whitespace, no empties
-
-
-def split_words(text: str) -> list[str]:
-    return [w for w in _WHITESPACE.split(text) if w]
-
-
-def bag_of_words(tokens: Sequence[str], titles: Sequence[str], vocab: Sequence[str]):
-    """Normalised bag of words, as google-research ``stackoverflow_tag_prediction.build_to_ids_fn``:
-    words = whitespace split of ``tokens + ' ' + title``; x[j] = (occurrences of vocab word j) / (number of words,
-    out-of-vocabulary ones included); the OOV column is dropped. Returns a scipy CSR matrix, float32, (n, len(vocab)).
-
-    A document with no words at all gets an all-zero row (TF's mean over zero words would give NaN).
-    """
-    import scipy.sparse as sp
-
-    if len(tokens) != len(titles):
-        raise ValueError("tokens and titles differ in length")
-    index = {w: j for j, w in enumerate(vocab)}
-    if len(index) != len(vocab):
-        raise ValueError("vocabulary has duplicate words")
-    indptr, cols, data = [0], [], []
-    for tok, title in zip(tokens, titles):
-        words = split_words(f"{tok} {title}")
-        counts = collections.Counter(index[w] for w in words if w in index)
-        for j in sorted(counts):
-            cols.append(j)
-            data.append(counts[j] / len(words))
-        indptr.append(len(cols))
-    return sp.csr_matrix((np.asarray(data, dtype=np.float32), np.asarray(cols, dtype=np.int64),
-                          np.asarray(indptr, dtype=np.int64)), shape=(len(tokens), len(vocab)))
-
-
-def tag_matrix(tags: Sequence[str], tag_vocab: Sequence[str]) -> np.ndarray:
-    """Bag of tags, as ``build_to_ids_fn``: split on '|' (empty pieces kept, they are OOV); y[k] = number of times
-    vocab tag k occurs (1 for a present tag: a tag is listed once per question); OOV dropped. float32 (n, K)."""
-    index = {t: k for k, t in enumerate(tag_vocab)}
-    if len(index) != len(tag_vocab):
-        raise ValueError("tag vocabulary has duplicates")
-    y = np.zeros((len(tags), len(tag_vocab)), dtype=np.float32)
-    for i, s in enumerate(tags):
-        for t in s.split("|"):
-            k = index.get(t)
-            if k is not None:
-                y[i, k] += 1.0
-    return y
-
-
-@dataclass(frozen=True)
-class TagPredictionClient:
-    client_id: str
-    x_train: object  # scipy.sparse.csr_matrix float32 (n_train, word_vocab_size)
-    y_train: np.ndarray  # float32 (n_train, tag_vocab_size)
-    x_test: object
-    y_test: np.ndarray
-
-
-def ppsgd_clients(train, test, word_counts: Mapping[str, int], tag_counts: Mapping[str, int],
-                  num_clients: int = 500, word_vocab_size: int = 5000, tag_vocab_size: int = 80,
-                  max_train_per_client: int = 500,
-                  rng: np.random.Generator | None = None) -> list[TagPredictionClient]:
-    """PPSGD's Stack Overflow tag-prediction data (paper Sec. 6; [code] create_stackoverflow_data.py):
-
-      * users: the first ``num_clients`` ids of the *test* split's sorted client ids;
-      * train: the user's first ``max_train_per_client`` train examples in stored order (``take(500)``), then
-        shuffled (``shuffle(500)``; upstream unseeded TF, here ``rng``; ``rng=None`` keeps the stored order);
-      * test: all of the user's test examples, stored order;
-      * x: :func:`bag_of_words` over the first ``word_vocab_size`` words of ``word_counts``; y: :func:`tag_matrix`
-        over the first ``tag_vocab_size`` tags of ``tag_counts`` (sorted by count, see :func:`load_tag_counts`).
-
-    ``train``/``test``: :class:`StackOverflowH5` or :class:`StackOverflowSqlite` splits. A selected user with no
-    train examples is an error (upstream's ``create_tf_dataset_for_client`` raises for an unknown client).
-    """
-    vocab = list(word_counts)[:word_vocab_size]
-    tag_vocab = list(tag_counts)[:tag_vocab_size]
-    if len(vocab) < word_vocab_size or len(tag_vocab) < tag_vocab_size:
-        raise DataError(f"word/tag counts have {len(word_counts)}/{len(tag_counts)} entries, fewer than the "
-                        f"requested vocabularies {word_vocab_size}/{tag_vocab_size}")
-    ids = test.client_ids[:num_clients]
-    if len(ids) < num_clients:
-        raise DataError(f"the test split has {len(test.client_ids)} users, fewer than {num_clients}")
-    out = []
-    for cid in ids:
-        if cid not in train:
-            raise DataError(f"user {cid!r} (among the first {num_clients} test users) has no train examples")
-        tr = train.client(cid, limit=max_train_per_client)
-        order = np.arange(len(tr)) if rng is None else rng.permutation(len(tr))
-        te = test.client(cid)
-        out.append(TagPredictionClient(
-            client_id=cid,
-            x_train=bag_of_words([tr.tokens[i] for i in order], [tr.title[i] for i in order], vocab),
-            y_train=tag_matrix([tr.tags[i] for i in order], tag_vocab),
-            x_test=bag_of_words(te.tokens, te.title, vocab),
-            y_test=tag_matrix(te.tags, tag_vocab),
-        ))
-    return out

@@ -2,17 +2,18 @@
 
 An experiment *kind* is a function ``fn(params, rng, ctx) -> RunOutput`` plus the JSON schema of its parameters.
 Each paper's experiment file (config/<paper>.yaml) names a kind per experiment; the same kind can serve several
-experiments (Fig. 1a, 3a and 3b are one kind with different (m, n)). Modules in this package register their kinds
-with :func:`experiment_kind` and are imported on first lookup.
+experiments (Fig. 1a, 3a and 3b are one kind with different (m, n)). A module registers its kinds with
+:func:`experiment_kind`; which module defines which kind is declared, not discovered: :data:`SHARED_KINDS` for the
+paper-free kinds of this package, and each paper's ``KINDS`` (fedrepro.papers). A lookup imports only the module
+that defines the kind asked for.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
-import pkgutil
-import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -40,25 +41,33 @@ class RunOutput:
     history: per-round / per-grid-point rows (written as parquet).
     checks: named pass/fail statements.
     accountant: name+version of the privacy accountant behind any epsilon, or None.
+    undefined_ok: glob patterns of metric keys (dotted) that may legitimately be undefined (None) in some seeds and
+        defined in others (e.g. "the iteration where curve A first beats curve B" when it never does); any other
+        metric undefined in some seeds only fails the aggregate (fedrepro.aggregate).
     """
 
     metrics: dict[str, Any]
     history: pd.DataFrame = field(default_factory=pd.DataFrame)
     checks: dict[str, Check] = field(default_factory=dict)
     accountant: dict[str, str] | None = None
+    undefined_ok: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RunContext:
     """What a run may need besides its parameters: its id, seed, the verified files of its datasets, the
-    directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load), and where long
-    runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint)."""
+    directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load), where long
+    runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint), the run's
+    clock, which those checkpoints carry across a kill (fedrepro.runio.RunClock; None outside `fedrepro run`), and
+    the global configuration, for the kinds that read other experiments and the registry (forensic sweeps)."""
 
     exp_id: str
     seed: int
     data: dict[str, list[Path]] = field(default_factory=dict)
     partitions: dict[str, Path] = field(default_factory=dict)
     checkpoint_dir: Path | None = None
+    clock: Any = None
+    config: Any = None
 
 
 @dataclass(frozen=True)
@@ -69,70 +78,79 @@ class Kind:
     module: str
     deterministic: bool = False
     stage: str = "estimate"
+    metrics: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+    # what the kind reads besides its parameters (another experiment's parameters, registry rows), as a
+    # JSON-able dict: fn(params, cfg, exp_id); the workflow reruns the experiment when it changes
+    reads: Callable[[dict, Any, str], dict] | None = None
+
+    def produces_metric(self, key: str) -> bool:
+        """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.metrics)
+
+    def produces_check(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.checks)
 
 
 _KINDS: dict[str, Kind] = {}
-_loaded = False
 
 
-def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate"):
+def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate",
+                    metrics: tuple[str, ...] = (), checks: tuple[str, ...] = (),
+                    reads: Callable[[dict, Any, str], dict] | None = None):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
     deterministic: the function never draws from ``rng`` (closed forms, accountants), so the workflow runs it once
-    (the first seed of the scale) instead of once per seed; tests/test_kinds.py checks the claim.
+    (the first seed of the scale) instead of once per seed; tests/experiments/test_kinds.py checks the claim.
     stage: "privacy" for accounting experiments, whose results the privacy stage also collects into
     results/privacy/<paper>/ (workflow/rules/privacy.smk); "estimate" for everything else.
+    metrics, checks: glob patterns of the metric keys (dotted, as in summary.json) and the check names the kind
+    produces, so that a registry row naming anything else is refused when the registry is loaded; tests check every
+    kind's runs against them (tests/test_architecture.py, tests/experiments/test_kinds.py).
+    reads: for kinds that read more than their parameters (forensic sweeps read the swept experiment and registry
+    rows): ``reads(params, cfg, exp_id)`` returns what they read, so a change there reruns them (workflow
+    resolved_params).
     """
 
     def deco(fn):
         if name in _KINDS and _KINDS[name].fn is not fn:
             raise RuntimeError(f"experiment kind {name!r} registered twice")
-        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__,
-                            deterministic=deterministic, stage=stage)
+        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__, deterministic=deterministic,
+                            stage=stage, metrics=tuple(metrics), checks=tuple(checks), reads=reads)
         return fn
 
     return deco
 
 
-_DECL = re.compile(r"""@experiment_kind\(\s*["']([A-Za-z0-9_]+)["']""")
+# Paper-free kinds: epsilon curves of any mechanism (used by several papers' accounting experiments).
+SHARED_KINDS = {
+    "privacy_curve": "fedrepro.experiments.privacy_curves",
+    "privacy_grid": "fedrepro.experiments.privacy_curves",
+    "forensic_sweep": "fedrepro.experiments.forensics",   # deviation forensics of any paper's experiment
+    "printed_relations": "fedrepro.experiments.consistency",   # a paper's printed numbers checked against each other
+}
 
 
-def _kind_index() -> dict[str, str]:
-    """kind name -> module name, read from the modules' source without importing them.
+def kind_modules() -> dict[str, str]:
+    """kind name -> the module that registers it: the shared kinds and every paper's declared ``KINDS``."""
+    from fedrepro.papers import declared
 
-    A run imports only the module that defines its kind, so one experiment's heavy dependencies (scikit-learn,
-    torch) never slow down another's start-up.
-    """
-    index = {}
-    for mod in pkgutil.iter_modules(__path__):
-        src = Path(__path__[0], f"{mod.name}.py")
-        if src.is_file():
-            for name in _DECL.findall(src.read_text(encoding="utf-8")):
-                index[name] = f"{__name__}.{mod.name}"
-    return index
-
-
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    for mod in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{mod.name}")
-    _loaded = True
+    return SHARED_KINDS | declared("KINDS")
 
 
 def get_kind(name: str, source: str = "kind") -> Kind:
     if name not in _KINDS:
-        module = _kind_index().get(name)
-        if module is not None:
-            importlib.import_module(module)
+        module = kind_modules().get(name)
+        if module is None:
+            raise ConfigError(f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(kind_modules()))})")
+        importlib.import_module(module)
     if name not in _KINDS:
-        _load_all()
-    if name not in _KINDS:
-        raise ConfigError(f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(_KINDS))})")
+        raise RuntimeError(f"experiment kind {name!r} is declared in {kind_modules()[name]} but not registered there")
     return _KINDS[name]
 
 
 def all_kinds() -> dict[str, Kind]:
-    _load_all()
+    """Every declared kind (imports every kind module)."""
+    for name in kind_modules():
+        get_kind(name)
     return dict(_KINDS)

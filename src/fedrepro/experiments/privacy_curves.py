@@ -102,7 +102,9 @@ def _provenance(last: dict) -> dict:
     return dict(first.to_dict(), all={a: r.to_dict() for a, r in last.items()})
 
 
-@experiment_kind("privacy_curve", CURVE_SCHEMA, deterministic=True, stage="privacy")
+@experiment_kind("privacy_curve", CURVE_SCHEMA, deterministic=True, stage="privacy",
+                 metrics=("epsilon.*", "order.*", "rel_gap_rdp_opacus"),
+                 checks=("classic_not_below_rdp", "pld_not_above_rdp", "rdp_agrees_with_opacus"))
 def privacy_curve(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     accs, primary, kw = _accounting(p, ctx.exp_id)
     disc = kw["pld_discretization"]
@@ -145,7 +147,9 @@ GRID_SCHEMA = {
 }
 
 
-@experiment_kind("privacy_grid", GRID_SCHEMA, deterministic=True, stage="privacy")
+@experiment_kind("privacy_grid", GRID_SCHEMA, deterministic=True, stage="privacy",
+                 metrics=("epsilon.*", "order.*"),
+                 checks=())
 def privacy_grid(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Epsilon of each noise multiplier of a grid at one sampling rate, as a curve over rounds (PPSGD's right-axis
     epsilon of Fig. 1 for every sigma of the App. A grid). Metrics: epsilon.<accountant>.s<sigma>_t<T> at every

@@ -2,14 +2,15 @@
 
 A checkpoint holds everything the round loop carries from one round to the next: the algorithm's state (any
 dataclass of tensors, dicts/lists of tensors, scalars, nested dataclasses and torch Generators; the functional
-:class:`~fedrepro.learning.engine.Net` is rebuilt, not saved), the numpy stream's bit-generator state, the engine's
+:class:`~fedrepro.learning.net.Net` is rebuilt, not saved), the numpy stream's bit-generator state, the engine's
 torch Generator state, the counters and the history so far. It is written with ``torch.save`` to a temporary file
 and renamed into place (a kill never leaves a half-written checkpoint) and read back with
 ``torch.load(weights_only=True)``: only tensors and plain containers, never arbitrary pickled objects.
 
 A checkpoint also stores a *fingerprint* of what produced it (the caller's description of the run: experiment
 parameters, seed, method, learning rate); one with another fingerprint is ignored, so a changed configuration never
-resumes from stale state.
+resumes from stale state. With a :class:`~fedrepro.runio.RunClock` it also carries the run's compute time so far
+(``elapsed_s``), so the ``wall_time_s`` of a resumed run counts the attempts before the kill too.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import hashlib
 import importlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from fedrepro.runio import RunClock
 
 _SCALARS = (int, float, bool, str, type(None))
 
@@ -33,7 +37,7 @@ def fingerprint(obj: Any) -> str:
 
 def pack(obj: Any) -> Any:
     """``obj`` as tensors and plain containers (the only things ``torch.load(weights_only=True)`` accepts)."""
-    from fedrepro.learning.engine import Net
+    from fedrepro.learning.net import Net
 
     if isinstance(obj, Net):
         return {"__net__": True}
@@ -98,6 +102,7 @@ class Checkpointer:
     path: Path
     fingerprint: str
     every: int = 10
+    clock: RunClock | None = None  # the run's compute time: saved in each checkpoint, resumed from on load
 
     def load(self) -> dict | None:
         if not self.path.is_file():
@@ -108,6 +113,8 @@ class Checkpointer:
             return None
         if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
             return None
+        if self.clock is not None and isinstance(data.get("elapsed_s"), (int, float)):
+            self.clock.resumed_from(data["elapsed_s"])
         return data
 
     def due(self, r: int, rounds: int) -> bool:
@@ -116,14 +123,15 @@ class Checkpointer:
     def save(self, payload: dict) -> None:
         from fedrepro.runio import atomic_write
 
-        atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, **payload}, tmp))
+        elapsed = {} if self.clock is None else {"elapsed_s": self.clock.total_s()}
+        atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, **elapsed, **payload}, tmp))
 
 
 def run_checkpointer(checkpoint_dir: Path | str | None, exp_id: str, params: Any, seed: int, label: str,
-                     every: int = 10) -> Checkpointer | None:
+                     every: int = 10, clock: RunClock | None = None) -> Checkpointer | None:
     """The checkpointer of one training (``label``: method, epsilon, lr ...) of one experiment run, fingerprinted by
-    the run's parameters and seed; None when the run keeps no checkpoints."""
+    the run's parameters and seed; None when the run keeps no checkpoints. ``clock``: the run's (RunContext.clock)."""
     if checkpoint_dir is None:
         return None
     fp = fingerprint({"exp": exp_id, "params": params, "seed": seed, "training": label})
-    return Checkpointer(Path(checkpoint_dir) / f"{fp[:16]}.pt", fp, every=every)
+    return Checkpointer(Path(checkpoint_dir) / f"{fp[:16]}.pt", fp, every=every, clock=clock)

@@ -24,7 +24,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from fedrepro.learning.engine import Net, Params, client_grads, expand, put, sgd, stack, take
+from fedrepro.learning.engine import client_grads
+from fedrepro.learning.net import Net, Params, expand, put, sgd, stack, take
 
 
 @dataclass

@@ -10,7 +10,7 @@ with the L2 norm taken over all of the client's parameters together. The sum ove
 therefore changes by at most C when one client is removed. Noise multipliers z are never computed here: they come
 from the accountants in :mod:`fedrepro.privacy` (:func:`calibrated` wraps
 :func:`fedrepro.privacy.calibrate_noise_multiplier`; the paper's own Thm 5 is
-:mod:`fedrepro.privacy.papers.adaped`).
+:mod:`fedrepro.papers.adaped.privacy`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ client's model update Delta_i = w_i - w is clipped to L2 norm C (all parameters 
     w <- w + (sum_i clip_C(Delta_i) + N(0, (z C)^2 I)) / K,
 
 so one client changes the pre-noise sum by at most C and each round is a Gaussian mechanism with noise multiplier
-z on a sum of sensitivity C, subsampled at K/m; :func:`fedrepro.experiments.fl_privacy.plan_noise` calibrates z
+z on a sum of sensitivity C, subsampled at K/m; :func:`fedrepro.papers.adaped.fl_privacy.plan_noise` calibrates z
 with a library accountant (dp-accounting), never with a formula here. The fixed denominator K (not the realized
 count) is McMahan et al.'s fixed-size estimator.
 
@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_map
 
 from fedrepro.learning.dp import GaussianMechanism, clip_per_client, gaussian_noise
-from fedrepro.learning.engine import expand
+from fedrepro.learning.net import expand
 from fedrepro.learning.fedavg import FedAvg, FedAvgState
 
 

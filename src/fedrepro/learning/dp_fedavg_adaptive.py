@@ -9,7 +9,7 @@ clipped to the current norm S^t and reports b_j = 1[||Delta_j|| <= S^t]; the ser
 
 and moves S with the noisy count (:class:`fedrepro.learning.adaptive_clip.AdaptiveClip`). z is the update noise
 multiplier (z_update; the accountant uses z_eff, see adaptive_clip). Written independently of
-:mod:`fedrepro.learning.fedhdp` (shared pieces: clipping norms, noise, the clip rule, Ditto), so the tests can
+:mod:`fedrepro.papers.fedhdp.fedhdp` (shared pieces: clipping norms, noise, the clip rule, Ditto), so the tests can
 check that FedHDP with r = 1 reduces to it. ``lams`` adds Ditto personal models (DP-FedAvg+Ditto).
 """
 
@@ -24,7 +24,8 @@ from torch import Tensor
 from fedrepro.learning.adaptive_clip import AdaptiveClip
 from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, clip_per_client, gaussian_noise
-from fedrepro.learning.engine import Algorithm, Net, Params, stack
+from fedrepro.learning.engine import Algorithm
+from fedrepro.learning.net import Net, Params, stack
 
 
 @dataclass

@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from fedrepro.learning.dp import GaussianMechanism
-from fedrepro.learning.engine import (Algorithm, EvalContext, Net, Params, client_grads, client_sgd, expand, mean,
-                                      sgd, stack)
+from fedrepro.learning.engine import Algorithm, EvalContext, client_grads, client_sgd
+from fedrepro.learning.net import Net, Params, expand, mean, sgd, stack
 
 
 @dataclass

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedrepro.learning.engine import Algorithm, EvalContext, Net, Params, client_sgd, put, take
+from fedrepro.learning.engine import Algorithm, EvalContext, client_sgd
+from fedrepro.learning.net import Net, Params, put, take
 
 
 @dataclass

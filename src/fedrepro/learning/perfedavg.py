@@ -30,7 +30,8 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from fedrepro.learning.engine import EvalContext, Params, client_grads, sgd, split_batches
+from fedrepro.learning.engine import EvalContext, client_grads
+from fedrepro.learning.net import Params, sgd, split_batches
 from fedrepro.learning.fedavg import FedAvgFT, FedAvgState
 
 

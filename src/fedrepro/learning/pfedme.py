@@ -38,8 +38,8 @@ import torch
 from torch import Tensor
 from torch.func import grad_and_value
 
-from fedrepro.learning.engine import (Algorithm, EvalContext, Net, Params, ce_loss, expand, mean, put, stack,
-                                      take)
+from fedrepro.learning.engine import Algorithm, EvalContext, ce_loss
+from fedrepro.learning.net import Net, Params, expand, mean, put, stack, take
 
 
 @dataclass

@@ -1,13 +1,15 @@
-"""Figures: one plot function per figure style, registered by name and chosen in config/<paper>.yaml.
+"""Figures: the house style of a panel, and one plot function per figure style, chosen by name in
+config/<paper>.yaml.
 
 A plot function gets the figure spec, the experiment summary and the per-seed histories, and returns a
-matplotlib Figure. :func:`render_figure` saves it as PDF (+ PNG) with fixed metadata so reruns are identical.
+matplotlib Figure. Each paper declares its styles in its ``PLOTS`` (fedrepro.papers); :func:`get_plot` imports
+only the module of the style asked for. :func:`render_figure` saves it as PDF (+ PNG) with fixed metadata so
+reruns are identical.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -18,9 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedrepro import paths  # noqa: E402
-from fedrepro.config import load_paper  # noqa: E402
+from fedrepro.config import experiment_scale, load_paper  # noqa: E402
 from fedrepro.errors import ConfigError  # noqa: E402
-from fedrepro.runio import atomic_write, read_history  # noqa: E402
+from fedrepro.runio import atomic_write, read_history, read_summary  # noqa: E402
 
 PlotFn = Callable[[Mapping, dict, list[pd.DataFrame]], "plt.Figure"]
 _PLOTS: dict[str, PlotFn] = {}
@@ -47,26 +49,31 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
     return ax.figure
 
 
+SHARED_PLOTS = {"forensic_sweep": "fedrepro.plots.forensics"}   # paper-free styles; each paper declares its own
+
+
 def get_plot(name: str) -> PlotFn:
-    for mod in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{mod.name}")
+    from fedrepro.papers import declared
+
+    modules = SHARED_PLOTS | declared("PLOTS")
+    if name not in modules:
+        raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(modules))})")
+    importlib.import_module(modules[name])
     if name not in _PLOTS:
-        raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(_PLOTS))})")
+        raise RuntimeError(f"plot {name!r} is declared in {modules[name]} but not registered there")
     return _PLOTS[name]
 
 
 def render_figure(cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None = None,
                   scale: str | None = None) -> None:
-    import json
-
     paper, fig = fig_id.split(".", 1)
     figs = load_paper(cfg, paper).get("figures") or {}
     if fig not in figs:
         raise ConfigError(f"{cfg['papers'][paper]}: figures.{fig}: no such figure (known: {', '.join(figs)})")
     spec = figs[fig]
-    scale = scale or cfg["scale"]
+    scale = experiment_scale(cfg, paper, spec["experiment"], scale)
     summary_file = paths.summary_path(cfg, paper, spec["experiment"], scale)
-    summary = json.loads(summary_file.read_text())
+    summary = read_summary(summary_file)
     histories = [read_history(paths.run_dir(cfg, paper, spec["experiment"], scale, s)) for s in summary["seeds"]]
     figure = get_plot(spec["plot"])(spec, summary, histories)
     figure.text(0.99, 0.01, f"fedrepro · {summary['effective_scale']} scale · {len(summary['seeds'])} seeds",

@@ -20,7 +20,7 @@ Sampling: ``poisson`` (every client/example independently with probability q; ad
 is the plain Gaussian mechanism) or ``without_replacement`` (a fixed-size batch of q*population; replace-one
 neighbours, only where dp-accounting supports it: the ``rdp`` and ``rdp_classic`` accountants).
 
-Known library difference (measured, see tests/test_privacy_accountant.py): at integer orders dp-accounting and
+Known library difference (measured, see tests/privacy/test_accountant.py): at integer orders dp-accounting and
 opacus return the same RDP to ~1e-12. At fractional orders dp-accounting 0.6.0 sums |binom(a, i)| (its _log_comb
 uses gammaln, which drops the sign of the binomial coefficients with i > a), so its RDP there is *larger* than
 opacus' (which keeps the signs and matches numerical integration): dp-accounting's epsilon is never smaller than

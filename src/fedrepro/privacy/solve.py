@@ -16,10 +16,11 @@ from scipy import optimize
 from fedrepro.errors import PrivacyError
 
 _CLIP = 1e6
+RTOL = 1e-9  # default relative precision of a root (a closed form's round trip is checked against it)
 
 
 def solve_monotone(f: Callable[[float], float], target: float, *, increasing: bool, x0: float = 1.0,
-                   rtol: float = 1e-9, side: str | None = None, max_expansions: int = 200,
+                   rtol: float = RTOL, side: str | None = None, max_expansions: int = 200,
                    name: str = "x") -> tuple[float, tuple[float, float], int]:
     """x > 0 with f(x) = target for a monotone f; returns (x, bracket, evaluations).
 

@@ -1,6 +1,14 @@
-"""Number formatting shared by the tables and the report: rebuilt values shown one decimal finer than printed."""
+"""Formatting shared by the tables and the report pages: rebuilt values one decimal finer than printed, and the cells
+of one report row."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fedrepro.report import verdict as v
+
+if TYPE_CHECKING:
+    from fedrepro.report.status import Result
 
 
 def decimals(text: str) -> int:
@@ -31,3 +39,41 @@ def printed(value_text: str, pm_text: str | None, unit: str = "") -> str:
         return ""
     s = value_text if not pm_text else f"{value_text} ± {pm_text}"
     return f"{s}{unit if unit == '%' else ''}"
+
+
+WAITING = "Not run: waiting for data"   # the report section that says each fetch command once
+
+
+def note_text(r: Result) -> str:
+    parts = []
+    if r.calibration:
+        parts.append(f"calibration: {r.calibration}")
+    if r.waits_for:  # the data and its fetch command are said once per group, not per row
+        parts.append(f"data unavailable offline: {', '.join(r.waits_for)} (see '{WAITING}')")
+    elif r.status not in (v.REPRODUCED, v.CALIBRATED, v.PASSES) and r.reason:
+        parts.append(r.reason)
+    if r.status == v.NOT_RUN and r.command and not r.waits_for:
+        parts.append(f"run: `{r.command}`")
+    parts += r.evidence
+    if r.reading and r.target.pm is not None:
+        parts.append(r.reading)
+    if r.target.note:
+        parts.append(r.target.note)
+    return " — ".join(parts)
+
+
+def rebuilt_text(r: Result) -> str:
+    """mean ± standard error (n seeds), one decimal finer than printed."""
+    if r.rebuilt is None:
+        return ""
+    s = fmt_pm(r.rebuilt, r.rebuilt_se, r.target.value_text)
+    return f"{s} (n={r.n})" if r.n is not None else s
+
+
+HEAD = ["id", "setting", "metric", "printed", "rebuilt (mean ± se, n seeds)", "diff", "tol", "status", "scale", "note"]
+
+
+def cells(r: Result) -> list[str]:
+    t = r.target
+    return [t.id, t.setting, t.metric, printed(t.value_text, t.pm_text, t.unit), rebuilt_text(r),
+            fmt_value(r.diff, t.value_text), fmt_value(r.tol, t.value_text), r.status, r.scale, note_text(r)]

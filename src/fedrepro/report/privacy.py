@@ -9,7 +9,6 @@ the registry's values for those curves are drawn as markers (printed numbers fil
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -20,7 +19,7 @@ import pandas as pd
 from fedrepro import paths
 from fedrepro.config import Experiment, load_paper, resolve_experiment, resolve_path
 from fedrepro.report.registry import load_registry
-from fedrepro.runio import atomic_write, read_history
+from fedrepro.runio import atomic_write, read_history, read_metrics, read_summary
 
 COLUMNS = ["experiment", "setting", "accountant", "library", "library_version", "noise_multiplier", "sampling_rate",
            "rounds", "delta", "epsilon", "optimal_order", "note"]
@@ -37,11 +36,13 @@ def curve_experiments(cfg: Mapping, paper: str, scale: str) -> list[Experiment]:
     return [e for e in privacy_experiments(cfg, paper, scale) if e.kind in CURVE_KINDS]
 
 
-def _run(cfg: Mapping, exp: Experiment, scale: str) -> tuple[dict, pd.DataFrame]:
-    summary = json.loads(paths.summary_path(cfg, exp.paper, exp.name, scale).read_text())
+def _run(cfg: Mapping, exp: Experiment) -> tuple[dict, pd.DataFrame]:
+    """The first seed's run of an accounting experiment, at the scale it ran at."""
+    scale = exp.scale
+    summary = read_summary(paths.summary_path(cfg, exp.paper, exp.name, scale))
     seed = summary["seeds"][0]  # privacy kinds are deterministic: one run
-    run = json.loads((paths.run_dir(cfg, exp.paper, exp.name, scale, seed) / "metrics.json").read_text())
-    return run, read_history(paths.run_dir(cfg, exp.paper, exp.name, scale, seed))
+    run_dir = paths.run_dir(cfg, exp.paper, exp.name, scale, seed)
+    return read_metrics(run_dir), read_history(run_dir)
 
 
 def _lib(acc: Mapping | None) -> dict:
@@ -129,7 +130,7 @@ def write_privacy_tables(cfg: Mapping, paper: str, out_dir: Path, scale: str | N
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, curves = [], []
     for exp in privacy_experiments(cfg, paper, scale):
-        run, hist = _run(cfg, exp, scale)
+        run, hist = _run(cfg, exp)
         rows += [dict(r, experiment=exp.name) for r in ROWS[exp.kind](exp, run, hist)]
         full = hist.assign(experiment=exp.name, **_lib(run["accountant"]))
         allacc = (run["accountant"] or {}).get("all")
@@ -183,7 +184,7 @@ def render_privacy_figure(cfg: Mapping, paper: str, out_pdf: Path, out_png: Path
     for ax in axes.flat[len(exps):]:
         ax.set_visible(False)
     for ax, exp in zip(axes.flat, exps):
-        run, hist = _run(cfg, exp, scale)
+        run, hist = _run(cfg, exp)
         p = exp.params
         primary = run["accountant"]["accountant"]
         if exp.kind == "privacy_grid":

@@ -1,21 +1,40 @@
-"""Compare each registered target with what the workflow rebuilt: reproduced / deviates / not run."""
+"""Judge each registered row against what the workflow rebuilt, by the rules of fedrepro.report.verdict.
+
+A row is judged on its experiment's summary at the scale that experiment runs at under the configured mode
+(config.run_scale); calibrations are read from the experiment's `calibration` entries in config/<paper>.yaml.
+"""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from fedrepro import paths
-from fedrepro.config import load_paper, resolve_path
+from fedrepro.config import load_paper, resolve_path, run_scale
 from fedrepro.data.catalog import get_dataset
 from fedrepro.data.sources import is_available
-from fedrepro.report.registry import Target, effective_tolerance, load_registry
+from fedrepro.errors import ConfigError
+from fedrepro.report import verdict as v
+from fedrepro.report.registry import Target, check_keys, load_registry
+from fedrepro.runio import read_summary
 
-REPRODUCED, DEVIATES, NOT_RUN = "reproduced", "deviates", "not run"
-REFERENCE = "reference"  # rebuilt, but the paper prints no number for it (e.g. a figure's flat line)
-STATUSES = (REPRODUCED, DEVIATES, NOT_RUN, REFERENCE)
+
+@dataclass(frozen=True)
+class Calibration:
+    """A value the paper leaves open, fitted to printed rows (config/<paper>.yaml, experiments.<name>.calibration)."""
+
+    experiment: str
+    param: str
+    fitted_to: tuple[str, ...]
+    affects: tuple[str, ...] | None   # the rows it enters (any experiment of the paper); None: every row of its own
+    how: str
+
+    def enters(self, t: Target) -> bool:
+        return t.id in self.affects if self.affects is not None else t.experiment == self.experiment
+
+    def text(self) -> str:
+        return f"{self.param} fitted to {', '.join(self.fitted_to)} ({self.how})"
 
 
 @dataclass
@@ -24,15 +43,21 @@ class Result:
     status: str
     rebuilt: float | None = None
     rebuilt_std: float | None = None
+    rebuilt_se: float | None = None
+    n: int | None = None
     diff: float | None = None
     tol: float | None = None
     scale: str = ""
+    reading: str = ""
     reason: str = ""
     command: str = ""
+    calibration: str = ""
+    evidence: list[str] = field(default_factory=list)
+    waits_for: tuple[str, ...] = ()   # datasets unavailable here that the row's experiment reads (status not run)
 
 
 def rebuild_command(cfg: Mapping, t: Target, scale: str) -> str:
-    summary = f"{cfg['results_dir']}/{t.paper}/{t.exp_name}/{scale}/summary.json"
+    summary = paths.relative(cfg, "summary", paper=t.paper, exp=t.exp_name, scale=scale)
     return f"snakemake --cores 2 --config scale={scale} -- {summary}"
 
 
@@ -42,55 +67,153 @@ def unavailable_datasets(cfg: Mapping, exp_entry: Mapping) -> list[str]:
     return [d for d in experiment_datasets(cfg, exp_entry) if not is_available(cfg, d)]
 
 
-def evaluate(cfg: Mapping, t: Target, scale: str, summary: dict | None, exp_entry: Mapping | None) -> Result:
-    if exp_entry is None:
-        return Result(t, NOT_RUN, reason=f"no rule yet; needs: {t.needs or 'an experiment'}",
-                      command=f"(experiment {t.experiment} is not defined yet)")
-    missing = unavailable_datasets(cfg, exp_entry)
+def fetch_command(datasets: tuple[str, ...] | list[str]) -> str:
+    """The command that fetches and verifies the datasets (on a networked machine, or from a mirror)."""
+    return " && ".join(f"python -m fedrepro data fetch {d}" + ("" if all(f.sha256 for f in get_dataset(d).files)
+                                                                else " --allow-unpinned") for d in datasets)
+
+
+def calibrations(paper: str, doc: Mapping) -> list[Calibration]:
+    return [Calibration(f"{paper}.{name}", c["param"], tuple(c["fitted_to"]),
+                        tuple(c["affects"]) if "affects" in c else None, c["how"])
+            for name, e in doc["experiments"].items() for c in e.get("calibration") or []]
+
+
+def _not_run(cfg: Mapping, t: Target, scale: str, summary: dict | None, missing: list[str]) -> Result | None:
     if missing:
-        fetch = " && ".join(f"python -m fedrepro data fetch {d}" + ("" if all(f.sha256 for f in get_dataset(d).files)
-                                                                     else " --allow-unpinned") for d in missing)
+        fetch = fetch_command(missing)
         files = "; ".join(f"{d}: {', '.join(f.name for f in get_dataset(d).files)}" for d in missing)
-        return Result(t, NOT_RUN, reason=f"data unavailable offline ({files}); needs a networked machine or a mirror",
-                      command=f"{fetch} && {rebuild_command(cfg, t, 'paper')}")
+        return Result(t, v.NOT_RUN, reason=f"data unavailable offline ({files}); needs a networked machine or a mirror",
+                      command=f"{fetch} && {rebuild_command(cfg, t, 'paper')}", waits_for=tuple(missing))
     if summary is None:
-        return Result(t, NOT_RUN, reason="not built at this scale", command=rebuild_command(cfg, t, scale))
+        return Result(t, v.NOT_RUN, reason=f"not built at {scale} scale", command=rebuild_command(cfg, t, scale))
+    return None
+
+
+def _calibrated(r: Result, cals: list[Calibration]) -> Result:
+    """A printed row's verdict under the calibrations that enter it."""
+    t = r.target
+    fitted = [c for c in cals if t.id in c.fitted_to]
+    entering = [c for c in cals if c.enters(t) and t.id not in c.fitted_to]
+    if fitted:
+        r.calibration = "; ".join(c.text() for c in fitted)
+        if r.status not in (v.NOT_RUN, v.NOT_COMPARABLE):
+            r.reason = f"{t.id} is what the calibration was fitted to ({r.status} as fitted); " + r.reason
+            r.status = v.FITTED
+    elif entering:
+        r.calibration = "; ".join(c.text() for c in entering)
+        if r.status == v.REPRODUCED:
+            r.status = v.CALIBRATED
+    return r
+
+
+def evaluate(cfg: Mapping, t: Target, scale: str, summary: dict | None, exp_entry: Mapping | None,
+             cals: list[Calibration] = (), missing: list[str] | None = None) -> Result:
+    """The row's Result; ``scale`` is the scale its experiment runs at, ``summary`` its summary.json (None if not
+    built), ``exp_entry`` its config entry (None: no such experiment), ``missing`` its datasets unavailable here
+    (None: look them up)."""
+    if exp_entry is None:
+        return Result(t, v.NOT_RUN, reason=f"no rule yet; needs: {t.needs or 'an experiment'}",
+                      command=f"(experiment {t.experiment} is not defined yet)")
+    if missing is None:
+        missing = unavailable_datasets(cfg, exp_entry)
+    r = _not_run(cfg, t, scale, summary, missing) or _judge(t, summary)
+    return _calibrated(r, list(cals)) if t.printed else r
+
+
+def _judge(t: Target, summary: dict) -> Result:
     eff_scale = summary["effective_scale"]
+    at_paper = eff_scale == "paper"
     if t.check_names is not None:
         checks = summary["checks"]
         absent = [c for c in t.check_names if c not in checks]
         if absent:
-            return Result(t, NOT_RUN, scale=eff_scale, reason=f"check(s) not produced: {', '.join(absent)}")
+            return Result(t, v.NOT_RUN, scale=eff_scale, reason=f"check(s) not produced: {', '.join(absent)}")
         failed = [c for c in t.check_names if not checks[c]["passed"]]
         detail = "; ".join(f"{c}: {checks[c]['detail']}" for c in (failed or t.check_names))
-        return Result(t, DEVIATES if failed else REPRODUCED, scale=eff_scale, reason=detail)
+        if t.printed and not at_paper:
+            return Result(t, v.NOT_COMPARABLE, scale=eff_scale,
+                          reason=f"quick scale only ({'fails' if failed else 'passes'} there): {detail}")
+        if t.printed:
+            return Result(t, v.DEVIATES if failed else v.REPRODUCED, scale=eff_scale, reason=detail)
+        return Result(t, v.FAILS if failed else v.PASSES, scale=eff_scale, reason=detail)
     m = summary["metrics"].get(t.key)
     if m is None or m["mean"] is None:
-        return Result(t, NOT_RUN, scale=eff_scale, reason=f"metric {t.key!r} not produced by {t.experiment}")
+        return Result(t, v.NOT_RUN, scale=eff_scale, reason=f"metric {t.key!r} not produced by {t.experiment}")
+    n = m.get("n", len(summary["seeds"]))
+    got = dict(rebuilt=m["mean"], rebuilt_std=m["std"], rebuilt_se=m.get("se"), n=n, scale=eff_scale)
     if t.value is None:  # a rebuilt number with nothing printed to compare to (e.g. a figure's flat line)
-        return Result(t, REFERENCE, m["mean"], m["std"], scale=eff_scale, reason="no printed value; shown for reference")
-    diff = m["mean"] - t.value
-    tol = effective_tolerance(t, m["std"])
-    status = REPRODUCED if abs(diff) <= tol else DEVIATES
-    return Result(t, status, m["mean"], m["std"], diff, tol, eff_scale)
+        return Result(t, v.SHOWN, **got, reason="no printed value; shown for reference")
+    j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, m["mean"], m["std"], n,
+                summary.get("deterministic", False))
+    got.update(diff=j.diff, tol=j.tol, reading=j.reading, rebuilt_se=j.se_rebuilt)
+    if not at_paper:
+        return Result(t, v.NOT_COMPARABLE, **got, reason="rebuilt at quick scale only: no verdict on a paper number")
+    if t.printed:
+        return Result(t, j.outcome, **got, reason=j.why)
+    return Result(t, {v.REPRODUCED: v.PASSES, v.DEVIATES: v.FAILS}.get(j.outcome, j.outcome), **got, reason=j.why)
 
 
 def load_summary(cfg: Mapping, paper: str, exp: str, scale: str) -> dict | None:
+    """The experiment's summary.json, or None when it was not built; an unreadable one is a ResultError."""
     p = paths.summary_path(cfg, paper, exp, scale)
-    return json.loads(p.read_text()) if p.is_file() else None
+    return read_summary(p) if p.exists() else None
 
 
-def evaluate_paper(cfg: Mapping, paper: str, scale: str) -> list[Result]:
+def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Result]:
+    """Every row of the paper's registry, each judged at the scale its experiment runs at under ``mode`` (default:
+    the configured scale mode)."""
+    mode = mode or cfg["scale"]
     doc = load_paper(cfg, paper)
-    targets = load_registry(resolve_path(cfg["targets"][paper]), paper)
-    cache: dict[str, dict | None] = {}
+    targets = load_registry(registry_path(cfg, paper), paper, doc["experiments"])
+    check_keys(registry_path(cfg, paper), targets, doc["experiments"])
+    cals = calibrations(paper, doc)
+    known = {t.id for t in targets}
+    for c in cals:
+        unknown = sorted((set(c.fitted_to) | set(c.affects or ())) - known)
+        if unknown:
+            raise ConfigError(f"{cfg['papers'][paper]}: experiments.{c.experiment.split('.', 1)[1]}.calibration "
+                              f"({c.param}): no registry row {', '.join(unknown)} in {registry_path(cfg, paper)}")
+    cache: dict[str, tuple[str, dict | None]] = {}   # per experiment, looked up once (not per row)
+    missing: dict[str, list[str]] = {}
+
+    def built(name: str) -> tuple[str, dict | None]:
+        if name not in cache:
+            scale = run_scale(doc["experiments"][name], mode)
+            cache[name] = (scale, load_summary(cfg, paper, name, scale))
+        return cache[name]
+
+    evidence = forensic_evidence(cfg, paper, doc, built)
     results = []
     for t in targets:
         entry = doc["experiments"].get(t.exp_name)
-        if t.exp_name not in cache:
-            cache[t.exp_name] = load_summary(cfg, paper, t.exp_name, scale) if entry else None
-        results.append(evaluate(cfg, t, scale, cache[t.exp_name], entry))
+        if entry is not None and t.exp_name not in missing:
+            missing[t.exp_name] = unavailable_datasets(cfg, entry)
+        scale, summary = built(t.exp_name) if entry is not None else (mode, None)
+        r = evaluate(cfg, t, scale, summary, entry, cals, missing.get(t.exp_name, []))
+        r.evidence = evidence.get(t.id, [])
+        results.append(r)
     return results
+
+
+def forensic_evidence(cfg: Mapping, paper: str, doc: Mapping, built) -> dict[str, list[str]]:
+    """row id -> the conclusions of the forensic sweeps (kind forensic_sweep) that explain it, each naming its
+    experiment; a sweep not built yet says so with the command that builds it."""
+    from fedrepro.experiments.forensics import forensic_experiments
+
+    out: dict[str, list[str]] = {}
+    for name, entry in forensic_experiments(doc).items():
+        scale, summary = built(name)
+        for row in entry["params"]["rows"]:
+            check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
+            if check is None:
+                summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
+                text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
+            else:
+                grid = "" if summary.get("effective_scale") == "paper" else " (its quick grid)"
+                text = f"forensics {paper}.{name}{grid}: {check['detail']}"
+            out.setdefault(row, []).append(text)
+    return out
 
 
 def registry_path(cfg: Mapping, paper: str) -> Path:

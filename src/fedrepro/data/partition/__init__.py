@@ -1,7 +1,9 @@
 """Partitioners: which client holds each sample of a (train, test) labelled dataset.
 
-Every scheme is one module of this package and registers a function ``partition(train, test=None, *, seed,
-**params) -> Partition``; :func:`get_partitioner` returns it by name. Partitioners only see labels (and, for
+Every scheme is one module and registers a function ``partition(train, test=None, *, seed, **params) ->
+Partition``; :func:`get_partitioner` returns it by name. The paper-free schemes are the modules of this package
+(:data:`SCHEMES`); a paper's own scheme lives with its paper and is declared in its ``PARTITIONS``
+(fedrepro.papers), e.g. FedHDP's synthetic non-IID MNIST. Partitioners only see labels (and, for
 natural datasets, the writer/user id of every sample, and for CIFAR-100 the superclass of every sample), never the
 features, so they work on whatever arrays the dataset parsers return.
 
@@ -19,7 +21,6 @@ This module imports numpy only: the dataset catalog imports every module (and pa
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -226,23 +227,30 @@ def register(name: str):
     return deco
 
 
-def _load() -> None:
-    for mod in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{mod.name}")
+SCHEMES = {name: f"{__name__}.{name}" for name in ("pathological", "writer_groups", "natural", "dirichlet")}
+
+
+def scheme_modules() -> dict[str, str]:
+    """scheme name -> the module that registers it: this package's schemes and every paper's ``PARTITIONS``."""
+    from fedrepro.papers import declared
+
+    return SCHEMES | declared("PARTITIONS")
 
 
 def get_partitioner(name: str) -> Partitioner:
-    """The partition function registered as ``name`` (pathological, writer_groups, fedhdp_noniid, natural,
-    dirichlet)."""
-    _load()
+    """The partition function registered as ``name`` (pathological, writer_groups, natural, dirichlet, and the
+    papers' own schemes, e.g. fedhdp_noniid)."""
+    modules = scheme_modules()
+    if name not in modules:
+        raise ConfigError(f"partition: unknown scheme {name!r} (known: {', '.join(sorted(modules))})")
+    importlib.import_module(modules[name])
     if name not in _PARTITIONERS:
-        raise ConfigError(f"partition: unknown scheme {name!r} (known: {', '.join(sorted(_PARTITIONERS))})")
+        raise RuntimeError(f"partition scheme {name!r} is declared in {modules[name]} but not registered there")
     return _PARTITIONERS[name]
 
 
 def partitioners() -> list[str]:
-    _load()
-    return sorted(_PARTITIONERS)
+    return sorted(scheme_modules())
 
 
 def partition(scheme: str, train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None = None, *,

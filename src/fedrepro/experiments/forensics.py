@@ -1,0 +1,302 @@
+"""Deviation forensics: one mechanism for every paper (issue #15).
+
+A forensic experiment (kind ``forensic_sweep``, in config/<paper>.yaml) names an experiment of the same paper, the
+registry rows it must explain, and a grid of *readings*: values of parameters the paper leaves open, each range
+justified in a comment where it is written and fixed before the outcome was seen. It runs the experiment's own kind
+at paper scale under every reading (the config's own reading first) for the given seeds, judges every row under
+every reading by the report's rule (fedrepro.report.verdict), and concludes per row:
+
+    reproduced under reading R      which readings, how close (the closest first)
+    no reading in the ranges        the closest reading and its distance (|rebuilt - printed| / tolerance)
+    reproduces it
+
+plus, over all rows, the readings that reproduce every row at once (``joint``). A grid is a mapping axis -> values
+(every combination is one reading) or a list of such mappings (the union of their readings: sub-grids where an axis
+matters only under some value of another). An axis may set several parameters together: its key joins their
+dotted keys with commas and each value lists theirs (``"r,mu": [[0, 0], [1, 1]]`` reads mu = r). A reading that
+resolves to the parameters of an earlier one (the config's values, typically) is that reading and is counted once. A row whose cause was this
+project's own implementation says so with ``implementation_fix`` (the fix and the test that pins it), and a
+deviation the paper causes itself with ``paper_issue`` (listed under "Paper issues found").
+
+Resumable: each (resolved parameters, seed) result is kept in the run's checkpoint directory until the run
+completes, so a killed sweep continues where it stopped. The report links each row to its forensic conclusion (check
+``conclusion.<row id>``) and figure; the history holds one line per (reading, row).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from fedrepro.errors import ConfigError
+from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind, get_kind
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["experiment", "rows", "grid"],
+    "properties": {
+        "experiment": {"type": "string", "minLength": 1},           # the swept experiment, of the same paper
+        "rows": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
+        # param key (dotted, as for --set; several joined by commas) -> the values read; every combination is one
+        # reading. A list of such grids: the union of their readings.
+        "grid": {"oneOf": [{"$ref": "#/$defs/grid"}, {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/grid"}}]},
+        "fixed": {"type": "object"},                                # overrides applied under every reading
+        "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},   # row -> fix + test
+        "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},         # row -> what
+    },
+    "$defs": {"grid": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "array", "minItems": 1}}},
+}
+
+
+def readings(grid: Mapping[str, list] | list[Mapping[str, list]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in order (the last key varies fastest); a list of grids: the
+    readings of each in turn."""
+    if isinstance(grid, list):
+        return [r for g in grid for r in readings(g)]
+    keys = list(grid)
+    for k in keys:
+        n = len(k.split(","))
+        bad = [v for v in grid[k] if n > 1 and not (isinstance(v, list) and len(v) == n)]
+        if bad:
+            raise ConfigError(f"forensics: grid axis {k!r} sets {n} parameters together: each value must list {n} "
+                              f"values, got {bad[0]!r}")
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def _flat(reading: Mapping[str, Any]) -> dict[str, Any]:
+    """A reading's parameters by dotted key (a joined axis "a,b" with value [x, y] sets a = x and b = y)."""
+    out: dict[str, Any] = {}
+    for key, value in reading.items():
+        keys = key.split(",")
+        out.update(zip(keys, value) if len(keys) > 1 else [(key, value)])
+    return out
+
+
+def _nest(flat: Mapping[str, Any]) -> dict:
+    out: dict = {}
+    for key, value in _flat(flat).items():
+        node = out
+        *head, last = key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def reading_text(reading: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in reading.items()) or "the config's reading"
+
+
+def _canonical(x):
+    if isinstance(x, Mapping):
+        return {k: _canonical(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_canonical(v) for v in x]
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def params_digest(params: Mapping) -> str:
+    """A short digest of resolved parameters: readings that resolve alike share one run (and its cache file). A
+    number is read by its value (a grid's ``0`` is the config's ``0.0``)."""
+    text = json.dumps(_canonical(params), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
+    """Metrics and checks of the swept experiment under one reading and seed (cached in the checkpoint dir, keyed by
+    the resolved parameters)."""
+    from fedrepro.aggregate import flatten
+    from fedrepro.runio import atomic_write, to_jsonable
+    from fedrepro.seeding import rng_for
+
+    # the job's own checkpoint dir, one file per (resolved parameters, seed): a cache, not part of the results layout
+    key = f"point_{params_digest(exp.params)}_{seed}"
+    if key in memo:
+        return memo[key]
+    cache = ctx.checkpoint_dir / f"{key}.json" if ctx.checkpoint_dir else None
+    if cache is not None and cache.is_file():
+        memo[key] = json.loads(cache.read_text())
+        return memo[key]
+    point_ctx = RunContext(exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config)
+    out = kind.fn(exp.params, rng_for(exp.id, seed), point_ctx)
+    doc = to_jsonable({"metrics": flatten(out.metrics),
+                       "checks": {k: {"passed": bool(c.passed), "detail": c.detail, "value": c.value,
+                                      "expected": c.expected, "tolerance": c.tolerance}
+                                  for k, c in out.checks.items()}})
+    memo[key] = doc
+    if cache is not None:
+        text = json.dumps(doc)
+        atomic_write(cache, lambda p: p.write_text(text))
+    return doc
+
+
+def check_distance(c: Mapping) -> float | None:
+    """|value - expected| / tolerance of a check that states them (1 is the check's own boundary), else None."""
+    value, expected, tol = c.get("value"), c.get("expected"), c.get("tolerance")
+    if value is None or expected is None or not tol or tol <= 0:
+        return None
+    return abs(float(value) - float(expected)) / float(tol)
+
+
+def judge_row(t, points: list[dict], deterministic: bool) -> dict:
+    """One row under one reading, over its seeds: outcome, rebuilt mean/se, diff, tol, distance, detail. For a row
+    judged by checks the distance is the largest over its checks and seeds of |value - expected| / tolerance where
+    the checks state them (``numeric``), else 0 (holds) / 1 (fails)."""
+    from fedrepro.report import verdict as v
+
+    if t.check_names is not None:
+        missing = [c for c in t.check_names if any(c not in p["checks"] for p in points)]
+        if missing:
+            raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no check {', '.join(missing)}")
+        failed = [(c, p["checks"][c]["detail"]) for p in points for c in t.check_names if not p["checks"][c]["passed"]]
+        dists = [check_distance(p["checks"][c]) for p in points for c in t.check_names]
+        numeric = all(d is not None for d in dists)
+        distance = max(dists) if numeric else float(bool(failed))
+        if numeric and failed:
+            distance = max(distance, 1.0)   # a failed check is at or beyond its boundary
+        return {"outcome": v.DEVIATES if failed else v.REPRODUCED, "distance": distance, "numeric": numeric,
+                "detail": failed[0][1] if failed else "; ".join(points[0]["checks"][c]["detail"] for c in t.check_names)}
+    values = [p["metrics"].get(t.key) for p in points]
+    if any(x is None for x in values):
+        raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no metric {t.key!r} (or None)")
+    arr = np.asarray(values, dtype=float)
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
+    return {"outcome": j.outcome, "rebuilt": float(arr.mean()), "se": j.se_rebuilt, "n": int(arr.size), "diff": j.diff,
+            "tol": j.tol, "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf, "numeric": True,
+            "detail": j.why}
+
+
+def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str | None) -> Check:
+    """The row's conclusion over the readings (judged: (reading, judgement) pairs, the config's reading first)."""
+    from fedrepro.report import verdict as v
+
+    n = len(judged)
+    good = [(r, j) for r, j in judged if j["outcome"] == v.REPRODUCED]
+    config_j = judged[0][1]
+    at_config = ("at the config's reading" if not judged[0][0] else f"at the config's reading ({reading_text(judged[0][0])})")
+
+    def value(j):
+        if "rebuilt" not in j:
+            return j["detail"] + (f" (distance {j['distance']:.3g}, 1 = the check's boundary)"
+                                  if j["numeric"] and j["outcome"] != v.REPRODUCED else "")
+        undecided = f" ({j['outcome']}: {j['detail']})" if j["outcome"] not in (v.REPRODUCED, v.DEVIATES) else ""
+        return (f"{j['rebuilt']:.4g} ± {j['se']:.2g} (n={j['n']}) vs printed {t.value_text}: |diff| {abs(j['diff']):.3g}"
+                f" vs tol {j['tol']:.3g}{undecided}")
+
+    if good and all(j["numeric"] for _, j in good):
+        best_r, best_j = min(good, key=lambda rj: rj[1]["distance"])
+        text = (f"reproduced under {len(good)} of {n} readings; closest: {reading_text(best_r)}: {value(best_j)}; "
+                f"{at_config}: {config_j['outcome']}")
+    elif good:   # pass/fail checks: the readings under which it holds (the first few), none 'closest'
+        names = "; ".join(reading_text(r) if r else "the config's" for r, _ in good[:6])
+        more = f"; and {len(good) - 6} more" if len(good) > 6 else ""
+        text = (f"reproduced under {len(good)} of {n} readings: {names}{more} (first: {value(good[0][1])}); "
+                f"{at_config}: {config_j['outcome']}")
+    elif all(j["numeric"] for _, j in judged):
+        best_r, best_j = min(judged, key=lambda rj: rj[1]["distance"])
+        text = f"no reading of the {n} in the ranges reproduces it; closest: {reading_text(best_r)}: {value(best_j)}"
+    else:   # pass/fail checks without a distance: no reading is 'closest'
+        text = f"no reading of the {n} in the ranges reproduces it; {at_config}: {value(config_j)}"
+    if fix:
+        text = f"implementation fixed: {fix}; {text}"
+    if issue:
+        text = f"{text}; paper issue: {issue}"
+    return Check(bool(good), text)
+
+
+def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
+    """What a sweep reads besides its parameters: the swept experiment's entry and the registry rows it explains
+    (so the workflow reruns the sweep when either changes)."""
+    from dataclasses import asdict
+
+    from fedrepro.config import load_paper, resolve_path
+    from fedrepro.report.registry import load_registry
+
+    paper = exp_id.split(".", 1)[0]
+    entry = load_paper(cfg, paper)["experiments"].get(p["experiment"])
+    targets = {t.id: asdict(t) for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
+               if t.id in set(p["rows"])}
+    return {"experiment": entry, "rows": targets}
+
+
+@experiment_kind("forensic_sweep", SCHEMA, deterministic=True,  # its seeds are params, not the rng
+                 metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings"),
+                 checks=("conclusion.*", "joint"), reads=swept_inputs)
+def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    from fedrepro.config import deep_merge, resolve_experiment, resolve_path
+    from fedrepro.report.registry import load_registry
+
+    if ctx.config is None:
+        raise ConfigError(f"{ctx.exp_id}: a forensic sweep needs the global configuration (run it with "
+                          "`python -m fedrepro run`)")
+    cfg = ctx.config
+    paper = ctx.exp_id.split(".", 1)[0]
+    swept_id = f"{paper}.{p['experiment']}"
+    targets = {t.id: t for t in load_registry(resolve_path(cfg["targets"][paper]), paper)}
+    unknown = [r for r in p["rows"] if r not in targets]
+    if unknown:
+        raise ConfigError(f"{ctx.exp_id}: params.rows: no registry row {', '.join(unknown)}")
+    rows = [targets[r] for r in p["rows"]]
+    wrong = [t.id for t in rows if t.experiment != swept_id]
+    if wrong:
+        raise ConfigError(f"{ctx.exp_id}: params.rows: {', '.join(wrong)} are rows of another experiment than "
+                          f"{swept_id}")
+    # the config's own reading first; a grid reading that resolves to the parameters of an earlier one (e.g. the
+    # config's values) is that reading, counted once
+    grid, resolved, seen = [], [], set()
+    for reading in [{}] + readings(p["grid"]):
+        exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p.get("fixed") or {}, _nest(reading)))
+        if params_digest(exp.params) not in seen:
+            seen.add(params_digest(exp.params))
+            grid.append(reading)
+            resolved.append(exp)
+    seeds = p.get("seeds", [0])
+    table, per_row, memo = [], {t.id: [] for t in rows}, {}
+    for i, (reading, exp) in enumerate(zip(grid, resolved)):
+        kind = get_kind(exp.kind)
+        point_seeds = seeds[:1] if kind.deterministic else seeds
+        points = [_point(ctx, kind, exp, s, memo) for s in point_seeds]
+        for t in rows:
+            j = judge_row(t, points, kind.deterministic)
+            per_row[t.id].append((reading, j))
+            table.append({"reading": i, "reading_text": reading_text(reading) if i else "config",
+                          **{f"axis.{k}": str(v) for k, v in reading.items()}, "row": t.id,
+                          "printed": t.value if t.value is not None else np.nan,
+                          **{k: j.get(k, np.nan) for k in ("rebuilt", "se", "n", "diff", "tol", "distance")},
+                          "numeric": j["numeric"],
+                          "outcome": j["outcome"], "detail": j["detail"]})
+    checks = {f"conclusion.{t.id}": conclusion(t, per_row[t.id], (p.get("implementation_fix") or {}).get(t.id),
+                                               (p.get("paper_issue") or {}).get(t.id)) for t in rows}
+    from fedrepro.report.verdict import REPRODUCED
+
+    joint = [i for i in range(len(grid)) if all(per_row[t.id][i][1]["outcome"] == REPRODUCED for t in rows)]
+    checks["joint"] = Check(bool(joint), (f"{len(joint)} of {len(grid)} readings reproduce every row at once: "
+                                          + "; ".join(reading_text(grid[i]) if i else "config" for i in joint[:5]))
+                            if joint else f"no reading of the {len(grid)} reproduces every row at once")
+    metrics = {"n_readings": len(grid),
+               "reproducing_readings": {t.id: sum(j["outcome"] == REPRODUCED for _, j in per_row[t.id]) for t in rows},
+               "closest_distance": {t.id: min(j["distance"] for _, j in per_row[t.id]) for t in rows},
+               "joint_readings": len(joint)}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(table), checks=checks,
+                     accountant={"name": f"forensic sweep of {swept_id}", "version": "see the swept experiment"})
+
+
+def forensic_experiments(doc: Mapping) -> dict[str, Mapping]:
+    """name -> entry of a paper's forensic experiments (kind forensic_sweep)."""
+    return {name: e for name, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"}
+
+
+__all__ = ["check_distance", "conclusion", "forensic_experiments", "forensic_sweep", "judge_row", "params_digest",
+           "readings", "swept_inputs"]
+

@@ -1,0 +1,101 @@
+"""Stacked per-client parameters and the functional, client-batched view of a model the engine runs.
+
+Per-client parameters are *stacked*: a dict name -> tensor (n_clients, *param_shape). :class:`Net` runs a function
+written for one client over every selected client at once (``torch.vmap``), or in a Python loop
+(``vectorize=False``, the reference path). The helpers below index, update and average stacked parameters. Kept
+apart from the engine so that checkpoints (which rebuild a Net rather than save it) need not import the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from fedrepro.learning import batched_cnn
+
+Params = dict[str, Tensor]
+
+
+class Net:
+    """Functional, client-batched view of a template module (its own parameters are only the initialization).
+
+    ``gemm``: under ``vmap``, compute a :class:`~fedrepro.learning.models.ConvNet` in the im2col + matrix-product
+    formulation of :mod:`fedrepro.learning.batched_cnn` (the same function, faster on CPU than the grouped
+    convolutions ``vmap`` makes of ``F.conv2d``: benchmarks/RESULTS.md). Default (None): on CPU, for the models it
+    supports; the CUDA path keeps ``F.conv2d`` (cuDNN; the formulation is untimed on a GPU). The per-client loop
+    (``vectorize=False``) always runs the module's own forward: it is the reference."""
+
+    def __init__(self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None,
+                 gemm: bool | None = None):
+        self.model = model
+        self.vectorize = vectorize
+        self.chunk_size = chunk_size
+        if gemm is None:
+            gemm = batched_cnn.supports(model) and all(p.device.type == "cpu" for p in model.parameters())
+        elif gemm and not batched_cnn.supports(model):
+            raise ValueError(f"gemm=True: {type(model).__name__} is not a ConvNet the batched formulation supports")
+        self.gemm = gemm
+
+    def params(self) -> Params:
+        """A detached copy of the template's parameters (one client, no client axis)."""
+        return {k: v.detach().clone() for k, v in self.model.named_parameters()}
+
+    def replicate(self, n: int) -> Params:
+        """The template's parameters stacked ``n`` times: name -> (n, *shape)."""
+        return stack(self.params(), n)
+
+    def logits(self, params: Params, x: Tensor) -> Tensor:
+        """Forward of one client: params without client axis, x (B, *feature_shape) -> (B, n_classes)."""
+        if self.gemm and self.vectorize:
+            return batched_cnn.logits(self.model, params, x)
+        return functional_call(self.model, params, (x,))
+
+    def map(self, fn: Callable, *args: Any) -> Any:
+        """``fn`` applied per client over axis 0 of every tensor in ``args`` (pytrees); outputs stacked."""
+        if self.vectorize:
+            return torch.vmap(fn, chunk_size=self.chunk_size)(*args)
+        leaves, _ = tree_flatten(args)
+        outs = [fn(*tree_map(lambda a: a[i], args)) for i in range(leaves[0].shape[0])]
+        flat, spec = zip(*(tree_flatten(o) for o in outs))
+        return tree_unflatten([torch.stack(col) for col in zip(*flat)], spec[0])
+
+
+def stack(params: Params, n: int) -> Params:
+    """Copies of one client's parameters for ``n`` clients (materialized, so they can be updated in place)."""
+    return {k: v.unsqueeze(0).repeat(n, *([1] * v.dim())) for k, v in params.items()}
+
+
+def expand(params: Params, n: int) -> Params:
+    """A read-only view of one parameter set as ``n`` clients (no copy)."""
+    return {k: v.expand(n, *v.shape) for k, v in params.items()}
+
+
+def take(params: Params, idx: Tensor) -> Params:
+    return {k: v[idx] for k, v in params.items()}
+
+
+def put(params: Params, idx: Tensor, values: Params) -> None:
+    """In place: ``params[k][idx] = values[k]`` for every parameter."""
+    for k, v in params.items():
+        v[idx] = values[k]
+
+
+def mean(params: Params) -> Params:
+    """Average over the client axis (server aggregation (1/K) sum_i)."""
+    return {k: v.mean(0) for k, v in params.items()}
+
+
+def sgd(params: Params, grads: Params, lr: float | Tensor, weight_decay: float = 0.0) -> Params:
+    """p - lr (g + weight_decay p) (PyTorch SGD without momentum)."""
+    return {k: p - lr * (grads[k] + weight_decay * p) for k, p in params.items()}
+
+
+def split_batches(x: Tensor, y: Tensor, k: int) -> list[tuple[Tensor, Tensor]]:
+    """Split stacked minibatches (n, k*B, ...) into ``k`` disjoint minibatches (n, B, ...) along the row axis."""
+    if x.shape[1] % k:
+        raise ValueError(f"{x.shape[1]} rows do not split into {k} minibatches")
+    return list(zip(x.chunk(k, dim=1), y.chunk(k, dim=1)))

@@ -1,0 +1,43 @@
+"""What every federated training kind starts from: threads, the partition, its client data on a device, and the
+model factory (one setup for AdaPeD's and FedHDP's learning experiments)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fedrepro.experiments import RunContext
+from fedrepro.experiments.params import INT1
+
+# The parameters training_setup reads: a fragment of every training kind's schema.
+SETUP_PROPERTIES = {
+    "partition": {"type": "string"},
+    "feature_shape": {"type": "array", "minItems": 1, "items": INT1},
+    "standardize": {"type": "boolean"},
+    "model": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+    "threads": INT1,
+    "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
+    "checkpoint_every": INT1,   # rounds between checkpoints of each training (kill-and-resume; default 10)
+}
+
+
+def training_setup(p: dict, ctx: RunContext):
+    """What every training kind starts from: torch threads (params.threads or FEDREPRO_THREADS, default 1), the
+    partition, its ClientData on params.device (auto: a GPU when torch sees one; feature_shape, e.g. LEAF's flat 784
+    features -> [1, 28, 28]; standardize: pooled train mean/std), and the model factory with its keyword arguments
+    (n_classes defaults to the partition's). Returns (ds, data, factory, model_kw)."""
+    import torch
+
+    from fedrepro.data import fedformat
+    from fedrepro.learning.data import ClientData
+    from fedrepro.learning.engine import resolve_device
+    from fedrepro.learning.models import build_model
+
+    torch.set_num_threads(p.get("threads", int(os.environ.get("FEDREPRO_THREADS", "1"))))
+    ds = fedformat.load(ctx.partitions[p["partition"]])
+    device = resolve_device(p.get("device", "auto"))
+    print(f"[fedrepro] training on {device}", flush=True)
+    data = ClientData(ds, device, feature_shape=p.get("feature_shape"), standardize=p.get("standardize", False))
+    model_kw: dict[str, Any] = {k: v for k, v in p["model"].items() if k != "name"}
+    model_kw.setdefault("n_classes", ds.n_classes)
+    return ds, data, (lambda: build_model(p["model"]["name"], **model_kw)), model_kw

@@ -1,0 +1,252 @@
+"""Federated training of several methods on one partitioned dataset (the learning tables and figures of the papers).
+
+One run trains every configured method on the same partition, model architecture and schedule with the shared
+batched engine (fedrepro.learning.engine.train) and records, per method, the final test accuracy of the deployed
+models (mean over clients, %), the learning rate used, and the per-evaluation history (test accuracy, training
+loss, and AdaPeD's psi: the trajectories behind the paper's psi statements).
+
+Private methods (``private: true``: DP-FedAvg with local-step noise (``fedavg``) or server-side noise
+(``dp_fedavg_server``), DP-AdaPeD, DP-AdaPeD with unsampled client iterations) are trained
+once per epsilon of ``privacy.epsilons`` with the noise the privacy module gives for it (fedrepro.experiments.
+fl_privacy); their metrics are keyed by epsilon (``acc.<method>.eps_3p35``) and the noise used is recorded.
+
+Learning-rate selection (explicit, recorded): a method's ``lr`` is a number or a grid (App. K's
+{0.3, 0.2, 0.15, 0.125, 0.1, 0.075, 0.05}). With a grid, every value is trained and ``select`` picks one:
+``final_test`` takes the best final mean test accuracy (GAP: the papers tune on the test clients' accuracy; no
+validation split is described), ``final_train_loss`` the lowest final training loss (uses no test data). The
+chosen value is metric ``lr.<method>``; the history holds every grid point (column ``lr_grid``).
+
+Checks (``checks``: name -> method names), each a pass/fail statement on the selected runs:
+``beats_chance`` (final accuracy above 1/C by 5 points), ``curve`` (the accuracy curve converges: the last evaluation
+is not below the first and within 2 points of the run's best; for a private method also not lower at the largest
+epsilon than at the smallest, within 1 point),
+``psi_decreases`` (psi ends below psi^0, Sec. 4 Results on AdaPeD) and ``psi_decreases_then_increases`` (psi's
+minimum is strictly inside the run and psi ends above it, Sec. 4 Results on DP-AdaPeD; every epsilon).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedrepro.errors import ConfigError
+from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
+from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
+from fedrepro.learning import algorithms
+from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
+from fedrepro.experiments.keys import eps_key
+from fedrepro.progress import RoundProgress
+
+# The algorithms (fedrepro.learning.algorithms, by Algorithm.name) this kind trains: the methods of AdaPeD's tables.
+ALGORITHMS = ("local", "fedavg", "fedavg_ft", "dp_fedavg_server", "adaped", "adaped_unsampled", "pfedme", "perfedavg",
+              "quped", "fml")
+SELECTION = ("final_test", "final_train_loss")
+CHECKS = ("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases")
+CURVE_SLACK = 2.0  # points of accuracy the last evaluation may sit below the run's best and still be "converged"
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["partition", "model", "methods", "epochs", "tau", "batch_size"],
+    "properties": {
+        **SETUP_PROPERTIES,
+        "methods": {
+            "type": "object", "minProperties": 1,
+            "additionalProperties": {
+                "type": "object", "additionalProperties": False, "required": ["algorithm", "lr"],
+                "properties": {
+                    "algorithm": {"enum": list(ALGORITHMS)},
+                    "lr": {"oneOf": [POSITIVE, {"type": "array", "minItems": 1, "items": POSITIVE}]},
+                    "options": {"type": "object"},
+                    "private": {"type": "boolean"},
+                },
+            },
+        },
+        "privacy": {
+            "type": "object", "additionalProperties": False, "required": ["epsilons", "delta", "clip"],
+            "properties": {"epsilons": POSITIVE_LIST, "delta": DELTA, "clip": POSITIVE,
+                           "noise_from": {"enum": list(NOISE_FROM)}},
+        },
+        "checks": {"type": "object", "propertyNames": {"enum": list(CHECKS)},
+                   "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
+        "epochs": POSITIVE,
+        "tau": INT1,
+        "batch_size": {"oneOf": [INT1, {"const": "auto"}]},
+        "iters_per_epoch": INT1,
+        "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "weight_decay": {"type": "number", "minimum": 0},
+        "eval_every": INT1,
+        "select": {"enum": list(SELECTION)},
+    },
+}
+
+
+def build_algorithm(algorithm: str, options: dict, weight_decay: float):
+    try:
+        return algorithms.get_algorithm(algorithm)(weight_decay=weight_decay, **options)
+    except TypeError as exc:
+        raise ConfigError(f"methods.*.options for {algorithm}: {exc}") from None
+
+
+def _pick(runs: list[tuple[float, list[dict]]], rule: str) -> tuple[float, list[dict]]:
+    if rule == "final_test":
+        return max(runs, key=lambda r: r[1][-1]["test_acc"])
+    return min(runs, key=lambda r: r[1][-1]["train_loss"])
+
+
+def _validate(p: dict, ctx: RunContext) -> None:
+    if p["batch_size"] == "auto" and "iters_per_epoch" not in p:
+        raise ConfigError(f"{ctx.exp_id}: params.batch_size=auto needs params.iters_per_epoch")
+    if p["partition"] not in ctx.partitions:
+        raise ConfigError(f"{ctx.exp_id}: params.partition={p['partition']!r} must be listed in the experiment's "
+                          f"partitions ({sorted(ctx.partitions)})")
+    for name, spec in p["methods"].items():
+        if spec.get("private"):
+            if "privacy" not in p:
+                raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.private needs params.privacy")
+            if spec["algorithm"] not in TERMS:
+                raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.private: no accountant for algorithm "
+                                  f"{spec['algorithm']!r} (private algorithms: {sorted(TERMS)})")
+    for check, names in (p.get("checks") or {}).items():
+        unknown = sorted(set(names) - set(p["methods"]))
+        if unknown:
+            raise ConfigError(f"{ctx.exp_id}: params.checks.{check}: unknown methods {unknown}")
+
+
+# ------------------------------------------------------------------------------------------------------ checks
+
+def _psi_path(hist: list[dict], psi0: float) -> np.ndarray:
+    return np.array([psi0] + [h["psi"] for h in hist])
+
+
+def _check(name: str, method: str, runs: dict, n_classes: int) -> tuple[bool, str]:
+    """One check on one method; ``runs`` maps an epsilon key (or None) to (history, psi0, epsilon)."""
+    if name == "beats_chance":
+        chance = 100.0 / n_classes
+        accs = {k: 100 * h[-1]["test_acc"] for k, (h, *_) in runs.items()}
+        return all(a > chance + 5 for a in accs.values()), f"{method}: final acc {_fmt(accs)} vs chance {chance:.1f}"
+    if name == "curve":
+        rise = {k: (100 * h[0]["test_acc"], 100 * h[-1]["test_acc"], 100 * max(e["test_acc"] for e in h))
+                for k, (h, *_) in runs.items()}
+        ok = all(last >= first and last >= top - CURVE_SLACK for first, last, top in rise.values())
+        detail = f"{method}: first -> last (best) eval acc " + ", ".join(
+            f"{_k(k)}{a:.1f}->{b:.1f} ({c:.1f})" for k, (a, b, c) in rise.items())
+        if len(runs) > 1:
+            keys = sorted(runs, key=lambda k: runs[k][2])  # by epsilon
+            lo, hi = 100 * runs[keys[0]][0][-1]["test_acc"], 100 * runs[keys[-1]][0][-1]["test_acc"]
+            ok = ok and hi >= lo - 1.0
+            detail += f"; acc at the largest epsilon {hi:.1f} vs smallest {lo:.1f}"
+        return ok, detail
+    paths = {k: _psi_path(h, psi0) for k, (h, psi0, *_) in runs.items()}
+    if "psi" not in next(iter(runs.values()))[0][-1]:
+        raise ConfigError(f"params.checks.{name}: method {method} has no psi")
+    if name == "psi_decreases":
+        ok = all(path[-1] < path[0] for path in paths.values())
+        return ok, f"{method}: psi " + ", ".join(f"{_k(k)}{v[0]:.3f}->min {v.min():.3f}->{v[-1]:.3f}"
+                                                 for k, v in paths.items())
+    ok = all(0 < int(path.argmin()) < len(path) - 1 and path[-1] > path.min() + 1e-6 for path in paths.values())
+    return ok, f"{method}: psi " + ", ".join(f"{_k(k)}{v[0]:.3f}->min {v.min():.3f} (eval {int(v.argmin())}/"
+                                             f"{len(v) - 1})->{v[-1]:.3f}" for k, v in paths.items())
+
+
+def _k(key: str | None) -> str:
+    return "" if key is None else f"{key}: "
+
+
+def _fmt(values: dict) -> str:
+    return ", ".join(f"{_k(k)}{v:.1f}" for k, v in values.items())
+
+
+# ------------------------------------------------------------------------------------------------------ kind
+
+@experiment_kind("fl_training", SCHEMA,
+                 metrics=("acc.*", "acc_weighted.*", "lr.*", "final_train_loss.*", "psi.*", "noise.*", "n_clients", "clients_per_round", "rounds", "iters_per_epoch", "batch_size", "n_params"),
+                 checks=("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases"))
+def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    from fedrepro.learning.checkpoint import run_checkpointer
+    from fedrepro.learning.engine import n_rounds, train
+    from fedrepro.learning.models import n_params
+
+    _validate(p, ctx)
+    ds, data, factory, model_kw = training_setup(p, ctx)
+    m = ds.n_clients
+    K = max(1, round(p.get("sampling_rate", 1.0) * m))
+    seed = int(rng.integers(2**31))  # one seed per run, shared by every method: same init and data order
+    wd = p.get("weight_decay", 1e-4)
+    median_train = float(np.median(ds.counts("train")))
+    # "vary the batch size so that each epoch consists of 60 iterations" (Sec. 4): B = ceil(median n_i / iters)
+    batch = (max(1, int(np.ceil(median_train / p["iters_per_epoch"]))) if p["batch_size"] == "auto"
+             else p["batch_size"])
+    iters = p.get("iters_per_epoch") or max(1, int(np.ceil(median_train / batch)))
+    schedule = dict(batch_size=batch, epochs=p["epochs"], tau=p["tau"], clients_per_round=K,
+                    lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=iters, seed=seed,
+                    eval_every=p.get("eval_every", 10), device=data.device)
+    rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
+    priv = p.get("privacy") or {}
+
+    metrics: dict[str, dict] = {"acc": {}, "acc_weighted": {}, "lr": {}, "final_train_loss": {}}
+    rows, selected = [], {}
+    for name, spec in p["methods"].items():
+        grid = spec["lr"] if isinstance(spec["lr"], list) else [spec["lr"]]
+        options = dict(spec.get("options") or {})
+        settings = [(None, None)]
+        if spec.get("private"):
+            settings = [(eps_key(e), plan_noise(spec["algorithm"], e, K=K, m=m, rounds=rounds, delta=priv["delta"],
+                                                clip=priv["clip"], noise_from=priv.get("noise_from", "thm5")))
+                        for e in priv["epsilons"]]
+        for key, plan in settings:
+            extra = plan.mechanism(spec["algorithm"]) if plan else {}
+            runs = []
+            for lr in grid:
+                algo = build_algorithm(spec["algorithm"], options | extra, wd)
+                label = f"{name}{'' if key is None else ' ' + key} lr={lr:g}"
+                runs.append((lr, train(algo, data, factory, lr=lr, **schedule, callback=RoundProgress(label),
+                                       checkpoint=run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, seed, label,
+                                                                   p.get("checkpoint_every", 10), ctx.clock))))
+            lr, hist = _pick(runs, p.get("select", "final_test"))
+            for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
+                rows += [dict(h, method=name, lr_grid=lr_run, selected=lr_run == lr,
+                              **({"epsilon": plan.epsilon} if plan else {})) for h in hist_run]
+            last = hist[-1]
+            psi0 = getattr(algo, "psi0", None)
+            selected.setdefault(name, {})[key] = (hist, psi0, plan.epsilon if plan else 0.0)
+            for metric, value in (("acc", 100.0 * last["test_acc"]),
+                                  ("acc_weighted", 100.0 * last["test_acc_weighted"]),
+                                  ("lr", lr), ("final_train_loss", last["train_loss"])):
+                _put(metrics, metric, name, key, value)
+            if "psi" in last:
+                _put(metrics, "psi", name, key, last["psi"])
+            if plan:
+                _put(metrics, "noise", name, key, plan.record())
+    metrics["n_clients"], metrics["clients_per_round"], metrics["rounds"] = m, K, rounds
+    metrics["iters_per_epoch"], metrics["batch_size"] = iters, batch
+    metrics["n_params"] = n_params(factory())
+    checks = {}
+    for check, names in (p.get("checks") or {}).items():
+        results = [_check(check, n, selected[n], int(model_kw["n_classes"])) for n in names]  # chance: 1/outputs
+        checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
+    accountant = None
+    if "noise" in metrics:
+        first = next(iter(next(iter(metrics["noise"].values())).values()))
+        accountant = {"name": "noise per method and epsilon in metrics.noise (noise_from thm5: Ozkara et al. Thm 5 + "
+                              "Lemma 1; rdp/pld: dp-accounting calibration); epsilon_library_rdp: dp-accounting RDP "
+                              "epsilon of the noise used",
+                      "version": _library_version(), "delta": first["delta"]}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
+
+
+def _put(metrics: dict, metric: str, method: str, key: str | None, value: Any) -> None:
+    if key is None:
+        metrics.setdefault(metric, {})[method] = value
+    else:
+        metrics.setdefault(metric, {}).setdefault(method, {})[key] = value
+
+
+def _library_version() -> str:
+    from fedrepro.privacy.result import library_version
+
+    return f"dp-accounting {library_version('dp-accounting')}"

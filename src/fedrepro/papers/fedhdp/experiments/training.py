@@ -1,0 +1,364 @@
+"""FedHDP's learning experiments (Aldaghri et al., Sec. 5, App. C; notes fedhdp.md E5-E8, Tables 3, 4, 8-11).
+
+One run trains, on one partition with one initialization, every configured method on the shared engine:
+
+    nonprivate   NON-PRIVATE (+Ditto): FedAvg, every client non-private, no clipping, no noise
+    dp_fedavg    DP-FEDAVG (+Ditto): every client private, adaptive clipping, noise z_update (DPFedAvgAdaptive)
+    hdp_fedavg   HDP-FEDAVG (+Ditto): private clients noised as in DP-FedAvg, opt-out clients not, r = 1
+    fedhdp       FEDHDP: per-group DP means combined with ratio ``r``, Ditto with lambda_p = lambda_np
+
+Ditto's lambda does not touch the global model, so each method trains one global model and one personal-model set
+per lambda of ``lams`` in the same run (the paper's lambda blocks are separate stochastic runs; here the global
+metrics repeat across lambda blocks). Metrics, per lambda block ``lam<lambda>`` (lambda printed as in the paper)
+and method: ``acc_g`` (global model on the pooled server test set = the union of the clients' test splits),
+``acc_g_p`` / ``acc_g_np`` (mean over private / non-private clients of the global model's accuracy on each client's
+test split), ``acc_l_p`` / ``acc_l_np`` (the same with each client's personal model), ``d_g`` = acc_g_np - acc_g_p,
+``d_l`` = acc_l_np - acc_l_p; accuracies in %, and ``<metric>_var`` the across-client variance in the paper's unit
+100 x Var(accuracy in [0, 1]) = Var(accuracy in %) / 100 (notes §7.19; population variance). NON-PRIVATE has only
+the np metrics (all clients are non-private), DP-FedAvg only the p ones (all private).
+
+Privacy (notes §3): Table 7's "effective noise multiplier" z_eff with the clipped-count noise std z_count =
+``count_std_per_client`` x K (TFF's 0.05 x clients per round) gives the update noise
+z_update = (z_eff^-2 - (2 z_count)^-2)^-1/2 (fedrepro.learning.adaptive_clip); epsilon of the private group comes
+from fedrepro.privacy (dp-accounting RDP) at z_eff, q = K/m, ``rounds`` releases, recorded as ``privacy.*``.
+Non-private clients ("opt-out", 5 %): the partition's ``client_meta["opt_out"]`` when it has one (FedHDP's
+non-IID MNIST schemes), else drawn once from the ``opt_out.seed`` stream ("picked randomly but fixed across all
+experiments", Sec. 5), never from the run's seed.
+
+Schedule: ``rounds`` rounds of K = round(q m) clients (fixed K, notes §7.15); every sampled client runs
+``local_epochs`` x ceil(median train count / batch_size) local SGD steps of fresh random minibatches (engine tau);
+lr x ``lr_decay`` every ``lr_decay_every`` rounds (non-IID MNIST: 0.9 every 50, Table 7). eta_p = eta.
+
+``differences`` (output key -> [a, b]): extra metrics a - b of two metric keys of this run, for the paper's numbers
+that combine cells (Table 4's FMNIST FedHDP Delta_l mixes two lambda blocks; Sec. 5.2's "up to" gains). The run
+also records its inputs under ``setting.*`` (clients, rate, rounds, Table 7's hyperparameters, the layer sizes of
+the model actually built), which the registry compares with Tables 5-7.
+
+Checks (``checks``: name -> methods): ``beats_chance`` (Acc_g and the first lambda's mean personal accuracy above
+chance 100/C by 5 points), ``np_ge_p_global`` (Acc_g,np >= Acc_g,p: the opt-out clients are served at least as
+well by the global model, Sec. 5.2), ``np_ge_p_local`` (the same for the personal models, first lambda),
+``acc_g_ge_dp_fedavg`` (Acc_g at least the DP-FedAvg method's of the same run: the paper's headline, Sec. 5.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedrepro.aggregate import flatten
+from fedrepro.errors import ConfigError
+from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, UNIT
+from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
+
+ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
+CHECKS = ("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg")
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["partition", "model", "methods", "lams", "rounds", "local_epochs", "batch_size", "lr",
+                 "sampling_rate", "clip", "privacy"],
+    "properties": {
+        **SETUP_PROPERTIES,
+        "methods": {
+            "type": "object", "minProperties": 1,
+            "additionalProperties": {
+                "type": "object", "additionalProperties": False, "required": ["algorithm"],
+                "properties": {"algorithm": {"enum": list(ALGORITHMS)}, "r": NONNEG,
+                               "clip_nonprivate": {"type": "boolean"}},
+            },
+        },
+        "lams": {"type": "array", "minItems": 1, "uniqueItems": True, "items": NONNEG},
+        "rounds": INT1,
+        "local_epochs": POSITIVE,
+        "batch_size": INT1,
+        "lr": POSITIVE,
+        "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "lr_decay_every": INT1,
+        "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "clip": {"type": "object", "additionalProperties": False, "required": ["init"],
+                 "properties": {"init": POSITIVE, "quantile": UNIT, "lr": NONNEG}},
+        "privacy": {
+            "type": "object", "additionalProperties": False, "required": ["noise_multiplier_eff", "delta"],
+            "properties": {"noise_multiplier_eff": NONNEG, "delta": DELTA, "count_std": NONNEG,
+                           "count_std_per_client": NONNEG, "accountant": {"enum": ["rdp", "pld"]}},
+        },
+        "opt_out": {"type": "object", "additionalProperties": False,
+                    "properties": {"fraction": UNIT, "seed": {"type": "integer", "minimum": 0}}},
+        "checks": {"type": "object", "propertyNames": {"enum": list(CHECKS)},
+                   "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
+        "differences": {"type": "object", "additionalProperties": {
+            "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}}},
+        "weight_decay": NONNEG,
+        "eval_every": INT1,
+    },
+}
+
+
+def lam_key(lam: float) -> str:
+    """Metric block of a lambda as the paper prints it: 0.005 -> lam0.005, 0.25 -> lam0.25, 1 -> lam1."""
+    return "lam" + f"{lam:g}"
+
+
+def _validate(p: dict, ctx: RunContext) -> None:
+    if p["partition"] not in ctx.partitions:
+        raise ConfigError(f"{ctx.exp_id}: params.partition={p['partition']!r} must be listed in the experiment's "
+                          f"partitions ({sorted(ctx.partitions)})")
+    for name, spec in p["methods"].items():
+        if spec["algorithm"] == "fedhdp" and "r" not in spec:
+            raise ConfigError(f"{ctx.exp_id}: params.methods.{name}: algorithm fedhdp needs r")
+        if spec["algorithm"] != "fedhdp" and "r" in spec:
+            raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.r: only fedhdp takes a ratio (HDP-FedAvg is r=1)")
+    for check, names in (p.get("checks") or {}).items():
+        unknown = sorted(set(names) - set(p["methods"]))
+        if unknown:
+            raise ConfigError(f"{ctx.exp_id}: params.checks.{check}: unknown methods {unknown}")
+
+
+def opt_out_mask(ds, fraction: float, seed: int) -> tuple[np.ndarray, str]:
+    """The non-private clients: the partition's ``opt_out`` flags, else round(fraction m) clients drawn once."""
+    from fedrepro.seeding import rng_for
+
+    try:
+        flags = np.asarray(ds.client_meta("opt_out"), dtype=bool)
+        return flags, "partition client_meta['opt_out']"
+    except (KeyError, ValueError):
+        pass
+    m = ds.n_clients
+    out = np.zeros(m, dtype=bool)
+    out[rng_for("fedhdp.opt_out", seed).choice(m, int(round(fraction * m)), replace=False)] = True
+    return out, f"drawn: {out.sum()} of {m} clients (opt_out.seed {seed})"
+
+
+def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, clip: dict, wd: float):
+    """The engine algorithm of one method spec (classes from the one algorithm registry, by Algorithm.name)."""
+    from fedrepro.learning.algorithms import build_algorithm
+
+    alg, common = spec["algorithm"], dict(clip=clip, lams=lams, weight_decay=wd)
+    if alg == "nonprivate":  # FedAvg + Ditto: FedHDP with every client non-private
+        return build_algorithm("fedhdp", private=np.zeros_like(private), r=1.0, **common)
+    if alg == "dp_fedavg":
+        return build_algorithm("dp_fedavg_adaptive", noise_multiplier=z_update, **common)
+    kw = dict(private=private, noise_multiplier=z_update, clip_nonprivate=spec.get("clip_nonprivate", False), **common)
+    return build_algorithm("hdp_fedavg", **kw) if alg == "hdp_fedavg" else build_algorithm("fedhdp", r=spec["r"], **kw)
+
+
+def client_metrics(acc_g: np.ndarray, acc_l: list[np.ndarray], counts: np.ndarray, private: np.ndarray,
+                   groups: tuple[str, ...]) -> list[dict[str, float]]:
+    """Table 3/4 metrics per lambda from per-client accuracies in [0, 1] (nan for clients without test data).
+    ``groups``: which client groups the method has ("p", "np")."""
+    has = counts > 0
+    pooled = float((acc_g[has] * counts[has]).sum() / counts[has].sum())
+    out = []
+    for acc in acc_l:
+        m: dict[str, float] = {"acc_g": 100 * pooled}
+        for g in groups:
+            sel = has & (private if g == "p" else ~private)
+            for name, a in (("acc_g", acc_g), ("acc_l", acc)):
+                vals = a[sel]
+                m[f"{name}_{g}"] = float(100 * vals.mean()) if vals.size else float("nan")
+                m[f"{name}_{g}_var"] = float(100 * vals.var()) if vals.size else float("nan")
+        if set(groups) == {"p", "np"}:
+            m["d_g"] = m["acc_g_np"] - m["acc_g_p"]
+            m["d_l"] = m["acc_l_np"] - m["acc_l_p"]
+        out.append(m)
+    return out
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The private group's noise (notes §3): Table 7's effective multiplier, the clipped-count noise, the update
+    noise they imply, the adaptive-clipping settings, and epsilon from dp-accounting at z_eff (None without noise)."""
+
+    z_eff: float
+    z_count: float
+    z_update: float
+    clip: dict
+    sampling_rate: float
+    epsilon: Any
+
+
+def schedule_of(p: dict, ds, seed: int, device) -> tuple[dict, int, int]:
+    """The engine schedule: ``rounds`` rounds of K = round(q m) clients, ``local_epochs`` x ceil(median train count /
+    batch_size) local steps, lr x decay every ``lr_decay_every`` rounds (the engine decays per "epoch" of
+    iters_per_epoch iterations). Returns (schedule, K, local iterations per epoch)."""
+    K = max(1, round(p["sampling_rate"] * ds.n_clients))
+    iters = max(1, int(np.ceil(float(np.median(ds.counts("train"))) / p["batch_size"])))
+    tau = max(1, int(round(p["local_epochs"] * iters)))
+    schedule = dict(batch_size=p["batch_size"], rounds=p["rounds"], tau=tau, clients_per_round=K, lr=p["lr"],
+                    lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=tau * p.get("lr_decay_every", p["rounds"]),
+                    seed=seed, eval_every=p.get("eval_every", p["rounds"]), device=device)
+    return schedule, K, iters
+
+
+def noise_of(p: dict, K: int, m: int, exp_id: str) -> Noise:
+    from fedrepro.learning.adaptive_clip import update_noise_multiplier
+    from fedrepro.privacy import compute_epsilon
+
+    priv = p["privacy"]
+    z_eff = priv["noise_multiplier_eff"]
+    z_count = priv.get("count_std", priv.get("count_std_per_client", 0.05) * K)
+    try:
+        z_update = update_noise_multiplier(z_eff, z_count)
+    except ValueError as exc:
+        raise ConfigError(f"{exp_id}: params.privacy: {exc}") from None
+    clip = {"quantile": 0.5, "lr": 0.2, **p["clip"], "count_std": z_count if z_eff > 0 else 0.0}
+    q = K / m
+    eps = compute_epsilon(z_eff, q, p["rounds"], priv["delta"], priv.get("accountant", "rdp")) if z_eff > 0 else None
+    return Noise(z_eff, z_count, z_update, clip, q, eps)
+
+
+def train_methods(p: dict, ctx: RunContext, data, factory, schedule: dict, private: np.ndarray, noise: Noise,
+                  counts: np.ndarray) -> tuple[dict, dict, list[dict]]:
+    """Train every method; returns (metrics per lambda block and method, Table 3/4 metrics per method and lambda,
+    history rows)."""
+    from fedrepro.learning.checkpoint import run_checkpointer
+    from fedrepro.learning.engine import evaluate, train
+    from fedrepro.progress import RoundProgress
+
+    lams, m = list(p["lams"]), len(private)
+    metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
+    rows, per_method = [], {}
+    for name, spec in p["methods"].items():
+        algo = build(spec, private, lams, noise.z_update, noise.clip, p.get("weight_decay", 0.0))
+        ckpt = run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name,
+                                p.get("checkpoint_every", 10), ctx.clock)
+        hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
+        rows += [dict(h, method=name) for h in hist]
+        models = algo.final_models()
+        acc_g = evaluate(algo.state.net, models["global"], data, "test")["acc"]
+        acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
+        groups = {"nonprivate": ("np",), "dp_fedavg": ("p",)}.get(spec["algorithm"], ("p", "np"))
+        # metrics per group use the method's own notion of private: nonprivate = nobody, dp_fedavg = everybody
+        group_private = {"nonprivate": np.zeros(m, bool), "dp_fedavg": np.ones(m, bool)}.get(spec["algorithm"],
+                                                                                             private)
+        per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
+        for lam, vals in zip(lams, per_lam):
+            metrics[lam_key(lam)][name] = vals
+        per_method[name] = per_lam
+        metrics.setdefault("final_clip", {})[name] = float(algo.state.clip)
+        metrics.setdefault("skipped_rounds", {})[name] = int(getattr(algo.state, "skipped", 0))
+    return metrics, per_method, rows
+
+
+def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_classes: int,
+               noise: Noise) -> dict:
+    """The run's inputs as Tables 5-7 print them (the registry compares them)."""
+    from torch import nn
+
+    return {
+        "n_clients": m, "clients_per_round_pct": 100.0 * K / m, "nonprivate_pct": 100.0 * n_opt_out / m,
+        "rounds": p["rounds"], "n_labels": n_classes, "batch_size": p["batch_size"], "local_epochs": p["local_epochs"],
+        "lr": p["lr"], "lr_decay": p.get("lr_decay", 1.0), "clip_init": noise.clip["init"],
+        "clip_lr": noise.clip["lr"], "target_unclipped_quantile": noise.clip["quantile"],
+        "effective_noise_multiplier": noise.z_eff, "model": layer_sizes(model, feature_shape),
+        "model_is_cnn": float(any(isinstance(mod, nn.Conv2d) for mod in model.modules()))}
+
+
+def add_differences(metrics: dict, differences: dict, exp_id: str) -> None:
+    """``differences`` (output key -> [a, b]): metrics a - b of two metric keys of this run, in place."""
+    for out_key, (a, b) in differences.items():
+        flat = flatten(metrics)
+        if a not in flat or b not in flat:
+            raise ConfigError(f"{exp_id}: params.differences.{out_key}: {a if a not in flat else b!r} is not a "
+                              "metric of this run")
+        node = metrics
+        *head, last = out_key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = flat[a] - flat[b]
+
+
+def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[str, Check]:
+    checks = {}
+    dp_names = [n for n, spec in p["methods"].items() if spec["algorithm"] == "dp_fedavg"]
+    for check, names in (p.get("checks") or {}).items():
+        if check == "acc_g_ge_dp_fedavg":
+            if len(dp_names) != 1:
+                raise ConfigError(f"{exp_id}: params.checks.{check} needs exactly one dp_fedavg method")
+            ref = per_method[dp_names[0]][0]["acc_g"]
+            results = [(per_method[n][0]["acc_g"] >= ref, f"{n}: Acc_g {per_method[n][0]['acc_g']:.2f} vs "
+                        f"{dp_names[0]} {ref:.2f}") for n in names]
+        else:
+            results = [_check(check, n, per_method[n][0], n_classes) for n in names]
+        checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
+    return checks
+
+
+@experiment_kind("fedhdp_training", SCHEMA,
+                 metrics=("lam*.*", "final_clip.*", "skipped_rounds.*", "privacy.*", "setting.*", "derived.*", "table*.*", "n_clients", "n_opt_out", "clients_per_round", "local_steps", "iters_per_epoch", "n_params"),
+                 checks=("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg"))
+def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+    from fedrepro.learning.models import n_params
+
+    _validate(p, ctx)
+    ds, data, factory, model_kw = training_setup(p, ctx)
+    m = ds.n_clients
+    opt = p.get("opt_out") or {}
+    opt_out, _ = opt_out_mask(ds, opt.get("fraction", 0.05), opt.get("seed", 0))
+    schedule, K, iters = schedule_of(p, ds, int(rng.integers(2**31)), data.device)
+    noise = noise_of(p, K, m, ctx.exp_id)
+    metrics, per_method, rows = train_methods(p, ctx, data, factory, schedule, ~opt_out, noise,
+                                              ds.counts("test").astype(np.float64))
+    n_classes = int(model_kw["n_classes"])
+    metrics["privacy"] = {"noise_multiplier_eff": noise.z_eff, "noise_multiplier_update": noise.z_update,
+                          "count_std": noise.z_count, "sampling_rate": noise.sampling_rate, "rounds": p["rounds"],
+                          "delta": p["privacy"]["delta"],
+                          **({"epsilon": noise.epsilon.epsilon} if noise.epsilon else {})}
+    model = factory()   # one instance for what the settings read off the model
+    metrics.update(n_clients=m, n_opt_out=int(opt_out.sum()), clients_per_round=K, local_steps=schedule["tau"],
+                   iters_per_epoch=iters, n_params=n_params(model))
+    metrics["setting"] = setting_of(p, model, data.feature_shape, m, K, int(opt_out.sum()), n_classes, noise)
+    add_differences(metrics, p.get("differences") or {}, ctx.exp_id)
+    accountant = None
+    if noise.epsilon is not None:
+        eps = noise.epsilon
+        accountant = {"name": f"{eps.accountant} (z_eff {noise.z_eff}, q {noise.sampling_rate:.4g}, {p['rounds']} "
+                              "rounds; private group)",
+                      "version": f"{eps.library} {eps.library_version}", "delta": p["privacy"]["delta"]}
+    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks_of(p, per_method, n_classes,
+                                                                                   ctx.exp_id),
+                     accountant=accountant)
+
+
+def layer_sizes(model, feature_shape=(1, 28, 28)) -> dict[str, int]:
+    """The sizes of Table 6's rows (elements of each layer's output), read off the built model by a forward pass:
+    FC NN layer1..4 (input 28x28 = 784, flatten 784, 50, 10); CNN layer1..10 (784, 28x28x16, 14x14x16, 14x14x32,
+    7x7x32, dropout (left out: same size), flatten 1568, 128, dropout, 62)."""
+    import torch
+    from torch.nn import functional as F
+
+    from fedrepro.learning.models import MLP, FedHDPCNN
+
+    x = torch.zeros(1, *feature_shape)
+    with torch.no_grad():
+        if isinstance(model, MLP) and len(model.hidden) == 1:
+            h = F.relu(model.hidden[0](x.flatten(1)))
+            return {"layer1": x.numel(), "layer2": x.flatten(1).shape[1], "layer3": h.shape[1],
+                    "layer4": model.out(h).shape[1]}
+        if isinstance(model, FedHDPCNN):
+            c1 = F.relu(model.conv1(x))
+            p1 = F.max_pool2d(c1, 2)
+            c2 = F.relu(model.conv2(p1))
+            p2 = F.max_pool2d(c2, 2)
+            d = F.relu(model.fc1(p2.flatten(1)))
+            sizes = [x, c1, p1, c2, p2, p2, p2.flatten(1), d, d, model.fc2(d)]
+            return {f"layer{i}": t[0].numel() for i, t in enumerate(sizes, 1)}
+    return {}
+
+
+def _check(name: str, method: str, m: dict, n_classes: int) -> tuple[bool, str]:
+    if name == "beats_chance":
+        chance = 100.0 / n_classes
+        local = [m[k] for k in ("acc_l_p", "acc_l_np") if k in m]
+        ok = m["acc_g"] > chance + 5 and all(a > chance + 5 for a in local)
+        return ok, f"{method}: Acc_g {m['acc_g']:.1f}, Acc_l {', '.join(f'{a:.1f}' for a in local)} vs chance {chance:.1f}"
+    kind = "g" if name == "np_ge_p_global" else "l"
+    if f"acc_{kind}_p" not in m or f"acc_{kind}_np" not in m:
+        raise ConfigError(f"params.checks.{name}: method {method} has no private/non-private split")
+    a_np, a_p = m[f"acc_{kind}_np"], m[f"acc_{kind}_p"]
+    return a_np >= a_p, f"{method}: Acc_{kind},np {a_np:.2f} vs Acc_{kind},p {a_p:.2f}"

@@ -1,0 +1,75 @@
+"""The replication report as the page a researcher reads: results/report/replication.html, one self-contained file
+(inline CSS and a little inline JS, figures as data URIs, nothing fetched), rendered from the report model
+(fedrepro.report.model), the same one the Markdown report is rendered from.
+
+Per paper: a headline of printed rows by status; the paper issues this project found; every table in the paper's
+layout (one cell per number: printed over rebuilt ± se (n), coloured by status; hovering a cell shows its row);
+every rebuilt figure beside the rows that judge it; then every row, grouped by artifact and collapsed, each with the
+anchor ``#<paper>.<id>``; calibrations; rows waiting for data, grouped by the datasets they need with the fetch
+command once; the defaults chosen where the paper is silent. A filter bar narrows everything to one paper, artifact
+or status ("only deviates"). The template is templates/page.html.j2 (with page.css and page.js inlined).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import jinja2
+
+from fedrepro.report import model as m
+from fedrepro.report import verdict as v
+from fedrepro.report.fmt import HEAD, WAITING, cells, fmt_value, printed, rebuilt_text
+from fedrepro.report.status import Result
+
+TEMPLATES = Path(__file__).with_name("templates")
+OPEN_UP_TO = 30  # groups and tables with more rows than this start collapsed (FedHDP's tables have up to 261)
+
+
+def status_class(status: str) -> str:
+    return "st-" + status.replace(" ", "-")
+
+
+def anchor(r: Result) -> str:
+    """The row's anchor, ``<paper>.<id>`` (the report's CSV and the CI check name rows the same way)."""
+    return f"{r.target.paper}.{r.target.id}"
+
+
+def cell_text(r: Result) -> tuple[str, str]:
+    """A table cell: what the paper prints and what was rebuilt (mean ± se (n), or the status when nothing was)."""
+    t = r.target
+    return printed(t.value_text, t.pm_text, t.unit) or "—", rebuilt_text(r) or r.status
+
+
+def hover_text(r: Result) -> str:
+    """The cell's tooltip without script: status, and the tolerance it was judged with."""
+    parts = [f"{r.target.id}: {r.status}"]
+    if r.diff is not None:
+        parts.append(f"diff {fmt_value(r.diff, r.target.value_text)}, tol {fmt_value(r.tol, r.target.value_text)}")
+    return "; ".join(parts)
+
+
+def counts(rows: list[Result], statuses: tuple[str, ...] = v.ALL_STATUSES) -> list[tuple[str, int]]:
+    """(status, count) of the statuses that occur, in the order of ``statuses``."""
+    return [(s, n) for s, n in m.count(rows, statuses).items() if n]
+
+
+def data_uri(png: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(cls=status_class, anchor=anchor, cells=cells, cell_text=cell_text, hover=hover_text,
+                       counts=counts, data_uri=data_uri)
+    return env
+
+
+def render_page(report: m.Report) -> str:
+    statuses = [(s, sum(m.count(p.results, v.ALL_STATUSES)[s] for p in report.papers)) for s in v.ALL_STATUSES]
+    return _environment().get_template("page.html.j2").render(
+        report=report, v=v, head=HEAD, dataset_head=m.DATASET_HEAD, waiting=WAITING, open_up_to=OPEN_UP_TO,
+        statuses=[(s, n) for s, n in statuses if n], row_types=m.ROW_TYPES,
+        css=(TEMPLATES / "page.css").read_text(encoding="utf-8"),
+        js=(TEMPLATES / "page.js").read_text(encoding="utf-8"))

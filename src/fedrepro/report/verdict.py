@@ -1,0 +1,126 @@
+"""What a report row may claim, written once: the statuses and the tolerance rule.
+
+Row types (fedrepro.report.registry): ``printed`` rows are numbers and sentences the paper states, and only they are
+ever counted as reproduced; ``check`` rows verify this project's implementation (simulation vs our own closed form,
+library cross-checks, the notes' reference values, inputs read back, protocols on stand-in data); ``consistency``
+rows check the paper's own statements against each other (a failure is a paper issue, not a deviation of ours).
+
+Statuses of a printed row
+  reproduced                    rebuilt at paper scale, within tolerance, no value fitted to it
+  reproduced after calibration  as reproduced, on a row that a calibrated value enters (a value the paper leaves open,
+                                fitted to *other* printed rows, which the experiment's `calibration` names)
+  fitted                        a calibrated value was fitted to this row: shown, never a verdict
+  deviates                      rebuilt at paper scale and outside tolerance
+  inconclusive                  rebuilt at paper scale, within tolerance, but too noisy to tell (run more seeds)
+  not comparable                rebuilt only at quick scale: value shown, no verdict on a paper number
+  not run                       data offline, not built, or no rule yet; with the command that builds it
+Statuses of a check or consistency row: passes, fails, inconclusive, shown (a rebuilt number with nothing to compare
+it to), not comparable (a number compared at quick scale), not run. A row judged by pass/fail checks passes when
+every named check passes in every seed.
+
+Tolerance rule, for a printed value v (± p) and a rebuilt mean m over n seeds with sample std s:
+    se_rebuilt = s / sqrt(n)                 the standard error of the rebuilt mean, not the seed-to-seed spread
+    se_printed = what the paper says its ± is (registry column pm_reading):
+                 ci95 -> p / 1.96; se -> p; std over R runs (column runs) -> p / sqrt(R);
+                 std with R unstated, or unknown -> p (the ± read as the printed mean's own standard error: the widest
+                 reading, said in the row); no ± -> 0
+    tol        = max(floor, Z * sqrt(se_printed^2 + se_rebuilt^2)),   Z = 1.96 (two-sided 95%)
+    deviates      if |m - v| > tol
+    inconclusive  if |m - v| <= tol but the rebuild cannot resolve the value: Z * se_rebuilt > max(floor,
+                  Z * se_printed, RESOLUTION * |v|), or fewer than two seeds of an experiment that draws randomness
+    reproduced    otherwise
+where floor is half a unit of the last printed digit (registry column tolerance) and RESOLUTION = 10 %: a verdict
+needs the rebuilt mean pinned down to 10 % of the printed value (or to the paper's own uncertainty or rounding, if
+wider), so a noisy rebuild can never pass by the width of its own noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+Z = 1.96
+RESOLUTION = 0.10
+
+# printed rows
+REPRODUCED = "reproduced"
+CALIBRATED = "reproduced after calibration"
+FITTED = "fitted"
+DEVIATES = "deviates"
+INCONCLUSIVE = "inconclusive"
+NOT_COMPARABLE = "not comparable"
+NOT_RUN = "not run"
+PRINTED_STATUSES = (REPRODUCED, CALIBRATED, FITTED, DEVIATES, INCONCLUSIVE, NOT_COMPARABLE, NOT_RUN)
+# check and consistency rows
+PASSES = "passes"
+FAILS = "fails"
+SHOWN = "shown"
+CHECK_STATUSES = (PASSES, FAILS, INCONCLUSIVE, SHOWN, NOT_COMPARABLE, NOT_RUN)
+ALL_STATUSES = PRINTED_STATUSES + (PASSES, FAILS, SHOWN)
+# what the CI replication check accepts for a row flagged ci=true
+GOOD = (REPRODUCED, CALIBRATED, PASSES)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The comparison of one rebuilt mean with one printed value: one of reproduced / deviates / inconclusive."""
+
+    outcome: str
+    diff: float
+    tol: float
+    se_printed: float
+    se_rebuilt: float
+    reading: str
+    why: str = ""
+
+
+def printed_se(pm: float | None, reading: str, runs: int | None) -> tuple[float, str]:
+    """The standard error of the printed value implied by its ± and what the paper says the ± is, and that reading
+    in words (shown in the report)."""
+    if not pm:
+        return 0.0, "no ± printed"
+    if reading == "ci95":
+        return pm / Z, f"±{pm:g} read as the paper's 95% interval (se {pm / Z:.3g})"
+    if reading == "se":
+        return pm, f"±{pm:g} read as a standard error (the paper says so)"
+    if reading == "std" and runs:
+        return pm / math.sqrt(runs), f"±{pm:g} read as the std over the paper's {runs} runs (se {pm / math.sqrt(runs):.3g})"
+    if reading == "std":
+        return pm, f"±{pm:g} read as a std over an unstated number of runs, taken as the se (widest reading)"
+    return pm, f"±{pm:g} of unstated kind, taken as the se of the printed mean (widest reading)"
+
+
+def judge(value: float, pm: float | None, reading: str, runs: int | None, floor: float | None, mean: float,
+          std: float | None, n: int, deterministic: bool) -> Judgement:
+    """The tolerance rule of this module's docstring."""
+    floor = floor or 0.0
+    se_p, words = printed_se(pm, reading, runs)
+    se_r = (std or 0.0) / math.sqrt(n) if n > 0 else math.inf
+    diff = mean - value
+    tol = max(floor, Z * math.sqrt(se_p ** 2 + se_r ** 2))
+    if abs(diff) > tol:
+        return Judgement(DEVIATES, diff, tol, se_p, se_r, words)
+    if not deterministic and n < 2:
+        return Judgement(INCONCLUSIVE, diff, tol, se_p, se_r, words,
+                         "one seed of a random experiment: no standard error; run the paper scale's seeds")
+    resolvable = max(floor, Z * se_p, RESOLUTION * abs(value))
+    if Z * se_r > resolvable:
+        return Judgement(INCONCLUSIVE, diff, tol, se_p, se_r, words,
+                         f"rebuild too noisy to judge: its 95% half-width {Z * se_r:.3g} (n = {n}) exceeds "
+                         f"{resolvable:.3g}; run more seeds")
+    return Judgement(REPRODUCED, diff, tol, se_p, se_r, words)
+
+
+RULE_TEXT = (
+    f"A **printed** row (a number or sentence the paper states) is *reproduced* only when rebuilt at paper scale with "
+    f"nothing fitted to it: |rebuilt mean − printed| ≤ tol = max(floor, {Z}·√(se_printed² + se_rebuilt²)), where "
+    f"se_rebuilt = std/√n is the standard error over the n seeds run, se_printed comes from the printed ± as the paper "
+    f"states it (95% interval → ±/{Z}; std over R runs → ±/√R; unknown → ± itself, the widest reading, named in the "
+    f"row) and floor is half a unit of the last printed digit. Outside tol it *deviates*; inside tol but with "
+    f"{Z}·se_rebuilt above max(floor, {Z}·se_printed, {RESOLUTION:.0%} of the printed value), or with one seed "
+    "of a random experiment, it is *inconclusive*. A value fitted to printed rows (a calibration) makes those rows "
+    "*fitted* (no verdict) and the rows it enters *reproduced after calibration*. Rows rebuilt only at quick scale are "
+    "*not comparable*: value shown, no verdict. Sentences are judged by named pass/fail checks, in every seed. "
+    "**Check** rows verify the implementation (simulation vs our closed forms, library cross-checks, the notes' "
+    "reference values, inputs read back, protocols on stand-in data): they pass or fail and are never counted as "
+    "reproduced paper numbers. **Consistency** rows check the paper against itself; a failure is a paper issue.")

@@ -1,0 +1,159 @@
+"""The forensic sweep (fedrepro.experiments.forensics): readings, conclusions per row, resumability, and the report's
+link from a deviating row to its forensic conclusion."""
+
+import pytest
+
+from fedrepro.config import load_global
+from fedrepro.errors import ConfigError
+from fedrepro.experiments import RunContext, get_kind
+from fedrepro.experiments.forensics import readings
+
+SWEEP = {"experiment": "remark1", "rows": ["R1.ex"], "seeds": [0, 1],
+         "grid": {"n": [100, 10], "sigma_theta2": [0.001, 0.1]}}
+
+
+def sweep(tmp_path, **params):
+    ctx = RunContext("adaped.forensic_test", 0, checkpoint_dir=tmp_path, config=load_global())
+    return get_kind("forensic_sweep").fn({**SWEEP, **params}, None, ctx)
+
+
+def test_readings_are_every_combination_in_order():
+    assert readings({"a": [1, 2], "b": ["x", "y"]}) == [{"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"},
+                                                          {"a": 2, "b": "y"}]
+
+
+def test_a_reading_that_reproduces_the_row_is_named(tmp_path):
+    out = sweep(tmp_path)
+    c = out.checks["conclusion.R1.ex"]
+    # the grid's (n=100, 0.001) is the config's reading: counted once
+    assert c.passed and c.detail.startswith("reproduced under 1 of 4 readings")
+    assert "at the config's reading: reproduced" in c.detail
+    assert out.metrics["reproducing_readings"]["R1.ex"] == 1 and out.metrics["n_readings"] == 4
+    assert set(out.history["outcome"]) == {"reproduced", "deviates"} and len(out.history) == 4
+
+
+def test_no_reading_reproduces_and_the_closest_is_named(tmp_path):
+    out = sweep(tmp_path, grid={"n": [1000], "sigma_theta2": [0.1]}, fixed={"m": 100})
+    c = out.checks["conclusion.R1.ex"]
+    assert not c.passed and c.detail.startswith("no reading of the 2 in the ranges reproduces it; closest: ")
+    assert not out.checks["joint"].passed
+
+
+def test_fix_and_paper_issue_are_said(tmp_path):
+    out = sweep(tmp_path, implementation_fix={"R1.ex": "eq. (5) weight (test_x)"}, paper_issue={"R1.ex": "Thm 2"})
+    d = out.checks["conclusion.R1.ex"].detail
+    assert d.startswith("implementation fixed: eq. (5) weight (test_x); ") and d.endswith("; paper issue: Thm 2")
+
+
+def _digest(**over):
+    from fedrepro.config import resolve_experiment
+    from fedrepro.experiments.forensics import params_digest
+
+    return params_digest(resolve_experiment(load_global(), "adaped.remark1", "paper", over).params)
+
+
+def test_resumes_from_the_readings_already_run(tmp_path):
+    first = sweep(tmp_path)
+    cached = sorted(p.name for p in tmp_path.iterdir())
+    # 4 readings x 2 seeds (the grid's first, n = 100, 0.001, is the config's reading)
+    assert len(cached) == 8 and f"point_{_digest()}_0.json" in cached
+    assert f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json" in cached
+    (tmp_path / f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json").write_text(
+        '{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
+    again = sweep(tmp_path)
+    row = again.history.set_index("reading").loc[2]
+    assert row["rebuilt"] != first.history.set_index("reading").loc[2]["rebuilt"]   # the cache was read, not rerun
+
+
+def test_joined_axes_and_a_union_of_grids():
+    from fedrepro.experiments.forensics import _nest
+
+    grid = [{"n,m": [[100, 10000], [10, 100]]}, {"sigma_theta2": [0.1]}]
+    rs = readings(grid)
+    assert rs == [{"n,m": [100, 10000]}, {"n,m": [10, 100]}, {"sigma_theta2": [0.1][0]}]
+    assert _nest(rs[1]) == {"n": 10, "m": 100} and _nest({"a.b,c": [1, 2]}) == {"a": {"b": 1}, "c": 2}
+    with pytest.raises(ConfigError, match="sets 2 parameters together"):
+        readings({"n,m": [[100, 10000], 5]})
+
+
+def test_readings_are_compared_by_value():
+    from fedrepro.experiments.forensics import params_digest
+
+    assert params_digest({"r": 0, "g": {"mu": [1, 2]}}) == params_digest({"r": 0.0, "g": {"mu": [1.0, 2.0]}})
+    assert params_digest({"r": 0}) != params_digest({"r": 0.5})
+    assert params_digest({"r": True}) != params_digest({"r": 1})
+
+
+def test_a_joined_axis_sets_both_parameters(tmp_path):
+    out = sweep(tmp_path, grid={"n,sigma_theta2": [[100, 0.001], [10, 0.1]]})
+    assert out.metrics["reproducing_readings"]["R1.ex"] == 1   # the config's; (100, 0.001) is the same reading
+    assert list(out.history["outcome"]) == ["reproduced", "deviates"]
+
+
+class _Row:
+    id, value, value_text, check_names = "X", None, "", ["c"]
+
+
+def _pt(passed, value=None, expected=None, tolerance=None):
+    return {"metrics": {}, "checks": {"c": {"passed": passed, "detail": f"c={value}", "value": value,
+                                            "expected": expected, "tolerance": tolerance}}}
+
+
+def test_a_check_row_takes_its_distance_from_the_check():
+    from fedrepro.experiments.forensics import conclusion, judge_row
+
+    near = judge_row(_Row, [_pt(False, 1.3, 1.0, 0.1)], True)
+    far = judge_row(_Row, [_pt(False, 2.0, 1.0, 0.1)], True)
+    assert near["numeric"] and abs(near["distance"] - 3.0) < 1e-9 and abs(far["distance"] - 10.0) < 1e-9
+    # a failed check is at least at its boundary, even if its value sits inside the tolerance
+    assert judge_row(_Row, [_pt(False, 1.05, 1.0, 0.1)], True)["distance"] == 1.0
+    c = conclusion(_Row, [({}, far), ({"a": 1}, near)], None, None)
+    assert not c.passed and "closest: a=1: c=1.3 (distance 3" in c.detail
+    # pass/fail checks without value/tolerance: no reading is called the closest
+    plain = judge_row(_Row, [_pt(False)], True)
+    assert not plain["numeric"] and plain["distance"] == 1.0
+    c = conclusion(_Row, [({}, plain), ({"a": 1}, plain)], None, None)
+    assert "closest" not in c.detail and "at the config's reading: c=None" in c.detail
+    holds = judge_row(_Row, [_pt(True)], True)
+    c = conclusion(_Row, [({}, plain), ({"a": 1}, holds), ({"a": 2}, holds)], None, None)
+    assert c.passed and c.detail.startswith("reproduced under 2 of 3 readings: a=1; a=2 (first: c=None)")
+
+
+def test_what_a_sweep_reads_is_the_swept_experiment_and_its_rows():
+    from fedrepro.experiments.forensics import swept_inputs
+
+    got = swept_inputs(SWEEP, load_global(), "adaped.forensic_test")
+    assert got["experiment"]["kind"] == "gaussian_remark1" and set(got["rows"]) == {"R1.ex"}
+    assert got["rows"]["R1.ex"]["value"] == 0.01
+
+
+def test_bad_rows_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no registry row NOPE"):
+        sweep(tmp_path, rows=["NOPE"])
+    with pytest.raises(ConfigError, match="rows of another experiment"):
+        sweep(tmp_path, rows=["K.bern.uniform"])
+    with pytest.raises(ConfigError, match="needs the global configuration"):
+        get_kind("forensic_sweep").fn(SWEEP, None, RunContext("adaped.f", 0))
+
+
+def test_the_sweep_figure_draws_every_row(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fedrepro.plots import get_plot
+
+    out = sweep(tmp_path)
+    fig = get_plot("forensic_sweep")({"artifact": "Forensics"}, {}, [out.history])
+    assert len(fig.axes) == 1 and fig.axes[0].get_title() == "Forensics: R1.ex"
+
+
+def test_a_closest_reading_that_is_undecided_says_so():
+    from fedrepro.experiments.forensics import conclusion
+
+    row = type("R", (), {"id": "R", "value_text": "8.0"})
+    j = {"outcome": "inconclusive", "rebuilt": 8.08, "se": 1.4, "n": 2, "diff": 0.08, "tol": 3.2, "distance": 0.03,
+         "numeric": True, "detail": "rebuild too noisy to judge"}
+    far = dict(j, outcome="deviates", rebuilt=29.4, diff=21.4, distance=6.7, detail="")
+    c = conclusion(row, [({}, far), ({"a": 1}, j)], None, None)
+    assert not c.passed and c.detail.endswith("vs tol 3.2 (inconclusive: rebuild too noisy to judge)")
+    assert "(deviates" not in conclusion(row, [({}, far)], None, None).detail

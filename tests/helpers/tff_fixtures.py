@@ -1,0 +1,197 @@
+"""Fixtures in the exact upstream formats of TFF federated EMNIST and Stack Overflow (h5 / sqlite with serialized
+tf.train.Example protos, wrapped in tar.bz2 / lzma as published), and a mirror config to fetch them through.
+
+Written with h5py / sqlite3 from the layouts in TFF's hdf5_client_data.py and sql_client_data.py; shared by the
+data-layer tests (tests/data/test_tff.py, test_tf_example.py), PPSGD's featurisation tests and the end-to-end
+experiment tests on these formats. The tf.train.Example encoder below is written from the protobuf encoding spec,
+independently of the reader it tests (fedrepro.data.tf_example, the protobuf runtime).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import lzma
+import sqlite3
+import tarfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from fedrepro.config import validate_global
+from fedrepro.data import catalog
+from fedrepro.data import tff_emnist as em
+from fedrepro.data import tff_stackoverflow as so
+from fedrepro.data.sources import sha256_of
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def mirror_cfg(tmp_path: Path, mirror: Path) -> dict:
+    return validate_global({
+        "scale": "quick", "seeds": {"quick": [0], "paper": [0]}, "results_dir": str(tmp_path / "results"),
+        "figures_dir": str(tmp_path / "figures"), "logs_dir": str(tmp_path / "logs"),
+        "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)}, "papers": {"adaped": "config/adaped.yaml"},
+    })
+
+
+def pin(monkeypatch, ds_id: str, mirror_dir: Path) -> None:
+    """Pin the catalog entry's sha256 values to the fixture files in the mirror (the real values are upstream's)."""
+    ds = catalog.get_dataset(ds_id)
+    files = tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name)) for f in ds.files)
+    monkeypatch.setitem(catalog.DATASETS, ds_id, dataclasses.replace(ds, files=files))
+
+
+def tar_bz2(path: Path, members: dict[str, Path | bytes]) -> Path:
+    with tarfile.open(path, "w:bz2") as tar:
+        for name, src in members.items():
+            if isinstance(src, Path):
+                tar.add(src, arcname=name)
+            else:
+                info = tarfile.TarInfo(name)
+                info.size = len(src)
+                tar.addfile(info, io.BytesIO(src))
+    return path
+
+
+# --- TFF federated EMNIST fixture ---------------------------------------------------------------------------------
+
+EMNIST_CLIENTS = {"f0007_12": (4, 2), "f0002_45": (3, 1), "f3100_30": (5, 2)}  # id -> (n_train, n_test)
+
+
+def _emnist_arrays(seed: int, n_classes: int = 10):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for cid, (ntr, nte) in EMNIST_CLIENTS.items():
+        split = {}
+        for s, n in (("train", ntr), ("test", nte)):
+            pix = np.ones((n, 28, 28), dtype=np.float32)  # 1.0 = background, as TFF ships it
+            pix[:, 8:20, 10:18] = rng.random((n, 12, 8), dtype=np.float32)
+            split[s] = (pix, rng.integers(0, n_classes, size=n).astype(np.int32))
+        out[cid] = split
+    return out
+
+
+def _write_emnist_h5(path: Path, arrays, split: str) -> Path:
+    with h5py.File(path, "w") as f:
+        ex = f.create_group("examples")
+        for cid, splits in arrays.items():
+            g = ex.create_group(cid)
+            pix, lab = splits[split]
+            g.create_dataset("pixels", data=pix)  # float32 (n, 28, 28)
+            g.create_dataset("label", data=lab)  # int32 (n,)
+    return path
+
+
+def make_emnist_mirror(tmp_path):
+    arrays = _emnist_arrays(0)
+    src = tmp_path / "src"
+    src.mkdir()
+    h5s = {s: _write_emnist_h5(src / f"fed_emnist_digitsonly_{s}.h5", arrays, s) for s in ("train", "test")}
+    mirror = tmp_path / "mirror"
+    (mirror / em.DIGITS_ID).mkdir(parents=True)
+    tar_bz2(mirror / em.DIGITS_ID / "fed_emnist_digitsonly.tar.bz2",
+             {"fed_emnist_digitsonly_train.h5": h5s["train"], "./fed_emnist_digitsonly_test.h5": h5s["test"]})
+    return mirror_cfg(tmp_path, mirror), mirror / em.DIGITS_ID, arrays
+
+
+# client -> list of (tokens, title, tags, type, creation_date, score); split by file
+SO_DATA = {
+    "train": {
+        "00000017": [("the list to the python .", "python list", "python|java|sql", "question",
+                      "2010-01-08 09:34:05 UTC", 3),
+                     ("  to\tto  ", "", "c++", "answer", "2011-02-01 10:00:00.1 UTC", -1),
+                     ("", "", "", "answer", "2012-03-04 05:06:07 UTC", 0),
+                     ("java", "Python", "java|java", "question", "2013-01-01 00:00:00 UTC", 12),
+                     ("to the", "t", "sql", "answer", "2014-01-01 00:00:00 UTC", 1)],
+        "00000003": [("python python", "x", "java", "question", "2015-01-01 00:00:00 UTC", 5),
+                     ("é to", "ü", "python", "answer", "2016-01-01 00:00:00 UTC", 7)],
+    },
+    "held_out": {"00000010": [("the", "the", "sql", "question", "2009-01-01 00:00:00 UTC", 2)]},
+    "test": {
+        "00000017": [("python to", "", "python", "answer", "2018-02-01 00:00:00 UTC", 0)],
+        "00000003": [("the the", "list", "java|python", "question", "2018-03-01 00:00:00 UTC", 4)],
+        "00000099": [("to", "to", "sql", "answer", "2018-04-01 00:00:00 UTC", 1)],
+    },
+}
+COLS = ("tokens", "title", "tags", "type", "creation_date", "score")
+WORD_COUNT = "the 10\npython 8\nto 7\nlist 5\n. 4\n"
+TAG_COUNT = {"java": 3, "python": 5, "c++": 3, "sql": 1}
+
+
+def _write_so_h5(path: Path, clients: dict, fixed_length: bool = False) -> Path:
+    with h5py.File(path, "w") as f:
+        ex = f.create_group("examples")
+        for cid, rows in clients.items():
+            g = ex.create_group(cid)
+            for j, col in enumerate(COLS):
+                vals = [r[j] for r in rows]
+                if col == "score":
+                    g.create_dataset(col, data=np.asarray(vals, dtype=np.int64))
+                elif fixed_length:
+                    g.create_dataset(col, data=np.array([v.encode() for v in vals], dtype="S"))
+                else:
+                    g.create_dataset(col, data=[v.encode() for v in vals], dtype=h5py.string_dtype("utf-8"))
+    return path
+
+
+# --- an independent tf.train.Example encoder (protobuf wire format) ------------------------------------------------
+
+def _pb_varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _pb_ld(field: int, payload: bytes) -> bytes:
+    return _pb_varint(field << 3 | 2) + _pb_varint(len(payload)) + payload
+
+
+def encode_example(features: dict) -> bytes:
+    entries = b""
+    for key, v in features.items():
+        if isinstance(v, int):
+            feat = _pb_ld(3, _pb_ld(1, _pb_varint(v)))  # Int64List, packed
+        else:
+            feat = _pb_ld(1, _pb_ld(1, v))  # BytesList
+        entries += _pb_ld(1, _pb_ld(1, key.encode()) + _pb_ld(2, feat))
+    return _pb_ld(1, entries)
+
+
+def _write_so_sqlite(path: Path) -> Path:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
+                "serialized_example_proto BLOB NOT NULL)")
+    con.execute("CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
+                "num_examples INTEGER NOT NULL)")
+    for split, clients in SO_DATA.items():
+        for cid, rows in reversed(list(clients.items())):  # not sorted on disk: the reader sorts
+            con.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (cid, so.SQL_SPLIT[split], len(rows)))
+            for r in rows:
+                feats = {c: (v if c == "score" else v.encode()) for c, v in zip(COLS, r)}
+                con.execute("INSERT INTO examples VALUES (?, ?, ?)",
+                            (so.SQL_SPLIT[split], cid, encode_example(feats)))
+    con.commit()
+    con.close()
+    return path
+
+def make_so_mirror(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    tar_bz2(mirror / so.ARCHIVE, {so.H5_MEMBERS[s]: _write_so_h5(src / so.H5_MEMBERS[s], SO_DATA[s])
+                                   for s in SO_DATA})
+    tar_bz2(mirror / so.WORD_COUNT_ARCHIVE, {so.WORD_COUNT_FILE: WORD_COUNT.encode()})
+    tar_bz2(mirror / so.TAG_COUNT_ARCHIVE, {so.TAG_COUNT_FILE: json.dumps(TAG_COUNT).encode()})
+    (mirror / so.SQLITE_ARCHIVE).write_bytes(
+        lzma.compress(_write_so_sqlite(src / "so.sqlite").read_bytes(), format=lzma.FORMAT_ALONE))
+    return mirror_cfg(tmp_path, mirror), mirror

@@ -1,0 +1,251 @@
+"""Batched federated engine: models, vmap == per-client loop, FedAvg on IID data == centralized SGD, data adapter,
+vectorized evaluation, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from fedrepro.data import fedformat
+from fedrepro.data.partition import Partition
+from fedrepro.learning import engine
+from fedrepro.papers.adaped.adaped import AdaPeD
+from fedrepro.learning.data import ClientData, from_arrays
+from fedrepro.learning.fedavg import FedAvg
+from fedrepro.learning.local import Local
+from fedrepro.learning.models import MLP, Cifar100CNN, LeNet5, build_model, n_params
+from fedrepro.learning.net import sgd
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def images(m: int, n_train: int, n_test: int, seed: int = 0):
+    """m clients of uint8 28x28 noise images with a bright horizontal band at a label-dependent height (3 classes)."""
+    rng = np.random.default_rng(seed)
+
+    def block(n):
+        y = rng.integers(0, 3, n)
+        x = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
+        for c in range(3):
+            x[y == c, 9 * c:9 * c + 9] += 180
+        return x, y
+    return from_arrays([block(n_train) for _ in range(m)], [block(n_test) for _ in range(m)], n_classes=3)
+
+
+def iid_vectors(m: int, n: int, d: int = 6, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(d, 3))
+
+    def block(k):
+        x = rng.normal(size=(k, d)).astype(np.float32)
+        return x, (x @ w).argmax(1)
+    return from_arrays([block(n) for _ in range(m)], [block(n) for _ in range(m)], n_classes=3)
+
+
+# ----------------------------------------------------------------------------------------------------- models
+
+def test_model_sizes():
+    assert n_params(LeNet5()) == 44_426
+    assert n_params(LeNet5(in_channels=3, input_hw=32)) == 62_006
+    assert n_params(build_model("cifar10_cnn")) == 62_006
+    assert n_params(Cifar100CNN()) == 815_332
+    assert LeNet5()(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert build_model("cifar100_cnn")(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
+    with pytest.raises(ValueError, match="unknown model"):
+        build_model("resnet")
+
+
+# ---------------------------------------------------------------------------------------- vmap == Python loop
+
+@pytest.mark.parametrize("model, shape", [(LeNet5(), (1, 28, 28)), (MLP(20, 10, (16, 8)), (20,))],
+                         ids=["lenet5", "mlp"])
+def test_batched_grads_equal_loop(model, shape):
+    torch.manual_seed(0)
+    net = engine.Net(model)
+    params = {k: v + 0.05 * torch.randn_like(v) for k, v in net.replicate(5).items()}  # distinct clients
+    x, y = torch.rand(5, 8, *shape), torch.randint(0, 10, (5, 8))
+    grads, losses = engine.client_grads(net, params, x, y)
+    ref, ref_losses = engine.loop_grads(model, params, x, y)
+    for k in params:
+        torch.testing.assert_close(grads[k], ref[k], atol=1e-6, rtol=0)
+    torch.testing.assert_close(losses, ref_losses, atol=1e-6, rtol=0)
+    net.vectorize = False
+    loop, _ = engine.client_grads(net, params, x, y)
+    for k in params:
+        torch.testing.assert_close(loop[k], ref[k], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_client_sgd_is_client_grads_then_sgd(vectorize):
+    """The fused step does the same arithmetic: equal to the bit, on both paths and in chunks."""
+    torch.manual_seed(0)
+    net = engine.Net(LeNet5(n_classes=3), vectorize=vectorize, chunk_size=2)
+    params = {k: v + 0.05 * torch.randn_like(v) for k, v in net.replicate(5).items()}
+    x, y = torch.rand(5, 4, 1, 28, 28), torch.randint(0, 3, (5, 4))
+    fused, losses = engine.client_sgd(net, params, x, y, 0.3, 1e-3)
+    grads, ref_losses = engine.client_grads(net, params, x, y)
+    ref = sgd(params, grads, 0.3, 1e-3)
+    assert all(torch.equal(fused[k], ref[k]) for k in params) and torch.equal(losses, ref_losses)
+    assert not torch.equal(fused["fc3.bias"], sgd(params, grads, 0.3, 0.0)["fc3.bias"])
+
+
+@pytest.mark.parametrize("algorithm", [FedAvg(), AdaPeD(psi0=1.0)], ids=["fedavg", "adaped"])
+def test_training_batched_equals_loop(algorithm):
+    data = images(4, 20, 10)
+    kw = dict(batch_size=5, lr=0.2, rounds=5, tau=3, clients_per_round=3, seed=3, eval_every=1)
+    batched = engine.train(algorithm, data, lambda: LeNet5(n_classes=3), **kw)
+    loop = engine.train(algorithm, data, lambda: LeNet5(n_classes=3), vectorize=False, **kw)
+    assert len(batched) == len(loop) == 5 and len({h["test_acc"] for h in batched}) > 1
+    for a, b in zip(batched, loop):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == pytest.approx(b[k], abs=1e-6), k
+
+
+# --------------------------------------------------------------------------- FedAvg on IID data == centralized SGD
+
+def test_fedavg_iid_tau1_equals_centralized_sgd():
+    """tau = 1, all m clients, equal batch sizes: (1/m) sum_i (w - lr g_i) = w - lr * grad of the union batch."""
+    torch.manual_seed(0)
+    m, B, lr, wd = 6, 4, 0.3, 1e-3
+    model = MLP(5, 3, (8,))
+    central = MLP(5, 3, (8,))
+    central.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(central.parameters(), lr=lr, weight_decay=wd)
+    algo = FedAvg(weight_decay=wd)
+    state = algo.init_state(engine.Net(model), m, torch.Generator())
+    everyone = torch.arange(m)
+    for _ in range(5):
+        x, y = torch.randn(m, B, 5), torch.randint(0, 3, (m, B))
+        algo.start_round(state, everyone)
+        algo.local_step(state, x, y, everyone, lr)
+        algo.sync(state, everyone)
+        opt.zero_grad()
+        F.cross_entropy(central(x.reshape(-1, 5)), y.reshape(-1)).backward()
+        opt.step()
+    for k, v in central.named_parameters():
+        torch.testing.assert_close(state.global_params[k], v.detach(), atol=1e-5, rtol=0)
+    deployed = algo.deployed_params(state)
+    assert all(v.shape[0] == m and torch.equal(v[0], v[-1]) for v in deployed.values())
+
+
+def test_fedavg_full_batch_train_equals_gradient_descent():
+    """Through train(): batch = a client's whole (equal-size) data, tau = 1 -> full-batch GD on the union."""
+    m, n, rounds, lr = 4, 12, 6, 0.5
+    data = iid_vectors(m, n)
+    torch.manual_seed(1)
+    model = MLP(6, 3, (8,))
+    hist = engine.train(FedAvg(weight_decay=0.0), data, model, batch_size=n, lr=lr, rounds=rounds, tau=1,
+                        eval_every=0)
+    gd = MLP(6, 3, (8,))
+    gd.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(gd.parameters(), lr=lr)
+    xtr, ytr = (torch.from_numpy(a) for a in data.split_arrays("train"))
+    for _ in range(rounds):
+        opt.zero_grad()
+        F.cross_entropy(gd(xtr), ytr).backward()
+        opt.step()
+    xte, yte = (torch.from_numpy(a) for a in data.split_arrays("test"))
+    with torch.no_grad():
+        logits = gd(xte)
+    assert hist[-1]["test_loss"] == pytest.approx(F.cross_entropy(logits, yte).item(), abs=1e-5)
+    assert hist[-1]["test_acc_weighted"] == pytest.approx((logits.argmax(1) == yte).double().mean().item())
+
+
+# ------------------------------------------------------------------------------------------- data and evaluation
+
+def test_client_data_on_a_written_dataset(tmp_path):
+    rng = np.random.default_rng(0)
+    xtr, ytr = rng.integers(0, 256, (30, 8, 8), dtype=np.uint8), rng.integers(0, 3, 30)
+    xte, yte = rng.integers(0, 256, (9, 8, 8), dtype=np.uint8), rng.integers(0, 3, 9)
+    part = Partition("test", {"seed": 0}, 3, np.arange(30) % 3, np.arange(9) % 3)
+    ds = fedformat.load(fedformat.write(tmp_path / "ds", part, xtr, ytr, xte, yte))
+    for preload in (True, False):
+        cd = ClientData(ds, preload=preload)
+        assert cd.feature_shape == (1, 8, 8)
+        x, y = cd.sample(np.array([0, 2]), 4, np.random.default_rng(1))
+        assert x.shape == (2, 4, 1, 8, 8) and x.dtype == torch.float32 and y.shape == (2, 4)
+        rows = ds.sample_rows(np.array([0, 2]), 4, np.random.default_rng(1), replace=False)
+        expected = torch.from_numpy(ds.features[rows][:, :, None].astype(np.float32)) / 255
+        torch.testing.assert_close(x, expected, atol=1e-6, rtol=0)
+        assert (ds.client_id[rows] == np.array([[0], [2]])).all() and (y.numpy() == ds.labels[rows]).all()
+    with pytest.raises(ValueError, match="feature_shape"):
+        ClientData(ds, feature_shape=(1, 28, 28))
+
+
+def test_vectorized_evaluation_matches_per_client_loop():
+    rng = np.random.default_rng(0)
+    sizes = [7, 1, 0, 12]
+    blocks = [(rng.normal(size=(k, 4)).astype(np.float32), rng.integers(0, 3, k)) for k in sizes]
+    data = ClientData(from_arrays(blocks, blocks, n_classes=3))
+    torch.manual_seed(0)
+    model = MLP(4, 3, (5,))
+    net = engine.Net(model)
+    params = {k: v + 0.5 * torch.randn_like(v) for k, v in net.replicate(4).items()}
+    ev = engine.evaluate(net, params, data, "test", max_rows=8)  # 2 rows per client per chunk: 6 chunks
+    for c, (x, y) in enumerate(blocks):
+        if not len(y):
+            assert np.isnan(ev["acc"][c])
+            continue
+        with torch.no_grad():
+            logits = torch.func.functional_call(model, {k: v[c] for k, v in params.items()}, (torch.from_numpy(x),))
+        assert ev["acc"][c] == pytest.approx((logits.argmax(1).numpy() == y).mean())
+        assert ev["loss"][c] == pytest.approx(F.cross_entropy(logits, torch.from_numpy(y)).item(), rel=1e-5)
+    summary = engine.summarize(ev)
+    assert summary["test_acc"] == pytest.approx(np.nanmean(ev["acc"]))
+    assert summary["test_acc_weighted"] == pytest.approx(np.nansum(ev["acc"] * ev["count"]) / 20)
+
+
+# ---------------------------------------------------------------------------------------------- round loop
+
+def test_schedule_rounds_and_callback():
+    data = iid_vectors(5, 10)
+    seen = []
+    hist = engine.train(Local(), data, lambda: MLP(6, 3), batch_size=5, lr=0.1, lr_decay=0.5, epochs=3, tau=2,
+                        clients_per_round=2, eval_every=2, callback=seen.append)
+    # iters_per_epoch = ceil(10 / 5) = 2 -> T = 6 iterations, 3 rounds; evaluations after rounds 2 and 3
+    assert [h["round"] for h in hist] == [2, 3] and [h["iteration"] for h in hist] == [4, 6]
+    assert [h["lr"] for h in hist] == [0.025, 0.0125] and hist[-1]["epoch"] == 3
+    assert [s["round"] for s in seen] == [1, 2, 3] and ["eval" in s for s in seen] == [False, True, True]
+    with pytest.raises(ValueError, match="exactly one"):
+        engine.train(Local(), data, lambda: MLP(6, 3), batch_size=5, lr=0.1, rounds=2, epochs=1)
+    with pytest.raises(ValueError, match="clients_per_round"):
+        engine.train(Local(), data, lambda: MLP(6, 3), batch_size=5, lr=0.1, rounds=2, clients_per_round=6)
+
+
+@pytest.mark.parametrize("algorithm", [FedAvg(dp={"clip": 0.5, "noise_multiplier": 1.0}),
+                                       AdaPeD(dp_mu={"clip": 0.5, "noise_multiplier": 1.0},
+                                              dp_psi={"clip": 0.5, "noise_multiplier": 1.0})],
+                         ids=["dp_fedavg", "dp_adaped"])
+def test_same_seed_same_history(algorithm):
+    data = iid_vectors(6, 16)
+    kw = dict(batch_size=4, lr=0.1, rounds=4, tau=3, clients_per_round=3, eval_every=2)
+    first = engine.train(algorithm, data, lambda: MLP(6, 3), seed=5, **kw)
+    assert engine.train(algorithm, data, lambda: MLP(6, 3), seed=5, **kw) == first
+    assert engine.train(algorithm, data, lambda: MLP(6, 3), seed=6, **kw) != first
+
+
+def test_standardize_uses_training_moments_only():
+    data = images(3, 20, 10)
+    plain, std = ClientData(data), ClientData(data, standardize=True)
+    train_rows = np.flatnonzero(data.split == 0)
+    x_train = data.features[train_rows].astype(np.float64) / 255
+    assert std.shift == pytest.approx(x_train.mean()) and std.divide == pytest.approx(x_train.std())
+    xs, _ = std.gather(train_rows)
+    assert float(xs.mean()) == pytest.approx(0.0, abs=1e-5) and float(xs.std()) == pytest.approx(1.0, abs=1e-3)
+    test_rows = np.flatnonzero(data.split == 1)
+    (xp, _), (xt, _) = plain.gather(test_rows), std.gather(test_rows)
+    torch.testing.assert_close(xt, (xp - std.shift) / std.divide)
+
+
+def test_resolve_device():
+    from fedrepro.errors import ConfigError
+
+    has_gpu = torch.cuda.is_available()
+    assert engine.resolve_device("auto") == ("cuda" if has_gpu else "cpu")
+    assert engine.resolve_device("cpu") == "cpu"
+    if not has_gpu:
+        with pytest.raises(ConfigError, match="params.device"):
+            engine.resolve_device("cuda")

@@ -1,0 +1,195 @@
+"""The fedhdp_training experiment kind (FedHDP Tables 3, 4, 8-11): metric keys and definitions (Acc_g pooled,
+group means, variance unit, Delta = np - p), privacy from the library accountant at z_eff with the update noise of
+Andrew et al.'s relation, the opt-out set, config errors, and the config entries of the naming contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrepro.data import fedformat
+from fedrepro.data.partition import Partition
+from fedrepro.errors import ConfigError
+from fedrepro.papers.fedhdp.experiments.training import client_metrics, lam_key, opt_out_mask
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+M = 10
+OPT = np.zeros(M, bool)
+OPT[[2, 7]] = True
+
+
+def _images(rng, labels):
+    x = rng.integers(0, 40, (len(labels), 8, 8)).astype(np.uint8)
+    for c in range(4):
+        r, q = divmod(c, 2)
+        x[labels == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += 200
+    return x
+
+
+def _write(path, meta):
+    rng = np.random.default_rng(0)
+    classes = [rng.choice(4, 2, replace=False) for _ in range(M)]
+    ytr = np.concatenate([rng.choice(c, 30) for c in classes])
+    yte = np.concatenate([rng.choice(c, 10 + i) for i, c in enumerate(classes)])  # unequal test sizes
+    part = Partition("test", {"seed": 0}, M, np.repeat(np.arange(M), 30),
+                     np.repeat(np.arange(M), [10 + i for i in range(M)]), meta)
+    return fedformat.write(path, part, _images(rng, ytr), ytr, _images(rng, yte), yte)
+
+
+@pytest.fixture(scope="module")
+def pdir(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("fh") / "p", {"opt_out": OPT})
+
+
+@pytest.fixture(scope="module")
+def pdir_plain(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("fh") / "q", {})
+
+
+def params(**over):
+    p = {"partition": "p", "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
+         "methods": {"nonprivate_ditto": {"algorithm": "nonprivate"}, "dp_fedavg_ditto": {"algorithm": "dp_fedavg"},
+                     "hdp_fedavg_ditto": {"algorithm": "hdp_fedavg"}, "fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}},
+         "lams": [0.005, 0.25], "rounds": 4, "local_epochs": 1, "batch_size": 10, "lr": 0.2, "sampling_rate": 0.6,
+         "clip": {"init": 1.0}, "privacy": {"noise_multiplier_eff": 0.5, "count_std": 1.0, "delta": 1e-4},
+         "threads": 1, "checks": {"beats_chance": ["nonprivate_ditto"], "np_ge_p_global": ["fedhdp_r_0_1"]}}
+    p.update(over)
+    return p
+
+
+def run(p, path, seed=0):
+    from learning_helpers import run_kind
+
+    return run_kind("fedhdp_training", p, "fedhdp.test", {"p": path}, seed)
+
+
+FULL = {"acc_g", "acc_g_p", "acc_g_np", "acc_l_p", "acc_l_np", "d_g", "d_l",
+        "acc_g_p_var", "acc_g_np_var", "acc_l_p_var", "acc_l_np_var"}
+
+
+def test_metric_keys_and_privacy(pdir):
+    from fedrepro.learning.adaptive_clip import update_noise_multiplier
+    from fedrepro.privacy import compute_epsilon
+
+    checks = {"beats_chance": ["nonprivate_ditto"], "np_ge_p_global": ["fedhdp_r_0_1"],
+              "acc_g_ge_dp_fedavg": ["fedhdp_r_0_1", "dp_fedavg_ditto"]}
+    out = run(params(checks=checks), pdir)
+    m = out.metrics
+    assert lam_key(0.005) == "lam0.005" and lam_key(0.25) == "lam0.25" and lam_key(1.0) == "lam1"
+    for lam in ("lam0.005", "lam0.25"):
+        assert set(m[lam]["fedhdp_r_0_1"]) == set(m[lam]["hdp_fedavg_ditto"]) == FULL
+        assert set(m[lam]["nonprivate_ditto"]) == {"acc_g", "acc_g_np", "acc_g_np_var", "acc_l_np", "acc_l_np_var"}
+        assert set(m[lam]["dp_fedavg_ditto"]) == {"acc_g", "acc_g_p", "acc_g_p_var", "acc_l_p", "acc_l_p_var"}
+        f = m[lam]["fedhdp_r_0_1"]
+        assert f["d_g"] == pytest.approx(f["acc_g_np"] - f["acc_g_p"]) and f["d_l"] == f["acc_l_np"] - f["acc_l_p"]
+    # lambda does not touch the global model: global metrics repeat across lambda blocks, personal ones differ
+    a, b = m["lam0.005"]["fedhdp_r_0_1"], m["lam0.25"]["fedhdp_r_0_1"]
+    assert a["acc_g"] == b["acc_g"] and a["acc_g_p"] == b["acc_g_p"]
+    assert (a["acc_l_p"], a["acc_l_p_var"]) != (b["acc_l_p"], b["acc_l_p_var"])
+    K = round(0.6 * M)
+    assert m["clients_per_round"] == K and m["n_opt_out"] == 2 and m["local_steps"] == 3  # ceil(30 / 10)
+    pr = m["privacy"]
+    assert pr["noise_multiplier_update"] == pytest.approx(update_noise_multiplier(0.5, 1.0))
+    assert pr["epsilon"] == pytest.approx(compute_epsilon(0.5, K / M, 4, 1e-4, "rdp").epsilon, rel=1e-12)
+    assert out.accountant and "dp-accounting" in out.accountant["version"]
+    assert out.checks["beats_chance"].passed  # 2 of 4 classes per client: chance 25 %
+    assert set(out.checks) == set(checks)
+    f, b = m["lam0.005"]["fedhdp_r_0_1"], m["lam0.005"]["dp_fedavg_ditto"]
+    assert out.checks["np_ge_p_global"].passed == (f["acc_g_np"] >= f["acc_g_p"])
+    assert out.checks["acc_g_ge_dp_fedavg"].passed == (f["acc_g"] >= b["acc_g"])
+    assert "dp_fedavg_ditto: Acc_g" in out.checks["acc_g_ge_dp_fedavg"].detail
+    assert set(out.history["method"]) == set(params()["methods"])
+
+
+def test_client_metrics_definitions():
+    """Acc_g is the pooled (sample-weighted) accuracy; group accuracies are unweighted means over clients; the
+    variance is 100 x Var(accuracy in [0, 1]) (population variance); clients without test data are left out."""
+    acc_g = np.array([1.0, 0.5, 0.0, 0.25, np.nan])
+    acc_l = np.array([1.0, 1.0, 0.5, 0.75, np.nan])
+    counts = np.array([10, 30, 20, 40, 0.0])
+    private = np.array([True, True, False, False, True])
+    (m,) = client_metrics(acc_g, [acc_l], counts, private, ("p", "np"))
+    assert m["acc_g"] == pytest.approx(100 * (10 + 15 + 0 + 10) / 100)
+    assert m["acc_g_p"] == pytest.approx(75.0) and m["acc_g_np"] == pytest.approx(12.5)
+    assert m["acc_g_p_var"] == pytest.approx(100 * 0.0625) and m["acc_g_np_var"] == pytest.approx(100 * 0.015625)
+    assert m["acc_l_p"] == pytest.approx(100.0) and m["acc_l_p_var"] == 0.0
+    assert m["d_g"] == pytest.approx(12.5 - 75.0) and m["d_l"] == pytest.approx(62.5 - 100.0)
+    # the notes' unit check (§7.19): skewed r = 0, 7.1 % of private clients at 100 %, the rest at 0 -> variance 6.6
+    acc = (np.arange(1000) < 71).astype(float)
+    (s,) = client_metrics(acc, [acc], np.ones(1000), np.ones(1000, bool), ("p",))
+    assert s["acc_g_p"] == pytest.approx(7.1) and s["acc_g_p_var"] == pytest.approx(100 * 0.071 * 0.929)
+
+
+def test_opt_out_from_partition_or_drawn_once(pdir, pdir_plain):
+    flags, src = opt_out_mask(fedformat.load(pdir), 0.05, 0)
+    assert (flags == OPT).all() and "partition" in src
+    drawn, _ = opt_out_mask(fedformat.load(pdir_plain), 0.2, 3)
+    assert drawn.sum() == 2 and (opt_out_mask(fedformat.load(pdir_plain), 0.2, 3)[0] == drawn).all()
+    p = params(opt_out={"fraction": 0.2, "seed": 3}, rounds=2, lams=[0.25])
+    out = run(p, pdir_plain, seed=1)
+    assert out.metrics["n_opt_out"] == 2 and np.isfinite(out.metrics["lam0.25"]["fedhdp_r_0_1"]["acc_g_np"])
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"methods": {"f": {"algorithm": "fedhdp"}}}, "needs r"),
+    ({"methods": {"h": {"algorithm": "hdp_fedavg", "r": 0.5}}}, "only fedhdp"),
+    ({"privacy": {"noise_multiplier_eff": 3.0, "count_std": 1.0, "delta": 1e-4}}, "params.privacy"),
+    ({"checks": {"beats_chance": ["nope"]}}, "unknown methods"),
+    ({"partition": "other"}, "must be listed"),
+])
+def test_config_errors(pdir, over, match):
+    with pytest.raises(ConfigError, match=match):
+        run(params(**over), pdir)
+
+
+def test_config_entries_follow_the_naming_contract():
+    """The four paper experiments and the offline extra resolve at both scales, on the partitions they list."""
+    import yaml
+
+    from fedrepro.config import REPO_ROOT, load_global, load_paper, resolve_experiment
+
+    cfg = load_global()
+    parts = yaml.safe_load((REPO_ROOT / "config" / "partitions.yaml").read_text())["partitions"]
+    doc = load_paper(cfg, "fedhdp")
+    expected = {"noniid_mnist": "mnist", "skewed_mnist": "mnist", "fmnist": "tff_emnist_digits",
+                "femnist": "tff_emnist", "x_femnist_sample": "leaf_femnist_sf005"}
+    for name, dataset in expected.items():
+        entry = doc["experiments"][name]
+        assert entry["kind"] == "fedhdp_training"
+        for scale in ("quick", "paper"):
+            exp = resolve_experiment(cfg, f"fedhdp.{name}", scale)
+            assert exp.params["partition"] in entry["partitions"]
+            assert parts[exp.params["partition"]]["dataset"] == dataset
+            methods = exp.params["methods"]
+            assert {"nonprivate_ditto", "dp_fedavg_ditto", "hdp_fedavg_ditto"} <= set(methods)
+            assert all(spec["algorithm"] == "fedhdp" and k == "fedhdp_r_" + f"{spec['r']:g}".replace(".", "_")
+                       for k, spec in methods.items() if k.startswith("fedhdp"))
+
+
+def test_differences_and_settings(pdir):
+    diffs = {"table4.fedhdp_r_0_1.d_l": ["lam0.005.fedhdp_r_0_1.acc_l_np", "lam0.25.fedhdp_r_0_1.acc_l_p"],
+             "derived.gain": ["lam0.25.fedhdp_r_0_1.acc_g", "lam0.25.dp_fedavg_ditto.acc_g"]}
+    m = run(params(differences=diffs, rounds=2), pdir).metrics
+    assert m["table4"]["fedhdp_r_0_1"]["d_l"] == pytest.approx(
+        m["lam0.005"]["fedhdp_r_0_1"]["acc_l_np"] - m["lam0.25"]["fedhdp_r_0_1"]["acc_l_p"])
+    assert m["derived"]["gain"] == pytest.approx(
+        m["lam0.25"]["fedhdp_r_0_1"]["acc_g"] - m["lam0.25"]["dp_fedavg_ditto"]["acc_g"])
+    s = m["setting"]
+    assert s["n_clients"] == M and s["clients_per_round_pct"] == pytest.approx(60.0)
+    assert s["nonprivate_pct"] == pytest.approx(20.0) and s["n_labels"] == 4 and s["rounds"] == 2
+    assert s["model"] == {"layer1": 64, "layer2": 64, "layer3": 16, "layer4": 4}  # 8x8 images
+    assert s["clip_init"] == 1.0 and s["clip_lr"] == 0.2 and s["target_unclipped_quantile"] == 0.5
+    with pytest.raises(ConfigError, match="differences"):
+        run(params(differences={"x": ["lam0.3.fedhdp_r_0_1.acc_g", "lam0.25.fedhdp_r_0_1.acc_g"]}, rounds=1), pdir)
+
+
+def test_table6_layer_sizes():
+    from fedrepro.papers.fedhdp.experiments.training import layer_sizes
+    from fedrepro.learning.models import build_model
+
+    assert layer_sizes(build_model("mlp", in_features=784, n_classes=10, hidden=[50])) == {
+        "layer1": 784, "layer2": 784, "layer3": 50, "layer4": 10}
+    assert layer_sizes(build_model("fedhdp_cnn", n_classes=62)) == {  # Table 6: 28x28x16, 14x14x16, ... 62
+        "layer1": 784, "layer2": 28 * 28 * 16, "layer3": 14 * 14 * 16, "layer4": 14 * 14 * 32, "layer5": 7 * 7 * 32,
+        "layer6": 1568, "layer7": 1568, "layer8": 128, "layer9": 128, "layer10": 62}

@@ -1,0 +1,209 @@
+"""Row statuses on hand-made summaries (printed / check rows, scale, calibration), aggregation with standard errors
+and loud failures, and the CI check."""
+
+import csv
+import json
+import math
+
+import pytest
+
+from fedrepro.aggregate import summarize
+from fedrepro.cli import main
+from fedrepro.errors import ResultError
+from fedrepro.report import verdict as v
+from fedrepro.report.registry import Target
+from fedrepro.report.status import Calibration, evaluate
+
+
+def target(**kw):
+    base = dict(paper="adaped", id="X", artifact="Table 3", table_row="r", table_col="c", setting="", metric="MSE",
+                unit="", value=10.0, value_text="10.00", pm=0.1, pm_text="0.10", pm_reading="se", runs=None,
+                tolerance=0.005, experiment="adaped.remark1", key="mse", row="printed", ci=True, needs="", note="")
+    base.update(kw)
+    return Target(**base)
+
+
+def summary(mean, std=0.0, n=5, checks=None, scale="paper", deterministic=False):
+    return {"effective_scale": scale, "deterministic": deterministic, "seeds": list(range(n)),
+            "metrics": {"mse": {"mean": mean, "std": std, "se": std / math.sqrt(n), "n": n, "values": []}},
+            "checks": checks or {}}
+
+
+ENTRY = {"kind": "gaussian_remark1", "params": {}}
+OK = {"a": {"passed": True, "detail": "fine"}, "b": {"passed": True, "detail": "fine"}}
+BAD = dict(OK, b={"passed": False, "detail": "curve goes up"})
+
+
+@pytest.mark.parametrize("mean, status", [(10.19, v.REPRODUCED), (10.21, v.DEVIATES)])
+def test_printed_number_at_paper_scale(cfg, mean, status):
+    r = evaluate(cfg, target(), "paper", summary(mean), ENTRY)
+    assert r.status == status and math.isclose(r.diff, mean - 10.0) and r.n == 5
+
+
+def test_quick_scale_never_gets_a_verdict(cfg):
+    for mean in (10.0, 50.0):
+        r = evaluate(cfg, target(), "quick", summary(mean, scale="quick"), ENTRY)
+        assert r.status == v.NOT_COMPARABLE and r.rebuilt == mean
+    claim = target(key="check:a,b", value=None, value_text="", pm=None, pm_text="", pm_reading="")
+    r = evaluate(cfg, claim, "quick", summary(0, checks=OK, scale="quick"), ENTRY)
+    assert r.status == v.NOT_COMPARABLE and "passes there" in r.reason
+
+
+def test_printed_claims(cfg):
+    t = target(key="check:a,b", value=None, value_text="", pm=None, pm_text="", pm_reading="")
+    assert evaluate(cfg, t, "paper", summary(0, checks=OK), ENTRY).status == v.REPRODUCED
+    r = evaluate(cfg, t, "paper", summary(0, checks=BAD), ENTRY)
+    assert r.status == v.DEVIATES and "curve goes up" in r.reason
+    assert evaluate(cfg, t, "paper", summary(0, checks={"a": OK["a"]}), ENTRY).status == v.NOT_RUN
+
+
+def test_check_rows_pass_or_fail_and_are_never_reproduced(cfg):
+    t = target(key="check:a,b", value=None, value_text="", pm=None, pm_text="", pm_reading="", row="check")
+    assert evaluate(cfg, t, "quick", summary(0, checks=OK, scale="quick"), ENTRY).status == v.PASSES
+    assert evaluate(cfg, t, "paper", summary(0, checks=BAD), ENTRY).status == v.FAILS
+    num = target(row="check")
+    assert evaluate(cfg, num, "paper", summary(10.0), ENTRY).status == v.PASSES
+    assert evaluate(cfg, num, "paper", summary(11.0), ENTRY).status == v.FAILS
+    assert evaluate(cfg, target(row="check", value=None, value_text="", pm=None, pm_text="", pm_reading=""), "paper",
+                    summary(1.0), ENTRY).status == v.SHOWN
+
+
+def test_calibration(cfg):
+    cal = [Calibration("adaped.remark1", "prior.std", ("FIT",), None, "least squares on FIT's printed gain")]
+    fitted = evaluate(cfg, target(id="FIT"), "paper", summary(10.0), ENTRY, cal)
+    assert fitted.status == v.FITTED and "prior.std fitted to FIT" in fitted.calibration
+    other = evaluate(cfg, target(id="OTHER"), "paper", summary(10.0), ENTRY, cal)
+    assert other.status == v.CALIBRATED
+    assert evaluate(cfg, target(id="OTHER"), "paper", summary(12.0), ENTRY, cal).status == v.DEVIATES
+    # a calibration of another experiment, or one that names the rows it enters, leaves this row alone
+    elsewhere = [Calibration("adaped.fig1a", "x", ("FIT",), None, "...")]
+    assert evaluate(cfg, target(id="OTHER"), "paper", summary(10.0), ENTRY, elsewhere).status == v.REPRODUCED
+    narrow = [Calibration("adaped.remark1", "x", ("FIT",), ("THIRD",), "...")]
+    assert evaluate(cfg, target(id="OTHER"), "paper", summary(10.0), ENTRY, narrow).status == v.REPRODUCED
+    # ... and one that names rows of other experiments enters them (one accountant reading for several captions)
+    wide = [Calibration("adaped.fig1a", "accountant", ("FIT",), ("OTHER",), "...")]
+    assert evaluate(cfg, target(id="OTHER"), "paper", summary(10.0), ENTRY, wide).status == v.CALIBRATED
+
+
+def test_not_run_reasons(cfg):
+    t = target()
+    r = evaluate(cfg, t, "paper", None, None)
+    assert r.status == v.NOT_RUN and "no rule yet" in r.reason
+    r = evaluate(cfg, t, "paper", None, ENTRY)
+    assert r.status == v.NOT_RUN and "snakemake" in r.command and "remark1/paper/summary.json" in r.command
+    r = evaluate(cfg, t, "paper", None, dict(ENTRY, datasets=["election_county_returns"]))
+    assert r.status == v.NOT_RUN and "data unavailable offline" in r.reason and "countypres_2000-2020.csv" in r.reason
+    assert "fedrepro data fetch election_county_returns" in r.command and "scale=paper" in r.command
+
+
+def _doc(seed, value, **kw):
+    return {"experiment": "p.e", "kind": "k", "scale": "paper", "effective_scale": "paper", "seed": seed,
+            "metrics": {"a": {"b": value}, "flag": True}, "wall_time_s": 1.0, "versions": {},
+            "checks": {"c": {"passed": seed != 2, "detail": f"seed {seed}"}}, **kw}
+
+
+def test_summarize_mean_std_se_n_and_checks():
+    out = summarize([_doc(2, 3.0), _doc(0, 1.0), _doc(1, 2.0)])
+    assert out["seeds"] == [0, 1, 2]
+    m = out["metrics"]["a.b"]
+    assert m["mean"] == 2.0 and m["std"] == 1.0 and math.isclose(m["se"], 1 / math.sqrt(3)) and m["n"] == 3
+    assert "flag" not in out["metrics"]
+    assert out["checks"]["c"] == {"passed": False, "n_passed": 2, "n": 3, "detail": "seed 2"}
+
+
+def test_a_nan_seed_fails_the_aggregate_loudly():
+    with pytest.raises(ResultError, match=r"a\.b \(undefined in seed 1\)"):
+        summarize([_doc(0, 1.0), _doc(1, None), _doc(2, 2.0)])
+    with pytest.raises(ResultError, match="undefined in run1"):
+        summarize([_doc(0, 1.0), _doc(1, float("nan"))], ["run0", "run1"])
+    # undefined in every seed (e.g. epsilon without noise): no mean, no error
+    assert summarize([_doc(0, None), _doc(1, None)])["metrics"]["a.b"]["n"] == 0
+    # a kind may declare that a metric can be undefined in some seeds
+    ok = summarize([_doc(0, 1.0, undefined_ok=["a.*"]), _doc(1, None, undefined_ok=["a.*"])])
+    assert ok["metrics"]["a.b"]["n"] == 1
+
+
+def test_runs_of_different_experiments_or_scales_are_not_averaged():
+    with pytest.raises(ResultError, match="scale"):
+        summarize([_doc(0, 1.0), dict(_doc(1, 1.0), scale="quick")])
+
+
+def _report(tmp_path, rows):
+    p = tmp_path / "replication.csv"
+    with open(p, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["paper", "id", "row", "printed", "rebuilt", "status", "ci", "reason",
+                                           "evidence"])
+        w.writeheader()
+        w.writerows(rows)
+    return p
+
+
+def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
+    row = dict(paper="adaped", id="R1", row="printed", printed="0.01", rebuilt="0.01", status="reproduced", ci="true",
+               reason="", evidence="")
+    for good in (v.REPRODUCED, v.CALIBRATED, v.PASSES):
+        assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, status=good)]))]) == 0
+    for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN):
+        assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(row, id="X", status=status)]))]) == 1
+    # a deviating row not flagged for CI does not fail the check when a forensic conclusion explains it ...
+    explained = dict(row, id="D", status="deviates", ci="false", evidence="forensics adaped.f: no reading ...")
+    assert main(["ci-check", "--report", str(_report(tmp_path, [row, explained]))]) == 0
+    # ... but an unexplained deviation, or one whose forensic sweep is not built, fails it
+    for evidence in ("", "forensics adaped.f: not built (`snakemake ...`)"):
+        bad = dict(explained, evidence=evidence)
+        assert main(["ci-check", "--report", str(_report(tmp_path, [row, bad]))]) == 1
+    # a deviating check row is not a printed deviation
+    assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(explained, row="check", evidence="")]))]) == 0
+    # nothing flagged: refuse rather than pass vacuously
+    assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, ci="false")]))]) == 2
+
+
+def test_run_writes_all_files_and_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        assert main(["run", "adaped.fig3b", "--out", str(out), "--seed", "3", "--set", "reps=5"]) == 0
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (a, b))
+    assert ma["metrics"] == mb["metrics"] and ma["seed"] == 3 and ma["deterministic"] is False
+    assert ma["accountant"]["name"].startswith("closed form") and ma["wall_time_s"] > 0
+    assert (a / "history.parquet").stat().st_size > 0 and "reps: 5" in (a / "config.yaml").read_text()
+    assert not list(a.glob(".*tmp"))  # no temporaries left behind
+    main(["run", "adaped.fig3b", "--out", str(b), "--seed", "4", "--set", "reps=5"])
+    assert json.loads((b / "metrics.json").read_text())["metrics"] != ma["metrics"]
+
+
+def test_gap_comments_carry_their_key_path(tmp_path):
+    from fedrepro.report.gaps import gap_comments
+
+    p = tmp_path / "x.yaml"
+    p.write_text("experiments:\n  a:\n    params:\n      m: 3   # GAP: m unstated\n      n: 4\n"
+                 "  b:\n    params:\n      # GAP: whole block guessed\n      k: 1  # not a gap\n")
+    assert gap_comments(p) == [("experiments.a.params.m", "3", "m unstated"),
+                               ("experiments.b.params", "", "whole block guessed")]
+
+
+def test_a_calibration_naming_an_unknown_row_is_a_config_error(cfg, tmp_path):
+    import yaml
+
+    from fedrepro.errors import ConfigError
+    from fedrepro.report.status import evaluate_paper
+
+    doc = yaml.safe_load(open(cfg["papers"]["adaped"]))
+    doc["experiments"]["bernoulli"]["calibration"][0]["fitted_to"] = ["K.bern.nope"]
+    (tmp_path / "adaped.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="calibration .*no registry row K.bern.nope"):
+        evaluate_paper(dict(cfg, papers=dict(cfg["papers"], adaped=str(tmp_path / "adaped.yaml"))), "adaped")
+
+
+def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
+    from fedrepro.report.status import forensic_evidence
+
+    doc = {"experiments": {"f": {"kind": "forensic_sweep", "params": {"rows": ["X", "Y"]}}}}
+    concl = {"checks": {"conclusion.X": {"passed": False, "detail": "no reading of the 3 ..."}}}
+    built = {"paper": ("paper", dict(concl, effective_scale="paper")), "quick": ("quick", dict(concl, effective_scale="quick")),
+             "none": ("paper", None)}
+    for case, expect in (("paper", "forensics adaped.f: no reading of the 3 ..."),
+                         ("quick", "forensics adaped.f (its quick grid): no reading of the 3 ...")):
+        ev = forensic_evidence(cfg, "adaped", doc, lambda name, c=case: built[c])
+        assert ev["X"] == [expect] and ev["Y"][0].startswith("forensics adaped.f: not built")
+    assert forensic_evidence(cfg, "adaped", doc, lambda name: built["none"])["X"][0].startswith(
+        "forensics adaped.f: not built (`snakemake --cores 2 ")

@@ -1,0 +1,175 @@
+"""The package's shape: declarations match what modules register, no import cycles, no kind imports another kind,
+and the shared layers know no paper."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+import fedrepro
+from fedrepro.data.partition import _PARTITIONERS, scheme_modules
+from fedrepro.experiments import _KINDS, all_kinds, kind_modules
+from fedrepro.learning.algorithms import algorithm_modules, get_algorithm
+from fedrepro.learning.engine import Algorithm
+from fedrepro.papers import PAPERS, declared
+from fedrepro.plots import SHARED_PLOTS, get_plot
+
+SRC = Path(fedrepro.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def imports_of(module: str) -> set[str]:
+    """fedrepro modules ``module`` imports anywhere (module level or inside functions), resolved to modules."""
+    out = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                     for a in node.names]
+        else:
+            continue
+        out |= {n for n in names if n in MODULES and n != module}
+    return out
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(GRAPH) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def kinds_importing_kinds(graph: dict[str, set[str]], kind_mods: set[str]) -> dict[str, list[str]]:
+    return {m: sorted(graph[m] & kind_mods) for m in kind_mods if graph[m] & kind_mods}
+
+
+def shared_importing_papers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Outside fedrepro.papers only the registries may name the papers package (its index), never a paper."""
+    return {m: sorted(i for i in deps if i.startswith("fedrepro.papers."))
+            for m, deps in graph.items()
+            if not m.startswith("fedrepro.papers") and any(i.startswith("fedrepro.papers.") for i in deps)}
+
+
+def test_no_kind_imports_another_kind():
+    assert kinds_importing_kinds(GRAPH, set(kind_modules().values())) == {}
+
+
+def test_shared_layers_know_no_paper():
+    assert shared_importing_papers(GRAPH) == {}
+
+
+def test_layer_checks_find_offenders():
+    graph = {"fedrepro.papers.a.experiments.x": {"fedrepro.papers.a.experiments.y"},
+             "fedrepro.papers.a.experiments.y": set(), "fedrepro.report.build": {"fedrepro.papers.a.plots"},
+             "fedrepro.cli": {"fedrepro.papers"}}
+    kinds = {"fedrepro.papers.a.experiments.x", "fedrepro.papers.a.experiments.y"}
+    assert kinds_importing_kinds(graph, kinds) == {"fedrepro.papers.a.experiments.x": ["fedrepro.papers.a.experiments.y"]}
+    assert shared_importing_papers(graph) == {"fedrepro.report.build": ["fedrepro.papers.a.plots"]}
+
+
+def test_every_paper_has_a_home():
+    for paper in PAPERS:
+        home = SRC / "papers" / paper
+        assert (home / "experiments").is_dir() and (home / "privacy.py").is_file(), paper
+
+
+def test_kind_declarations_match_registrations():
+    kinds = all_kinds()
+    assert set(kinds) == set(kind_modules())
+    assert {n: k.module for n, k in kinds.items()} == kind_modules()
+
+
+def test_every_kind_is_declared():
+    """A module that registers a kind nobody declared would be unreachable: import every module and compare."""
+    for m in MODULES:
+        if m.startswith(("fedrepro.papers", "fedrepro.experiments")):
+            importlib.import_module(m)
+    assert set(_KINDS) == set(kind_modules())
+
+
+def test_plot_declarations_match_registrations():
+    for name, module in (SHARED_PLOTS | declared("PLOTS")).items():
+        assert get_plot(name).__module__ == module
+
+
+def test_partition_declarations_match_registrations():
+    for name, module in scheme_modules().items():
+        importlib.import_module(module)
+        assert _PARTITIONERS[name].__module__ == module
+
+
+def test_algorithms_are_keyed_by_their_name():
+    for name, module in algorithm_modules().items():
+        cls = get_algorithm(name)
+        assert cls.name == name and cls.__module__ == module
+    # every concrete algorithm class in the package is reachable by its name
+    for m in MODULES:
+        if m.startswith(("fedrepro.learning", "fedrepro.papers")) and not m.endswith("__init__"):
+            for obj in vars(importlib.import_module(m)).values():
+                if (inspect.isclass(obj) and issubclass(obj, Algorithm) and not inspect.isabstract(obj)
+                        and "name" in obj.__dict__):
+                    assert algorithm_modules().get(obj.name) == obj.__module__, obj
+
+
+def test_a_wrong_declaration_is_caught(monkeypatch):
+    from fedrepro.papers import adaped
+
+    monkeypatch.setitem(adaped.KINDS, "not_registered_anywhere", ".experiments.gaussian")
+    with pytest.raises(RuntimeError, match="declared in fedrepro.papers.adaped.experiments.gaussian but not registered"):
+        from fedrepro.experiments import get_kind
+
+        get_kind("not_registered_anywhere")
+
+
+def test_every_kind_declares_what_it_produces():
+    """Registry keys are validated against these declarations (fedrepro.report.registry.check_keys)."""
+    assert [n for n, k in all_kinds().items() if not k.metrics] == []

@@ -1,0 +1,489 @@
+"""Fault injection (issue 18): each broken file, bad argument and interruption a user can meet, done for real.
+
+Every case asserts the same four things: a non-zero exit, exactly one error line naming the file (and line, key or
+argument) at fault, no traceback, and no finished result changed (the bytes of every file compared before and after).
+The CLI and Snakemake run as subprocesses on a small private workflow in a temp dir: AdaPeD's Remark 1 (two seeds,
+seconds), the county-election experiment on the test fixture, and a partition of scikit-learn's digits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from functools import partial
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedrepro.config import REPO_ROOT
+from fedrepro.data import catalog, leaf, mnist, sources
+from fedrepro.data.archive import decompress_file, extract_members
+from fedrepro.errors import DataError, ResultError
+
+ROOT = REPO_ROOT
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "countypres_2000-2020_sample.csv"
+ELECTION, ELECTION_FILE = "election_county_returns", "countypres_2000-2020.csv"
+PARTITION = "digits_dirichlet_a05"
+_BESIDE = Path(sys.executable).parent / "snakemake"
+SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
+REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,pm_reading,runs,tolerance,experiment,key,row,ci,needs,note
+R1.ex,Remark 1,,,m=1e4,ratio,,0.01,,,,0.005,adaped.remark1,ratio,printed,true,,
+"""
+
+
+# ------------------------------------------------------------------------------------------------------- helpers
+
+def write_config(tmp: Path, seeds=(0, 1)) -> Path:
+    """A private workflow under ``tmp``: config.yaml (every path inside ``tmp``; the mirror holds the election
+    fixture), adaped.yaml with remark1 and political, a one-row registry and one digits partition."""
+    doc = yaml.safe_load((ROOT / "config" / "adaped.yaml").read_text())
+    doc["experiments"] = {k: doc["experiments"][k] for k in ("remark1", "political")}
+    doc["figures"] = {}
+    (tmp / "adaped.yaml").write_text(yaml.safe_dump(doc))
+    (tmp / "adaped.csv").write_text(REGISTRY)
+    spec = yaml.safe_load((ROOT / "config" / "partitions.yaml").read_text())["partitions"][PARTITION]
+    (tmp / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {PARTITION: spec}}))
+    mirror = tmp / "mirror"
+    if not (mirror / ELECTION_FILE).is_file():
+        mirror.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(FIXTURE, mirror / ELECTION_FILE)
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg.update({"results_dir": str(tmp / "results"), "figures_dir": str(tmp / "figures"),
+                "logs_dir": str(tmp / "logs"), "data": {"dir": str(tmp / "data"), "mirror": str(mirror)},
+                "papers": {"adaped": str(tmp / "adaped.yaml")}, "targets": {"adaped": str(tmp / "adaped.csv")},
+                "partitions": str(tmp / "partitions.yaml"), "seeds": {"quick": list(seeds), "paper": [0]},
+                "only_papers": ["adaped"]})  # Snakemake merges this file into config/config.yaml's four papers
+    (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp / "config.yaml"
+
+
+def fedrepro(*args, umask: int | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "FEDREPRO_WORKFLOW_CONFIG"}
+    return subprocess.run([sys.executable, "-m", "fedrepro", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, env={**env, "FEDREPRO_PROGRESS": "0"},
+                          preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+
+
+def fedrepro_here(capsys, *args) -> subprocess.CompletedProcess:
+    """The same command through the same ``cli.main`` in this process (no interpreter start): for the further
+    variants of a case whose first variant runs as a real process."""
+    from fedrepro.cli import main
+
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse's errors
+        status = exc.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, status, out.out, out.err)
+
+
+def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return r
+
+
+def one_error(r: subprocess.CompletedProcess, *names) -> str:
+    """The failed command's single error line, which must name each of ``names``; no traceback anywhere."""
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    errors = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, r.stderr[-3000:]
+    for name in names:
+        assert str(name) in errors[0], (name, errors[0])
+    return errors[0]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (hidden ones too)."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(autouse=True)
+def _outside_snakemake(monkeypatch):
+    monkeypatch.delenv("FEDREPRO_WORKFLOW_CONFIG", raising=False)  # set only inside a workflow job
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The private workflow's results, built once by the CLI: two Remark 1 runs, their summary, the report and the
+    digits partition. Tests work on copies (see ``work``)."""
+    base = tmp_path_factory.mktemp("built")
+    cfg = write_config(base)
+    runs = base / "results" / "adaped" / "remark1" / "paper"   # no quick overrides: runs at paper scale
+    for seed in (0, 1):
+        ok(fedrepro("run", "adaped.remark1", "--seed", seed, "--scale", "quick", "--out", runs / f"seed{seed}",
+                    "--config", cfg))
+    ok(fedrepro("aggregate", "--runs", runs / "seed0", runs / "seed1", "--out", runs / "summary.json"))
+    ok(fedrepro("report", "--out-dir", base / "results" / "report", "--scale", "quick", "--config", cfg))
+    ok(fedrepro("data", "partition", PARTITION, "--out", base / "results" / "data" / PARTITION, "--config", cfg))
+    return base
+
+
+@pytest.fixture
+def work(built, tmp_path) -> tuple[Path, Path]:
+    """(a private copy of the built workflow, its config)."""
+    dst = tmp_path / "w"
+    shutil.copytree(built, dst)
+    return dst, write_config(dst)
+
+
+def _runs(w: Path) -> Path:
+    return w / "results" / "adaped" / "remark1" / "paper"
+
+
+CORRUPTIONS = {
+    "garbage": lambda text: "\x00\x01 not json at all",
+    "truncated": lambda text: text[: len(text) // 2],
+    "empty object": lambda text: "{}",
+    "wrong type": lambda text: json.dumps({**json.loads(text), "metrics": 5, "seeds": "0,1"}),
+}
+
+
+# ------------------------------------------------------------------------------------------------- result files
+
+@pytest.mark.parametrize("how", [*CORRUPTIONS, "deleted"])
+def test_broken_seed_metrics_stops_aggregate_naming_it(work, how, capsys):
+    w, _ = work
+    fedrepro_ = fedrepro if how == "garbage" else partial(fedrepro_here, capsys)
+    bad = _runs(w) / "seed1" / "metrics.json"
+    if how == "deleted":
+        bad.unlink()
+    else:
+        bad.write_text(CORRUPTIONS[how](bad.read_text()))
+    before = snapshot(w)
+    r = fedrepro_("aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", _runs(w) / "summary.json")
+    line = one_error(r, bad)
+    assert {"empty object": "required key is missing", "wrong type": "metrics",
+            "deleted": "not found"}.get(how, "not a valid run metrics file") in line
+    assert snapshot(w) == before
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+def test_broken_summary_stops_report_naming_it(work, how, capsys):
+    w, cfg = work
+    fedrepro_ = fedrepro if how == "garbage" else partial(fedrepro_here, capsys)
+    bad = _runs(w) / "summary.json"
+    bad.write_text(CORRUPTIONS[how](bad.read_text()))
+    before = snapshot(w)
+    line = one_error(fedrepro_("report", "--out-dir", w / "results" / "report", "--config", cfg), bad)
+    if how == "empty object":
+        assert "effective_scale" in line or "required key" in line
+    assert snapshot(w) == before
+
+
+def test_broken_history_and_replication_report_are_named(work, capsys):
+    w, _ = work
+    hist = _runs(w) / "seed0" / "history.parquet"
+    hist.write_bytes(hist.read_bytes()[:100])
+    from fedrepro.runio import read_history
+
+    with pytest.raises(ResultError, match="not a valid parquet file") as err:
+        read_history(hist.parent)
+    assert str(hist) in str(err.value)
+    csv = w / "results" / "report" / "replication.csv"
+    for text in ("garbage\n", csv.read_text().splitlines()[0] + "\nR1.ex,adaped\n"):
+        csv.write_text(text)
+        one_error(fedrepro_here(capsys, "ci-check", "--report", csv), csv)
+
+
+PARTITION_DAMAGE = {  # id: (file, damage)
+    "manifest cut short": ("manifest.json", lambda p: p.write_text(p.read_text()[:200])),
+    "manifest incomplete": ("manifest.json",
+                            lambda p: p.write_text('{"format": "fedrepro.fedformat", "format_version": 1}')),
+    "features cut short": ("features.npy", lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])),
+    "index garbage": ("index.parquet", lambda p: p.write_bytes(b"PAR1" + b"\x00" * (p.stat().st_size - 4))),
+}
+
+
+@pytest.mark.parametrize("damage", PARTITION_DAMAGE)
+def test_damaged_partition_file_is_named(work, damage, capsys):
+    w, cfg = work
+    fedrepro_ = fedrepro if damage == "manifest cut short" else partial(fedrepro_here, capsys)
+    part = w / "results" / "data" / PARTITION
+    name, spoil = PARTITION_DAMAGE[damage]
+    bad = part / name
+    spoil(bad)
+    before = snapshot(w)
+    one_error(fedrepro_("data", "plot", PARTITION, "--input", part, "--out", w / "plot.png", "--config", cfg), bad)
+    assert snapshot(w) == before and not (w / "plot.png").exists()
+
+
+# ----------------------------------------------------------------------------------------------------- config
+
+def test_yaml_syntax_errors_name_file_and_line(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("scale: quick\nseeds:\n  quick: [0, 1\n  paper: [0]\n")
+    one_error(fedrepro("list", "--config", broken), f"{broken}:4:", "started at line 3")
+    paper = tmp_path / "adaped.yaml"
+    paper.write_text(paper.read_text() + "experiments:\n\tbad: 1\n")
+    lines = paper.read_text().count("\n")
+    one_error(fedrepro_here(capsys, "list", "--config", cfg), f"{paper}:{lines}:1", "not valid YAML")
+    broken.write_bytes(b"scale: \xff\xfe quick\n")
+    one_error(fedrepro_here(capsys, "list", "--config", broken), broken, "cannot read")
+
+
+@pytest.mark.slow
+def test_snakemake_names_the_yaml_file_and_line(tmp_path):
+    # config/config.yaml itself: Snakemake's own message named neither file nor line. --directory makes tmp_path the
+    # working directory, so the Snakefile reads tmp_path/config/config.yaml.
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("scale: quick\npapers:\n  adaped: [x\n")
+    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--snakefile", ROOT / "Snakefile", "--directory", tmp_path],
+                       capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "config/config.yaml:4:1: not valid YAML" in out, out[-3000:]
+    # a paper's file, through the workflow's own config validation
+    cfg = write_config(tmp_path)
+    paper = tmp_path / "adaped.yaml"
+    paper.write_text("paper: adaped\nexperiments: {remark1: [\n")
+    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--configfile", ROOT / "config" / "config.yaml", cfg],
+                       cwd=ROOT, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"{paper}:3:1: not valid YAML" in out, out[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------------- data
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("keep", [0.0001, 0.01, 0.5, 0.99])  # 0.0001: 40 bytes, cut in the first block
+def test_truncated_archives_are_named(tmp_path, keep):
+    payload = os.urandom(200_000)  # incompressible: the cut falls inside the data, not after it
+    cut = lambda raw: raw[: max(1, int(len(raw) * keep))]  # noqa: E731
+    tgz = tmp_path / "a.tar.gz"
+    tgz.write_bytes(cut(_tar_gz({"d/x.bin": payload, "d/y.bin": payload})))
+    with pytest.raises(DataError, match="corrupt or truncated") as err:
+        extract_members(tgz, tmp_path / "out", ["d/x.bin", "d/y.bin"])
+    assert str(tgz) in str(err.value)
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file() and not p.name.startswith(".")]
+    gz = tmp_path / "b.gz"
+    gz.write_bytes(cut(gzip.compress(payload)))
+    for read in (lambda: decompress_file(gz, tmp_path / "gz", "b", "gz"), lambda: mnist.read_idx(gz)):
+        with pytest.raises(DataError) as err:
+            read()
+        assert str(gz) in str(err.value)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member in leaf.REDDIT_MEMBERS.values():
+            zf.writestr(member, payload)
+    zp = tmp_path / "c.zip"
+    zp.write_bytes(cut(buf.getvalue()))
+    with pytest.raises(DataError) as err:
+        leaf.load_reddit(zp)
+    assert str(zp) in str(err.value)
+
+
+@pytest.fixture
+def pinned_mirror(tmp_path, monkeypatch):
+    """A one-file dataset pinned to the election fixture's sha256, in a mirror: (config, dataset, mirror file)."""
+    mirror = tmp_path / "mirror" / "faulttest"
+    mirror.mkdir(parents=True)
+    shutil.copyfile(FIXTURE, mirror / "returns.csv")
+    ds = catalog.Dataset("faulttest", "fault-injection fixture", (catalog.RemoteFile(
+        "returns.csv", "https://example.org/returns.csv", sources.sha256_of(FIXTURE)),), citation="test")
+    catalog.all_datasets()  # load the real catalog first, then add the fixture to it
+    monkeypatch.setitem(catalog.DATASETS, ds.id, ds)
+    cfg = {"data": {"dir": str(tmp_path / "data"), "mirror": str(tmp_path / "mirror")}}
+    return cfg, ds, mirror / "returns.csv"
+
+
+def test_corrupt_mirror_file_is_named_not_the_deleted_copy(pinned_mirror):
+    cfg, ds, mirrored = pinned_mirror
+    raw = bytearray(mirrored.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    mirrored.write_bytes(bytes(raw))
+    with pytest.raises(DataError) as err:
+        sources.fetch(cfg, ds.id, offline=True)
+    msg = str(err.value)
+    copy = sources.data_dir(cfg, ds.id) / "returns.csv"
+    assert f"the mirror file {mirrored} " in msg and ds.files[0].sha256 in msg and "\n" not in msg
+    assert str(copy) not in msg and not copy.exists()
+
+
+def test_data_file_corrupted_after_fetch_is_caught_on_use(pinned_mirror, monkeypatch):
+    cfg, ds, mirrored = pinned_mirror
+    sources.fetch(cfg, ds.id, offline=True)
+    stamp = sources.stamp_path(cfg, ds.id)
+    stamp_bytes, stamp_mtime = stamp.read_bytes(), stamp.stat().st_mtime_ns
+    copy = sources.data_dir(cfg, ds.id) / "returns.csv"
+    hashed = []
+    monkeypatch.setattr(sources, "sha256_of", lambda p: hashed.append(p) or hashlib.sha256(p.read_bytes()).hexdigest())
+    [v] = sources.verified_files(cfg, ds.id)
+    assert (v.path, v.sha256, v.pinned) == (copy, ds.files[0].sha256, True)
+    assert hashed == []                                   # unchanged size and mtime: not hashed again
+    os.utime(copy, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert sources.dataset_files(cfg, ds.id) == [copy]   # touched, same bytes: hashed once, still fine
+    assert hashed == [copy]
+    raw = bytearray(copy.read_bytes())
+    raw[10] ^= 0x01
+    copy.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="checksum mismatch") as err:
+        sources.dataset_files(cfg, ds.id)
+    msg = str(err.value)
+    assert str(copy) in msg and ds.files[0].sha256 in msg and f"mirror {mirrored}" in msg and "\n" not in msg
+    # the check never rewrites the fetch rule's output (that would rerun everything downstream)
+    assert stamp.read_bytes() == stamp_bytes and stamp.stat().st_mtime_ns == stamp_mtime
+    copy.unlink()
+    with pytest.raises(DataError, match="is missing although") as err:
+        sources.dataset_files(cfg, ds.id)
+    assert str(copy) in str(err.value)
+
+
+def test_checksum_messages_name_where_the_file_came_from(pinned_mirror):
+    cfg, ds, mirrored = pinned_mirror
+    f = dataclasses.replace(ds.files[0], sha256="0" * 64)
+    for origin, names in {"download https://example.org/returns.csv": ["https://example.org/returns.csv",
+                                                                        f"downloaded to {mirrored}"],
+                          "written by debian-package": ["written by debian-package", "installed package"],
+                          f"mirror {mirrored}": [f"the mirror file {mirrored}"],
+                          "": [f"{mirrored} (in the data dir)"]}.items():
+        with pytest.raises(DataError, match="checksum mismatch") as err:
+            sources.verify(mirrored, f, ds, origin=origin)
+        assert all(n in str(err.value) for n in names) and "0" * 64 in str(err.value), str(err.value)
+
+
+def test_corrupted_data_stops_the_run_that_reads_it(work):
+    """Through the CLI: the election data fetched unpinned, corrupted afterwards; the next run names the file."""
+    w, cfg = work
+    ok(fedrepro("data", "fetch", ELECTION, "--allow-unpinned", "--offline", "--config", cfg))
+    ok(fedrepro("run", "adaped.political", "--out", w / "political0", "--config", cfg))
+    data = w / "data" / ELECTION / ELECTION_FILE
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x01                                 # one bit, same size
+    data.write_bytes(bytes(raw))
+    before = snapshot(w)
+    line = one_error(fedrepro("run", "adaped.political", "--out", w / "political1", "--config", cfg), data,
+                     sources.sha256_of(FIXTURE))
+    assert "changed after it was verified" in line and "mirror" in line
+    assert snapshot(w) == before and not (w / "political1" / "metrics.json").exists()
+
+
+# -------------------------------------------------------------------------------------------------- arguments
+
+def test_cli_arguments_are_checked_before_any_work(work, capsys):
+    w, cfg = work
+    run = ("run", "adaped.remark1", "--config", cfg)
+    taken = w / "a_file"
+    taken.write_text("mine")
+    locked = Path("/proc/fedrepro-test") if os.geteuid() == 0 else w / "locked" / "out"
+    if os.geteuid() != 0:
+        locked.parent.mkdir()
+        locked.parent.chmod(0o500)
+    before = snapshot(w)
+    one_error(fedrepro(*run, "--seed", "-1", "--out", w / "x"), "--seed", "-1")
+    here = partial(fedrepro_here, capsys)
+    one_error(here(*run, "--seed", "one", "--out", w / "x"), "--seed", "'one'")
+    one_error(fedrepro(*run, "--out", taken), "--out", taken, "not a directory")
+    one_error(here(*run, "--out", locked), "--out", locked, "cannot write")
+    one_error(here("run", "adaped.nope", "--out", w / "x", "--config", cfg), "experiments.nope", "remark1")
+    one_error(here("aggregate", "--runs", _runs(w) / "seed0", "--out", _runs(w)), "--out", "not a file")
+    assert snapshot(w) == before and not (w / "x").exists()
+
+
+def test_a_closed_pipe_is_quiet():
+    proc = subprocess.Popen([sys.executable, "-m", "fedrepro", "list"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()          # the reader goes away before the first line, as `| head -0` would
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_results_honour_the_umask(work, tmp_path):
+    w, cfg = work
+    out = tmp_path / "run"
+    ok(fedrepro("run", "adaped.remark1", "--scale", "quick", "--out", out, "--config", cfg, umask=0o022))
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {
+        "metrics.json": "0o644", "history.parquet": "0o644", "config.yaml": "0o644"}
+    part = tmp_path / "part"
+    ok(fedrepro("data", "partition", PARTITION, "--out", part, "--config", cfg, umask=0o027))
+    assert oct(part.stat().st_mode & 0o777) == "0o750"
+    assert {oct(p.stat().st_mode & 0o777) for p in part.iterdir()} == {"0o640"}
+
+
+# ----------------------------------------------------------------------------------------------- interruptions
+
+@pytest.mark.slow
+def test_killed_run_resumes_with_the_time_of_both_attempts(tmp_path):
+    """kill -9 in the middle of a training run (reusing the kill-and-resume test's experiment), then the same
+    command again: it completes, its wall_time_s counts the killed attempt up to its last checkpoint and the resumed
+    attempt, wall_time_resumed_s the latter, and the finished partition it read is unchanged."""
+    from kill_resume_project import run_cmd as _cmd
+    from kill_resume_project import write_project as _setup
+
+    cfg = _setup(tmp_path)
+    finished = snapshot(tmp_path / "results")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FEDREPRO_PROGRESS": "0"}
+    out = tmp_path / "killed"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(_cmd(cfg, out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while time.perf_counter() - t0 < 120 and proc.poll() is None:
+        if len(list(out.glob(".checkpoints/*.pt"))) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    lived = time.perf_counter() - t0
+    assert not (out / "metrics.json").exists()
+    ok(subprocess.run(_cmd(cfg, out), cwd=ROOT, env=env, capture_output=True, text=True))
+    m = json.loads((out / "metrics.json").read_text())
+    before = m["wall_time_s"] - m["wall_time_resumed_s"]
+    assert 0 < before < lived and m["wall_time_resumed_s"] > 0
+    assert not (out / ".checkpoints").exists()
+    assert snapshot(tmp_path / "results") == finished
+
+
+@pytest.mark.slow
+def test_workflow_notices_a_deleted_seed_and_names_a_garbage_one(tmp_path):
+    """Snakemake on the private workflow: the default target warns once about the experiment left out for want of
+    data; a deleted seed is rebuilt (identical metrics) and nothing else finished is touched; a garbage seed stops
+    the aggregate job with the file named on the console."""
+    cfg = write_config(tmp_path)
+    cfg_text = yaml.safe_load(cfg.read_text())
+    cfg_text["data"]["mirror"] = None                            # political's data: unavailable, left out
+    cfg.write_text(yaml.safe_dump(cfg_text))
+    args = [SNAKEMAKE, "--cores", "2", "--nolock", "--configfile", ROOT / "config" / "config.yaml", cfg]
+    snake = lambda *extra: subprocess.run([*args, *extra], cwd=ROOT, capture_output=True, text=True)  # noqa: E731
+    r = ok(snake())
+    assert (r.stdout + r.stderr).count("left out of the default target") == 1
+    assert f"{ELECTION}: adaped.political" in r.stdout + r.stderr
+    seed0, seed1 = _runs(tmp_path) / "seed0", _runs(tmp_path) / "seed1"
+    kept, metrics = snapshot(seed0), json.loads((seed1 / "metrics.json").read_text())
+    (seed1 / "metrics.json").unlink()
+    dry = ok(snake("-n"))
+    assert "Nothing to be done" not in dry.stdout + dry.stderr and "seed1/metrics.json" in dry.stdout
+    ok(snake())
+    again = json.loads((seed1 / "metrics.json").read_text())
+    assert again["metrics"] == metrics["metrics"] and again["checks"] == metrics["checks"]
+    assert snapshot(seed0) == kept
+    (seed0 / "metrics.json").write_text("{ garbage")
+    kept1 = snapshot(seed1)
+    r = snake()
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
+    shown = [line for line in out.splitlines() if line.startswith("fedrepro: error:")]
+    assert len(shown) == 1 and f"{seed0 / 'metrics.json'}: not a valid run metrics file" in shown[0], out[-3000:]
+    assert snapshot(seed1) == kept1
