@@ -1,16 +1,33 @@
-"""Benchmark of the batched federated engine (fedrepro.learning.engine) against the per-client Python loop of the
-same math (``train(..., vectorize=False)``).
+"""Benchmark of the batched federated engine (fedrepro.learning.engine) against the machine's limit and against the
+per-client Python loop of the same math (``train(..., vectorize=False)``), in one run.
 
 Not a test. Table-2-shaped setting (Ozkara et al. 2023): m = 50 clients, all sampled (K = m), LeNet5, tau = 10,
 batch size 20 (1,200 training images per client -> 60 iterations per epoch). Data: the Fashion-MNIST partition
 ``results/data/fashion_mnist_pathological_m50`` when it exists, else synthetic uint8 28x28 arrays of the same
-size (stated in the output; ``fl_setting.load_data``). For each algorithm, thread count and path: one warm-up
-round, then ``--rounds`` timed rounds of training, then the evaluation of all 50 clients' test data (timed
-separately). Results go to benchmarks/results/engine.json (not committed).
+size (stated in the output; ``fl_setting.load_data``). Results go to benchmarks/results/engine.json (not committed).
 
-    python benchmarks/engine.py                      # fedavg and adaped, 1 and 2 threads, 3 timed rounds
-    python benchmarks/engine.py --rounds 1           # quick check (about 1.5 min on 2 slow CPU cores)
-    python benchmarks/engine.py --rounds 10 --threads 1 2 4 --device cuda
+What it measures, in this order:
+1. **Peak**: single-precision GEMM GFLOP/s of this machine, ``torch.mm`` of two 2048 x 2048 float32 matrices, best
+   of 10, at each thread count (2 n^3 FLOPs per product).
+2. **FLOPs of a round**: ``torch.utils.flop_counter.FlopCounterMode`` around the algorithm's local steps of one
+   round: every matrix product and convolution the round executes, forward and backward, 2 FLOPs per
+   multiply-add; the data's own gradient is not computed, so not counted; ReLU, pooling, the loss, the SGD update
+   and the sampling are not counted (they are not FLOP-bound). For FedAvg with LeNet5 this is 1.517 MFLOP per image
+   (fwd 0.563 + bwd 0.954), 15.2 GFLOP per round; it is the same on both paths (checked and recorded).
+3. **Rounds**: for each algorithm, thread count and path (batched engine, loop): one warm-up round, then
+   ``--rounds`` timed rounds of training (evaluation excluded), measured ``--repeat`` times interleaved; the best
+   and the median measurement are kept, each with ``os.getloadavg()`` before and after. Achieved GFLOP/s = FLOPs of
+   a round / s per round; the ratio to the peak at the same thread count; engine / loop at equal threads.
+4. ``--profile``: torch.profiler of one batched FedAvg round (1 thread), per op: self time, FLOPs and GFLOP/s,
+   and the bound the GEMMs alone would give (what remains when every other op took no time).
+
+Timings on a shared machine: ``--quiet-load L`` (default 0.5) waits up to ``--wait`` seconds before each
+measurement for the 1-minute load average to fall below L, and records what it was either way.
+
+    python benchmarks/engine.py                              # peak, fedavg + adaped, 1 and 2 threads
+    python benchmarks/engine.py --algorithms fedavg --profile
+    python benchmarks/engine.py --device cuda --threads 1    # on a GPU machine (peak: the GPU's SGEMM)
+    python benchmarks/engine.py --device cuda --threads 1 --gemm on --out benchmarks/results/engine_cuda_gemm.json
 """
 
 from __future__ import annotations
@@ -18,16 +35,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fl_setting import load_data  # noqa: E402  (the setting's data, shared with fedavg_frameworks.py)
+import fl_setting as S  # noqa: E402  (the setting's data and machine record, shared with fedavg_frameworks.py)
 
 from fedrepro.learning import engine  # noqa: E402
 from fedrepro.papers.adaped.adaped import AdaPeD  # noqa: E402
@@ -37,74 +55,256 @@ from fedrepro.learning.models import LeNet5  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ALGORITHMS = {"fedavg": FedAvg, "adaped": AdaPeD}
+PATHS = {"engine": True, "loop": False}  # path -> vectorize
 
 
-def timed(cls: type) -> type:
-    """``cls`` with a timestamp taken when the engine asks for the deployed models (the start of evaluation)."""
-    class Timed(cls):
+def sgemm_gflops(threads: int, device: str = "cpu", n: int = 2048, repeat: int = 10) -> float:
+    """Best-of-``repeat`` float32 GEMM rate (GFLOP/s) of ``torch.mm`` on two n x n matrices."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    c = torch.empty(n, n, device=device)
+    best = float("inf")
+    for _ in range(repeat + 1):
+        _sync(device)
+        t = time.perf_counter()
+        torch.mm(a, b, out=c)
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e9
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class EvaluationStarts(Exception):
+    """Raised by an algorithm with ``stop_at_eval`` set when training ends and evaluation would start."""
+
+
+def instrumented(cls: type) -> type:
+    """``cls`` that stamps the start of the final evaluation (or stops there) and can count its local steps' FLOPs."""
+    class Instrumented(cls):
+        flops: int = 0
+        count = stop_at_eval = False
+
+        def local_step(self, *args):
+            if not self.count:
+                return super().local_step(*args)
+            with FlopCounterMode(display=False) as counter:
+                out = super().local_step(*args)
+            self.flops += counter.get_total_flops()
+            return out
+
         def deployed_params(self, state, ctx=None):
-            self.eval_start = time.perf_counter()
+            self.eval_start, self.eval_cpu = time.perf_counter(), time.process_time()
+            if self.stop_at_eval:
+                raise EvaluationStarts
             return super().deployed_params(state, ctx)
-    return Timed
+    return Instrumented
 
 
-def time_run(algorithm: str, data: ClientData, *, vectorize: bool, rounds: int, batch_size: int, tau: int,
-             device: str) -> dict:
-    algo = timed(ALGORITHMS[algorithm])()
-    stamps: list[float] = []
-    start = time.perf_counter()
-    engine.train(algo, data, lambda: LeNet5(), batch_size=batch_size, lr=0.05, tau=tau, rounds=rounds + 1,
-                 eval_every=0, device=device, vectorize=vectorize,
-                 callback=lambda info: stamps.append(time.perf_counter()))
-    per_round = (algo.eval_start - stamps[0]) / rounds  # rounds 2 .. rounds+1 (round 1 is the warm-up)
-    return {"rounds_per_s": 1 / per_round, "s_per_round": per_round, "warmup_round_s": stamps[0] - start,
-            "eval_s": stamps[-1] - algo.eval_start}
+GEMM = {"auto": None, "on": True, "off": False}  # --gemm -> engine.train(gemm=...)
+
+
+def train(algorithm: str, data: ClientData, *, vectorize: bool, rounds: int, batch_size: int, tau: int, device: str,
+          gemm: bool | None = None, count: bool = False, stop_at_eval: bool = False, callback=None):
+    algo = instrumented(ALGORITHMS[algorithm])()
+    algo.count, algo.stop_at_eval = count, stop_at_eval
+    try:
+        engine.train(algo, data, lambda: LeNet5(), batch_size=batch_size, lr=0.05, tau=tau, rounds=rounds,
+                     eval_every=0, device=device, vectorize=vectorize, gemm=gemm, callback=callback)
+    except EvaluationStarts:
+        pass
+    return algo
+
+
+def round_flops(algorithm: str, data: ClientData, **kw) -> dict[str, int]:
+    """FLOPs of one round's local steps on each path (FlopCounterMode)."""
+    return {path: train(algorithm, data, vectorize=vec, rounds=1, count=True, **kw).flops
+            for path, vec in PATHS.items()}
+
+
+def time_rounds(algorithm: str, data: ClientData, *, vectorize: bool, rounds: int, device: str, **kw) -> dict:
+    """After a warm-up round, wall seconds per round of ``rounds`` rounds (training only) and this process's CPU
+    seconds per round (the same rounds; less sensitive to other processes than wall time; summed over threads)."""
+    stamps: list[tuple[float, float]] = []
+
+    def stamp(info=None):
+        _sync(device)
+        stamps.append((time.perf_counter(), time.process_time()))
+    stamp()
+    algo = train(algorithm, data, vectorize=vectorize, rounds=rounds + 1, device=device, callback=stamp,
+                 stop_at_eval=True, **kw)
+    stamps.append((algo.eval_start, algo.eval_cpu))  # the last round ends where the evaluation starts
+    wall, cpu = np.diff(np.array(stamps[1:]), axis=0).T  # rounds 2 .. rounds+1 (round 1 is the warm-up)
+    return {"s_per_round": float(wall.mean()), "per_round_s": wall.tolist(), "cpu_s_per_round": float(cpu.mean()),
+            "warmup_round_s": stamps[1][0] - stamps[0][0]}
+
+
+def wait_for_quiet(limit: float, wait_s: float) -> list[float]:
+    """Poll the 1-minute load average until it is below ``limit`` or ``wait_s`` seconds passed; returns the load."""
+    deadline = time.monotonic() + wait_s
+    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
+        time.sleep(min(15.0, max(0.0, deadline - time.monotonic())))
+    return list(os.getloadavg())
+
+
+def profile_round(data: ClientData, *, batch_size: int, tau: int, device: str, gemm: bool | None = None,
+                  top: int = 18) -> dict:
+    """Per-op profile of one batched FedAvg round (after a warm-up round): self time, FLOPs, GFLOP/s."""
+    from torch.profiler import ProfilerActivity, profile
+
+    kw = dict(batch_size=batch_size, tau=tau, device=device, gemm=gemm, stop_at_eval=True)
+    train("fedavg", data, vectorize=True, rounds=1, **kw)
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:  # training only: it stops at the eval
+        t = time.perf_counter()
+        train("fedavg", data, vectorize=True, rounds=1, **kw)
+        train_s = time.perf_counter() - t
+    rows = []
+    for e in prof.key_averages():
+        if e.self_cpu_time_total <= 0 or e.key.startswith(("ProfilerStep", "autograd::engine")):
+            continue
+        rows.append({"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3, "gflop": e.flops / 1e9})
+    rows.sort(key=lambda r: -r["self_ms"])
+    total_ms = sum(r["self_ms"] for r in rows)
+    gemm_ms = sum(r["self_ms"] for r in rows if r["gflop"] > 0)
+    gflop = sum(r["gflop"] for r in rows)
+    for r in rows:
+        r["share"] = r["self_ms"] / total_ms
+        r["gflop_per_s"] = r["gflop"] / (r["self_ms"] / 1e3) if r["gflop"] else None
+    return {"round_wall_s_incl_profiler": train_s, "self_ms_total": total_ms, "gflop": gflop,
+            "gemm_ms": gemm_ms, "other_ms": total_ms - gemm_ms,
+            "gemm_only_gflop_per_s": gflop / (gemm_ms / 1e3) if gemm_ms else None,
+            "achieved_gflop_per_s": gflop / (total_ms / 1e3), "ops": rows[:top]}
+
+
+def print_profile(p: dict) -> None:
+    print(f"profile of one batched FedAvg round (1 thread): {p['self_ms_total']:.0f} ms self time, "
+          f"{p['gflop']:.2f} GFLOP -> {p['achieved_gflop_per_s']:.1f} GFLOP/s; GEMM ops {p['gemm_ms']:.0f} ms "
+          f"({p['gemm_only_gflop_per_s']:.1f} GFLOP/s), everything else {p['other_ms']:.0f} ms")
+    print(f"  {'op':42s} {'calls':>6s} {'ms':>8s} {'share':>6s} {'GFLOP':>7s} {'GFLOP/s':>8s}")
+    for r in p["ops"]:
+        rate = f"{r['gflop_per_s']:8.1f}" if r["gflop_per_s"] else " " * 8
+        print(f"  {r['op'][:42]:42s} {r['calls']:6d} {r['self_ms']:8.1f} {r['share']:6.1%} {r['gflop']:7.3f} {rate}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per configuration")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per measurement (after one warm-up round)")
+    ap.add_argument("--repeat", type=int, default=2, help="measurements per configuration, interleaved")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
-    ap.add_argument("--batch-size", type=int, default=20)
-    ap.add_argument("--tau", type=int, default=10)
+    ap.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    ap.add_argument("--batch-size", type=int, default=S.BATCH_SIZE)
+    ap.add_argument("--tau", type=int, default=S.TAU)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--gemm", choices=list(GEMM), default="auto",
+                    help="the engine's im2col + matmul CNN formulation (auto: on CPU only)")
+    ap.add_argument("--profile", action="store_true", help="per-op profile of one batched FedAvg round")
+    ap.add_argument("--quiet-load", type=float, default=0.5, help="wait for the 1-min load to fall below this")
+    ap.add_argument("--wait", type=float, default=300.0, help="seconds to wait for it before each measurement")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "engine.json")
     args = ap.parse_args()
 
-    load_start = os.getloadavg()  # other processes on the machine skew the timings, multi-threaded ones most
-    ds, source = load_data(50, 1200, 200)
+    wall0 = time.perf_counter()
+    ds, source = S.load_data(S.N_CLIENTS, 1200, 200)
     data = ClientData(ds, args.device)
-    print(f"data: {source}; device {args.device}; torch {torch.__version__}")
-    results, ratios = [], {}
+    kw = dict(batch_size=args.batch_size, tau=args.tau, device=args.device, gemm=GEMM[args.gemm])
+    print(f"data: {source}; device {args.device}; torch {torch.__version__}", flush=True)
+
+    peak = {}  # measured again after the rounds; the higher of the two is kept (both recorded)
+    for threads in args.threads:
+        load = wait_for_quiet(args.quiet_load, args.wait)
+        peak[str(threads)] = {"gflop_per_s": sgemm_gflops(threads, args.device), "loadavg": load}
+        print(f"peak: SGEMM 2048^2 float32, {threads} thread(s): {peak[str(threads)]['gflop_per_s']:.1f} GFLOP/s "
+              f"(load {load[0]:.2f})", flush=True)
+
+    torch.set_num_threads(1)
+    flops = {a: round_flops(a, data, **kw) for a in args.algorithms}
+    for a, f in flops.items():
+        print(f"{a}: {f['engine'] / 1e9:.2f} GFLOP per round (loop path: {f['loop'] / 1e9:.2f})", flush=True)
+
+    results = []
+    for rep in range(args.repeat):
+        for algorithm in args.algorithms:
+            for threads in args.threads:
+                for path in args.paths:
+                    torch.set_num_threads(threads)
+                    before = wait_for_quiet(args.quiet_load, args.wait)
+                    r = time_rounds(algorithm, data, vectorize=PATHS[path], rounds=args.rounds, **kw)
+                    after = list(os.getloadavg())
+                    rate = flops[algorithm][path] / r["s_per_round"] / 1e9
+                    results.append({"algorithm": algorithm, "threads": threads, "path": path, "repeat": rep, **r,
+                                    "rounds_per_s": 1 / r["s_per_round"], "gflop_per_s": rate,
+                                    "of_peak": rate / peak[str(threads)]["gflop_per_s"],
+                                    "loadavg_before": before, "loadavg_after": after})
+                    print(f"{algorithm:7s} threads={threads} {path:6s} {r['s_per_round']:6.3f} s/round "
+                          f"{rate:6.1f} GFLOP/s ({rate / peak[str(threads)]['gflop_per_s']:5.1%} of peak), "
+                          f"CPU {r['cpu_s_per_round']:6.3f} s/round, load {before[0]:.2f}->{after[0]:.2f}",
+                          flush=True)
+
+    for threads in args.threads:
+        again = sgemm_gflops(threads, args.device)
+        peak[str(threads)]["after_rounds_gflop_per_s"] = again
+        if again > peak[str(threads)]["gflop_per_s"]:
+            peak[str(threads)]["gflop_per_s"] = again
+            for r in results:
+                if r["threads"] == threads:
+                    r["of_peak"] = r["gflop_per_s"] / again
+    summary = {}
     for algorithm in args.algorithms:
         for threads in args.threads:
-            torch.set_num_threads(threads)
-            rate = {}
-            for path, vectorize in (("batched", True), ("loop", False)):
-                r = time_run(algorithm, data, vectorize=vectorize, rounds=args.rounds, batch_size=args.batch_size,
-                             tau=args.tau, device=args.device)
-                rate[path] = r["rounds_per_s"]
-                results.append({"algorithm": algorithm, "threads": threads, "path": path, **r})
-                print(f"{algorithm:7s} threads={threads} {path:7s} {r['rounds_per_s']:7.3f} rounds/s "
-                      f"({r['s_per_round']:.2f} s/round, eval {r['eval_s']:.2f} s)", flush=True)
-            ratios.setdefault(algorithm, {})[str(threads)] = rate["batched"] / rate["loop"]
-            print(f"{algorithm:7s} threads={threads} batched/loop = {ratios[algorithm][str(threads)]:.2f}x")
+            cell = {}
+            for path in args.paths:
+                runs = [r for r in results if (r["algorithm"], r["threads"], r["path"]) == (algorithm, threads, path)]
+                best = min(runs, key=lambda r: r["s_per_round"])
+                cell[path] = {"best_s_per_round": best["s_per_round"],
+                              "median_s_per_round": statistics.median(r["s_per_round"] for r in runs),
+                              "best_cpu_s_per_round": min(r["cpu_s_per_round"] for r in runs),
+                              "best_gflop_per_s": best["gflop_per_s"], "best_of_peak": best["of_peak"],
+                              "loadavg_of_best": best["loadavg_before"]}
+            if {"engine", "loop"} <= cell.keys():
+                cell["engine_over_loop_best"] = cell["loop"]["best_s_per_round"] / cell["engine"]["best_s_per_round"]
+                cell["engine_over_loop_median"] = (cell["loop"]["median_s_per_round"]
+                                                   / cell["engine"]["median_s_per_round"])
+                cell["engine_over_loop_cpu"] = (cell["loop"]["best_cpu_s_per_round"]
+                                                / cell["engine"]["best_cpu_s_per_round"])
+            summary.setdefault(algorithm, {})[str(threads)] = cell
     out = {
-        "benchmark": "fedrepro.learning.engine batched (vmap) vs per-client loop",
+        "benchmark": "fedrepro.learning.engine (batched) vs the per-client loop, against the SGEMM peak",
+        "command": " ".join(sys.argv),
         "data": source,
         "setting": {"n_clients": data.n_clients, "clients_per_round": data.n_clients, "model": "LeNet5 (44,426)",
                     "batch_size": args.batch_size, "tau": args.tau, "timed_rounds": args.rounds,
-                    "iters_per_epoch": int(np.ceil(np.median(data.counts("train")) / args.batch_size))},
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "loadavg_start": load_start,
-                    "loadavg_end": os.getloadavg(),
-                    "torch": torch.__version__, "device": args.device},
+                    "repeat": args.repeat, "gemm": args.gemm},
+        "flops": {"per_round": flops, "how": "FlopCounterMode over the local steps of one round: matmul and "
+                  "convolution FLOPs (2 per multiply-add), forward and backward, as executed"},
+        "peak_sgemm": peak,
+        "machine": S.machine(),
         "results": results,
-        "batched_over_loop": ratios,
+        "summary": summary,
+        "targets": {f"{a}/{t}": {"engine_over_loop_ge_3": c.get("engine_over_loop_best", 0) >= 3,
+                                 "engine_ge_25pct_of_peak": c.get("engine", {}).get("best_of_peak", 0) >= 0.25}
+                    for a, cells in summary.items() for t, c in cells.items()},
     }
+    if args.profile:
+        torch.set_num_threads(1)
+        load = wait_for_quiet(args.quiet_load, args.wait)
+        out["profile"] = {**profile_round(data, **kw), "loadavg_before": load}
+        print_profile(out["profile"])
+    out["wall_s"] = time.perf_counter() - wall0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    for a, cells in summary.items():
+        for t, c in cells.items():
+            if "engine_over_loop_best" in c:
+                print(f"{a} threads={t}: engine {c['engine']['best_s_per_round']:.3f} s/round "
+                      f"({c['engine']['best_gflop_per_s']:.1f} GFLOP/s, {c['engine']['best_of_peak']:.1%} of peak), "
+                      f"loop {c['loop']['best_s_per_round']:.3f} s/round ({c['loop']['best_gflop_per_s']:.1f} "
+                      f"GFLOP/s) -> engine/loop {c['engine_over_loop_best']:.2f}x (CPU time: "
+                      f"{c['engine_over_loop_cpu']:.2f}x)")
+    print(f"wrote {args.out} ({out['wall_s']:.0f} s)")
 
 
 if __name__ == "__main__":

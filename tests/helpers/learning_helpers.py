@@ -32,8 +32,8 @@ def make_blobs(n_clients: int = 8, seed: int = 0, n_train: int = 60, n_test: int
     return from_arrays([block(c, n_train) for c in classes], [block(c, n_test) for c in classes], n_classes=n_classes)
 
 
-def assert_batched_equals_loop(algorithm, data, model, rounds: int = 4, **kw) -> None:
-    """The vmapped engine and its per-client Python loop give the same history (to 1e-6), and it is not flat."""
+def assert_batched_equals_loop(algorithm, data, model, rounds: int = 4, tol: float = 1e-6, **kw) -> None:
+    """The vmapped engine and its per-client Python loop give the same history (to ``tol``), and it is not flat."""
     import pytest
 
     from fedrepro.learning import engine
@@ -45,7 +45,31 @@ def assert_batched_equals_loop(algorithm, data, model, rounds: int = 4, **kw) ->
     for a, b in zip(batched, loop):
         assert a.keys() == b.keys()
         for k in a:
-            assert a[k] == pytest.approx(b[k], abs=1e-6), k
+            assert a[k] == pytest.approx(b[k], abs=tol), k
+
+
+def make_quadrants(n_clients: int = 6, n_train: int = 30, n_test: int = 20, seed: int = 0) -> FederatedDataset:
+    """In memory, the images of :func:`write_quadrant_partition`: 8x8 uint8, class (of 4) = the bright quadrant,
+    2 classes per client. For the CNN tests (``small_cnn``)."""
+    rng = np.random.default_rng(seed)
+
+    def block(classes, n):
+        y = rng.choice(classes, n)
+        x = rng.integers(0, 40, (n, 8, 8)).astype(np.uint8)
+        for c in range(4):
+            r, q = divmod(c, 2)
+            x[y == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += 200
+        return x, y
+    classes = [rng.choice(4, 2, replace=False) for _ in range(n_clients)]
+    return from_arrays([block(c, n_train) for c in classes], [block(c, n_test) for c in classes], n_classes=4)
+
+
+def small_cnn():
+    """FedHDP's CNN on 8x8 inputs, 4 classes (padded 3x3 convolutions; 21,828 parameters): a ConvNet that the
+    engine computes in its batched formulation (``fedrepro.learning.batched_cnn``)."""
+    from fedrepro.learning.models import FedHDPCNN
+
+    return FedHDPCNN(n_classes=4, input_hw=8)
 
 
 def write_quadrant_partition(path, n_clients: int = 6, n_train: int = 40, n_test: int = 20, noise: int = 40,

@@ -16,6 +16,7 @@ from fedrepro.learning.data import ClientData, from_arrays
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.local import Local
 from fedrepro.learning.models import MLP, Cifar100CNN, LeNet5, build_model, n_params
+from fedrepro.learning.net import sgd
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -74,6 +75,20 @@ def test_batched_grads_equal_loop(model, shape):
     loop, _ = engine.client_grads(net, params, x, y)
     for k in params:
         torch.testing.assert_close(loop[k], ref[k], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_client_sgd_is_client_grads_then_sgd(vectorize):
+    """The fused step does the same arithmetic: equal to the bit, on both paths and in chunks."""
+    torch.manual_seed(0)
+    net = engine.Net(LeNet5(n_classes=3), vectorize=vectorize, chunk_size=2)
+    params = {k: v + 0.05 * torch.randn_like(v) for k, v in net.replicate(5).items()}
+    x, y = torch.rand(5, 4, 1, 28, 28), torch.randint(0, 3, (5, 4))
+    fused, losses = engine.client_sgd(net, params, x, y, 0.3, 1e-3)
+    grads, ref_losses = engine.client_grads(net, params, x, y)
+    ref = sgd(params, grads, 0.3, 1e-3)
+    assert all(torch.equal(fused[k], ref[k]) for k in params) and torch.equal(losses, ref_losses)
+    assert not torch.equal(fused["fc3.bias"], sgd(params, grads, 0.3, 0.0)["fc3.bias"])
 
 
 @pytest.mark.parametrize("algorithm", [FedAvg(), AdaPeD(psi0=1.0)], ids=["fedavg", "adaped"])

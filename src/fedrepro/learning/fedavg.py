@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from fedrepro.learning.dp import GaussianMechanism
-from fedrepro.learning.engine import Algorithm, EvalContext, client_grads
+from fedrepro.learning.engine import Algorithm, EvalContext, client_grads, client_sgd
 from fedrepro.learning.net import Net, Params, expand, mean, sgd, stack
 
 
@@ -52,10 +52,11 @@ class FedAvg(Algorithm):
         state.local = stack(state.global_params, len(selected))
 
     def local_step(self, state: FedAvgState, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
+        if self.dp is None:
+            state.local, losses = client_sgd(state.net, state.local, x, y, lr, self.weight_decay)
+            return losses
         grads, losses = client_grads(state.net, state.local, x, y)
-        if self.dp is not None:
-            grads = self.dp(grads, state.generator)
-        state.local = sgd(state.local, grads, lr, self.weight_decay)
+        state.local = sgd(state.local, self.dp(grads, state.generator), lr, self.weight_decay)
         return losses
 
     def sync(self, state: FedAvgState, selected: Tensor) -> None:
@@ -80,8 +81,7 @@ class FedAvgFT(FedAvg):
         clients = np.arange(state.n_clients)
         for _ in range(ctx.iters_per_epoch if self.ft_steps is None else self.ft_steps):
             x, y = ctx.data.sample(clients, ctx.batch_size, ctx.rng)
-            grads, _ = client_grads(state.net, theta, x, y)
-            theta = sgd(theta, grads, ctx.lr, self.weight_decay)
+            theta, _ = client_sgd(state.net, theta, x, y, ctx.lr, self.weight_decay)
         return theta
 
 

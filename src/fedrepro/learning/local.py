@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedrepro.learning.engine import Algorithm, EvalContext, client_grads
-from fedrepro.learning.net import Net, Params, put, sgd, take
+from fedrepro.learning.engine import Algorithm, EvalContext, client_sgd
+from fedrepro.learning.net import Net, Params, put, take
 
 
 @dataclass
@@ -37,9 +37,8 @@ class Local(Algorithm):
         return LocalState(net, net.replicate(n_clients), generator)
 
     def local_step(self, state: LocalState, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
-        theta = take(state.theta, selected)
-        grads, losses = client_grads(state.net, theta, x, y)
-        put(state.theta, selected, sgd(theta, grads, lr, self.weight_decay))
+        theta, losses = client_sgd(state.net, take(state.theta, selected), x, y, lr, self.weight_decay)
+        put(state.theta, selected, theta)
         return losses
 
     def unsampled_step(self, state: LocalState, x: Tensor, y: Tensor, unselected: Tensor, lr: float) -> None:

@@ -26,7 +26,25 @@ def _conv_out(hw: int, kernel: int = 5) -> int:
     return (hw - kernel + 1) // 2
 
 
-class LeNet5(nn.Module):
+class ConvNet(nn.Module):
+    """The shape of every CNN here: blocks of (conv, ReLU, 2x2 max-pool), flatten, then fully connected layers
+    with ReLU between them. ``conv_layers`` and ``fc_layers`` name the layers in order; from them the engine
+    computes the same function in its client-batched formulation (:mod:`fedrepro.learning.batched_cnn`)."""
+
+    conv_layers: tuple[str, ...] = ("conv1", "conv2")
+    fc_layers: tuple[str, ...] = ("fc1", "fc2", "fc3")
+    pool = 2
+
+    def forward(self, x: Tensor) -> Tensor:
+        for name in self.conv_layers:
+            x = F.max_pool2d(F.relu(getattr(self, name)(x)), self.pool)
+        x = x.flatten(1)
+        for name in self.fc_layers[:-1]:
+            x = F.relu(getattr(self, name)(x))
+        return getattr(self, self.fc_layers[-1])(x)
+
+
+class LeNet5(ConvNet):
     """The paper's 5-layer CNN (MNIST/FEMNIST: 1x28x28; CIFAR-10: ``in_channels=3, input_hw=32``)."""
 
     def __init__(self, in_channels: int = 1, n_classes: int = 10, input_hw: int = 28):
@@ -38,14 +56,8 @@ class LeNet5(nn.Module):
         self.fc2 = nn.Linear(120, 84)
         self.fc3 = nn.Linear(84, n_classes)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc3(F.relu(self.fc2(x)))
 
-
-class Cifar100CNN(nn.Module):
+class Cifar100CNN(ConvNet):
     """CIFAR-100 CNN: 2 x (conv 5x5, 64 filters, 'valid', ReLU, max-pool 2) -> FC 384 -> FC 192 -> n_classes."""
 
     def __init__(self, in_channels: int = 3, n_classes: int = 100, input_hw: int = 32):
@@ -57,17 +69,13 @@ class Cifar100CNN(nn.Module):
         self.fc2 = nn.Linear(384, 192)
         self.fc3 = nn.Linear(192, n_classes)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc3(F.relu(self.fc2(x)))
 
-
-class FedHDPCNN(nn.Module):
+class FedHDPCNN(ConvNet):
     """FedHDP's FEMNIST CNN (Aldaghri et al., App. C Table 6): conv 16 -> pool -> conv 32 -> pool -> FC 128 -> C.
     GAPs: 3x3 kernels, 'same' padding, 2x2 max-pool (implied by the printed shapes; 213,630 parameters at C = 62);
     the two dropout layers (25 %, 50 %) are left out: the batched engine trains without random layers."""
+
+    fc_layers = ("fc1", "fc2")
 
     def __init__(self, in_channels: int = 1, n_classes: int = 62, input_hw: int = 28):
         super().__init__()
@@ -75,11 +83,6 @@ class FedHDPCNN(nn.Module):
         self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
         self.fc1 = nn.Linear(32 * (input_hw // 4) ** 2, 128)
         self.fc2 = nn.Linear(128, n_classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
 class MLP(nn.Module):
@@ -136,4 +139,4 @@ def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["MODELS", "Cifar100CNN", "FedHDPCNN", "LeNet5", "Linear", "MLP", "build_model", "n_params"]
+__all__ = ["MODELS", "Cifar100CNN", "ConvNet", "FedHDPCNN", "LeNet5", "Linear", "MLP", "build_model", "n_params"]

@@ -15,16 +15,30 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from fedrepro.learning import batched_cnn
+
 Params = dict[str, Tensor]
 
 
 class Net:
-    """Functional, client-batched view of a template module (its own parameters are only the initialization)."""
+    """Functional, client-batched view of a template module (its own parameters are only the initialization).
 
-    def __init__(self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None):
+    ``gemm``: under ``vmap``, compute a :class:`~fedrepro.learning.models.ConvNet` in the im2col + matrix-product
+    formulation of :mod:`fedrepro.learning.batched_cnn` (the same function, faster on CPU than the grouped
+    convolutions ``vmap`` makes of ``F.conv2d``: benchmarks/RESULTS.md). Default (None): on CPU, for the models it
+    supports; the CUDA path keeps ``F.conv2d`` (cuDNN; the formulation is untimed on a GPU). The per-client loop
+    (``vectorize=False``) always runs the module's own forward: it is the reference."""
+
+    def __init__(self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None,
+                 gemm: bool | None = None):
         self.model = model
         self.vectorize = vectorize
         self.chunk_size = chunk_size
+        if gemm is None:
+            gemm = batched_cnn.supports(model) and all(p.device.type == "cpu" for p in model.parameters())
+        elif gemm and not batched_cnn.supports(model):
+            raise ValueError(f"gemm=True: {type(model).__name__} is not a ConvNet the batched formulation supports")
+        self.gemm = gemm
 
     def params(self) -> Params:
         """A detached copy of the template's parameters (one client, no client axis)."""
@@ -36,6 +50,8 @@ class Net:
 
     def logits(self, params: Params, x: Tensor) -> Tensor:
         """Forward of one client: params without client axis, x (B, *feature_shape) -> (B, n_classes)."""
+        if self.gemm and self.vectorize:
+            return batched_cnn.logits(self.model, params, x)
         return functional_call(self.model, params, (x,))
 
     def map(self, fn: Callable, *args: Any) -> Any:

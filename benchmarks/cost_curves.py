@@ -1,0 +1,216 @@
+"""Cost curves of the batched engine and the per-client loop: rounds/s and peak memory vs clients per round and vs
+batch size. One command writes the figure ``benchmarks/cost_curves.png``, the table in ``benchmarks/RESULTS.md``
+(between its ``cost-curves`` markers) and ``benchmarks/results/cost_curves.json``.
+
+Not a test. FedAvg, LeNet5, tau = 10 local steps per round, synthetic LeNet5-shaped data (uint8 28x28, 10 classes,
+``--train-rows`` training images per client), every client sampled every round, 1 torch thread (``--threads``).
+Each point is one child process (so that its peak RSS, VmHWM, is its own): one warm-up round, then timed rounds
+until ``--budget`` seconds (at least one). Sweeps: clients per round K at batch 20, and batch size B at K = 50.
+
+Memory: on CPU the engine runs the vmapped CNN step in chunks of clients whose im2col buffers stay within
+``batched_cnn.CHUNK_BYTES`` (``batched_cnn.chunk_clients``), so its activations do not grow with K; what grows with
+K is the per-client state (data, stacked parameters). ``--chunk N`` sets the chunk instead
+(``engine.train(chunk_size=N)``). The peak-RSS column shows how far that is from the machine's memory.
+
+    python benchmarks/cost_curves.py                             # K = 10 .. 1000, B = 5 .. 200 (~30 min)
+    python benchmarks/cost_curves.py --clients 10 100 --batches 20 --budget 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS_MD = HERE / "RESULTS.md"
+BEGIN, END = "<!-- cost-curves:begin -->", "<!-- cost-curves:end -->"
+
+
+def one_point(clients: int, batch: int, path: str, train_rows: int, budget: float, chunk: int | None) -> dict:
+    """Runs in the child: time FedAvg rounds at (clients, batch) on ``path``; peak RSS of this process."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from data_loading import peak_rss_mib
+
+    from fedrepro.learning import engine
+    from fedrepro.learning.data import ClientData, from_arrays
+    from fedrepro.learning.fedavg import FedAvg
+    from fedrepro.learning.models import LeNet5
+
+    rng = np.random.default_rng(0)
+
+    def block(n):
+        return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n)
+    data = ClientData(from_arrays([block(train_rows) for _ in range(clients)], [block(4) for _ in range(clients)],
+                                  n_classes=10))
+    rss_data = peak_rss_mib()
+    stamps: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def callback(info):
+        stamps.append(time.perf_counter())
+        if len(stamps) >= 2 and (stamps[-1] - stamps[0] >= budget or len(stamps) > 50):
+            raise Stop
+
+    start = time.perf_counter()
+    try:
+        engine.train(FedAvg(), data, LeNet5, batch_size=batch, lr=0.05, tau=10, rounds=10_000, eval_every=0,
+                     vectorize=path == "engine", chunk_size=chunk, callback=callback)
+    except Stop:
+        pass
+    per_round = np.diff(stamps)
+    return {"clients": clients, "batch": batch, "path": path, "chunk": chunk, "s_per_round": float(per_round.mean()),
+            "rounds_per_s": float(1 / per_round.mean()), "timed_rounds": len(per_round),
+            "warmup_round_s": stamps[0] - start, "peak_rss_mib": peak_rss_mib(), "rss_after_data_mib": rss_data,
+            "threads": torch.get_num_threads()}
+
+
+def run_point(args, clients: int, batch: int, path: str) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--point", str(clients), str(batch), path,
+           "--train-rows", str(max(args.train_rows, batch)), "--budget", str(args.budget)]
+    if args.chunk:
+        cmd += ["--chunk", str(args.chunk)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    load = os.getloadavg()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode:
+        return {"clients": clients, "batch": batch, "path": path, "error": out.stderr[-800:],
+                "exit_code": out.returncode, "loadavg_before": list(load)}
+    return {**json.loads(out.stdout.splitlines()[-1]), "loadavg_before": list(load),
+            "loadavg_after": list(os.getloadavg())}
+
+
+def figure(points: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for sweep, ax, key, label in (("clients", axes[0], "clients", "clients per round K (batch 20)"),
+                                  ("batch", axes[1], "batch", "batch size B (K = 50)")):
+        for path, style in (("engine", "o-"), ("loop", "s--")):
+            pts = sorted((p for p in points if p["sweep"] == sweep and p["path"] == path and "error" not in p),
+                         key=lambda p: p[key])
+            if pts:
+                ax.plot([p[key] for p in pts], [p["rounds_per_s"] for p in pts], style, label=path)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("rounds/s (tau = 10 steps)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    ax = axes[2]
+    for path, style in (("engine", "o-"), ("loop", "s--")):
+        pts = sorted((p for p in points if p["sweep"] == "clients" and p["path"] == path and "error" not in p),
+                     key=lambda p: p["clients"])
+        if pts:
+            ax.plot([p["clients"] for p in pts], [p["peak_rss_mib"] / 1024 for p in pts], style, label=path)
+    ax.set_xscale("log")
+    ax.set_xlabel("clients per round K (batch 20)")
+    ax.set_ylabel("peak RSS (GiB)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.suptitle("FedAvg, LeNet5, 1 thread: batched engine vs per-client loop", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def table(points: list[dict], meta: dict) -> str:
+    lines = [BEGIN, "",
+             f"`{meta['command']}` ({meta['date']}; {meta['cpu']}, {meta['threads']} thread(s), torch "
+             f"{meta['torch']}; machine memory {meta['mem_total_gib']:.1f} GiB). FedAvg, LeNet5, tau = 10, synthetic "
+             f"28x28 data, all K clients every round. Figure: `benchmarks/cost_curves.png`.", "",
+             "| sweep | K | B | engine rounds/s | loop rounds/s | engine / loop | engine s per client-step "
+             "| engine peak RSS (MiB) | loop peak RSS (MiB) | load (1 min) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    keyed = {(p["sweep"], p["clients"], p["batch"], p["path"]): p for p in points}
+    for sweep, k, b in sorted({(p["sweep"], p["clients"], p["batch"]) for p in points}):
+        e, lp = keyed.get((sweep, k, b, "engine")), keyed.get((sweep, k, b, "loop"))
+
+        def cell(p, key, fmt):
+            return "error" if p is not None and "error" in p else (fmt.format(p[key]) if p else "")
+        ratio = (f"{e['rounds_per_s'] / lp['rounds_per_s']:.2f}x"
+                 if e and lp and "error" not in e and "error" not in lp else "")
+        per_step = f"{e['s_per_round'] / (10 * k) * 1e3:.2f} ms" if e and "error" not in e else ""
+        loads = [p["loadavg_before"][0] for p in (e, lp) if p]
+        lines.append(f"| {sweep} | {k} | {b} | {cell(e, 'rounds_per_s', '{:.3f}')} | "
+                     f"{cell(lp, 'rounds_per_s', '{:.3f}')} | {ratio} | {per_step} | "
+                     f"{cell(e, 'peak_rss_mib', '{:.0f}')} | {cell(lp, 'peak_rss_mib', '{:.0f}')} | "
+                     f"{'-'.join(f'{x:.1f}' for x in loads)} |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write_table(text: str) -> None:
+    md = RESULTS_MD.read_text()
+    if BEGIN in md and END in md:
+        md = md[:md.index(BEGIN)] + text + md[md.index(END) + len(END):]
+    else:
+        md = md.rstrip("\n") + "\n\n## Cost curves (`python benchmarks/cost_curves.py`)\n\n" + text + "\n"
+    RESULTS_MD.write_text(md)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--clients", type=int, nargs="+", default=[10, 20, 50, 100, 200, 500, 1000])
+    ap.add_argument("--batches", type=int, nargs="+", default=[5, 10, 20, 50, 100, 200])
+    ap.add_argument("--paths", nargs="+", default=["engine", "loop"], choices=["engine", "loop"])
+    ap.add_argument("--train-rows", type=int, default=100, help="training images per client (>= batch)")
+    ap.add_argument("--budget", type=float, default=10.0, help="seconds of timed rounds per point (>= 1 round)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--chunk", type=int, default=None, help="engine.train(chunk_size=...)")
+    ap.add_argument("--point", nargs=3, metavar=("K", "B", "PATH"), help=argparse.SUPPRESS)  # internal: one child
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "cost_curves.json")
+    ap.add_argument("--figure", type=Path, default=HERE / "cost_curves.png")
+    ap.add_argument("--no-results-md", action="store_true", help="do not write the table into RESULTS.md")
+    args = ap.parse_args()
+    if args.point:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        k, b, path = args.point
+        print(json.dumps(one_point(int(k), int(b), path, args.train_rows, args.budget, args.chunk)))
+        return
+
+    sys.path.insert(0, str(HERE))
+    from fl_setting import machine
+
+    wall0 = time.perf_counter()
+    plan = [("clients", k, 20) for k in args.clients] + [("batch", 50, b) for b in args.batches]
+    points, done = [], {}  # (K, B, path) -> its measurement: K = 50, B = 20 lies on both sweeps, measured once
+    for sweep, k, b in plan:
+        for path in args.paths:
+            if (k, b, path) not in done:
+                done[k, b, path] = run_point(args, k, b, path)
+            p = {"sweep": sweep, **done[k, b, path]}
+            points.append(p)
+            msg = p.get("error", "").strip().splitlines()[-1:] if "error" in p else None
+            print(f"{sweep:7s} K={k:5d} B={b:4d} {path:6s} "
+                  + (f"ERROR {msg}" if msg is not None else
+                     f"{p['rounds_per_s']:8.3f} rounds/s  peak RSS {p['peak_rss_mib']:7.0f} MiB  "
+                     f"load {p['loadavg_before'][0]:.2f}"), flush=True)
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    meta = {**machine(args.threads), "command": "python benchmarks/cost_curves.py " + " ".join(sys.argv[1:]),
+            "mem_total_gib": mem, "threads": args.threads}
+    out = {"benchmark": "cost curves: rounds/s and peak RSS vs clients per round and batch size", "meta": meta,
+           "points": points, "wall_s": time.perf_counter() - wall0}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    figure(points, args.figure)
+    if not args.no_results_md:
+        write_table(table(points, meta))
+    print(f"wrote {args.out}, {args.figure}" + ("" if args.no_results_md else f", {RESULTS_MD}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Measured paper-scale times: each offline experiment at ``--scale paper``, one seed, timed in full or for a
+stated fraction, with the extrapolation and its scaling model written beside the measurement.
+
+Not a test. Results go to benchmarks/results/paper_scale.json (not committed) and a table to stdout.
+
+Which experiments: every experiment of the four papers whose datasets are available here (the workflow's own
+test, ``fedrepro.data.sources.is_available``), at its paper-scale parameters (``resolve_experiment(..., "paper")``).
+Each runs as ``python -m fedrepro run ID --scale paper --seed 0 --set KNOB=k --out <tmp>`` in a child process
+(the kinds pin torch / BLAS to one thread), its CPU time and peak RSS read from ``os.wait4``.
+
+Scaling model (``FRACTION_KNOBS``): an experiment whose cost grows with one parameter (epochs, rounds, iterations)
+is run at two small values k1 < k2 of it, and its time is the line t(k) = a + b k through the two points: ``a`` is
+what does not grow (imports, data loading, setup, the final evaluation) and ``b`` the cost per unit (an epoch's
+training with its periodic evaluations, which recur at a fixed rate). t(k_paper) is the extrapolation. The other
+experiments run in full (``--full-limit`` seconds each; one that takes longer is reported as a lower bound). A run
+of the whole paper scale takes ``seeds`` such runs (one if the kind is deterministic) -> CPU hours; the workflow runs
+them one thread each, ``--cores`` at a time.
+
+    python benchmarks/paper_scale.py                          # everything that is offline (hours)
+    python benchmarks/paper_scale.py --only adaped.table2_fmnist adaped.table1_fmnist
+    python benchmarks/paper_scale.py --list                   # what it would run, and how
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+def _eval_periods(p: dict) -> tuple[float, float]:
+    """fl_training: one and two evaluation periods, in epochs (its ``eval_every`` counts rounds of ``tau``
+    iterations), so that both fractional runs include their share of the periodic evaluations."""
+    period = max(1, math.ceil(p.get("eval_every", 10) * p["tau"] / p.get("iters_per_epoch", 60)))
+    return period, 2 * period
+
+
+#: kind -> (the parameter its cost grows with, the two values k1 < k2 it is run at, or a function of the params)
+FRACTION_KNOBS: dict[str, tuple[str, tuple[float, float] | Callable[[dict], tuple[float, float]]]] = {
+    "fl_training": ("epochs", _eval_periods),
+    "fedhdp_training": ("rounds", (10, 20)),           # eval_every 10 rounds
+    "ppsgd_synthetic": ("niter", (10, 20)),
+    "ppsgd_linear": ("epochs", (1, 2)),
+    "ppsgd_cnn": ("epochs", (1, 2)),
+    "histograms_synthetic": ("T", (5, 10)),
+}
+
+
+def plan(only: list[str] | None) -> list[dict]:
+    """The offline paper-scale experiments and how each is timed."""
+    from fedrepro.config import load_global, load_paper, resolve_experiment
+    from fedrepro.data.sources import is_available
+
+    cfg = load_global()
+    out = []
+    for paper in cfg["papers"]:
+        for name in load_paper(cfg, paper)["experiments"]:
+            exp = resolve_experiment(cfg, f"{paper}.{name}", "paper")
+            if only and exp.id not in only:
+                continue
+            if not all(is_available(cfg, d) for d in exp.datasets):
+                continue
+            knob = FRACTION_KNOBS.get(exp.kind)
+            entry = {"id": exp.id, "kind": exp.kind, "partitions": list(exp.partitions),
+                     "seeds": 1 if exp.deterministic else len(cfg["seeds"]["paper"])}
+            if knob is not None and knob[0] in exp.params:
+                name, values = knob
+                values = values(exp.params) if callable(values) else values
+                entry.update(knob=name, paper_value=exp.params[name], fractions=list(values))
+            out.append(entry)
+    return out
+
+
+def ensure_partitions(names: list[str]) -> None:
+    """Build the partitions the experiments read (``python -m fedrepro data partition``) when missing."""
+    from fedrepro import paths
+    from fedrepro.config import load_global
+    from fedrepro.data import fedformat
+
+    cfg = load_global()
+    for name in names:
+        d = paths.partition_dir(cfg, name)
+        if not fedformat.is_complete(d):
+            print(f"building partition {name} -> {d}", flush=True)
+            subprocess.run([sys.executable, "-m", "fedrepro", "data", "partition", name, "--out", str(d)],
+                           check=True, cwd=ROOT)
+
+
+def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
+    """One seed-0 paper-scale run in a child process: wall and CPU seconds, peak RSS, load before and after."""
+    with tempfile.TemporaryDirectory(prefix="fedrepro-paper-scale-") as tmp:
+        cmd = [sys.executable, "-m", "fedrepro", "run", exp_id, "--scale", "paper", "--seed", "0", "--out", tmp,
+               "--no-checkpoint"]
+        for k, v in overrides.items():
+            cmd += ["--set", f"{k}={json.dumps(v)}"]
+        load_before = os.getloadavg()
+        start = time.perf_counter()
+        with open(Path(tmp) / "stderr.txt", "w+") as err:
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+            timed_out = False
+            while True:  # reap it ourselves: os.wait4 gives this child's own CPU time and peak RSS
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if not timed_out and time.perf_counter() - start > limit:
+                    proc.kill()
+                    timed_out = True
+                time.sleep(0.2)
+            wall = time.perf_counter() - start
+            err.seek(0)
+            stderr = err.read()
+        exit_code = os.waitstatus_to_exitcode(status)
+    return {"overrides": overrides, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024, "exit_code": exit_code, "timed_out": timed_out,
+            "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg()),
+            "stderr_tail": stderr[-600:] if exit_code else ""}
+
+
+def measure(entry: dict, full_limit: float) -> dict:
+    if "knob" not in entry:
+        run = timed_run(entry["id"], {}, full_limit)
+        per_seed = run["cpu_s"]
+        model = "timed in full" + (f" (stopped at {full_limit:.0f} s: a lower bound)" if run["timed_out"] else "")
+        return {**entry, "runs": [run], "model": model, "per_seed_cpu_s": per_seed,
+                "lower_bound": run["timed_out"], "ok": run["exit_code"] == 0 or run["timed_out"]}
+    k1, k2 = entry["fractions"]
+    runs = [timed_run(entry["id"], {entry["knob"]: k}, full_limit) for k in (k1, k2)]
+    t1, t2 = runs[0]["cpu_s"], runs[1]["cpu_s"]
+    b = (t2 - t1) / (k2 - k1)
+    a = t1 - b * k1
+    k = entry["paper_value"]
+    return {**entry, "runs": runs, "fixed_cpu_s": a, "cpu_s_per_unit": b,
+            "model": f"t({entry['knob']}) = {a:.1f} s + {b:.2f} s x {entry['knob']}, fit through "
+                     f"{entry['knob']} = {k1:g}, {k2:g}; extrapolated to {entry['knob']} = {k:g}",
+            "per_seed_cpu_s": a + b * k, "lower_bound": False,
+            "ok": all(r["exit_code"] == 0 for r in runs)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", nargs="+", help="experiment ids (default: every offline one)")
+    ap.add_argument("--full-limit", type=float, default=1800.0, help="seconds a run timed in full may take")
+    ap.add_argument("--cores", type=int, default=2, help="jobs run at a time by the workflow (wall = CPU / cores)")
+    ap.add_argument("--list", action="store_true", help="print the plan and exit")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "paper_scale.json")
+    args = ap.parse_args()
+
+    entries = plan(args.only)
+    if args.list:
+        for e in entries:
+            how = (f"{e['knob']} = {e['fractions']} of {e['paper_value']}" if "knob" in e else "in full")
+            print(f"{e['id']:34s} {e['kind']:30s} x{e['seeds']} seeds, timed {how}")
+        return
+    ensure_partitions(sorted({p for e in entries for p in e["partitions"]}))
+    results = []
+    for e in entries:
+        r = measure(e, args.full_limit)
+        results.append(r)
+        total_h = r["per_seed_cpu_s"] * r["seeds"] / 3600
+        print(f"{r['id']:34s} {r['per_seed_cpu_s']:9.0f} CPU-s per seed{'+' if r['lower_bound'] else ' '} "
+              f"x{r['seeds']} = {total_h:7.2f} CPU-h  [{r['model']}]"
+              f"{'' if r['ok'] else '  FAILED: ' + r['runs'][-1]['stderr_tail']}", flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"results": results}, indent=1) + "\n")
+    total = sum(r["per_seed_cpu_s"] * r["seeds"] for r in results if r["ok"]) / 3600
+    sys.path.insert(0, str(HERE))
+    from fl_setting import machine
+
+    out = {"benchmark": "paper-scale CPU time per offline experiment (one seed, measured or extrapolated)",
+           "command": " ".join(sys.argv), "machine": machine(1), "results": results,
+           "total_cpu_h": total, "cores": args.cores, "total_wall_h_at_cores": total / args.cores,
+           "note": "wall = CPU / cores assumes the jobs keep all cores busy (the workflow runs one-thread jobs "
+                   "side by side); the longest single job bounds it from below"}
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"total {total:.1f} CPU-h -> >= {total / args.cores:.1f} h wall on {args.cores} cores; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
