@@ -36,6 +36,7 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind, get_kind
+from fedrepro.experiments.params import INT0
 
 SCHEMA = {
     "type": "object",
@@ -48,7 +49,7 @@ SCHEMA = {
         # reading. A list of such grids: the union of their readings.
         "grid": {"oneOf": [{"$ref": "#/$defs/grid"}, {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/grid"}}]},
         "fixed": {"type": "object"},                                # overrides applied under every reading
-        "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        "seeds": {"type": "array", "minItems": 1, "items": INT0},
         "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},   # row -> fix + test
         "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},         # row -> what
     },

@@ -24,6 +24,7 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.params import INT1, POSITIVE
 from fedrepro.privacy import (ACCOUNTANTS, DEFAULT_ORDERS, DEFAULT_PLD_DISCRETIZATION, EXTENDED_ORDERS,
                               INTEGER_ORDERS, epsilon_curve)
 
@@ -35,19 +36,19 @@ CURVE_SCHEMA = {
     "additionalProperties": False,
     "required": ["noise_multiplier", "sampling_rate", "rounds", "delta", "accountants", "curve_points"],
     "properties": {
-        "noise_multiplier": {"type": "number", "exclusiveMinimum": 0},
+        "noise_multiplier": POSITIVE,
         "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "rounds": {"type": "integer", "minimum": 1},
+        "rounds": INT1,
         "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "accountants": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(ACCOUNTANTS)}},
-        "curve_points": {"type": "integer", "minimum": 1},
+        "curve_points": INT1,
         "primary": {"enum": list(ACCOUNTANTS)},
         "orders": {"oneOf": [{"enum": list(ORDER_GRIDS)},
                              {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 1}}]},
-        "pld_discretization": {"type": "number", "exclusiveMinimum": 0},
-        "agreement_rtol": {"type": "number", "exclusiveMinimum": 0},
+        "pld_discretization": POSITIVE,
+        "agreement_rtol": POSITIVE,
         "sampling": {"enum": ["poisson", "without_replacement"]},
-        "population": {"type": "integer", "minimum": 1},
+        "population": INT1,
     },
 }
 
@@ -141,8 +142,8 @@ GRID_SCHEMA = {
     "properties": dict(
         {k: v for k, v in CURVE_SCHEMA["properties"].items() if k not in ("noise_multiplier", "rounds")},
         noise_multipliers={"type": "array", "minItems": 1, "uniqueItems": True,
-                           "items": {"type": "number", "exclusiveMinimum": 0}},
-        rounds={"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "integer", "minimum": 1}},
+                           "items": POSITIVE},
+        rounds={"type": "array", "minItems": 1, "uniqueItems": True, "items": INT1},
     ),
 }
 

@@ -19,7 +19,7 @@ from fedrepro.papers.ppsgd.clients import Clients
 from fedrepro.papers.ppsgd.stepsizes import parse_alpha, step_size_arrays
 from fedrepro.privacy import epsilon_curve
 
-ALPHA = {"anyOf": [{"type": "number", "minimum": 0}, {"const": -1}, {"enum": ["inf", ".inf"]}]}
+ALPHA = {"anyOf": [NONNEG, {"const": -1}, {"enum": ["inf", ".inf"]}]}
 # the App. A grid and the DP parameters, shared by the synthetic and the real-data kinds
 GRID_PROPERTIES = {
     "steps": POSITIVE_LIST,

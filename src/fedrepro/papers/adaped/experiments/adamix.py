@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import INT1, POSITIVE
+from fedrepro.experiments.params import INT0, INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.adaped import adamix as am
 from fedrepro.papers.adaped import adamix_marginal as amm
 
@@ -28,19 +28,19 @@ SCHEMA = {
     "required": ["m", "d", "n_values", "mu", "sigma_theta2", "noise_var", "k", "rounds", "local_steps", "lr",
                  "step_rule", "em_iters", "reg_covar", "loss", "init", "gmm_n_init", "z", "cos_min"],
     "properties": {
-        "m": {"type": "integer", "minimum": 2},
+        "m": INT2,
         "d": INT1,
         "n_values": {"type": "array", "minItems": 1, "uniqueItems": True, "items": INT1},
         "mu": {"type": "number"},
         "sigma_theta2": POSITIVE,
         "noise_var": POSITIVE,
         "k": INT1,
-        "rounds": {"type": "integer", "minimum": 0},
+        "rounds": INT0,
         "local_steps": INT1,
         "lr": POSITIVE,
         "step_rule": {"enum": list(am.STEP_RULES)},
         "em_iters": INT1,
-        "reg_covar": {"type": "number", "minimum": 0},
+        "reg_covar": NONNEG,
         "loss": {"enum": list(am.LOSSES)},
         "init": {"enum": list(am.INITS)},
         "gmm_n_init": INT1,
@@ -50,7 +50,7 @@ SCHEMA = {
         # extras beside the paper's procedure (issue 15): "marginal_em", the well-posed variant
         # (fedrepro.papers.adaped.adamix_marginal), judged against the oracle posterior within z SE + oracle_rtol
         "variants": {"type": "array", "uniqueItems": True, "items": {"enum": ["marginal_em"]}},
-        "oracle_rtol": {"type": "number", "minimum": 0},
+        "oracle_rtol": NONNEG,
     },
 }
 

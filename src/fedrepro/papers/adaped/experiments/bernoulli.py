@@ -25,7 +25,7 @@ from scipy import integrate, stats
 
 from fedrepro.papers.adaped import bernoulli as b
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import POSITIVE, UNIT
+from fedrepro.experiments.params import INT1, INT3, POSITIVE, UNIT
 
 PRIORS = ("normal", "uniform", "spike3", "beta")
 
@@ -35,9 +35,9 @@ SCHEMA = {
     "required": ["m", "n", "reps", "normal_mean", "normal_std", "normal_support", "spikes", "beta_alpha",
                  "beta_beta", "minus_one", "centre", "z"],
     "properties": {
-        "m": {"type": "integer", "minimum": 3},
-        "n": {"type": "integer", "minimum": 1},
-        "reps": {"type": "integer", "minimum": 1},
+        "m": INT3,
+        "n": INT1,
+        "reps": INT1,
         "normal_mean": UNIT,
         "normal_std": POSITIVE,
         "normal_support": {"enum": ["truncate", "clip"]},

@@ -34,7 +34,7 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
-from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
+from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.learning import algorithms
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
 from fedrepro.experiments.keys import eps_key
@@ -78,7 +78,7 @@ SCHEMA = {
         "iters_per_epoch": INT1,
         "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "weight_decay": {"type": "number", "minimum": 0},
+        "weight_decay": NONNEG,
         "eval_every": INT1,
         "select": {"enum": list(SELECTION)},
     },

@@ -9,7 +9,7 @@ import pandas as pd
 
 from fedrepro.papers.adaped import gaussian as g
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import INT2, POSITIVE
+from fedrepro.experiments.params import INT0, INT1, INT2, INT3, NONNEG, POSITIVE
 
 
 DP_SCHEMA = {
@@ -18,16 +18,16 @@ DP_SCHEMA = {
     "required": ["m", "n", "d", "sigma_theta", "sigma_x", "mu", "r", "delta", "eps0", "reps", "a_rule",
                  "recover_rel_tol", "z"],
     "properties": {
-        "m": {"type": "integer", "minimum": 3},
-        "n": {"type": "integer", "minimum": 1},
-        "d": {"type": "integer", "minimum": 1},
-        "sigma_theta": {"type": "number", "minimum": 0},
+        "m": INT3,
+        "n": INT1,
+        "d": INT1,
+        "sigma_theta": NONNEG,
         "sigma_x": POSITIVE,
         "mu": {"type": "number"},
-        "r": {"type": "number", "minimum": 0},
+        "r": NONNEG,
         "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-        "eps0": {"type": "array", "minItems": 2, "items": {"type": "number", "exclusiveMinimum": 0}},
-        "reps": {"type": "integer", "minimum": 0},    # 0: the exact closed forms only (no Monte Carlo checks)
+        "eps0": {"type": "array", "minItems": 2, "items": POSITIVE},
+        "reps": INT0,    # 0: the exact closed forms only (no Monte Carlo checks)
         "a_rule": {"enum": ["eq5", "nonprivate"]},
         "b_rule": {"enum": list(g.B_RULES)},           # the projection bound b: Thm 2's (default) or the proof's c2
         "recover_rel_tol": POSITIVE,
@@ -145,8 +145,8 @@ REMARK1_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["m", "n", "sigma_x2", "sigma_theta2"],
-    "properties": {"m": INT2, "n": {"type": "integer", "minimum": 1}, "sigma_x2": POSITIVE,
-                   "sigma_theta2": {"type": "number", "minimum": 0}},
+    "properties": {"m": INT2, "n": INT1, "sigma_x2": POSITIVE,
+                   "sigma_theta2": NONNEG},
 }
 
 

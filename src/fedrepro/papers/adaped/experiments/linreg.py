@@ -32,7 +32,7 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.papers.adaped import linreg as lr
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import POSITIVE
+from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 
 
 SCHEMA = {
@@ -41,28 +41,28 @@ SCHEMA = {
     "required": ["m", "n", "d", "sigma_theta2", "sigma_x2", "mu_std", "x_var", "local_estimator",
                  "fedavg_estimator", "alg4", "z", "stationary_rel_tol"],
     "properties": {
-        "m": {"type": "integer", "minimum": 2},
-        "n": {"type": "integer", "minimum": 1},
-        "d": {"type": "integer", "minimum": 1},
+        "m": INT2,
+        "n": INT1,
+        "d": INT1,
         "sigma_theta2": POSITIVE,
         "sigma_x2": POSITIVE,
-        "mu_std": {"type": "number", "minimum": 0},
+        "mu_std": NONNEG,
         "x_var": POSITIVE,
         "local_estimator": {"enum": list(lr.LOCAL_KINDS)},
-        "local_ridge": {"type": "number", "minimum": 0},
+        "local_ridge": NONNEG,
         "fedavg_estimator": {"enum": list(lr.FEDAVG_KINDS)},
         "alg4": {
             "type": "object",
             "additionalProperties": False,
             "required": ["T", "eta", "step", "init_theta", "init_sigma_x2", "init_sigma_theta2"],
             "properties": {
-                "T": {"type": "integer", "minimum": 1},
+                "T": INT1,
                 "eta": POSITIVE,
                 "step": {"enum": ["scaled", "plain"]},
                 "init_theta": {"enum": list(lr.INIT_THETA)},
                 "init_sigma_x2": POSITIVE,
                 "init_sigma_theta2": POSITIVE,
-                "history_points": {"type": "integer", "minimum": 1},
+                "history_points": INT1,
             },
         },
         "z": POSITIVE,

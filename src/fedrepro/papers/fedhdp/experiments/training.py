@@ -51,7 +51,7 @@ import pandas as pd
 from fedrepro.aggregate import flatten
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, UNIT
+from fedrepro.experiments.params import DELTA, INT0, INT1, NONNEG, POSITIVE, UNIT
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
@@ -88,7 +88,7 @@ SCHEMA = {
                            "count_std_per_client": NONNEG, "accountant": {"enum": ["rdp", "pld"]}},
         },
         "opt_out": {"type": "object", "additionalProperties": False,
-                    "properties": {"fraction": UNIT, "seed": {"type": "integer", "minimum": 0}}},
+                    "properties": {"fraction": UNIT, "seed": INT0}},
         "checks": {"type": "object", "propertyNames": {"enum": list(CHECKS)},
                    "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
         "differences": {"type": "object", "additionalProperties": {

@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_limits
 
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import INT1, POSITIVE
+from fedrepro.experiments.params import INT0, INT1, POSITIVE
 from fedrepro.papers.histograms.claims import CLAIMS, table1_claims
 from fedrepro.papers.histograms.pipeline import (
     ALGO_PROPERTIES,
@@ -35,7 +35,7 @@ SCHEMA = {
     + ALGO_REQUIRED,
     "properties": {
         "vocab_size": INT1, "train_tokens": INT1, "test_tokens": INT1, "val_users": INT1, "val_tokens": INT1,
-        "split_seed": {"type": "integer", "minimum": 0}, "runs": INT1, "max_users": INT1, "z": POSITIVE,
+        "split_seed": INT0, "runs": INT1, "max_users": INT1, "z": POSITIVE,
         **ALGO_PROPERTIES,
     },
 }

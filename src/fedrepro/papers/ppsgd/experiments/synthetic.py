@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
+from fedrepro.experiments.params import INT0, INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.grid import ALPHA, GRID_PROPERTIES, alpha_label, sigma_label
 from fedrepro.papers.ppsgd.stepsizes import parse_alpha, step_size_arrays
@@ -41,7 +41,7 @@ SCHEMA = {
     "properties": {
         "n_users": INT2,
         "d": INT1,
-        "n_personal": {"type": "integer", "minimum": 0},
+        "n_personal": INT0,
         "theta0_std": POSITIVE,
         "personal_std": NONNEG,
         "noise_std": NONNEG,
