@@ -48,10 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fl_setting as S  # noqa: E402  (the setting's data and machine record, shared with fedavg_frameworks.py)
 
 from fedrepro.learning import engine  # noqa: E402
-from fedrepro.papers.adaped.adaped import AdaPeD  # noqa: E402
 from fedrepro.learning.data import ClientData  # noqa: E402
 from fedrepro.learning.fedavg import FedAvg  # noqa: E402
 from fedrepro.learning.models import LeNet5  # noqa: E402
+from fedrepro.papers.adaped.adaped import AdaPeD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ALGORITHMS = {"fedavg": FedAvg, "adaped": AdaPeD}

@@ -46,11 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fl_setting as S  # noqa: E402
 
 from fedrepro.learning import engine  # noqa: E402
-from fedrepro.learning.net import expand  # noqa: E402
 from fedrepro.learning.data import ClientData  # noqa: E402
 from fedrepro.learning.fedavg import FedAvg  # noqa: E402
 from fedrepro.learning.models import LeNet5  # noqa: E402
-
+from fedrepro.learning.net import expand  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ fedrepro
 

@@ -37,8 +37,8 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fl_setting as S  # noqa: E402  (machine description, load average)
 
-from fedrepro.papers.ppsgd.experiments.synthetic import draw_problem, excess_risk, train_grid  # noqa: E402
 from fedrepro.papers.ppsgd import ppsgd_exp  # noqa: E402
+from fedrepro.papers.ppsgd.experiments.synthetic import draw_problem, excess_risk, train_grid  # noqa: E402
 from fedrepro.papers.ppsgd.stepsizes import parse_alpha, step_size_arrays, step_sizes  # noqa: E402
 from fedrepro.privacy import epsilon_curve  # noqa: E402
 

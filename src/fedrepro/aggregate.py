@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 

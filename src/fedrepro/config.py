@@ -7,9 +7,10 @@ path (e.g. ``experiments.fig1a.params.m``), the file it came from, and what was 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import jsonschema
 import yaml

@@ -10,8 +10,8 @@ resolves relative directories against the project root (:func:`path`).
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from fedrepro.config import resolve_path
 

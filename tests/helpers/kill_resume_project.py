@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from learning_helpers import write_quadrant_partition
 
 from fedrepro.config import REPO_ROOT

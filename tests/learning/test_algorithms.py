@@ -8,16 +8,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from learning_helpers import C, D, mlp
 from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import dp, engine
-from fedrepro.papers.adaped.adaped import AdaPeD, psi_grad
 from fedrepro.learning.fedavg import FedAvg, FedAvgFT
 from fedrepro.learning.local import Local
+from fedrepro.papers.adaped.adaped import AdaPeD, psi_grad
 from fedrepro.privacy import calibrate_noise_multiplier
-
-from learning_helpers import C, D, mlp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

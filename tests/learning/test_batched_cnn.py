@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from learning_helpers import assert_batched_equals_loop, make_quadrants, small_cnn
 from torch import nn
 from torch.nn import functional as F
 
@@ -25,8 +26,6 @@ from fedrepro.papers.adaped.adaped import AdaPeD
 from fedrepro.papers.adaped.adaped_unsampled import AdaPeDUnsampled
 from fedrepro.papers.fedhdp.fedhdp import FedHDP
 from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg
-
-from learning_helpers import assert_batched_equals_loop, make_quadrants, small_cnn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from learning_helpers import mlp
 
-from fedrepro.papers.adaped.experiments.fl_training import ALGORITHMS, build_algorithm
 from fedrepro.learning import engine
 from fedrepro.learning.checkpoint import Checkpointer, fingerprint, pack, restore
-
-from learning_helpers import mlp
+from fedrepro.papers.adaped.experiments.fl_training import ALGORITHMS, build_algorithm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

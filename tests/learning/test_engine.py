@@ -11,12 +11,12 @@ from torch.nn import functional as F
 from fedrepro.data import fedformat
 from fedrepro.data.partition import Partition
 from fedrepro.learning import engine
-from fedrepro.papers.adaped.adaped import AdaPeD
 from fedrepro.learning.data import ClientData, from_arrays
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.local import Local
 from fedrepro.learning.models import MLP, Cifar100CNN, LeNet5, build_model, n_params
 from fedrepro.learning.net import sgd
+from fedrepro.papers.adaped.adaped import AdaPeD
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

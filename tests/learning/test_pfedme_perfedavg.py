@@ -6,18 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from learning_helpers import C, D, assert_batched_equals_loop, mlp
 from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
-from fedrepro.learning.net import sgd, stack
 from fedrepro.learning.data import ClientData
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.models import Linear
+from fedrepro.learning.net import sgd, stack
 from fedrepro.learning.perfedavg import PerFedAvg
 from fedrepro.learning.pfedme import PFedMe
-
-from learning_helpers import C, D, assert_batched_equals_loop, mlp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

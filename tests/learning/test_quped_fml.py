@@ -6,14 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from learning_helpers import C, D, assert_batched_equals_loop, mlp
 from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
 from fedrepro.learning.fml import FML
 from fedrepro.learning.quped import QuPeD
-
-from learning_helpers import C, D, assert_batched_equals_loop, mlp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

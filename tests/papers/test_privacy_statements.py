@@ -5,11 +5,11 @@ import math
 import pytest
 
 from fedrepro.errors import PrivacyError
-from fedrepro.privacy import compute_epsilon
 from fedrepro.papers.adaped import privacy as adaped
 from fedrepro.papers.fedhdp import privacy as fedhdp
 from fedrepro.papers.histograms import privacy as histograms
 from fedrepro.papers.ppsgd import privacy as ppsgd
+from fedrepro.privacy import compute_epsilon
 
 # --- FedHDP (Aldaghri et al., Table 7 / Sec. 5.1): q, effective noise multiplier, T = 500, delta = 1e-4 ----------
 FEDHDP = [(0.05, 1.5, 3.6), (0.03, 4.0, 0.6), (0.03, 1.0, 4.1)]

@@ -4,11 +4,20 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedrepro.errors import FedreproError, PrivacyError
-from fedrepro.privacy import (ACCOUNTANTS, DEFAULT_ORDERS, INTEGER_ORDERS, classic_epsilon, compute_epsilon,
-                              epsilon_curve, gaussian_epsilon, rdp_curve)
+from fedrepro.privacy import (
+    ACCOUNTANTS,
+    DEFAULT_ORDERS,
+    INTEGER_ORDERS,
+    classic_epsilon,
+    compute_epsilon,
+    epsilon_curve,
+    gaussian_epsilon,
+    rdp_curve,
+)
 
 # dp-accounting and opacus implement the same sampled-Gaussian RDP (Mironov, Talwar, Zhang 2019) and the same
 # Balle et al. conversion. At fractional orders dp-accounting 0.6.0 drops the sign of binom(alpha, i) for i > alpha

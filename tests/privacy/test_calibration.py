@@ -1,7 +1,8 @@
 """Noise calibration: monotone bracketing + Brent, round trips, and agreement with dp-accounting's calibrator."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedrepro.errors import PrivacyError
 from fedrepro.privacy import INTEGER_ORDERS, calibrate_noise_multiplier, compute_epsilon

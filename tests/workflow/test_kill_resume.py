@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from kill_resume_project import run_cmd as _cmd
 from kill_resume_project import write_project as _setup
 

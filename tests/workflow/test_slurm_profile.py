@@ -7,8 +7,7 @@ import copy
 import pytest
 import yaml
 
-from fedrepro.config import REPO_ROOT, experiment_resources, load_global, load_paper, validate
-from fedrepro.config import load_schema
+from fedrepro.config import REPO_ROOT, experiment_resources, load_global, load_paper, load_schema, validate
 from fedrepro.errors import ConfigError
 
 ROOT = REPO_ROOT

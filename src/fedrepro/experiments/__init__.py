@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -21,8 +21,9 @@ is a paper issue (the report's "Paper issues found"). Deterministic and cheap: n
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 

@@ -29,7 +29,8 @@ import hashlib
 import itertools
 import json
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

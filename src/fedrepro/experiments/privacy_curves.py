@@ -25,8 +25,14 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, POSITIVE
-from fedrepro.privacy import (ACCOUNTANTS, DEFAULT_ORDERS, DEFAULT_PLD_DISCRETIZATION, EXTENDED_ORDERS,
-                              INTEGER_ORDERS, epsilon_curve)
+from fedrepro.privacy import (
+    ACCOUNTANTS,
+    DEFAULT_ORDERS,
+    DEFAULT_PLD_DISCRETIZATION,
+    EXTENDED_ORDERS,
+    INTEGER_ORDERS,
+    epsilon_curve,
+)
 
 ORDER_GRIDS = {"default": DEFAULT_ORDERS, "extended": EXTENDED_ORDERS, "integer": INTEGER_ORDERS}
 DEFAULT_AGREEMENT_RTOL = 1e-2

@@ -28,8 +28,8 @@ so the accountant (fedrepro.privacy) is run with z_eff, and the update noise a g
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 from torch import Tensor

@@ -18,8 +18,8 @@ updates it would see alone). The host algorithm calls :meth:`start_round`, :meth
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from torch import Tensor

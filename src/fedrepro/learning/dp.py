@@ -15,8 +15,9 @@ from the accountants in :mod:`fedrepro.privacy` (:func:`calibrated` wraps
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -18,15 +18,15 @@ This is the "common alternative" the AdaPeD notes (section 2.12) mention beside 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
 from torch.utils._pytree import tree_map
 
 from fedrepro.learning.dp import GaussianMechanism, clip_per_client, gaussian_noise
-from fedrepro.learning.net import expand
 from fedrepro.learning.fedavg import FedAvg, FedAvgState
+from fedrepro.learning.net import expand
 
 
 class DPFedAvgServer(FedAvg):

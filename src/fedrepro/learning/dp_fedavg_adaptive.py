@@ -15,8 +15,8 @@ check that FedHDP with r = 1 reduces to it. ``lams`` adds Ditto personal models 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import torch
 from torch import Tensor

@@ -17,8 +17,8 @@ alternative (clip the round's model delta, noise at the server) is not implement
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import torch

@@ -33,8 +33,8 @@ from torch import Tensor
 from torch.func import grad, vjp
 from torch.nn import functional as F
 
-from fedrepro.learning.net import Net, Params, sgd
 from fedrepro.learning.losses import kd_loss
+from fedrepro.learning.net import Net, Params, sgd
 from fedrepro.learning.quped import DistillationPair
 
 

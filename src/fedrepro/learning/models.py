@@ -15,7 +15,7 @@ engine can call them functionally on stacked per-client parameters.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 from torch.nn import functional as F

@@ -8,7 +8,8 @@ apart from the engine so that checkpoints (which rebuild a Net rather than save 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn

@@ -31,8 +31,8 @@ from dataclasses import replace
 from torch import Tensor
 
 from fedrepro.learning.engine import EvalContext, client_grads
-from fedrepro.learning.net import Params, sgd, split_batches
 from fedrepro.learning.fedavg import FedAvgFT, FedAvgState
+from fedrepro.learning.net import Params, sgd, split_batches
 
 
 class PerFedAvg(FedAvgFT):

@@ -43,8 +43,8 @@ from torch.func import grad, vjp
 from torch.nn import functional as F
 
 from fedrepro.learning.engine import Algorithm, EvalContext
-from fedrepro.learning.net import Net, Params, mean, put, sgd, take
 from fedrepro.learning.losses import kd_loss
+from fedrepro.learning.net import Net, Params, mean, put, sgd, take
 
 
 @dataclass

@@ -10,8 +10,8 @@ reruns are identical.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 import matplotlib
 
@@ -37,7 +37,7 @@ def plot(name: str):
 
 
 def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size: float = 6,
-                legend_loc: str | None = None) -> "plt.Figure":
+                legend_loc: str | None = None) -> plt.Figure:
     """The house style of one panel: labels, an optional title, legend, light grid; returns the tightened figure."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

@@ -4,7 +4,7 @@ the checks state one, else passes / fails per reading)."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
 import pandas as pd

@@ -14,8 +14,15 @@ Modules (one concern each):
 opacus (and through it torch) is imported only when the opacus_rdp accountant is used.
 """
 
-from fedrepro.privacy.accountant import (ACCOUNTANTS, DEFAULT_PLD_DISCRETIZATION, SAMPLINGS, compute_epsilon,
-                                         epsilon_curve, gaussian_epsilon, rdp_curve)
+from fedrepro.privacy.accountant import (
+                                         ACCOUNTANTS,
+                                         DEFAULT_PLD_DISCRETIZATION,
+                                         SAMPLINGS,
+                                         compute_epsilon,
+                                         epsilon_curve,
+                                         gaussian_epsilon,
+                                         rdp_curve,
+)
 from fedrepro.privacy.calibration import Calibration, calibrate_noise_multiplier
 from fedrepro.privacy.conversion import classic_epsilon
 from fedrepro.privacy.orders import DEFAULT_ORDERS, EXTENDED_ORDERS, INTEGER_ORDERS

@@ -35,14 +35,20 @@ import contextlib
 import logging
 import math
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from fedrepro.errors import PrivacyError
 from fedrepro.privacy.conversion import classic_epsilon
 from fedrepro.privacy.orders import DEFAULT_ORDERS, at_edge
 from fedrepro.privacy.result import EpsilonResult, library_version
-from fedrepro.privacy.validation import (check_delta, check_noise_multiplier, check_orders, check_positive,
-                                         check_sampling_rate, check_steps)
+from fedrepro.privacy.validation import (
+    check_delta,
+    check_noise_multiplier,
+    check_orders,
+    check_positive,
+    check_sampling_rate,
+    check_steps,
+)
 
 ACCOUNTANTS = ("rdp", "rdp_classic", "pld", "opacus_rdp")
 SAMPLINGS = ("poisson", "without_replacement")

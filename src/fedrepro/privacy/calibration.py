@@ -11,13 +11,13 @@ including those that are not dp-accounting PrivacyAccountants (rdp_classic, opac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from fedrepro.privacy.accountant import DEFAULT_PLD_DISCRETIZATION, compute_epsilon
 from fedrepro.privacy.result import EpsilonResult
 from fedrepro.privacy.solve import solve_monotone
-from fedrepro.privacy.validation import (check_delta, check_positive, check_sampling_rate, check_steps)
+from fedrepro.privacy.validation import check_delta, check_positive, check_sampling_rate, check_steps
 
 DEFAULT_RTOL = 1e-6
 

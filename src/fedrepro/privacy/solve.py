@@ -9,7 +9,7 @@ huge sigma); values are compared through clip(log f - log target), which keeps t
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from scipy import optimize
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
 from fedrepro.report.fmt import HEAD, WAITING, cells, printed
-from fedrepro.report.status import Result
 from fedrepro.report.page import render_page
+from fedrepro.report.status import Result
 from fedrepro.runio import atomic_write
 
 CSV_COLUMNS = ["paper", "id", "row", "artifact", "table", "setting", "metric", "printed", "pm_reading", "rebuilt",

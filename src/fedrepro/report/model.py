@@ -11,9 +11,9 @@ Markdown and CSV (fedrepro.report.build) and as the HTML page. Nothing here form
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from fedrepro import paths
 from fedrepro.config import load_paper, resolve_path

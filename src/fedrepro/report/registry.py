@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Mapping
 
 from fedrepro.errors import ConfigError
 

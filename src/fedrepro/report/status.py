@@ -6,9 +6,9 @@ A row is judged on its experiment's summary at the scale that experiment runs at
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from fedrepro import paths
 from fedrepro.config import load_paper, resolve_path, run_scale

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from fedrepro.config import resolve_path
 from fedrepro.errors import ConfigError

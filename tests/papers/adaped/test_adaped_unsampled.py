@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from learning_helpers import C, D, mlp
 from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
 from fedrepro.papers.adaped.adaped import AdaPeD
 from fedrepro.papers.adaped.adaped_unsampled import AdaPeDUnsampled
-
-from learning_helpers import C, D, mlp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from fedrepro.papers.adaped import bernoulli as b
 from fedrepro.experiments import RunContext, get_kind
+from fedrepro.papers.adaped import bernoulli as b
 from fedrepro.papers.adaped.experiments.bernoulli import prior_moments, sample_prior
 
 EPS0 = st.floats(min_value=0.01, max_value=10.0)

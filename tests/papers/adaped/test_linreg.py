@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrepro.papers.adaped import linreg as lr
 from fedrepro.experiments import RunContext
+from fedrepro.papers.adaped import linreg as lr
 from fedrepro.papers.adaped.experiments.linreg import _mc_check, personalized_linreg
 
 

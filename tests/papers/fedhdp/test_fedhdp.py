@@ -10,18 +10,17 @@ import math
 import numpy as np
 import pytest
 import torch
+from learning_helpers import assert_batched_equals_loop, mlp
 from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedrepro.learning import engine
-from fedrepro.learning.net import put, stack
 from fedrepro.learning.adaptive_clip import AdaptiveClip, effective_noise_multiplier, update_noise_multiplier
 from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
 from fedrepro.learning.fedavg import FedAvg
+from fedrepro.learning.net import put, stack
 from fedrepro.papers.fedhdp.fedhdp import FedHDP
 from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg
-
-from learning_helpers import assert_batched_equals_loop, mlp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,8 +9,8 @@ from fedrepro.papers.histograms import dimred as dr
 from fedrepro.papers.histograms.fedavg import fedavg, private_fedavg
 from fedrepro.papers.histograms.generator import make_mixture, sample_users
 from fedrepro.papers.histograms.ifca import ifca, softmax
-from fedrepro.papers.histograms.kmeanspp_init import kl_init, sampling_probabilities
 from fedrepro.papers.histograms.kl import assign, kl_rows, kl_to_centers, smooth
+from fedrepro.papers.histograms.kmeanspp_init import kl_init, sampling_probabilities
 from fedrepro.papers.histograms.lloyd import lloyd, mean_recenter
 from fedrepro.papers.histograms.pipeline import misclustering
 from fedrepro.papers.histograms.private_centering import private_centering

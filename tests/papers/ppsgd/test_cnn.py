@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.papers.ppsgd.experiments.cnn import local_poor
 from fedrepro.papers.ppsgd import cnn
+from fedrepro.papers.ppsgd.experiments.cnn import local_poor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

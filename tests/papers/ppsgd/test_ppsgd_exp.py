@@ -5,7 +5,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.stepsizes import clip_factors, parse_alpha, step_size_arrays, step_sizes

@@ -27,7 +27,7 @@ Alg. 1's P^0, the GMM of the min-norm least-squares estimates.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

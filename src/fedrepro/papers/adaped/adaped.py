@@ -31,8 +31,8 @@ gradients (after clipping and noise in DP-AdaPeD), not to psi.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import torch
 from torch import Tensor
@@ -41,8 +41,8 @@ from torch.nn import functional as F
 
 from fedrepro.learning.dp import GaussianMechanism
 from fedrepro.learning.engine import Algorithm, EvalContext
-from fedrepro.learning.net import Net, Params, mean, put, sgd, take
 from fedrepro.learning.losses import kd_loss
+from fedrepro.learning.net import Net, Params, mean, put, sgd, take
 
 DPSpec = GaussianMechanism | Mapping[str, float] | None
 

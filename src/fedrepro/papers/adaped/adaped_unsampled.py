@@ -25,9 +25,9 @@ from torch import Tensor
 from torch.func import grad
 from torch.nn import functional as F
 
-from fedrepro.papers.adaped.adaped import AdaPeD, AdaPeDState
-from fedrepro.learning.net import Net, Params, put, sgd, take
 from fedrepro.learning.losses import kd_loss
+from fedrepro.learning.net import Net, Params, put, sgd, take
+from fedrepro.papers.adaped.adaped import AdaPeD, AdaPeDState
 
 
 @dataclass

@@ -83,7 +83,7 @@ class Spectrum:
     d: int
 
     @classmethod
-    def of(cls, X: np.ndarray, Y: np.ndarray) -> "Spectrum":
+    def of(cls, X: np.ndarray, Y: np.ndarray) -> Spectrum:
         U, s, Vh = np.linalg.svd(X, full_matrices=False)
         UtY = (Y[:, None, :] @ U)[:, 0, :]
         return cls(s=s, Vh=Vh, UtY=UtY, n=X.shape[1], d=X.shape[2])

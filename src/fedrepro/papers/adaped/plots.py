@@ -5,7 +5,7 @@ Sec. 4 statements Q1/Q2), drawn from fl_training runs: the history rows of each 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -32,10 +32,9 @@ ldp_library_epsilon() gives the epsilon a library accountant certifies for that 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import optimize

@@ -26,8 +26,8 @@ clipped clients report bits. The engine samples a fixed K per round (accounting 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch

@@ -35,12 +35,22 @@ GAPS (the paper is silent; notes §7.14):
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from fedrepro.data.partition import (LabelSet, Partition, UNUSED, as_labelset, check_params, largest_remainder,
-                                     make_rng, register, split_evenly)
+from fedrepro.data.partition import (
+    UNUSED,
+    LabelSet,
+    Partition,
+    as_labelset,
+    check_params,
+    largest_remainder,
+    make_rng,
+    register,
+    split_evenly,
+)
 from fedrepro.errors import ConfigError
 
 SCHEME = "fedhdp_noniid"

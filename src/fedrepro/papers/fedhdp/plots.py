@@ -3,7 +3,7 @@ simulations (markers with +-2 SE bars, mean over seeds), axes and legends as pri
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np

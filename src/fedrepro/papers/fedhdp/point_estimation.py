@@ -24,7 +24,7 @@ eq. (49) under which eqs. (17)/(18) are exactly Bayes optimal (its own phi_hat_k
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

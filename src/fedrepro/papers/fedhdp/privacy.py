@@ -18,7 +18,7 @@ per round by default and requires z_eff < 2 sigma_b. The accountant runs with z_
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from fedrepro.errors import PrivacyError
 from fedrepro.privacy.accountant import ACCOUNTANTS, compute_epsilon

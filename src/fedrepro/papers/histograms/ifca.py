@@ -19,7 +19,7 @@ is at most sqrt(2)); the server adds N(0, (clip sigma)^2 I) to each cluster's su
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

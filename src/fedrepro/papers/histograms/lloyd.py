@@ -16,8 +16,8 @@ restricted to them and renormalised), while re-centering stays on the full vocab
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -24,8 +24,8 @@ per_step_budget() inverts the composition for a total budget under the three rea
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 from fedrepro.errors import PrivacyError
 from fedrepro.privacy.solve import solve_monotone

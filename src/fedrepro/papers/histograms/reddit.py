@@ -21,8 +21,8 @@ Counting is vectorized (one ``np.bincount`` per split over all users' token ids)
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 

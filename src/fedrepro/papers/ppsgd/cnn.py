@@ -84,7 +84,7 @@ class CnnState:
     w: torch.Tensor          # (32, K)
     theta: torch.Tensor      # (N, 32, K)
 
-    def to(self, device) -> "CnnState":
+    def to(self, device) -> CnnState:
         return CnnState({k: v.to(device) for k, v in self.W.items()}, self.w.to(device), self.theta.to(device))
 
 

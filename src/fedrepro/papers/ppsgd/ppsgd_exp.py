@@ -36,7 +36,7 @@ class State:
     theta: np.ndarray
 
     @classmethod
-    def zeros(cls, n_users: int, d: int, k: int, g: int, dtype=np.float64) -> "State":
+    def zeros(cls, n_users: int, d: int, k: int, g: int, dtype=np.float64) -> State:
         return cls(np.zeros((d, k, g), dtype=dtype), np.zeros((n_users, d, k, g), dtype=dtype))
 
 

@@ -22,7 +22,7 @@ opacus_rdp accountant). epsilon depends on (sigma, q, rounds) only, never on alp
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from fedrepro.privacy.accountant import epsilon_curve
 from fedrepro.privacy.result import EpsilonResult

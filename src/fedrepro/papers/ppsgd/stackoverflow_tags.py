@@ -15,8 +15,8 @@ by :mod:`fedrepro.data.tokenizer`.
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

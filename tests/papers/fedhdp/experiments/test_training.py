@@ -185,8 +185,8 @@ def test_differences_and_settings(pdir):
 
 
 def test_table6_layer_sizes():
-    from fedrepro.papers.fedhdp.experiments.training import layer_sizes
     from fedrepro.learning.models import build_model
+    from fedrepro.papers.fedhdp.experiments.training import layer_sizes
 
     assert layer_sizes(build_model("mlp", in_features=784, n_classes=10, hidden=[50])) == {
         "layer1": 784, "layer2": 784, "layer3": 50, "layer4": 10}

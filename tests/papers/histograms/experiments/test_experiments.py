@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from fedrepro.config import REPO_ROOT, load_global, resolve_experiment
-from fedrepro.papers.histograms.reddit import TokenHistograms
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.papers.histograms.claims import CLAIMS
 from fedrepro.papers.histograms.experiments.table1 import histogram_data, run_table1
 from fedrepro.papers.histograms.generator import make_mixture, sample_users
 from fedrepro.papers.histograms.pipeline import METHODS
+from fedrepro.papers.histograms.reddit import TokenHistograms
 
 ROOT = REPO_ROOT
 CFG = load_global()

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
-from fedrepro.papers.ppsgd.experiments import linear as lin
 from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.clients import Clients
+from fedrepro.papers.ppsgd.experiments import linear as lin
 from fedrepro.papers.ppsgd.grid import pareto
 from fedrepro.papers.ppsgd.sampler import BatchSampler
 

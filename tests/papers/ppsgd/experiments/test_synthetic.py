@@ -7,8 +7,8 @@ import pytest
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.papers.ppsgd.experiments import synthetic as syn
 from fedrepro.papers.ppsgd import ppsgd_exp
+from fedrepro.papers.ppsgd.experiments import synthetic as syn
 
 SMALL = {
     "n_users": 30, "d": 8, "n_personal": 2, "theta0_std": 10.0, "personal_std": 0.01, "noise_std": 0.01, "m": 10,

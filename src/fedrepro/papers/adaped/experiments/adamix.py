@@ -21,7 +21,6 @@ from fedrepro.experiments.params import INT0, INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.adaped import adamix as am
 from fedrepro.papers.adaped import adamix_marginal as amm
 
-
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,

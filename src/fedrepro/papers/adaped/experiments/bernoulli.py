@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, stats
 
-from fedrepro.papers.adaped import bernoulli as b
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, INT3, POSITIVE, UNIT
+from fedrepro.papers.adaped import bernoulli as b
 
 PRIORS = ("normal", "uniform", "spike3", "beta")
 

@@ -33,11 +33,11 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
-from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
+from fedrepro.experiments.keys import eps_key
 from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.learning import algorithms
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
-from fedrepro.experiments.keys import eps_key
+from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
 from fedrepro.progress import RoundProgress
 
 # The algorithms (fedrepro.learning.algorithms, by Algorithm.name) this kind trains: the methods of AdaPeD's tables.

@@ -7,10 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from fedrepro.papers.adaped import gaussian as g
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT0, INT1, INT2, INT3, NONNEG, POSITIVE
-
+from fedrepro.papers.adaped import gaussian as g
 
 DP_SCHEMA = {
     "type": "object",

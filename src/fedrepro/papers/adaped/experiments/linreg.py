@@ -30,10 +30,9 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.errors import ConfigError
-from fedrepro.papers.adaped import linreg as lr
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
-
+from fedrepro.papers.adaped import linreg as lr
 
 SCHEMA = {
     "type": "object",
@@ -108,7 +107,7 @@ def _stationary_check(res: lr.Alg4Result, points: list[lr.Stationary], theta_tru
                              f"[{pts}]", dev, 0.0, tol)
 
 
-_POPULATIONS: "OrderedDict[str, tuple]" = OrderedDict()
+_POPULATIONS: OrderedDict[str, tuple] = OrderedDict()
 
 
 def _population(p: dict, rng: np.random.Generator) -> tuple[lr.Data, lr.Spectrum, np.ndarray]:

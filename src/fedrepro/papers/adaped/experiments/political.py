@@ -16,8 +16,8 @@ import pandas as pd
 
 from fedrepro.data.election import republican_wins
 from fedrepro.errors import DataError
-from fedrepro.papers.adaped import bernoulli as b
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.papers.adaped import bernoulli as b
 
 DATASET = "election_county_returns"
 

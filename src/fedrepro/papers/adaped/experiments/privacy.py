@@ -18,7 +18,6 @@ from fedrepro.papers.adaped import privacy as adaped
 from fedrepro.privacy import ACCOUNTANTS
 from fedrepro.privacy.solve import RTOL as ROUND_TRIP_RTOL
 
-
 ADAPED_SCHEMA = {
     "type": "object",
     "additionalProperties": False,

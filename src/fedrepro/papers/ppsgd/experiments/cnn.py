@@ -19,10 +19,10 @@ import torch
 from fedrepro.errors import DataError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1
-from fedrepro.papers.ppsgd.clients import Clients, load_partition
-from fedrepro.papers.ppsgd.grid import GRID_PROPERTIES, run_grid
 from fedrepro.learning.engine import resolve_device
 from fedrepro.papers.ppsgd import cnn
+from fedrepro.papers.ppsgd.clients import Clients, load_partition
+from fedrepro.papers.ppsgd.grid import GRID_PROPERTIES, run_grid
 from fedrepro.papers.ppsgd.sampler import BatchSampler
 
 SCHEMA = {

@@ -17,16 +17,15 @@ step per round with alpha_c > 0 (0 for alpha_c = 0).
 
 from __future__ import annotations
 
-
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1
+from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.clients import Clients, load_partition, rows_of
 from fedrepro.papers.ppsgd.grid import ALPHA, GRID_PROPERTIES, run_grid
-from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.sampler import BatchSampler
 
 SO = "tff_stackoverflow"

@@ -13,7 +13,6 @@ from fedrepro.experiments.keys import eps_key
 from fedrepro.experiments.params import DELTA, INT1, POSITIVE, POSITIVE_LIST
 from fedrepro.papers.ppsgd import privacy as ppsgd
 
-
 PPSGD_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
