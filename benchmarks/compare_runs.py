@@ -42,8 +42,11 @@ def main() -> None:
     ref = metrics(args.reference) if args.reference else {}
     std = {}
     if args.summary:
-        std = {k: v["std"] for k, v in json.loads(args.summary.read_text())["metrics"].items()
-               if isinstance(v, dict) and "std" in v}
+        std = {
+            k: v["std"]
+            for k, v in json.loads(args.summary.read_text())["metrics"].items()
+            if isinstance(v, dict) and "std" in v
+        }
     head = "| metric | before | after | after - before |"
     head += " other float order - before |" if ref else ""
     head += " std over seeds |" if std else ""

@@ -48,8 +48,10 @@ def one_point(clients: int, batch: int, path: str, train_rows: int, budget: floa
 
     def block(n):
         return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n)
-    data = ClientData(from_arrays([block(train_rows) for _ in range(clients)], [block(4) for _ in range(clients)],
-                                  n_classes=10))
+
+    data = ClientData(
+        from_arrays([block(train_rows) for _ in range(clients)], [block(4) for _ in range(clients)], n_classes=10)
+    )
     rss_data = peak_rss_mib()
     stamps: list[float] = []
 
@@ -63,30 +65,69 @@ def one_point(clients: int, batch: int, path: str, train_rows: int, budget: floa
 
     start = time.perf_counter()
     try:
-        engine.train(FedAvg(), data, LeNet5, batch_size=batch, lr=0.05, tau=10, rounds=10_000, eval_every=0,
-                     vectorize=path == "engine", chunk_size=chunk, callback=callback)
+        engine.train(
+            FedAvg(),
+            data,
+            LeNet5,
+            batch_size=batch,
+            lr=0.05,
+            tau=10,
+            rounds=10_000,
+            eval_every=0,
+            vectorize=path == "engine",
+            chunk_size=chunk,
+            callback=callback,
+        )
     except Stop:
         pass
     per_round = np.diff(stamps)
-    return {"clients": clients, "batch": batch, "path": path, "chunk": chunk, "s_per_round": float(per_round.mean()),
-            "rounds_per_s": float(1 / per_round.mean()), "timed_rounds": len(per_round),
-            "warmup_round_s": stamps[0] - start, "peak_rss_mib": peak_rss_mib(), "rss_after_data_mib": rss_data,
-            "threads": torch.get_num_threads()}
+    return {
+        "clients": clients,
+        "batch": batch,
+        "path": path,
+        "chunk": chunk,
+        "s_per_round": float(per_round.mean()),
+        "rounds_per_s": float(1 / per_round.mean()),
+        "timed_rounds": len(per_round),
+        "warmup_round_s": stamps[0] - start,
+        "peak_rss_mib": peak_rss_mib(),
+        "rss_after_data_mib": rss_data,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def run_point(args, clients: int, batch: int, path: str) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--point", str(clients), str(batch), path,
-           "--train-rows", str(max(args.train_rows, batch)), "--budget", str(args.budget)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--point",
+        str(clients),
+        str(batch),
+        path,
+        "--train-rows",
+        str(max(args.train_rows, batch)),
+        "--budget",
+        str(args.budget),
+    ]
     if args.chunk:
         cmd += ["--chunk", str(args.chunk)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     load = os.getloadavg()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode:
-        return {"clients": clients, "batch": batch, "path": path, "error": out.stderr[-800:],
-                "exit_code": out.returncode, "loadavg_before": list(load)}
-    return {**json.loads(out.stdout.splitlines()[-1]), "loadavg_before": list(load),
-            "loadavg_after": list(os.getloadavg())}
+        return {
+            "clients": clients,
+            "batch": batch,
+            "path": path,
+            "error": out.stderr[-800:],
+            "exit_code": out.returncode,
+            "loadavg_before": list(load),
+        }
+    return {
+        **json.loads(out.stdout.splitlines()[-1]),
+        "loadavg_before": list(load),
+        "loadavg_after": list(os.getloadavg()),
+    }
 
 
 def figure(points: list[dict], out: Path) -> None:
@@ -96,11 +137,15 @@ def figure(points: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for sweep, ax, key, label in (("clients", axes[0], "clients", "clients per round K (batch 20)"),
-                                  ("batch", axes[1], "batch", "batch size B (K = 50)")):
+    for sweep, ax, key, label in (
+        ("clients", axes[0], "clients", "clients per round K (batch 20)"),
+        ("batch", axes[1], "batch", "batch size B (K = 50)"),
+    ):
         for path, style in (("engine", "o-"), ("loop", "s--")):
-            pts = sorted((p for p in points if p["sweep"] == sweep and p["path"] == path and "error" not in p),
-                         key=lambda p: p[key])
+            pts = sorted(
+                (p for p in points if p["sweep"] == sweep and p["path"] == path and "error" not in p),
+                key=lambda p: p[key],
+            )
             if pts:
                 ax.plot([p[key] for p in pts], [p["rounds_per_s"] for p in pts], style, label=path)
         ax.set_xscale("log")
@@ -111,8 +156,10 @@ def figure(points: list[dict], out: Path) -> None:
         ax.legend()
     ax = axes[2]
     for path, style in (("engine", "o-"), ("loop", "s--")):
-        pts = sorted((p for p in points if p["sweep"] == "clients" and p["path"] == path and "error" not in p),
-                     key=lambda p: p["clients"])
+        pts = sorted(
+            (p for p in points if p["sweep"] == "clients" and p["path"] == path and "error" not in p),
+            key=lambda p: p["clients"],
+        )
         if pts:
             ax.plot([p["clients"] for p in pts], [p["peak_rss_mib"] / 1024 for p in pts], style, label=path)
     ax.set_xscale("log")
@@ -126,27 +173,37 @@ def figure(points: list[dict], out: Path) -> None:
 
 
 def table(points: list[dict], meta: dict) -> str:
-    lines = [BEGIN, "",
-             f"`{meta['command']}` ({meta['date']}; {meta['cpu']}, {meta['threads']} thread(s), torch "
-             f"{meta['torch']}; machine memory {meta['mem_total_gib']:.1f} GiB). FedAvg, LeNet5, tau = 10, synthetic "
-             f"28x28 data, all K clients every round. Figure: `benchmarks/cost_curves.png`.", "",
-             "| sweep | K | B | engine rounds/s | loop rounds/s | engine / loop | engine s per client-step "
-             "| engine peak RSS (MiB) | loop peak RSS (MiB) | load (1 min) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        BEGIN,
+        "",
+        f"`{meta['command']}` ({meta['date']}; {meta['cpu']}, {meta['threads']} thread(s), torch "
+        f"{meta['torch']}; machine memory {meta['mem_total_gib']:.1f} GiB). FedAvg, LeNet5, tau = 10, synthetic "
+        f"28x28 data, all K clients every round. Figure: `benchmarks/cost_curves.png`.",
+        "",
+        "| sweep | K | B | engine rounds/s | loop rounds/s | engine / loop | engine s per client-step "
+        "| engine peak RSS (MiB) | loop peak RSS (MiB) | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     keyed = {(p["sweep"], p["clients"], p["batch"], p["path"]): p for p in points}
     for sweep, k, b in sorted({(p["sweep"], p["clients"], p["batch"]) for p in points}):
         e, lp = keyed.get((sweep, k, b, "engine")), keyed.get((sweep, k, b, "loop"))
 
         def cell(p, key, fmt):
             return "error" if p is not None and "error" in p else (fmt.format(p[key]) if p else "")
-        ratio = (f"{e['rounds_per_s'] / lp['rounds_per_s']:.2f}x"
-                 if e and lp and "error" not in e and "error" not in lp else "")
+
+        ratio = (
+            f"{e['rounds_per_s'] / lp['rounds_per_s']:.2f}x"
+            if e and lp and "error" not in e and "error" not in lp
+            else ""
+        )
         per_step = f"{e['s_per_round'] / (10 * k) * 1e3:.2f} ms" if e and "error" not in e else ""
         loads = [p["loadavg_before"][0] for p in (e, lp) if p]
-        lines.append(f"| {sweep} | {k} | {b} | {cell(e, 'rounds_per_s', '{:.3f}')} | "
-                     f"{cell(lp, 'rounds_per_s', '{:.3f}')} | {ratio} | {per_step} | "
-                     f"{cell(e, 'peak_rss_mib', '{:.0f}')} | {cell(lp, 'peak_rss_mib', '{:.0f}')} | "
-                     f"{'-'.join(f'{x:.1f}' for x in loads)} |")
+        lines.append(
+            f"| {sweep} | {k} | {b} | {cell(e, 'rounds_per_s', '{:.3f}')} | "
+            f"{cell(lp, 'rounds_per_s', '{:.3f}')} | {ratio} | {per_step} | "
+            f"{cell(e, 'peak_rss_mib', '{:.0f}')} | {cell(lp, 'peak_rss_mib', '{:.0f}')} | "
+            f"{'-'.join(f'{x:.1f}' for x in loads)} |"
+        )
     lines += ["", END]
     return "\n".join(lines)
 
@@ -154,7 +211,7 @@ def table(points: list[dict], meta: dict) -> str:
 def write_table(text: str) -> None:
     md = RESULTS_MD.read_text()
     if BEGIN in md and END in md:
-        md = md[:md.index(BEGIN)] + text + md[md.index(END) + len(END):]
+        md = md[: md.index(BEGIN)] + text + md[md.index(END) + len(END) :]
     else:
         md = md.rstrip("\n") + "\n\n## Cost curves (`python benchmarks/cost_curves.py`)\n\n" + text + "\n"
     RESULTS_MD.write_text(md)
@@ -195,15 +252,29 @@ def main() -> None:
             p = {"sweep": sweep, **done[k, b, path]}
             points.append(p)
             msg = p.get("error", "").strip().splitlines()[-1:] if "error" in p else None
-            print(f"{sweep:7s} K={k:5d} B={b:4d} {path:6s} "
-                  + (f"ERROR {msg}" if msg is not None else
-                     f"{p['rounds_per_s']:8.3f} rounds/s  peak RSS {p['peak_rss_mib']:7.0f} MiB  "
-                     f"load {p['loadavg_before'][0]:.2f}"), flush=True)
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    meta = {**machine(args.threads), "command": "python benchmarks/cost_curves.py " + " ".join(sys.argv[1:]),
-            "mem_total_gib": mem, "threads": args.threads}
-    out = {"benchmark": "cost curves: rounds/s and peak RSS vs clients per round and batch size", "meta": meta,
-           "points": points, "wall_s": time.perf_counter() - wall0}
+            print(
+                f"{sweep:7s} K={k:5d} B={b:4d} {path:6s} "
+                + (
+                    f"ERROR {msg}"
+                    if msg is not None
+                    else f"{p['rounds_per_s']:8.3f} rounds/s  peak RSS {p['peak_rss_mib']:7.0f} MiB  "
+                    f"load {p['loadavg_before'][0]:.2f}"
+                ),
+                flush=True,
+            )
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    meta = {
+        **machine(args.threads),
+        "command": "python benchmarks/cost_curves.py " + " ".join(sys.argv[1:]),
+        "mem_total_gib": mem,
+        "threads": args.threads,
+    }
+    out = {
+        "benchmark": "cost curves: rounds/s and peak RSS vs clients per round and batch size",
+        "meta": meta,
+        "points": points,
+        "wall_s": time.perf_counter() - wall0,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     figure(points, args.figure)

@@ -90,8 +90,10 @@ def read_phase(out_dir: Path, repeats: int) -> dict:
         "batch_20_per_client_all_clients_s_min": round(min(batch_s), 5),
         "batch_shape": list(xb.shape),
         "peak_rss_mib_reader": round(peak_rss_mib(), 1),
-        "peak_rss_mib_reader_steps": {"after_imports": round(rss_base, 1),
-                                      "after_first_load": round(rss_load_first, 1)},
+        "peak_rss_mib_reader_steps": {
+            "after_imports": round(rss_base, 1),
+            "after_first_load": round(rss_load_first, 1),
+        },
         "checksum": checksum,
     }
 
@@ -124,8 +126,7 @@ def main(argv=None) -> dict:
     feature_shape, feature_dtype = list(xtr.shape[1:]), str(xtr.dtype)
 
     t = time.perf_counter()
-    p = partition("pathological", ytr, yte, seed=0, n_clients=args.clients,
-                  classes_per_client=args.classes_per_client)
+    p = partition("pathological", ytr, yte, seed=0, n_clients=args.clients, classes_per_client=args.classes_per_client)
     t_partition = time.perf_counter() - t
 
     tmp = None
@@ -147,17 +148,26 @@ def main(argv=None) -> dict:
     read = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     result = {
         "dataset": source["dataset"],
-        "feature_shape": feature_shape, "feature_dtype": feature_dtype,
-        "n_train": int(len(ytr)), "n_test": int(len(yte)),
-        "clients": args.clients, "scheme": "pathological", "classes_per_client": args.classes_per_client,
+        "feature_shape": feature_shape,
+        "feature_dtype": feature_dtype,
+        "n_train": int(len(ytr)),
+        "n_test": int(len(yte)),
+        "clients": args.clients,
+        "scheme": "pathological",
+        "classes_per_client": args.classes_per_client,
         "on_disk_bytes": size,
         "partition_s": round(t_partition, 4),
         "write_s": round(t_write, 4),
         **read,
-        "peak_rss_mib_writer": {"start": round(rss0, 1), "after_data": round(rss_data, 1),
-                                "after_write": round(rss_write, 1)},
+        "peak_rss_mib_writer": {
+            "start": round(rss0, 1),
+            "after_data": round(rss_data, 1),
+            "after_write": round(rss_write, 1),
+        },
         "repeats": args.repeats,
-        "python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
     }
     if tmp is not None:
         tmp.cleanup()

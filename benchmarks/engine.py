@@ -70,7 +70,7 @@ def sgemm_gflops(threads: int, device: str = "cpu", n: int = 2048, repeat: int =
         torch.mm(a, b, out=c)
         _sync(device)
         best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best / 1e9
+    return 2 * n**3 / best / 1e9
 
 
 def _sync(device: str) -> None:
@@ -84,6 +84,7 @@ class EvaluationStarts(Exception):
 
 def instrumented(cls: type) -> type:
     """``cls`` that stamps the start of the final evaluation (or stops there) and can count its local steps' FLOPs."""
+
     class Instrumented(cls):
         flops: int = 0
         count = stop_at_eval = False
@@ -101,19 +102,44 @@ def instrumented(cls: type) -> type:
             if self.stop_at_eval:
                 raise EvaluationStarts
             return super().deployed_params(state, ctx)
+
     return Instrumented
 
 
 GEMM = {"auto": None, "on": True, "off": False}  # --gemm -> engine.train(gemm=...)
 
 
-def train(algorithm: str, data: ClientData, *, vectorize: bool, rounds: int, batch_size: int, tau: int, device: str,
-          gemm: bool | None = None, count: bool = False, stop_at_eval: bool = False, callback=None):
+def train(
+    algorithm: str,
+    data: ClientData,
+    *,
+    vectorize: bool,
+    rounds: int,
+    batch_size: int,
+    tau: int,
+    device: str,
+    gemm: bool | None = None,
+    count: bool = False,
+    stop_at_eval: bool = False,
+    callback=None,
+):
     algo = instrumented(ALGORITHMS[algorithm])()
     algo.count, algo.stop_at_eval = count, stop_at_eval
     try:
-        engine.train(algo, data, lambda: LeNet5(), batch_size=batch_size, lr=0.05, tau=tau, rounds=rounds,
-                     eval_every=0, device=device, vectorize=vectorize, gemm=gemm, callback=callback)
+        engine.train(
+            algo,
+            data,
+            lambda: LeNet5(),
+            batch_size=batch_size,
+            lr=0.05,
+            tau=tau,
+            rounds=rounds,
+            eval_every=0,
+            device=device,
+            vectorize=vectorize,
+            gemm=gemm,
+            callback=callback,
+        )
     except EvaluationStarts:
         pass
     return algo
@@ -121,8 +147,9 @@ def train(algorithm: str, data: ClientData, *, vectorize: bool, rounds: int, bat
 
 def round_flops(algorithm: str, data: ClientData, **kw) -> dict[str, int]:
     """FLOPs of one round's local steps on each path (FlopCounterMode)."""
-    return {path: train(algorithm, data, vectorize=vec, rounds=1, count=True, **kw).flops
-            for path, vec in PATHS.items()}
+    return {
+        path: train(algorithm, data, vectorize=vec, rounds=1, count=True, **kw).flops for path, vec in PATHS.items()
+    }
 
 
 def time_rounds(algorithm: str, data: ClientData, *, vectorize: bool, rounds: int, device: str, **kw) -> dict:
@@ -133,13 +160,19 @@ def time_rounds(algorithm: str, data: ClientData, *, vectorize: bool, rounds: in
     def stamp(info=None):
         _sync(device)
         stamps.append((time.perf_counter(), time.process_time()))
+
     stamp()
-    algo = train(algorithm, data, vectorize=vectorize, rounds=rounds + 1, device=device, callback=stamp,
-                 stop_at_eval=True, **kw)
+    algo = train(
+        algorithm, data, vectorize=vectorize, rounds=rounds + 1, device=device, callback=stamp, stop_at_eval=True, **kw
+    )
     stamps.append((algo.eval_start, algo.eval_cpu))  # the last round ends where the evaluation starts
     wall, cpu = np.diff(np.array(stamps[1:]), axis=0).T  # rounds 2 .. rounds+1 (round 1 is the warm-up)
-    return {"s_per_round": float(wall.mean()), "per_round_s": wall.tolist(), "cpu_s_per_round": float(cpu.mean()),
-            "warmup_round_s": stamps[1][0] - stamps[0][0]}
+    return {
+        "s_per_round": float(wall.mean()),
+        "per_round_s": wall.tolist(),
+        "cpu_s_per_round": float(cpu.mean()),
+        "warmup_round_s": stamps[1][0] - stamps[0][0],
+    }
 
 
 def wait_for_quiet(limit: float, wait_s: float) -> list[float]:
@@ -150,8 +183,9 @@ def wait_for_quiet(limit: float, wait_s: float) -> list[float]:
     return list(os.getloadavg())
 
 
-def profile_round(data: ClientData, *, batch_size: int, tau: int, device: str, gemm: bool | None = None,
-                  top: int = 18) -> dict:
+def profile_round(
+    data: ClientData, *, batch_size: int, tau: int, device: str, gemm: bool | None = None, top: int = 18
+) -> dict:
     """Per-op profile of one batched FedAvg round (after a warm-up round): self time, FLOPs, GFLOP/s."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -173,16 +207,24 @@ def profile_round(data: ClientData, *, batch_size: int, tau: int, device: str, g
     for r in rows:
         r["share"] = r["self_ms"] / total_ms
         r["gflop_per_s"] = r["gflop"] / (r["self_ms"] / 1e3) if r["gflop"] else None
-    return {"round_wall_s_incl_profiler": train_s, "self_ms_total": total_ms, "gflop": gflop,
-            "gemm_ms": gemm_ms, "other_ms": total_ms - gemm_ms,
-            "gemm_only_gflop_per_s": gflop / (gemm_ms / 1e3) if gemm_ms else None,
-            "achieved_gflop_per_s": gflop / (total_ms / 1e3), "ops": rows[:top]}
+    return {
+        "round_wall_s_incl_profiler": train_s,
+        "self_ms_total": total_ms,
+        "gflop": gflop,
+        "gemm_ms": gemm_ms,
+        "other_ms": total_ms - gemm_ms,
+        "gemm_only_gflop_per_s": gflop / (gemm_ms / 1e3) if gemm_ms else None,
+        "achieved_gflop_per_s": gflop / (total_ms / 1e3),
+        "ops": rows[:top],
+    }
 
 
 def print_profile(p: dict) -> None:
-    print(f"profile of one batched FedAvg round (1 thread): {p['self_ms_total']:.0f} ms self time, "
-          f"{p['gflop']:.2f} GFLOP -> {p['achieved_gflop_per_s']:.1f} GFLOP/s; GEMM ops {p['gemm_ms']:.0f} ms "
-          f"({p['gemm_only_gflop_per_s']:.1f} GFLOP/s), everything else {p['other_ms']:.0f} ms")
+    print(
+        f"profile of one batched FedAvg round (1 thread): {p['self_ms_total']:.0f} ms self time, "
+        f"{p['gflop']:.2f} GFLOP -> {p['achieved_gflop_per_s']:.1f} GFLOP/s; GEMM ops {p['gemm_ms']:.0f} ms "
+        f"({p['gemm_only_gflop_per_s']:.1f} GFLOP/s), everything else {p['other_ms']:.0f} ms"
+    )
     print(f"  {'op':42s} {'calls':>6s} {'ms':>8s} {'share':>6s} {'GFLOP':>7s} {'GFLOP/s':>8s}")
     for r in p["ops"]:
         rate = f"{r['gflop_per_s']:8.1f}" if r["gflop_per_s"] else " " * 8
@@ -199,8 +241,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=S.BATCH_SIZE)
     ap.add_argument("--tau", type=int, default=S.TAU)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--gemm", choices=list(GEMM), default="auto",
-                    help="the engine's im2col + matmul CNN formulation (auto: on CPU only)")
+    ap.add_argument(
+        "--gemm",
+        choices=list(GEMM),
+        default="auto",
+        help="the engine's im2col + matmul CNN formulation (auto: on CPU only)",
+    )
     ap.add_argument("--profile", action="store_true", help="per-op profile of one batched FedAvg round")
     ap.add_argument("--quiet-load", type=float, default=0.5, help="wait for the 1-min load to fall below this")
     ap.add_argument("--wait", type=float, default=300.0, help="seconds to wait for it before each measurement")
@@ -217,8 +263,11 @@ def main() -> None:
     for threads in args.threads:
         load = wait_for_quiet(args.quiet_load, args.wait)
         peak[str(threads)] = {"gflop_per_s": sgemm_gflops(threads, args.device), "loadavg": load}
-        print(f"peak: SGEMM 2048^2 float32, {threads} thread(s): {peak[str(threads)]['gflop_per_s']:.1f} GFLOP/s "
-              f"(load {load[0]:.2f})", flush=True)
+        print(
+            f"peak: SGEMM 2048^2 float32, {threads} thread(s): {peak[str(threads)]['gflop_per_s']:.1f} GFLOP/s "
+            f"(load {load[0]:.2f})",
+            flush=True,
+        )
 
     torch.set_num_threads(1)
     flops = {a: round_flops(a, data, **kw) for a in args.algorithms}
@@ -235,14 +284,26 @@ def main() -> None:
                     r = time_rounds(algorithm, data, vectorize=PATHS[path], rounds=args.rounds, **kw)
                     after = list(os.getloadavg())
                     rate = flops[algorithm][path] / r["s_per_round"] / 1e9
-                    results.append({"algorithm": algorithm, "threads": threads, "path": path, "repeat": rep, **r,
-                                    "rounds_per_s": 1 / r["s_per_round"], "gflop_per_s": rate,
-                                    "of_peak": rate / peak[str(threads)]["gflop_per_s"],
-                                    "loadavg_before": before, "loadavg_after": after})
-                    print(f"{algorithm:7s} threads={threads} {path:6s} {r['s_per_round']:6.3f} s/round "
-                          f"{rate:6.1f} GFLOP/s ({rate / peak[str(threads)]['gflop_per_s']:5.1%} of peak), "
-                          f"CPU {r['cpu_s_per_round']:6.3f} s/round, load {before[0]:.2f}->{after[0]:.2f}",
-                          flush=True)
+                    results.append(
+                        {
+                            "algorithm": algorithm,
+                            "threads": threads,
+                            "path": path,
+                            "repeat": rep,
+                            **r,
+                            "rounds_per_s": 1 / r["s_per_round"],
+                            "gflop_per_s": rate,
+                            "of_peak": rate / peak[str(threads)]["gflop_per_s"],
+                            "loadavg_before": before,
+                            "loadavg_after": after,
+                        }
+                    )
+                    print(
+                        f"{algorithm:7s} threads={threads} {path:6s} {r['s_per_round']:6.3f} s/round "
+                        f"{rate:6.1f} GFLOP/s ({rate / peak[str(threads)]['gflop_per_s']:5.1%} of peak), "
+                        f"CPU {r['cpu_s_per_round']:6.3f} s/round, load {before[0]:.2f}->{after[0]:.2f}",
+                        flush=True,
+                    )
 
     for threads in args.threads:
         again = sgemm_gflops(threads, args.device)
@@ -259,34 +320,54 @@ def main() -> None:
             for path in args.paths:
                 runs = [r for r in results if (r["algorithm"], r["threads"], r["path"]) == (algorithm, threads, path)]
                 best = min(runs, key=lambda r: r["s_per_round"])
-                cell[path] = {"best_s_per_round": best["s_per_round"],
-                              "median_s_per_round": statistics.median(r["s_per_round"] for r in runs),
-                              "best_cpu_s_per_round": min(r["cpu_s_per_round"] for r in runs),
-                              "best_gflop_per_s": best["gflop_per_s"], "best_of_peak": best["of_peak"],
-                              "loadavg_of_best": best["loadavg_before"]}
+                cell[path] = {
+                    "best_s_per_round": best["s_per_round"],
+                    "median_s_per_round": statistics.median(r["s_per_round"] for r in runs),
+                    "best_cpu_s_per_round": min(r["cpu_s_per_round"] for r in runs),
+                    "best_gflop_per_s": best["gflop_per_s"],
+                    "best_of_peak": best["of_peak"],
+                    "loadavg_of_best": best["loadavg_before"],
+                }
             if {"engine", "loop"} <= cell.keys():
                 cell["engine_over_loop_best"] = cell["loop"]["best_s_per_round"] / cell["engine"]["best_s_per_round"]
-                cell["engine_over_loop_median"] = (cell["loop"]["median_s_per_round"]
-                                                   / cell["engine"]["median_s_per_round"])
-                cell["engine_over_loop_cpu"] = (cell["loop"]["best_cpu_s_per_round"]
-                                                / cell["engine"]["best_cpu_s_per_round"])
+                cell["engine_over_loop_median"] = (
+                    cell["loop"]["median_s_per_round"] / cell["engine"]["median_s_per_round"]
+                )
+                cell["engine_over_loop_cpu"] = (
+                    cell["loop"]["best_cpu_s_per_round"] / cell["engine"]["best_cpu_s_per_round"]
+                )
             summary.setdefault(algorithm, {})[str(threads)] = cell
     out = {
         "benchmark": "fedrepro.learning.engine (batched) vs the per-client loop, against the SGEMM peak",
         "command": " ".join(sys.argv),
         "data": source,
-        "setting": {"n_clients": data.n_clients, "clients_per_round": data.n_clients, "model": "LeNet5 (44,426)",
-                    "batch_size": args.batch_size, "tau": args.tau, "timed_rounds": args.rounds,
-                    "repeat": args.repeat, "gemm": args.gemm},
-        "flops": {"per_round": flops, "how": "FlopCounterMode over the local steps of one round: matmul and "
-                  "convolution FLOPs (2 per multiply-add), forward and backward, as executed"},
+        "setting": {
+            "n_clients": data.n_clients,
+            "clients_per_round": data.n_clients,
+            "model": "LeNet5 (44,426)",
+            "batch_size": args.batch_size,
+            "tau": args.tau,
+            "timed_rounds": args.rounds,
+            "repeat": args.repeat,
+            "gemm": args.gemm,
+        },
+        "flops": {
+            "per_round": flops,
+            "how": "FlopCounterMode over the local steps of one round: matmul and "
+            "convolution FLOPs (2 per multiply-add), forward and backward, as executed",
+        },
         "peak_sgemm": peak,
         "machine": S.machine(),
         "results": results,
         "summary": summary,
-        "targets": {f"{a}/{t}": {"engine_over_loop_ge_3": c.get("engine_over_loop_best", 0) >= 3,
-                                 "engine_ge_25pct_of_peak": c.get("engine", {}).get("best_of_peak", 0) >= 0.25}
-                    for a, cells in summary.items() for t, c in cells.items()},
+        "targets": {
+            f"{a}/{t}": {
+                "engine_over_loop_ge_3": c.get("engine_over_loop_best", 0) >= 3,
+                "engine_ge_25pct_of_peak": c.get("engine", {}).get("best_of_peak", 0) >= 0.25,
+            }
+            for a, cells in summary.items()
+            for t, c in cells.items()
+        },
     }
     if args.profile:
         torch.set_num_threads(1)
@@ -299,11 +380,13 @@ def main() -> None:
     for a, cells in summary.items():
         for t, c in cells.items():
             if "engine_over_loop_best" in c:
-                print(f"{a} threads={t}: engine {c['engine']['best_s_per_round']:.3f} s/round "
-                      f"({c['engine']['best_gflop_per_s']:.1f} GFLOP/s, {c['engine']['best_of_peak']:.1%} of peak), "
-                      f"loop {c['loop']['best_s_per_round']:.3f} s/round ({c['loop']['best_gflop_per_s']:.1f} "
-                      f"GFLOP/s) -> engine/loop {c['engine_over_loop_best']:.2f}x (CPU time: "
-                      f"{c['engine_over_loop_cpu']:.2f}x)")
+                print(
+                    f"{a} threads={t}: engine {c['engine']['best_s_per_round']:.3f} s/round "
+                    f"({c['engine']['best_gflop_per_s']:.1f} GFLOP/s, {c['engine']['best_of_peak']:.1%} of peak), "
+                    f"loop {c['loop']['best_s_per_round']:.3f} s/round ({c['loop']['best_gflop_per_s']:.1f} "
+                    f"GFLOP/s) -> engine/loop {c['engine_over_loop_best']:.2f}x (CPU time: "
+                    f"{c['engine_over_loop_cpu']:.2f}x)"
+                )
     print(f"wrote {args.out} ({out['wall_s']:.0f} s)")
 
 

@@ -53,6 +53,7 @@ from fedrepro.learning.net import expand  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ fedrepro
 
+
 class _Capture(FedAvg):
     """FedAvg that keeps its state and stamps the start of the final evaluation."""
 
@@ -69,16 +70,31 @@ def run_fedrepro(data: ClientData, rounds: int) -> dict:
     algo = _Capture(weight_decay=S.WEIGHT_DECAY)
     stamps: list[float] = []
     start = time.perf_counter()
-    engine.train(algo, data, lambda: LeNet5(), batch_size=S.BATCH_SIZE, lr=S.LR, tau=S.TAU, rounds=rounds + 1,
-                 seed=S.SEED, eval_every=0, callback=lambda info: stamps.append(time.perf_counter()))
+    engine.train(
+        algo,
+        data,
+        lambda: LeNet5(),
+        batch_size=S.BATCH_SIZE,
+        lr=S.LR,
+        tau=S.TAU,
+        rounds=rounds + 1,
+        seed=S.SEED,
+        eval_every=0,
+        callback=lambda info: stamps.append(time.perf_counter()),
+    )
     timed = algo.eval_start - stamps[0]  # rounds 2 .. rounds+1; round 1 is the warm-up
     per_round = np.diff(stamps[:-1] + [algo.eval_start]).tolist()  # the last stamp comes after the evaluation
-    return {"s_per_round": timed / rounds, "per_round_s": per_round, "warmup_round_s": stamps[0] - start,
-            "timed_s": timed,
-            "params": {k: v.detach().clone() for k, v in algo.state.global_params.items()}}
+    return {
+        "s_per_round": timed / rounds,
+        "per_round_s": per_round,
+        "warmup_round_s": stamps[0] - start,
+        "timed_s": timed,
+        "params": {k: v.detach().clone() for k, v in algo.state.global_params.items()},
+    }
 
 
 # ------------------------------------------------------------------------------------------------ plain loop
+
 
 def loop_round(global_state: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray) -> dict:
     """One FedAvg round of the plain loop: rows (tau, n_clients, B)."""
@@ -99,11 +115,17 @@ def run_loop(x: torch.Tensor, y: torch.Tensor, rows: np.ndarray, rounds: int) ->
         state = loop_round(state, x, y, rows[r])
         stamps.append(time.perf_counter())
     timed = stamps[-1] - stamps[0]
-    return {"s_per_round": timed / rounds, "per_round_s": np.diff(stamps).tolist(), "warmup_round_s": stamps[0] - start,
-            "timed_s": timed, "params": state}
+    return {
+        "s_per_round": timed / rounds,
+        "per_round_s": np.diff(stamps).tolist(),
+        "warmup_round_s": stamps[0] - start,
+        "timed_s": timed,
+        "params": state,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ Flower
+
 
 def build_flower_apps(rounds_total: int, rows_file: str, client_threads: int, sink: dict):
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -122,8 +144,12 @@ def build_flower_apps(rounds_total: int, rows_file: str, client_threads: int, si
         model = LeNet5()
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         loss = S.local_train(model, x, y, rows[rnd - 1, :, cid])
-        content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
-                              "metrics": MetricRecord({"train_loss": loss, "num-examples": S.TAU * S.BATCH_SIZE})})
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord(model.state_dict()),
+                "metrics": MetricRecord({"train_loss": loss, "num-examples": S.TAU * S.BATCH_SIZE}),
+            }
+        )
         return Message(content=content, reply_to=msg)
 
     server_app = ServerApp()
@@ -131,16 +157,19 @@ def build_flower_apps(rounds_total: int, rows_file: str, client_threads: int, si
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         m = S.N_CLIENTS
-        strategy = FlowerFedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=m,
-                                min_available_nodes=m)
+        strategy = FlowerFedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=m, min_available_nodes=m)
 
         def stamp(server_round: int, arrays):  # called before round 1 and after every round
             sink.setdefault("stamps", []).append(time.perf_counter())
             return None
 
-        result = strategy.start(grid=grid, initial_arrays=ArrayRecord(S.initial_model().state_dict()),
-                                num_rounds=rounds_total, train_config=ConfigRecord({"rows-file": rows_file}),
-                                evaluate_fn=stamp)
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(S.initial_model().state_dict()),
+            num_rounds=rounds_total,
+            train_config=ConfigRecord({"rows-file": rows_file}),
+            evaluate_fn=stamp,
+        )
         sink["arrays"] = result.arrays
 
     return server_app, client_app
@@ -153,6 +182,7 @@ def run_flower(rows: np.ndarray, rounds: int, actors: int) -> dict:
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     from flwr.simulation import run_simulation
+
     logging.getLogger("flwr").setLevel(logging.WARNING)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,19 +191,31 @@ def run_flower(rows: np.ndarray, rounds: int, actors: int) -> dict:
         sink: dict = {}
         server_app, client_app = build_flower_apps(rounds + 1, rows_file, 1, sink)
         start = time.perf_counter()
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=S.N_CLIENTS,
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": actors, "num_gpus": 0,
-                                                     "include_dashboard": False}})
+        run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=S.N_CLIENTS,
+            backend_config={
+                "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                "init_args": {"num_cpus": actors, "num_gpus": 0, "include_dashboard": False},
+            },
+        )
         total = time.perf_counter() - start
     st = sink["stamps"]  # [before round 1, after round 1, ..., after round rounds+1]
     timed = st[-1] - st[1]
-    return {"s_per_round": timed / rounds, "per_round_s": np.diff(st[1:]).tolist(), "warmup_round_s": st[1] - start,
-            "timed_s": timed, "total_with_startup_s": total, "actors": actors,
-            "params": {k: torch.as_tensor(v) for k, v in sink["arrays"].to_torch_state_dict().items()}}
+    return {
+        "s_per_round": timed / rounds,
+        "per_round_s": np.diff(st[1:]).tolist(),
+        "warmup_round_s": st[1] - start,
+        "timed_s": timed,
+        "total_with_startup_s": total,
+        "actors": actors,
+        "params": {k: torch.as_tensor(v) for k, v in sink["arrays"].to_torch_state_dict().items()},
+    }
 
 
 # ------------------------------------------------------------------------------------------------ profile
+
 
 def compute_floor(x: torch.Tensor, y: torch.Tensor, rows: np.ndarray, repeat: int = 3) -> dict:
     """A round's FLOPs done by ONE ordinary LeNet5 (no per-client model, optimizer or state-dict traffic), two ways:
@@ -181,8 +223,10 @@ def compute_floor(x: torch.Tensor, y: torch.Tensor, rows: np.ndarray, repeat: in
     data layout a client-batched engine works on; ``client_batches``: the round's n_clients * tau minibatches of B
     images one after another (the plain loop minus its per-client bookkeeping). Best of ``repeat`` each (s/round)."""
     tau, m, b = rows.shape[1:]
-    variants = {"big_batch": rows[0].reshape(tau, m * b),
-                "client_batches": np.swapaxes(rows[0], 0, 1).reshape(m * tau, b)}
+    variants = {
+        "big_batch": rows[0].reshape(tau, m * b),
+        "client_batches": np.swapaxes(rows[0], 0, 1).reshape(m * tau, b),
+    }
     out = {}
     for name, r in variants.items():
         times = []
@@ -217,6 +261,7 @@ def profile_paths(data: ClientData, x, y, rows) -> dict:
 
 # ------------------------------------------------------------------------------------------------ main
 
+
 def max_diff(a: dict, b: dict) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
@@ -225,12 +270,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per path (after one warm-up round)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch threads (fedrepro, loop)")
-    ap.add_argument("--paths", nargs="+", default=["fedrepro", "loop", "flower"],
-                    choices=["fedrepro", "loop", "flower"])
-    ap.add_argument("--repeat", type=int, default=2,
-                    help="measure fedrepro and loop this many times, interleaved (Flower once); best of them is used")
-    ap.add_argument("--flower-actors", type=int, nargs="+", default=[1, 2],
-                    help="Ray CPUs = concurrent Flower clients (one run each)")
+    ap.add_argument(
+        "--paths", nargs="+", default=["fedrepro", "loop", "flower"], choices=["fedrepro", "loop", "flower"]
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="measure fedrepro and loop this many times, interleaved (Flower once); best of them is used",
+    )
+    ap.add_argument(
+        "--flower-actors",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="Ray CPUs = concurrent Flower clients (one run each)",
+    )
     ap.add_argument("--profile", action="store_true", help="add torch.profiler / cProfile of one round")
     ap.add_argument("--out", type=Path, default=S.HERE / "results" / "fedavg_frameworks.json")
     args = ap.parse_args()
@@ -253,13 +308,22 @@ def main() -> None:
                 torch.set_num_threads(threads)
                 r = run_fedrepro(data, args.rounds) if path == "fedrepro" else run_loop(x, y, rows, args.rounds)
         params[(path, threads)] = r.pop("params")
-        row = {"path": path, "threads": threads, "rounds_per_s": 1 / r["s_per_round"],
-               "rounds_per_s_best_round": 1 / min(r["per_round_s"]), **r, **load.record()}
+        row = {
+            "path": path,
+            "threads": threads,
+            "rounds_per_s": 1 / r["s_per_round"],
+            "rounds_per_s_best_round": 1 / min(r["per_round_s"]),
+            **r,
+            **load.record(),
+        }
         if path == "flower":
             row["threads_note"] = f"{threads} Ray actors (num_cpus=1 per client), 1 torch thread each"
         results.append(row)
-        print(f"{path:8s} threads={threads} {row['rounds_per_s']:.3f} rounds/s ({r['s_per_round']:.2f} s/round, "
-              f"warm-up {r['warmup_round_s']:.1f} s) load {load.before[0]:.2f}->{load.after[0]:.2f}", flush=True)
+        print(
+            f"{path:8s} threads={threads} {row['rounds_per_s']:.3f} rounds/s ({r['s_per_round']:.2f} s/round, "
+            f"warm-up {r['warmup_round_s']:.1f} s) load {load.before[0]:.2f}->{load.after[0]:.2f}",
+            flush=True,
+        )
 
     ref = next(iter(params))
     agreement = {f"{p}/{t}": max_diff(params[ref], v) for (p, t), v in params.items()}
@@ -271,8 +335,9 @@ def main() -> None:
     speedups, speedups_round = {}, {}
     if "fedrepro" in best:
         speedups = {f"fedrepro_over_{p}": best["fedrepro"] / v for p, v in best.items() if p != "fedrepro"}
-        speedups_round = {f"fedrepro_over_{p}": best_round["fedrepro"] / v for p, v in best_round.items()
-                          if p != "fedrepro"}
+        speedups_round = {
+            f"fedrepro_over_{p}": best_round["fedrepro"] / v for p, v in best_round.items() if p != "fedrepro"
+        }
     same_threads = {}
     for t in args.threads:
         fr = [r["rounds_per_s"] for r in results if r["path"] == "fedrepro" and r["threads"] == t]
@@ -282,20 +347,34 @@ def main() -> None:
     out = {
         "benchmark": "FedAvg, Table-2-shaped setting: fedrepro batched engine vs Flower simulation vs plain loop",
         "data": source,
-        "setting": {"n_clients": S.N_CLIENTS, "clients_per_round": S.N_CLIENTS, "model": "LeNet5 (44,426 params)",
-                    "batch_size": S.BATCH_SIZE, "tau": S.TAU, "lr": S.LR, "weight_decay": S.WEIGHT_DECAY,
-                    "seed": S.SEED, "timed_rounds": args.rounds, "warmup_rounds": 1,
-                    "loop_batching": "DataLoader-free: index the preloaded float32 tensor with the engine's rows"},
+        "setting": {
+            "n_clients": S.N_CLIENTS,
+            "clients_per_round": S.N_CLIENTS,
+            "model": "LeNet5 (44,426 params)",
+            "batch_size": S.BATCH_SIZE,
+            "tau": S.TAU,
+            "lr": S.LR,
+            "weight_decay": S.WEIGHT_DECAY,
+            "seed": S.SEED,
+            "timed_rounds": args.rounds,
+            "warmup_rounds": 1,
+            "loop_batching": "DataLoader-free: index the preloaded float32 tensor with the engine's rows",
+        },
         "machine": S.machine(),
         "versions": _versions(),
         "results": results,
         "speedups_best_rounds_per_s": speedups,
         "speedups_best_single_round": speedups_round,
         "fedrepro_over_loop_same_threads": same_threads,
-        "targets": {"fedrepro_over_flower_ge_5": speedups.get("fedrepro_over_flower", float("nan")) >= 5,
-                    "fedrepro_over_loop_ge_10": speedups.get("fedrepro_over_loop", float("nan")) >= 10},
-        "agreement": {"reference": f"{ref[0]}/{ref[1]}", "max_abs_param_diff": agreement,
-                      "test_acc_reference_after_run": float(np.nanmean(ev["acc"]))},
+        "targets": {
+            "fedrepro_over_flower_ge_5": speedups.get("fedrepro_over_flower", float("nan")) >= 5,
+            "fedrepro_over_loop_ge_10": speedups.get("fedrepro_over_loop", float("nan")) >= 10,
+        },
+        "agreement": {
+            "reference": f"{ref[0]}/{ref[1]}",
+            "max_abs_param_diff": agreement,
+            "test_acc_reference_after_run": float(np.nanmean(ev["acc"])),
+        },
         "wall_s": time.perf_counter() - wall0,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -305,16 +384,30 @@ def main() -> None:
         with S.Load() as load:
             floor = compute_floor(x, y, rows)
         out["compute_floor_1_thread"] = {**floor, **load.record()}
-        print("one model, a round's FLOPs (1 thread): " + ", ".join(
-            f"{k} {v['s_per_round_best']:.2f} s/round" for k, v in floor.items()), flush=True)
+        print(
+            "one model, a round's FLOPs (1 thread): "
+            + ", ".join(f"{k} {v['s_per_round_best']:.2f} s/round" for k, v in floor.items()),
+            flush=True,
+        )
         out["profile"] = profile_paths(data, x, y, rows)
         for k, v in out["profile"].items():
             print(f"---- {k}\n{v}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("speedups_best_rounds_per_s", "speedups_best_single_round",
-                                          "fedrepro_over_loop_same_threads",
-                                          "agreement")}, indent=1))
+    print(
+        json.dumps(
+            {
+                k: out[k]
+                for k in (
+                    "speedups_best_rounds_per_s",
+                    "speedups_best_single_round",
+                    "fedrepro_over_loop_same_threads",
+                    "agreement",
+                )
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out} ({out['wall_s']:.0f} s)")
 
 

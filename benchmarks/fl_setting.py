@@ -48,6 +48,7 @@ def load_data(m: int = N_CLIENTS, n_train: int = 1200, n_test: int = 200, seed: 
 
     def block(n):
         return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n)
+
     ds = from_arrays([block(n_train) for _ in range(m)], [block(n_test) for _ in range(m)], n_classes=10)
     return ds, f"synthetic uint8 28x28, {m} clients x ({n_train} train, {n_test} test), random labels"
 
@@ -91,8 +92,15 @@ def cached_data(rows_file: str) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]
     return _CACHE[rows_file]
 
 
-def local_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray, *, lr: float = LR,
-                weight_decay: float = WEIGHT_DECAY) -> float:
+def local_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rows: np.ndarray,
+    *,
+    lr: float = LR,
+    weight_decay: float = WEIGHT_DECAY,
+) -> float:
     """The plain PyTorch client update shared by the per-client loop and the Flower client: ``len(rows)`` SGD steps
     (``torch.optim.SGD``, no momentum) on minibatches ``x[rows[s]]`` (DataLoader-free batching: index the client's
     preloaded tensor). Returns the mean training loss."""
@@ -118,10 +126,17 @@ def machine(threads: int | None = None) -> dict:
                 break
     except OSError:
         pass
-    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__, "numpy": np.__version__, "torch_threads": threads or torch.get_num_threads(),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "date": time.strftime("%Y-%m-%d")}
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "torch_threads": threads or torch.get_num_threads(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 class Load:

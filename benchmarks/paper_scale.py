@@ -37,6 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+
 def _eval_periods(p: dict) -> tuple[float, float]:
     """fl_training: one and two evaluation periods, in epochs (its ``eval_every`` counts rounds of ``tau``
     iterations), so that both fractional runs include their share of the periodic evaluations."""
@@ -47,7 +48,7 @@ def _eval_periods(p: dict) -> tuple[float, float]:
 #: kind -> (the parameter its cost grows with, the two values k1 < k2 it is run at, or a function of the params)
 FRACTION_KNOBS: dict[str, tuple[str, tuple[float, float] | Callable[[dict], tuple[float, float]]]] = {
     "fl_training": ("epochs", _eval_periods),
-    "fedhdp_training": ("rounds", (10, 20)),           # eval_every 10 rounds
+    "fedhdp_training": ("rounds", (10, 20)),  # eval_every 10 rounds
     "ppsgd_synthetic": ("niter", (10, 20)),
     "ppsgd_linear": ("epochs", (1, 2)),
     "ppsgd_cnn": ("epochs", (1, 2)),
@@ -70,8 +71,12 @@ def plan(only: list[str] | None) -> list[dict]:
             if not all(is_available(cfg, d) for d in exp.datasets):
                 continue
             knob = FRACTION_KNOBS.get(exp.kind)
-            entry = {"id": exp.id, "kind": exp.kind, "partitions": list(exp.partitions),
-                     "seeds": 1 if exp.deterministic else len(cfg["seeds"]["paper"])}
+            entry = {
+                "id": exp.id,
+                "kind": exp.kind,
+                "partitions": list(exp.partitions),
+                "seeds": 1 if exp.deterministic else len(cfg["seeds"]["paper"]),
+            }
             if knob is not None and knob[0] in exp.params:
                 name, values = knob
                 values = values(exp.params) if callable(values) else values
@@ -91,15 +96,28 @@ def ensure_partitions(names: list[str]) -> None:
         d = paths.partition_dir(cfg, name)
         if not fedformat.is_complete(d):
             print(f"building partition {name} -> {d}", flush=True)
-            subprocess.run([sys.executable, "-m", "fedrepro", "data", "partition", name, "--out", str(d)],
-                           check=True, cwd=ROOT)
+            subprocess.run(
+                [sys.executable, "-m", "fedrepro", "data", "partition", name, "--out", str(d)], check=True, cwd=ROOT
+            )
 
 
 def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
     """One seed-0 paper-scale run in a child process: wall and CPU seconds, peak RSS, load before and after."""
     with tempfile.TemporaryDirectory(prefix="fedrepro-paper-scale-") as tmp:
-        cmd = [sys.executable, "-m", "fedrepro", "run", exp_id, "--scale", "paper", "--seed", "0", "--out", tmp,
-               "--no-checkpoint"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "fedrepro",
+            "run",
+            exp_id,
+            "--scale",
+            "paper",
+            "--seed",
+            "0",
+            "--out",
+            tmp,
+            "--no-checkpoint",
+        ]
         for k, v in overrides.items():
             cmd += ["--set", f"{k}={json.dumps(v)}"]
         load_before = os.getloadavg()
@@ -119,10 +137,17 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
             err.seek(0)
             stderr = err.read()
         exit_code = os.waitstatus_to_exitcode(status)
-    return {"overrides": overrides, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mib": usage.ru_maxrss / 1024, "exit_code": exit_code, "timed_out": timed_out,
-            "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg()),
-            "stderr_tail": stderr[-600:] if exit_code else ""}
+    return {
+        "overrides": overrides,
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+        "exit_code": exit_code,
+        "timed_out": timed_out,
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(os.getloadavg()),
+        "stderr_tail": stderr[-600:] if exit_code else "",
+    }
 
 
 def measure(entry: dict, full_limit: float) -> dict:
@@ -130,19 +155,31 @@ def measure(entry: dict, full_limit: float) -> dict:
         run = timed_run(entry["id"], {}, full_limit)
         per_seed = run["cpu_s"]
         model = "timed in full" + (f" (stopped at {full_limit:.0f} s: a lower bound)" if run["timed_out"] else "")
-        return {**entry, "runs": [run], "model": model, "per_seed_cpu_s": per_seed,
-                "lower_bound": run["timed_out"], "ok": run["exit_code"] == 0 or run["timed_out"]}
+        return {
+            **entry,
+            "runs": [run],
+            "model": model,
+            "per_seed_cpu_s": per_seed,
+            "lower_bound": run["timed_out"],
+            "ok": run["exit_code"] == 0 or run["timed_out"],
+        }
     k1, k2 = entry["fractions"]
     runs = [timed_run(entry["id"], {entry["knob"]: k}, full_limit) for k in (k1, k2)]
     t1, t2 = runs[0]["cpu_s"], runs[1]["cpu_s"]
     b = (t2 - t1) / (k2 - k1)
     a = t1 - b * k1
     k = entry["paper_value"]
-    return {**entry, "runs": runs, "fixed_cpu_s": a, "cpu_s_per_unit": b,
-            "model": f"t({entry['knob']}) = {a:.1f} s + {b:.2f} s x {entry['knob']}, fit through "
-                     f"{entry['knob']} = {k1:g}, {k2:g}; extrapolated to {entry['knob']} = {k:g}",
-            "per_seed_cpu_s": a + b * k, "lower_bound": False,
-            "ok": all(r["exit_code"] == 0 for r in runs)}
+    return {
+        **entry,
+        "runs": runs,
+        "fixed_cpu_s": a,
+        "cpu_s_per_unit": b,
+        "model": f"t({entry['knob']}) = {a:.1f} s + {b:.2f} s x {entry['knob']}, fit through "
+        f"{entry['knob']} = {k1:g}, {k2:g}; extrapolated to {entry['knob']} = {k:g}",
+        "per_seed_cpu_s": a + b * k,
+        "lower_bound": False,
+        "ok": all(r["exit_code"] == 0 for r in runs),
+    }
 
 
 def main() -> None:
@@ -157,7 +194,7 @@ def main() -> None:
     entries = plan(args.only)
     if args.list:
         for e in entries:
-            how = (f"{e['knob']} = {e['fractions']} of {e['paper_value']}" if "knob" in e else "in full")
+            how = f"{e['knob']} = {e['fractions']} of {e['paper_value']}" if "knob" in e else "in full"
             print(f"{e['id']:34s} {e['kind']:30s} x{e['seeds']} seeds, timed {how}")
         return
     ensure_partitions(sorted({p for e in entries for p in e["partitions"]}))
@@ -166,20 +203,29 @@ def main() -> None:
         r = measure(e, args.full_limit)
         results.append(r)
         total_h = r["per_seed_cpu_s"] * r["seeds"] / 3600
-        print(f"{r['id']:34s} {r['per_seed_cpu_s']:9.0f} CPU-s per seed{'+' if r['lower_bound'] else ' '} "
-              f"x{r['seeds']} = {total_h:7.2f} CPU-h  [{r['model']}]"
-              f"{'' if r['ok'] else '  FAILED: ' + r['runs'][-1]['stderr_tail']}", flush=True)
+        print(
+            f"{r['id']:34s} {r['per_seed_cpu_s']:9.0f} CPU-s per seed{'+' if r['lower_bound'] else ' '} "
+            f"x{r['seeds']} = {total_h:7.2f} CPU-h  [{r['model']}]"
+            f"{'' if r['ok'] else '  FAILED: ' + r['runs'][-1]['stderr_tail']}",
+            flush=True,
+        )
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"results": results}, indent=1) + "\n")
     total = sum(r["per_seed_cpu_s"] * r["seeds"] for r in results if r["ok"]) / 3600
     sys.path.insert(0, str(HERE))
     from fl_setting import machine
 
-    out = {"benchmark": "paper-scale CPU time per offline experiment (one seed, measured or extrapolated)",
-           "command": " ".join(sys.argv), "machine": machine(1), "results": results,
-           "total_cpu_h": total, "cores": args.cores, "total_wall_h_at_cores": total / args.cores,
-           "note": "wall = CPU / cores assumes the jobs keep all cores busy (the workflow runs one-thread jobs "
-                   "side by side); the longest single job bounds it from below"}
+    out = {
+        "benchmark": "paper-scale CPU time per offline experiment (one seed, measured or extrapolated)",
+        "command": " ".join(sys.argv),
+        "machine": machine(1),
+        "results": results,
+        "total_cpu_h": total,
+        "cores": args.cores,
+        "total_wall_h_at_cores": total / args.cores,
+        "note": "wall = CPU / cores assumes the jobs keep all cores busy (the workflow runs one-thread jobs "
+        "side by side); the longest single job bounds it from below",
+    }
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"total {total:.1f} CPU-h -> >= {total / args.cores:.1f} h wall on {args.cores} cores; wrote {args.out}")
 

@@ -44,9 +44,18 @@ def synthetic(n: int, seed: int) -> list[bytes]:
     for _ in range(n):
         body = " ".join(vocab[rng.integers(0, len(vocab), int(rng.integers(5, 301)))])
         title = " ".join(vocab[rng.integers(0, len(vocab), int(rng.integers(2, 21)))])
-        out.append(encode_example({"tokens": body.encode(), "title": title.encode(), "tags": b"python|java",
-                                   "type": b"question", "creation_date": b"2010-01-08 09:34:05 UTC",
-                                   "score": int(rng.integers(-10, 1000))}))
+        out.append(
+            encode_example(
+                {
+                    "tokens": body.encode(),
+                    "title": title.encode(),
+                    "tags": b"python|java",
+                    "type": b"question",
+                    "creation_date": b"2010-01-08 09:34:05 UTC",
+                    "score": int(rng.integers(-10, 1000)),
+                }
+            )
+        )
     return out
 
 
@@ -57,15 +66,24 @@ def test_records() -> list[bytes]:
     floats = _pb_ld(2, _pb_ld(1, np.array([0.5, -2.0], "<f4").tobytes()) + b"\x0d" + np.array([3.25], "<f4").tobytes())
     one, two = _pb_ld(1, _pb_ld(1, b"x")), _pb_ld(1, _pb_ld(1, b"y"))
     golden = encode_example({"score": -1, "type": b"answer"})
-    records = [golden, golden[:-3], b"\x0b", b"", b"\x00\x00", b"\x0a\x05\x0a\x03", b"\x0a",
-               _pb_ld(1, entry(b"a", ints) + entry(b"f", floats) + entry(b"a", one) + entry(b"b", ints)) + b"\x10\x07",
-               _pb_ld(1, entry(b"k", one + ints)), _pb_ld(1, entry(b"k", b"")), _pb_ld(1, entry(b"\xff", ints)),
-               _pb_ld(1, entry(b"k", one + two)),  # a message field given twice: merged by the spec
-               _pb_ld(1, entry(b"a", one)) + _pb_ld(1, entry(b"b", ints))]
+    records = [
+        golden,
+        golden[:-3],
+        b"\x0b",
+        b"",
+        b"\x00\x00",
+        b"\x0a\x05\x0a\x03",
+        b"\x0a",
+        _pb_ld(1, entry(b"a", ints) + entry(b"f", floats) + entry(b"a", one) + entry(b"b", ints)) + b"\x10\x07",
+        _pb_ld(1, entry(b"k", one + ints)),
+        _pb_ld(1, entry(b"k", b"")),
+        _pb_ld(1, entry(b"\xff", ints)),
+        _pb_ld(1, entry(b"k", one + two)),  # a message field given twice: merged by the spec
+        _pb_ld(1, entry(b"a", one)) + _pb_ld(1, entry(b"b", ints)),
+    ]
     for clients in SO_DATA.values():
         for rows in clients.values():
-            records += [encode_example({c: (v if c == "score" else v.encode()) for c, v in zip(COLS, r)})
-                        for r in rows]
+            records += [encode_example({c: (v if c == "score" else v.encode()) for c, v in zip(COLS, r)}) for r in rows]
     return records
 
 
@@ -90,22 +108,31 @@ def tfrecord_reader():
 
     def parse(buf: bytes) -> dict:
         example = example_pb2.Example.FromString(buf)
-        return {name: (list(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind") else [])
-                for name, f in example.features.feature.items()}
+        return {
+            name: (list(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind") else [])
+            for name, f in example.features.feature.items()
+        }
+
     return parse
 
 
 def import_seconds(statement: str) -> float:
     """Wall time of ``statement`` (imports and a first decode) in a fresh interpreter, best of 3."""
     code = f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)"
-    return min(float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                                    text=True).stdout) for _ in range(3))
+    return min(
+        float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+        for _ in range(3)
+    )
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=250_000, help="synthetic records (PPSGD's run: 500 users x up to "
-                                                                  "500 training documents, plus test documents)")
+    ap.add_argument(
+        "--records",
+        type=int,
+        default=250_000,
+        help="synthetic records (PPSGD's run: 500 users x up to 500 training documents, plus test documents)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--against", type=Path, action="append", default=[], help="a .py file with parse_tf_example")
@@ -125,23 +152,31 @@ def main(argv=None) -> dict:
     fixtures = test_records()
     records = synthetic(args.records, args.seed)
     result: dict = {
-        "python": platform.python_version(), "machine": platform.machine(), "processor": platform.processor(),
-        "protobuf": google.protobuf.__version__, "protobuf_implementation": api_implementation.Type(),
-        "records": len(records), "mean_record_bytes": float(np.mean([len(r) for r in records])),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "protobuf": google.protobuf.__version__,
+        "protobuf_implementation": api_implementation.Type(),
+        "records": len(records),
+        "mean_record_bytes": float(np.mean([len(r) for r in records])),
         "import_and_first_decode_s": {
-            "fedrepro (protobuf)": import_seconds("from fedrepro.data.tf_example import parse_tf_example as p; "
-                                                 "p(b'')")},
+            "fedrepro (protobuf)": import_seconds("from fedrepro.data.tf_example import parse_tf_example as p; p(b'')")
+        },
         "readers": {},
     }
     if args.tfrecord:
         result["import_and_first_decode_s"]["tfrecord.example_pb2"] = import_seconds(
-            "from tfrecord import example_pb2; example_pb2.Example.FromString(b'')")
+            "from tfrecord import example_pb2; example_pb2.Example.FromString(b'')"
+        )
     reference = [decode(parse_tf_example, r) for r in fixtures]
     reference_synthetic = [parse_tf_example(r) for r in records]
     for name, parse in readers.items():
         entry: dict = {}
-        diffs = [(i, fixtures[i].hex(), ref, got) for i, ref in enumerate(reference)
-                 if (got := decode(parse, fixtures[i])) != ref]
+        diffs = [
+            (i, fixtures[i].hex(), ref, got)
+            for i, ref in enumerate(reference)
+            if (got := decode(parse, fixtures[i])) != ref
+        ]
         entry["fixture_records"] = len(fixtures)
         entry["fixture_differences"] = [{"record": d[1], "fedrepro": repr(d[2]), "this": repr(d[3])} for d in diffs]
         entry["synthetic_identical"] = all(parse(r) == ref for r, ref in zip(records, reference_synthetic))
@@ -154,8 +189,11 @@ def main(argv=None) -> dict:
         entry["best_s"] = min(times)
         entry["records_per_s"] = len(records) / min(times)
         result["readers"][name] = entry
-        print(f"{name}: {entry['records_per_s']:,.0f} records/s, synthetic identical: {entry['synthetic_identical']}, "
-              f"fixture differences: {len(diffs)}", file=sys.stderr)
+        print(
+            f"{name}: {entry['records_per_s']:,.0f} records/s, synthetic identical: {entry['synthetic_identical']}, "
+            f"fixture differences: {len(diffs)}",
+            file=sys.stderr,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

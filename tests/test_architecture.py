@@ -37,8 +37,9 @@ def imports_of(module: str) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
-                     for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names
+            ]
         else:
             continue
         out |= {n for n in names if n in MODULES and n != module}
@@ -94,9 +95,11 @@ def kinds_importing_kinds(graph: dict[str, set[str]], kind_mods: set[str]) -> di
 
 def shared_importing_papers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
     """Outside fedrepro.papers only the registries may name the papers package (its index), never a paper."""
-    return {m: sorted(i for i in deps if i.startswith("fedrepro.papers."))
-            for m, deps in graph.items()
-            if not m.startswith("fedrepro.papers") and any(i.startswith("fedrepro.papers.") for i in deps)}
+    return {
+        m: sorted(i for i in deps if i.startswith("fedrepro.papers."))
+        for m, deps in graph.items()
+        if not m.startswith("fedrepro.papers") and any(i.startswith("fedrepro.papers.") for i in deps)
+    }
 
 
 def test_no_kind_imports_another_kind():
@@ -108,11 +111,16 @@ def test_shared_layers_know_no_paper():
 
 
 def test_layer_checks_find_offenders():
-    graph = {"fedrepro.papers.a.experiments.x": {"fedrepro.papers.a.experiments.y"},
-             "fedrepro.papers.a.experiments.y": set(), "fedrepro.report.build": {"fedrepro.papers.a.plots"},
-             "fedrepro.cli": {"fedrepro.papers"}}
+    graph = {
+        "fedrepro.papers.a.experiments.x": {"fedrepro.papers.a.experiments.y"},
+        "fedrepro.papers.a.experiments.y": set(),
+        "fedrepro.report.build": {"fedrepro.papers.a.plots"},
+        "fedrepro.cli": {"fedrepro.papers"},
+    }
     kinds = {"fedrepro.papers.a.experiments.x", "fedrepro.papers.a.experiments.y"}
-    assert kinds_importing_kinds(graph, kinds) == {"fedrepro.papers.a.experiments.x": ["fedrepro.papers.a.experiments.y"]}
+    assert kinds_importing_kinds(graph, kinds) == {
+        "fedrepro.papers.a.experiments.x": ["fedrepro.papers.a.experiments.y"]
+    }
     assert shared_importing_papers(graph) == {"fedrepro.report.build": ["fedrepro.papers.a.plots"]}
 
 
@@ -155,8 +163,12 @@ def test_algorithms_are_keyed_by_their_name():
     for m in MODULES:
         if m.startswith(("fedrepro.learning", "fedrepro.papers")) and not m.endswith("__init__"):
             for obj in vars(importlib.import_module(m)).values():
-                if (inspect.isclass(obj) and issubclass(obj, Algorithm) and not inspect.isabstract(obj)
-                        and "name" in obj.__dict__):
+                if (
+                    inspect.isclass(obj)
+                    and issubclass(obj, Algorithm)
+                    and not inspect.isabstract(obj)
+                    and "name" in obj.__dict__
+                ):
                     assert algorithm_modules().get(obj.name) == obj.__module__, obj
 
 
@@ -164,7 +176,9 @@ def test_a_wrong_declaration_is_caught(monkeypatch):
     from fedrepro.papers import adaped
 
     monkeypatch.setitem(adaped.KINDS, "not_registered_anywhere", ".experiments.gaussian")
-    with pytest.raises(RuntimeError, match="declared in fedrepro.papers.adaped.experiments.gaussian but not registered"):
+    with pytest.raises(
+        RuntimeError, match="declared in fedrepro.papers.adaped.experiments.gaussian but not registered"
+    ):
         from fedrepro.experiments import get_kind
 
         get_kind("not_registered_anywhere")

@@ -79,14 +79,18 @@ def test_unknown_kind_is_named(tmp_path):
 
 def test_overrides_parse_yaml_values_and_dotted_keys():
     assert parse_overrides(["n=7", "eps0=[0.1, 0.5]", "a.b=x", "f=1e-5"]) == {
-        "n": 7, "eps0": [0.1, 0.5], "a": {"b": "x"}, "f": 1e-5}
+        "n": 7,
+        "eps0": [0.1, 0.5],
+        "a": {"b": "x"},
+        "f": 1e-5,
+    }
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["n"])
 
 
 def test_set_override_is_validated_and_changes_effective_scale():
     cfg = load_global()
-    exp = resolve_experiment(cfg, "adaped.table3", "quick", {"m": 7})   # table3 has no quick block: paper + --set
+    exp = resolve_experiment(cfg, "adaped.table3", "quick", {"m": 7})  # table3 has no quick block: paper + --set
     assert exp.params["m"] == 7 and exp.scale == "paper" and exp.effective_scale == "custom"
     exp = resolve_experiment(cfg, "adaped.linreg_d50", "quick", {"d": 7})
     assert exp.params["d"] == 7 and exp.effective_scale == "quick"

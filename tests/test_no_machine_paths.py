@@ -15,7 +15,9 @@ def machine_paths(lines: dict[str, str]) -> list[str]:
 
 
 def test_no_tracked_file_names_a_machine_path():
-    files = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     texts = {}
     for f in files:
         try:
@@ -28,4 +30,5 @@ def test_no_tracked_file_names_a_machine_path():
 
 def test_the_check_finds_one():
     assert machine_paths({"a.py": "see /work/shared/data/x", "b.md": "../shared/data and /usr/share/datasets"}) == [
-        "a.py: /work/shared"]
+        "a.py: /work/shared"
+    ]

@@ -8,7 +8,10 @@ from fedrepro.config import REPO_ROOT, resolve_path
 
 
 def test_rule_pattern_fills_directories_and_given_fields_and_keeps_wildcards(cfg):
-    assert paths.rule_pattern(cfg, "summary", paper="adaped") == f"{cfg['results_dir']}/adaped/{{exp}}/{{scale}}/summary.json"
+    assert (
+        paths.rule_pattern(cfg, "summary", paper="adaped")
+        == f"{cfg['results_dir']}/adaped/{{exp}}/{{scale}}/summary.json"
+    )
     assert paths.rule_pattern(cfg, "partition_plot") == f"{cfg['figures_dir']}/data/{{name}}.png"
 
 
@@ -26,9 +29,14 @@ def code_strings(path) -> list[tuple[int, str]]:
     """(line, text) of the string literals of a module's code: docstrings are prose, not paths."""
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
     out = []
     for n in ast.walk(tree):
         if isinstance(n, ast.JoinedStr):  # an f-string, as written: its pieces alone would hide "seed{"
@@ -46,8 +54,11 @@ def layout_spellings(files) -> list[str]:
         if path.suffix == ".py":
             found = [(i, s) for i, s in code_strings(path) if LAYOUT.search(s)]
         else:
-            found = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                     if LAYOUT.search(line) and not line.lstrip().startswith("#")]
+            found = [
+                (i, line)
+                for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                if LAYOUT.search(line) and not line.lstrip().startswith("#")
+            ]
         out += [f"{path.name}:{i}: {s.strip()}" for i, s in found]
     return out
 
@@ -62,4 +73,6 @@ def test_the_layout_check_finds_a_spelling(tmp_path):
     (tmp_path / "m.py").write_text('"""Writes results/x/seed{k}/summary.json."""\nOUT = f"{root}/seed{s}/m.json"\n')
     (tmp_path / "r.smk").write_text('# seed{s} in a comment is fine\nrule a:\n    output: "results/x/summary.json"\n')
     assert layout_spellings([tmp_path / "m.py", tmp_path / "r.smk"]) == [
-        'm.py:2: f"{root}/seed{s}/m.json"', 'r.smk:3: output: "results/x/summary.json"']
+        'm.py:2: f"{root}/seed{s}/m.json"',
+        'r.smk:3: output: "results/x/summary.json"',
+    ]

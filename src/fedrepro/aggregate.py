@@ -40,8 +40,13 @@ def stats(values: list[float]) -> dict:
     if finite.size == 0:
         return {"mean": None, "std": None, "se": None, "n": 0, "values": values}
     std = float(np.std(finite, ddof=1)) if finite.size > 1 else 0.0
-    return {"mean": float(np.mean(finite)), "std": std, "se": std / math.sqrt(finite.size), "n": int(finite.size),
-            "values": values}
+    return {
+        "mean": float(np.mean(finite)),
+        "std": std,
+        "se": std / math.sqrt(finite.size),
+        "n": int(finite.size),
+        "values": values,
+    }
 
 
 def _number(v: Any) -> bool:
@@ -59,8 +64,10 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
     for name, d in zip(names, run_docs):
         for field in ("experiment", "kind", "scale"):
             if d[field] != first[field]:
-                raise ResultError(f"{name}: {field} is {d[field]!r} but {names[0]} has {first[field]!r}: the runs of "
-                                  "one summary must be of one experiment at one scale")
+                raise ResultError(
+                    f"{name}: {field} is {d[field]!r} but {names[0]} has {first[field]!r}: the runs of "
+                    "one summary must be of one experiment at one scale"
+                )
     undefined_ok = tuple(first.get("undefined_ok") or ())
     flat = [flatten(d["metrics"]) for d in run_docs]
     metrics, broken = {}, []
@@ -75,9 +82,11 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
             broken.append(f"{key} (undefined in {', '.join(bad)})")
         metrics[key] = s
     if broken:
-        raise ResultError(f"{first['experiment']}: metrics undefined (None/NaN) in some seeds only: "
-                          f"{'; '.join(broken[:5])}{' ...' if len(broken) > 5 else ''}; a failed seed must not be "
-                          "averaged away: look at those runs' logs, fix the cause and rerun them")
+        raise ResultError(
+            f"{first['experiment']}: metrics undefined (None/NaN) in some seeds only: "
+            f"{'; '.join(broken[:5])}{' ...' if len(broken) > 5 else ''}; a failed seed must not be "
+            "averaged away: look at those runs' logs, fix the cause and rerun them"
+        )
     checks = {}
     for name in sorted(set().union(*(d["checks"] for d in run_docs))):
         per_seed = [d["checks"].get(name) for d in run_docs]

@@ -1,16 +1,16 @@
 """Command line: ``python -m fedrepro <command>``; the Snakemake rules call these same commands.
 
-  run EXP --out DIR [--seed N] [--scale S] [--set KEY=VALUE ...]   one seeded run of one experiment
-  aggregate EXP --runs DIR... --out FILE                            mean ± std over seeds -> summary.json
-  figure PAPER.FIG --out FILE.pdf [--png FILE.png]                  one paper figure from the summaries
-  tables PAPER --out-dir DIR                                        the paper's tables (CSV + Markdown)
-  privacy PAPER [--out-dir DIR] [--figure FILE.pdf [--png FILE.png]] epsilons per accountant + epsilon vs rounds
-  report --out-dir DIR                                              replication report (md, csv, html)
-  ci-check --report FILE                                            fail if a CI-flagged target is not reproduced
-  data fetch DATASET [--allow-unpinned] [--offline]                 fetch + verify one dataset
-  data partition NAME --out DIR                                     build a partition of config/partitions.yaml
-  data plot NAME --input DIR --out FILE.png                         samples/classes per client of a partition
-  list                                                              experiments, kinds and datasets
+run EXP --out DIR [--seed N] [--scale S] [--set KEY=VALUE ...]   one seeded run of one experiment
+aggregate EXP --runs DIR... --out FILE                            mean ± std over seeds -> summary.json
+figure PAPER.FIG --out FILE.pdf [--png FILE.png]                  one paper figure from the summaries
+tables PAPER --out-dir DIR                                        the paper's tables (CSV + Markdown)
+privacy PAPER [--out-dir DIR] [--figure FILE.pdf [--png FILE.png]] epsilons per accountant + epsilon vs rounds
+report --out-dir DIR                                              replication report (md, csv, html)
+ci-check --report FILE                                            fail if a CI-flagged target is not reproduced
+data fetch DATASET [--allow-unpinned] [--offline]                 fetch + verify one dataset
+data partition NAME --out DIR                                     build a partition of config/partitions.yaml
+data plot NAME --input DIR --out FILE.png                         samples/classes per client of a partition
+list                                                              experiments, kinds and datasets
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ CHECKPOINT_DIR = ".checkpoints"
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="global config file (default: config/config.yaml)")
     p.add_argument(
-        "--config-set", action="append", default=[], metavar="KEY=VALUE",
+        "--config-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a global config key (dotted), e.g. data.mirror=/mnt/mirror",
     )
 
@@ -57,8 +60,10 @@ def _partition_dirs(cfg, exp) -> dict:
     for name in exp.partitions:
         d = paths.partition_dir(cfg, name)
         if not d.exists():
-            raise DataError(f"{exp.id} trains on partition {name!r}, not built at {d}: run "
-                            f"`snakemake --cores 2 {d}` or `python -m fedrepro data partition {name} --out {d}`")
+            raise DataError(
+                f"{exp.id} trains on partition {name!r}, not built at {d}: run "
+                f"`snakemake --cores 2 {d}` or `python -m fedrepro data partition {name} --out {d}`"
+            )
         fedformat.check(d)  # built but damaged: the error names the file
         out[name] = d
     return out
@@ -91,8 +96,9 @@ def _writable(path: str | Path, option: str, is_dir: bool) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as exc:
-        raise ConfigError(f"{option} {path}: cannot write there ({exc.strerror or exc}); choose a writable "
-                          "path") from None
+        raise ConfigError(
+            f"{option} {path}: cannot write there ({exc.strerror or exc}); choose a writable path"
+        ) from None
     return path
 
 
@@ -111,8 +117,9 @@ def cmd_run(args) -> int:
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
     data, partitions = {d: dataset_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
-    ctx = RunContext(exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt,
-                     clock=clock, config=cfg)
+    ctx = RunContext(
+        exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt, clock=clock, config=cfg
+    )
     kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
@@ -195,8 +202,9 @@ def _data_partition(cfg, args) -> int:
 
     specs = load_partitions(cfg)
     if args.dataset not in specs:
-        raise ConfigError(f"{cfg.get('partitions')}: partitions.{args.dataset}: no such partition "
-                          f"(known: {', '.join(specs)})")
+        raise ConfigError(
+            f"{cfg.get('partitions')}: partitions.{args.dataset}: no such partition (known: {', '.join(specs)})"
+        )
     if args.out is None:
         raise ConfigError(f"data {args.action}: --out is required")
     out = _writable(args.out, "--out", is_dir=args.action == "partition")
@@ -236,11 +244,18 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="one seeded run of one experiment")
     r.add_argument("experiment", help="PAPER.NAME, e.g. adaped.fig1a")
     r.add_argument("--out", required=True, help="run directory to write")
-    r.add_argument("--no-checkpoint", action="store_true",
-                   help=f"do not keep round checkpoints in OUT/{CHECKPOINT_DIR} (default: keep them until the run ends)")
+    r.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help=f"do not keep round checkpoints in OUT/{CHECKPOINT_DIR} (default: keep them until the run ends)",
+    )
     r.add_argument("--seed", type=_seed, default=0, help="integer >= 0 (default 0)")
-    r.add_argument("--scale", choices=["default", "quick", "paper"], default=None,
-                   help="default: config's scale (default = the experiment's default_scale)")
+    r.add_argument(
+        "--scale",
+        choices=["default", "quick", "paper"],
+        default=None,
+        help="default: config's scale (default = the experiment's default_scale)",
+    )
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an experiment param")
     _common(r)
     r.set_defaults(fn=cmd_run)

@@ -20,7 +20,7 @@ from fedrepro.errors import ConfigError, FedreproError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
-SCALES = ("quick", "paper")            # the parameter sets a run uses (results/<paper>/<exp>/<scale>/)
+SCALES = ("quick", "paper")  # the parameter sets a run uses (results/<paper>/<exp>/<scale>/)
 MODES = ("default", "quick", "paper")  # config `scale`: default = each experiment's default_scale
 
 
@@ -29,8 +29,15 @@ def _key_path(path) -> str:
     return ".".join(parts).replace(".[", "[") or "<top level>"
 
 
-def validate(instance: Any, schema: Mapping, *, source: str, prefix: tuple = (),
-             error: type[FedreproError] = ConfigError, fix: str = "") -> None:
+def validate(
+    instance: Any,
+    schema: Mapping,
+    *,
+    source: str,
+    prefix: tuple = (),
+    error: type[FedreproError] = ConfigError,
+    fix: str = "",
+) -> None:
     """Validate ``instance`` against a JSON schema; raise ``error`` (ConfigError unless the caller validates another
     kind of file) naming ``source`` and the first bad key, followed by ``fix`` (what to do) when given."""
     validator = jsonschema.Draft202012Validator(schema)
@@ -127,8 +134,10 @@ def validate_global(cfg: Mapping, source: str = "config") -> dict:
     if only:
         unknown = [p for p in only if p not in cfg["papers"]]
         if unknown:
-            raise ConfigError(f"{source}: only_papers: {', '.join(map(repr, unknown))} not in papers "
-                              f"(configured: {', '.join(sorted(cfg['papers']))})")
+            raise ConfigError(
+                f"{source}: only_papers: {', '.join(map(repr, unknown))} not in papers "
+                f"(configured: {', '.join(sorted(cfg['papers']))})"
+            )
         cfg["papers"] = {p: f for p, f in cfg["papers"].items() if p in only}
         cfg["targets"] = {p: f for p, f in (cfg.get("targets") or {}).items() if p in only}
     return cfg
@@ -204,7 +213,9 @@ def resolve_experiment(
     params = deep_merge(params, overrides or {})
     source = str(cfg["papers"][paper])
     validate(paper_params, kind.schema, source=source, prefix=("experiments", name, "params"))
-    validate(params, kind.schema, source=source + " (after quick/--set overrides)", prefix=("experiments", name, "params"))
+    validate(
+        params, kind.schema, source=source + " (after quick/--set overrides)", prefix=("experiments", name, "params")
+    )
     return Experiment(
         paper=paper,
         name=name,
@@ -243,8 +254,10 @@ def experiment_datasets(cfg: Mapping, entry: Mapping, where: str = "experiment")
         specs = load_partitions(cfg)
         for name in entry["partitions"]:
             if name not in specs:
-                raise ConfigError(f"{where}.partitions: unknown partition {name!r} "
-                                  f"(known: {', '.join(specs) or 'none'}; see {cfg.get('partitions')})")
+                raise ConfigError(
+                    f"{where}.partitions: unknown partition {name!r} "
+                    f"(known: {', '.join(specs) or 'none'}; see {cfg.get('partitions')})"
+                )
             out.append(specs[name]["dataset"])
     return tuple(dict.fromkeys(out))
 
@@ -283,9 +296,12 @@ def load_partitions(cfg: Mapping) -> dict:
     datasets, schemes = all_datasets(), partitioners()
     for name, spec in doc["partitions"].items():
         if spec["dataset"] not in datasets:
-            raise ConfigError(f"{path}: partitions.{name}.dataset: unknown dataset {spec['dataset']!r} "
-                              f"(known: {', '.join(sorted(datasets))})")
+            raise ConfigError(
+                f"{path}: partitions.{name}.dataset: unknown dataset {spec['dataset']!r} "
+                f"(known: {', '.join(sorted(datasets))})"
+            )
         if spec["scheme"] not in schemes:
-            raise ConfigError(f"{path}: partitions.{name}.scheme: unknown scheme {spec['scheme']!r} "
-                              f"(known: {', '.join(schemes)})")
+            raise ConfigError(
+                f"{path}: partitions.{name}.scheme: unknown scheme {spec['scheme']!r} (known: {', '.join(schemes)})"
+            )
     return doc["partitions"]

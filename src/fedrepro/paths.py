@@ -43,8 +43,12 @@ PATTERNS = {
 
 
 def _dirs(cfg: Mapping) -> dict[str, str]:
-    return {"results": cfg["results_dir"], "figures": cfg["figures_dir"], "logs": cfg.get("logs_dir", "logs"),
-            "data": cfg["data"]["dir"]}
+    return {
+        "results": cfg["results_dir"],
+        "figures": cfg["figures_dir"],
+        "logs": cfg.get("logs_dir", "logs"),
+        "data": cfg["data"]["dir"],
+    }
 
 
 class _KeepMissing(dict):

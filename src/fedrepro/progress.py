@@ -35,7 +35,7 @@ class RoundProgress:
         if not self.enabled:
             return
         r, total = info["round"], info["rounds"]
-        if self.first_round is None:                          # a resumed run starts past round 1
+        if self.first_round is None:  # a resumed run starts past round 1
             self.first_round = r
             self.t0 = time.perf_counter()
         if "eval" in info:
@@ -48,8 +48,12 @@ class RoundProgress:
             done = r - self.first_round + 1
             left = (time.perf_counter() - self.t0) / done * (total - r)
             acc = f" test_acc {self.last_acc:.4f}" if self.last_acc is not None else ""
-            print(f"[progress] {self.label} round {r}/{total} ({100 * r / total:.0f}%) train_loss "
-                  f"{info['train_loss']:.4f}{acc} eta {_fmt_seconds(left)}", file=self.stream, flush=True)
+            print(
+                f"[progress] {self.label} round {r}/{total} ({100 * r / total:.0f}%) train_loss "
+                f"{info['train_loss']:.4f}{acc} eta {_fmt_seconds(left)}",
+                file=self.stream,
+                flush=True,
+            )
 
     def _bar(self, r: int, total: int, info: dict) -> None:
         if self.bar is None:

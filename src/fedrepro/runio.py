@@ -125,8 +125,14 @@ class RunClock:
         self.before_s = max(self.before_s, float(elapsed_s))
 
 
-def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall_time_s: float,
-              resumed_wall_time_s: float | None = None) -> None:
+def write_run(
+    out_dir: Path,
+    exp: Experiment,
+    seed: int,
+    output: RunOutput,
+    wall_time_s: float,
+    resumed_wall_time_s: float | None = None,
+) -> None:
     """``wall_time_s``: the run's compute across resumes; ``resumed_wall_time_s``: the part done by the attempt that
     resumed and finished it (None when it ran in one go)."""
     out_dir = Path(out_dir)
@@ -165,27 +171,63 @@ def write_run(out_dir: Path, exp: Experiment, seed: int, output: RunOutput, wall
 
 # What readers of the result files rely on (other keys may be present): a file that lacks it stops with one
 # ResultError naming the file and the key, instead of a KeyError deep in the report.
-_CHECKS = {"type": "object", "additionalProperties": {
-    "type": "object", "required": ["passed", "detail"],
-    "properties": {"passed": {"type": "boolean"}, "detail": {"type": "string"}}}}
-_RUN_FACTS = {"experiment": {"type": "string"}, "kind": {"type": "string"}, "scale": {"type": "string"},
-              "effective_scale": {"type": "string"}, "wall_time_s": {"type": "number"},
-              "versions": {"type": "object"}, "checks": _CHECKS}
+_CHECKS = {
+    "type": "object",
+    "additionalProperties": {
+        "type": "object",
+        "required": ["passed", "detail"],
+        "properties": {"passed": {"type": "boolean"}, "detail": {"type": "string"}},
+    },
+}
+_RUN_FACTS = {
+    "experiment": {"type": "string"},
+    "kind": {"type": "string"},
+    "scale": {"type": "string"},
+    "effective_scale": {"type": "string"},
+    "wall_time_s": {"type": "number"},
+    "versions": {"type": "object"},
+    "checks": _CHECKS,
+}
 METRICS_SCHEMA = {
     "type": "object",
-    "required": ["experiment", "kind", "seed", "scale", "effective_scale", "metrics", "checks", "wall_time_s",
-                 "versions"],
+    "required": [
+        "experiment",
+        "kind",
+        "seed",
+        "scale",
+        "effective_scale",
+        "metrics",
+        "checks",
+        "wall_time_s",
+        "versions",
+    ],
     "properties": {**_RUN_FACTS, "seed": {"type": "integer", "minimum": 0}, "metrics": {"type": "object"}},
 }
 SUMMARY_SCHEMA = {  # written by fedrepro.aggregate.summarize
     "type": "object",
-    "required": ["experiment", "kind", "scale", "effective_scale", "seeds", "metrics", "checks", "wall_time_s",
-                 "versions"],
-    "properties": {**_RUN_FACTS,
-                   "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
-                   "metrics": {"type": "object", "additionalProperties": {
-                       "type": "object", "required": ["mean", "std"],
-                       "properties": {"mean": {"type": ["number", "null"]}, "std": {"type": ["number", "null"]}}}}},
+    "required": [
+        "experiment",
+        "kind",
+        "scale",
+        "effective_scale",
+        "seeds",
+        "metrics",
+        "checks",
+        "wall_time_s",
+        "versions",
+    ],
+    "properties": {
+        **_RUN_FACTS,
+        "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        "metrics": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["mean", "std"],
+                "properties": {"mean": {"type": ["number", "null"]}, "std": {"type": ["number", "null"]}},
+            },
+        },
+    },
 }
 REBUILD = "delete it and run the workflow again (`snakemake --cores 2`) to rebuild it"
 
@@ -217,7 +259,8 @@ def read_history(run_dir: Path) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except FileNotFoundError:
-        raise ResultError(f"{path}: run history not found; run the workflow again (`snakemake --cores 2`) to "
-                          "rebuild it") from None
+        raise ResultError(
+            f"{path}: run history not found; run the workflow again (`snakemake --cores 2`) to rebuild it"
+        ) from None
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise ResultError(f"{path}: not a valid parquet file ({exc}); {REBUILD}") from None

@@ -8,8 +8,15 @@ from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.experiments.consistency import evaluate, half_unit, judge
 
-V = {"np": (92.61, "92.61"), "p": (91.65, "91.65"), "d_bad": (0.94, "0.94"), "d_ok": (0.96, "0.96"),
-     "ref": (100.0, "100.0"), "new": (95.2, "95.2"), "five": (5.0, "5")}
+V = {
+    "np": (92.61, "92.61"),
+    "p": (91.65, "91.65"),
+    "d_bad": (0.94, "0.94"),
+    "d_ok": (0.96, "0.96"),
+    "ref": (100.0, "100.0"),
+    "new": (95.2, "95.2"),
+    "five": (5.0, "5"),
+}
 
 
 def test_half_a_unit_of_the_last_printed_digit():
@@ -25,13 +32,16 @@ def test_interval_arithmetic():
     assert evaluate({"max": [3, {"minus": [10, 4]}]}, V).mid == 6
 
 
-@pytest.mark.parametrize("rel, holds", [
-    ({"value": "d_ok", "equals": {"minus": ["np", "p"]}}, True),
-    ({"value": "d_bad", "equals": {"minus": ["np", "p"]}}, False),    # 0.94 vs 0.96: apart by more than rounding
-    ({"value": {"gain_pct": ["ref", "new"]}, "at_least": "five"}, True),    # 4.8% reaches 5 - 0.5
-    ({"value": {"gain_pct": ["ref", "new"]}, "at_least": 5.0}, False),      # an exact 5: 4.8% (at most 4.90) is not
-    ({"value": 3, "at_most": 2}, False),
-])
+@pytest.mark.parametrize(
+    "rel, holds",
+    [
+        ({"value": "d_ok", "equals": {"minus": ["np", "p"]}}, True),
+        ({"value": "d_bad", "equals": {"minus": ["np", "p"]}}, False),  # 0.94 vs 0.96: apart by more than rounding
+        ({"value": {"gain_pct": ["ref", "new"]}, "at_least": "five"}, True),  # 4.8% reaches 5 - 0.5
+        ({"value": {"gain_pct": ["ref", "new"]}, "at_least": 5.0}, False),  # an exact 5: 4.8% (at most 4.90) is not
+        ({"value": 3, "at_most": 2}, False),
+    ],
+)
 def test_relations_hold_or_fail(rel, holds):
     c = judge("r", dict(rel, what="w"), V)
     assert c.passed is holds
@@ -46,8 +56,12 @@ def test_an_unknown_row_is_a_config_error():
 
 def test_the_kind_reads_the_registry():
     kind = get_kind("printed_relations")
-    params = {"relations": {"r1": {"what": "Remark 1 vs itself", "value": "R1.ex", "equals": "R1.ex"},
-                            "r2": {"what": "Remark 1's ratio is not 0.5", "value": "R1.ex", "equals": 0.5}}}
+    params = {
+        "relations": {
+            "r1": {"what": "Remark 1 vs itself", "value": "R1.ex", "equals": "R1.ex"},
+            "r2": {"what": "Remark 1's ratio is not 0.5", "value": "R1.ex", "equals": 0.5},
+        }
+    }
     out = kind.fn(params, None, RunContext("adaped.consistency", 0, config=load_global()))
     assert out.checks["r1"].passed and not out.checks["r2"].passed
     assert out.metrics["r2"] == {"value": 0.01, "bound": 0.5}

@@ -8,8 +8,12 @@ from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.experiments.forensics import readings
 
-SWEEP = {"experiment": "remark1", "rows": ["R1.ex"], "seeds": [0, 1],
-         "grid": {"n": [100, 10], "sigma_theta2": [0.001, 0.1]}}
+SWEEP = {
+    "experiment": "remark1",
+    "rows": ["R1.ex"],
+    "seeds": [0, 1],
+    "grid": {"n": [100, 10], "sigma_theta2": [0.001, 0.1]},
+}
 
 
 def sweep(tmp_path, **params):
@@ -18,8 +22,12 @@ def sweep(tmp_path, **params):
 
 
 def test_readings_are_every_combination_in_order():
-    assert readings({"a": [1, 2], "b": ["x", "y"]}) == [{"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"},
-                                                          {"a": 2, "b": "y"}]
+    assert readings({"a": [1, 2], "b": ["x", "y"]}) == [
+        {"a": 1, "b": "x"},
+        {"a": 1, "b": "y"},
+        {"a": 2, "b": "x"},
+        {"a": 2, "b": "y"},
+    ]
 
 
 def test_a_reading_that_reproduces_the_row_is_named(tmp_path):
@@ -59,10 +67,11 @@ def test_resumes_from_the_readings_already_run(tmp_path):
     assert len(cached) == 8 and f"point_{_digest()}_0.json" in cached
     assert f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json" in cached
     (tmp_path / f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json").write_text(
-        '{"metrics": {"ratio": 0.01}, "checks": {}}')   # a "cached" result
+        '{"metrics": {"ratio": 0.01}, "checks": {}}'
+    )  # a "cached" result
     again = sweep(tmp_path)
     row = again.history.set_index("reading").loc[2]
-    assert row["rebuilt"] != first.history.set_index("reading").loc[2]["rebuilt"]   # the cache was read, not rerun
+    assert row["rebuilt"] != first.history.set_index("reading").loc[2]["rebuilt"]  # the cache was read, not rerun
 
 
 def test_joined_axes_and_a_union_of_grids():
@@ -86,7 +95,7 @@ def test_readings_are_compared_by_value():
 
 def test_a_joined_axis_sets_both_parameters(tmp_path):
     out = sweep(tmp_path, grid={"n,sigma_theta2": [[100, 0.001], [10, 0.1]]})
-    assert out.metrics["reproducing_readings"]["R1.ex"] == 1   # the config's; (100, 0.001) is the same reading
+    assert out.metrics["reproducing_readings"]["R1.ex"] == 1  # the config's; (100, 0.001) is the same reading
     assert list(out.history["outcome"]) == ["reproduced", "deviates"]
 
 
@@ -95,8 +104,18 @@ class _Row:
 
 
 def _pt(passed, value=None, expected=None, tolerance=None):
-    return {"metrics": {}, "checks": {"c": {"passed": passed, "detail": f"c={value}", "value": value,
-                                            "expected": expected, "tolerance": tolerance}}}
+    return {
+        "metrics": {},
+        "checks": {
+            "c": {
+                "passed": passed,
+                "detail": f"c={value}",
+                "value": value,
+                "expected": expected,
+                "tolerance": tolerance,
+            }
+        },
+    }
 
 
 def test_a_check_row_takes_its_distance_from_the_check():
@@ -151,8 +170,17 @@ def test_a_closest_reading_that_is_undecided_says_so():
     from fedrepro.experiments.forensics import conclusion
 
     row = type("R", (), {"id": "R", "value_text": "8.0"})
-    j = {"outcome": "inconclusive", "rebuilt": 8.08, "se": 1.4, "n": 2, "diff": 0.08, "tol": 3.2, "distance": 0.03,
-         "numeric": True, "detail": "rebuild too noisy to judge"}
+    j = {
+        "outcome": "inconclusive",
+        "rebuilt": 8.08,
+        "se": 1.4,
+        "n": 2,
+        "diff": 0.08,
+        "tol": 3.2,
+        "distance": 0.03,
+        "numeric": True,
+        "detail": "rebuild too noisy to judge",
+    }
     far = dict(j, outcome="deviates", rebuilt=29.4, diff=21.4, distance=6.7, detail="")
     c = conclusion(row, [({}, far), ({"a": 1}, j)], None, None)
     assert not c.passed and c.detail.endswith("vs tol 3.2 (inconclusive: rebuild too noisy to judge)")

@@ -11,8 +11,10 @@ from fedrepro.experiments import all_kinds, get_kind
 
 
 def test_lookup_does_not_import_other_experiments_dependencies():
-    code = ("import sys; from fedrepro.experiments import get_kind; get_kind('gaussian_remark1'); "
-            "print('sklearn' in sys.modules, 'fedrepro.papers.adaped.experiments.adamix' in sys.modules)")
+    code = (
+        "import sys; from fedrepro.experiments import get_kind; get_kind('gaussian_remark1'); "
+        "print('sklearn' in sys.modules, 'fedrepro.papers.adaped.experiments.adamix' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 
@@ -31,15 +33,26 @@ class _NoRandomness:
 
 # Small valid parameters for every deterministic kind (a new deterministic kind must be added here).
 DETERMINISTIC_PARAMS = {
-    "privacy_curve": {"noise_multiplier": 2.0, "sampling_rate": 0.1, "rounds": 10, "delta": 1e-5,
-                      "accountants": ["rdp", "rdp_classic"], "curve_points": 2},
-    "privacy_grid": {"noise_multipliers": [1.0, 4.0], "sampling_rate": 0.1, "rounds": [5, 10], "delta": 1e-5,
-                     "accountants": ["rdp"], "curve_points": 2},
+    "privacy_curve": {
+        "noise_multiplier": 2.0,
+        "sampling_rate": 0.1,
+        "rounds": 10,
+        "delta": 1e-5,
+        "accountants": ["rdp", "rdp_classic"],
+        "curve_points": 2,
+    },
+    "privacy_grid": {
+        "noise_multipliers": [1.0, 4.0],
+        "sampling_rate": 0.1,
+        "rounds": [5, 10],
+        "delta": 1e-5,
+        "accountants": ["rdp"],
+        "curve_points": 2,
+    },
     "adaped_thm5": {"K": 10, "m": 20, "T_over_tau": 10, "delta": 1e-5, "targets": [2.0]},
     "adaped_ldp": {"eps0": [0.5], "delta": 1e-5, "accountants": ["rdp"]},
     "histograms_thm31": {"total_epsilon": 5.0, "delta": 1e-8, "T": 5},
-    "ppsgd_theorems": {"epsilons": [1.0], "delta": 1e-4, "n": 10, "N": 100, "T": 10, "M": 10, "q": 0.1,
-                       "clip": 1.0},
+    "ppsgd_theorems": {"epsilons": [1.0], "delta": 1e-4, "n": 10, "N": 100, "T": 10, "M": 10, "q": 0.1, "clip": 1.0},
     # its seeds are parameters: the swept experiment draws from its own seeded streams, never from this rng
     "forensic_sweep": {"experiment": "remark1", "rows": ["R1.ex"], "grid": {"n": [10]}},
     "printed_relations": {"relations": {"r": {"what": "Remark 1", "value": "R1.ex", "equals": 0.01}}},
@@ -54,16 +67,18 @@ def test_deterministic_kinds_never_draw_from_rng():
     assert set(kinds) == set(DETERMINISTIC_PARAMS)
     for name, kind in kinds.items():
         validate(DETERMINISTIC_PARAMS[name], kind.schema, source=name)
-        out = kind.fn(DETERMINISTIC_PARAMS[name], _NoRandomness(), RunContext(f"adaped.{name}", 0, config=load_global()))
+        out = kind.fn(
+            DETERMINISTIC_PARAMS[name], _NoRandomness(), RunContext(f"adaped.{name}", 0, config=load_global())
+        )
         assert out.metrics, name
-
 
 
 def _undeclared(kind, out) -> list[str]:
     from fedrepro.aggregate import flatten
 
-    return ([k for k in flatten(out.metrics) if not kind.produces_metric(k)]
-            + [f"check {c}" for c in out.checks if not kind.produces_check(c)])
+    return [k for k in flatten(out.metrics) if not kind.produces_metric(k)] + [
+        f"check {c}" for c in out.checks if not kind.produces_check(c)
+    ]
 
 
 def test_deterministic_kinds_produce_only_what_they_declare():
@@ -76,11 +91,18 @@ def test_deterministic_kinds_produce_only_what_they_declare():
 
 
 # Cheap runs of the other offline kinds, on the repository's experiments (quick scale, small overrides).
-CHEAP_RUNS = [("adaped.fig1a", {"reps": 2}), ("adaped.remark1", {}), ("adaped.bernoulli", {"m": 300, "reps": 1}),
-              ("adaped.linreg_d50", {"m": 200}), ("adaped.table3", {"m": 100, "rounds": 2}),
-              ("fedhdp.fig1", {"trials": 50}), ("fedhdp.fig2", {"trials": 50}), ("fedhdp.fig4", {"trials": 50}),
-              ("fedhdp.table2", {"trials": 50}),
-              ("ppsgd.fig1a_synthetic", {"niter": 12, "n_users": 50, "sigmas": [0, 100]})]
+CHEAP_RUNS = [
+    ("adaped.fig1a", {"reps": 2}),
+    ("adaped.remark1", {}),
+    ("adaped.bernoulli", {"m": 300, "reps": 1}),
+    ("adaped.linreg_d50", {"m": 200}),
+    ("adaped.table3", {"m": 100, "rounds": 2}),
+    ("fedhdp.fig1", {"trials": 50}),
+    ("fedhdp.fig2", {"trials": 50}),
+    ("fedhdp.fig4", {"trials": 50}),
+    ("fedhdp.table2", {"trials": 50}),
+    ("ppsgd.fig1a_synthetic", {"niter": 12, "n_users": 50, "sigmas": [0, 100]}),
+]
 
 
 @pytest.mark.parametrize("exp_id, overrides", CHEAP_RUNS)
@@ -103,10 +125,12 @@ def test_a_row_naming_what_no_kind_produces_is_refused(tmp_path):
     cfg = load_global()
     doc = load_paper(cfg, "adaped")
     rows = load_registry(cfg["targets"]["adaped"], "adaped", doc["experiments"])
-    check_keys("adaped.csv", rows, doc["experiments"])   # the real registry passes
+    check_keys("adaped.csv", rows, doc["experiments"])  # the real registry passes
     import dataclasses
 
-    bad = [dataclasses.replace(rows[0], experiment="adaped.bernoulli", key="gain_pctt.normal"),
-           dataclasses.replace(rows[0], experiment="adaped.fig1a", key="check:recovers,dp_matches_closed_form")]
+    bad = [
+        dataclasses.replace(rows[0], experiment="adaped.bernoulli", key="gain_pctt.normal"),
+        dataclasses.replace(rows[0], experiment="adaped.fig1a", key="check:recovers,dp_matches_closed_form"),
+    ]
     with pytest.raises(ConfigError, match=r"(?s)2 registry row\(s\).*metric gain_pctt.normal.*check\(s\) recovers"):
         check_keys("adaped.csv", bad, doc["experiments"])

@@ -12,8 +12,15 @@ from fedrepro.experiments import RunContext, get_kind
 from fedrepro.runio import to_jsonable
 
 CTX = RunContext("privacy.test", 0)
-CURVE = {"noise_multiplier": 1.5, "sampling_rate": 0.05, "rounds": 60, "delta": 1e-4,
-         "accountants": ["rdp", "rdp_classic", "pld", "opacus_rdp"], "curve_points": 3, "pld_discretization": 1e-3}
+CURVE = {
+    "noise_multiplier": 1.5,
+    "sampling_rate": 0.05,
+    "rounds": 60,
+    "delta": 1e-4,
+    "accountants": ["rdp", "rdp_classic", "pld", "opacus_rdp"],
+    "curve_points": 3,
+    "pld_discretization": 1e-3,
+}
 
 
 def run(kind, params, seed=0):
@@ -46,8 +53,9 @@ def test_privacy_curve_is_deterministic_and_ignores_rng():
 
 
 def test_privacy_curve_agreement_check_can_fail():
-    out = run("privacy_curve", dict(CURVE, noise_multiplier=0.9, accountants=["rdp", "opacus_rdp"],
-                                    agreement_rtol=1e-9))
+    out = run(
+        "privacy_curve", dict(CURVE, noise_multiplier=0.9, accountants=["rdp", "opacus_rdp"], agreement_rtol=1e-9)
+    )
     assert not out.checks["rdp_agrees_with_opacus"].passed  # optimum at a fractional order: libraries differ
 
 
@@ -56,21 +64,25 @@ def test_privacy_curve_rejects_primary_outside_accountants():
         run("privacy_curve", dict(CURVE, accountants=["rdp"], primary="pld"))
 
 
-@pytest.mark.parametrize("kind,params,key", [
-    ("privacy_curve", dict(CURVE, accountants=["moments"]), "accountants"),
-    ("privacy_curve", dict(CURVE, sampling_rate=1.5), "sampling_rate"),
-    ("privacy_curve", dict(CURVE, delta=1.0), "delta"),
-    ("adaped_thm5", {"K": 50, "m": 50, "T_over_tau": 300, "delta": 1e-5, "targets": [3.35], "z": 1}, "z"),
-    ("histograms_thm31", {"total_epsilon": 15, "delta": 1e-10}, "T"),
-])
+@pytest.mark.parametrize(
+    "kind,params,key",
+    [
+        ("privacy_curve", dict(CURVE, accountants=["moments"]), "accountants"),
+        ("privacy_curve", dict(CURVE, sampling_rate=1.5), "sampling_rate"),
+        ("privacy_curve", dict(CURVE, delta=1.0), "delta"),
+        ("adaped_thm5", {"K": 50, "m": 50, "T_over_tau": 300, "delta": 1e-5, "targets": [3.35], "z": 1}, "z"),
+        ("histograms_thm31", {"total_epsilon": 15, "delta": 1e-10}, "T"),
+    ],
+)
 def test_schemas_reject_bad_params(kind, params, key):
     with pytest.raises(ConfigError, match=key):
         validate(params, get_kind(kind).schema, source="test")
 
 
 def test_adaped_thm5_kind():
-    out = run("adaped_thm5", {"K": 50, "m": 50, "T_over_tau": 300, "delta": 1e-5, "targets": [3.35, 13.16, 27.30],
-                              "tau": 10})
+    out = run(
+        "adaped_thm5", {"K": 50, "m": 50, "T_over_tau": 300, "delta": 1e-5, "targets": [3.35, 13.16, 27.30], "tau": 10}
+    )
     flat = flatten(out.metrics)
     z = [flat[f"z.{k}"] for k in ("eps_3p35", "eps_13p16", "eps_27p30")]
     assert [float(f"{v:.3g}") for v in z] == [16.2, 5.08, 2.89]
@@ -90,8 +102,10 @@ def test_histograms_thm31_kind():
 
 
 def test_ppsgd_theorems_kind():
-    out = run("ppsgd_theorems", {"epsilons": [1.0, 4.0], "delta": 1e-4, "n": 100, "N": 1000, "T": 1000, "M": 10,
-                                 "q": 0.01, "clip": 1.0})
+    out = run(
+        "ppsgd_theorems",
+        {"epsilons": [1.0, 4.0], "delta": 1e-4, "n": 100, "N": 1000, "T": 1000, "M": 10, "q": 0.01, "clip": 1.0},
+    )
     flat = flatten(out.metrics)
     assert flat["thm41_sigma_zeta.eps_1p00"] == pytest.approx(4 * flat["thm41_sigma_zeta.eps_4p00"])
     assert flat["thm51_epsilon_limit"] == pytest.approx(0.1) and flat["thm51_applies.eps_1p00"] == 0.0

@@ -18,8 +18,15 @@ def mlp():
     return MLP(D, C, (16,))
 
 
-def make_blobs(n_clients: int = 8, seed: int = 0, n_train: int = 60, n_test: int = 30, dim: int = D,
-               n_classes: int = C, classes_per_client: int = 3) -> FederatedDataset:
+def make_blobs(
+    n_clients: int = 8,
+    seed: int = 0,
+    n_train: int = 60,
+    n_test: int = 30,
+    dim: int = D,
+    n_classes: int = C,
+    classes_per_client: int = 3,
+) -> FederatedDataset:
     """Gaussian blobs, pathological non-IID: each client holds ``classes_per_client`` of ``n_classes`` classes
     (centers ~ 2.5 N(0, I), unit noise), ``n_train`` train / ``n_test`` test rows per client."""
     rng = np.random.default_rng(seed)
@@ -29,6 +36,7 @@ def make_blobs(n_clients: int = 8, seed: int = 0, n_train: int = 60, n_test: int
     def block(cls, n):
         y = rng.choice(cls, n)
         return (centers[y] + rng.normal(size=(n, dim))).astype(np.float32), y
+
     return from_arrays([block(c, n_train) for c in classes], [block(c, n_test) for c in classes], n_classes=n_classes)
 
 
@@ -58,8 +66,9 @@ def make_quadrants(n_clients: int = 6, n_train: int = 30, n_test: int = 20, seed
         x = rng.integers(0, 40, (n, 8, 8)).astype(np.uint8)
         for c in range(4):
             r, q = divmod(c, 2)
-            x[y == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += 200
+            x[y == c, 4 * r : 4 * r + 4, 4 * q : 4 * q + 4] += 200
         return x, y
+
     classes = [rng.choice(4, 2, replace=False) for _ in range(n_clients)]
     return from_arrays([block(c, n_train) for c in classes], [block(c, n_test) for c in classes], n_classes=4)
 
@@ -72,8 +81,9 @@ def small_cnn():
     return FedHDPCNN(n_classes=4, input_hw=8)
 
 
-def write_quadrant_partition(path, n_clients: int = 6, n_train: int = 40, n_test: int = 20, noise: int = 40,
-                             bright: int = 200, seed: int = 0):
+def write_quadrant_partition(
+    path, n_clients: int = 6, n_train: int = 40, n_test: int = 20, noise: int = 40, bright: int = 200, seed: int = 0
+):
     """A synthetic federated dataset on disk (fedrepro's format): 8x8 uint8 images whose class (of 4) is a bright
     quadrant over uniform noise, each client holding 2 of the 4 classes, ``n_train`` / ``n_test`` rows per client."""
     from fedrepro.data import fedformat
@@ -85,13 +95,19 @@ def write_quadrant_partition(path, n_clients: int = 6, n_train: int = 40, n_test
         x = rng.integers(0, noise, (len(labels), 8, 8)).astype(np.uint8)
         for c in range(4):
             r, q = divmod(c, 2)
-            x[labels == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += bright
+            x[labels == c, 4 * r : 4 * r + 4, 4 * q : 4 * q + 4] += bright
         return x
+
     classes = [rng.choice(4, 2, replace=False) for _ in range(n_clients)]
     ytr = np.concatenate([rng.choice(c, n_train) for c in classes])
     yte = np.concatenate([rng.choice(c, n_test) for c in classes])
-    part = Partition("synthetic_quadrants", {"seed": seed}, n_clients, np.repeat(np.arange(n_clients), n_train),
-                     np.repeat(np.arange(n_clients), n_test))
+    part = Partition(
+        "synthetic_quadrants",
+        {"seed": seed},
+        n_clients,
+        np.repeat(np.arange(n_clients), n_train),
+        np.repeat(np.arange(n_clients), n_test),
+    )
     return fedformat.write(path, part, images(ytr), ytr, images(yte), yte)
 
 

@@ -32,11 +32,17 @@ from fedrepro.data.sources import sha256_of
 
 
 def mirror_cfg(tmp_path: Path, mirror: Path) -> dict:
-    return validate_global({
-        "scale": "quick", "seeds": {"quick": [0], "paper": [0]}, "results_dir": str(tmp_path / "results"),
-        "figures_dir": str(tmp_path / "figures"), "logs_dir": str(tmp_path / "logs"),
-        "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)}, "papers": {"adaped": "config/adaped.yaml"},
-    })
+    return validate_global(
+        {
+            "scale": "quick",
+            "seeds": {"quick": [0], "paper": [0]},
+            "results_dir": str(tmp_path / "results"),
+            "figures_dir": str(tmp_path / "figures"),
+            "logs_dir": str(tmp_path / "logs"),
+            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)},
+            "papers": {"adaped": "config/adaped.yaml"},
+        }
+    )
 
 
 def pin(monkeypatch, ds_id: str, mirror_dir: Path) -> None:
@@ -94,22 +100,27 @@ def make_emnist_mirror(tmp_path):
     h5s = {s: _write_emnist_h5(src / f"fed_emnist_digitsonly_{s}.h5", arrays, s) for s in ("train", "test")}
     mirror = tmp_path / "mirror"
     (mirror / em.DIGITS_ID).mkdir(parents=True)
-    tar_bz2(mirror / em.DIGITS_ID / "fed_emnist_digitsonly.tar.bz2",
-             {"fed_emnist_digitsonly_train.h5": h5s["train"], "./fed_emnist_digitsonly_test.h5": h5s["test"]})
+    tar_bz2(
+        mirror / em.DIGITS_ID / "fed_emnist_digitsonly.tar.bz2",
+        {"fed_emnist_digitsonly_train.h5": h5s["train"], "./fed_emnist_digitsonly_test.h5": h5s["test"]},
+    )
     return mirror_cfg(tmp_path, mirror), mirror / em.DIGITS_ID, arrays
 
 
 # client -> list of (tokens, title, tags, type, creation_date, score); split by file
 SO_DATA = {
     "train": {
-        "00000017": [("the list to the python .", "python list", "python|java|sql", "question",
-                      "2010-01-08 09:34:05 UTC", 3),
-                     ("  to\tto  ", "", "c++", "answer", "2011-02-01 10:00:00.1 UTC", -1),
-                     ("", "", "", "answer", "2012-03-04 05:06:07 UTC", 0),
-                     ("java", "Python", "java|java", "question", "2013-01-01 00:00:00 UTC", 12),
-                     ("to the", "t", "sql", "answer", "2014-01-01 00:00:00 UTC", 1)],
-        "00000003": [("python python", "x", "java", "question", "2015-01-01 00:00:00 UTC", 5),
-                     ("é to", "ü", "python", "answer", "2016-01-01 00:00:00 UTC", 7)],
+        "00000017": [
+            ("the list to the python .", "python list", "python|java|sql", "question", "2010-01-08 09:34:05 UTC", 3),
+            ("  to\tto  ", "", "c++", "answer", "2011-02-01 10:00:00.1 UTC", -1),
+            ("", "", "", "answer", "2012-03-04 05:06:07 UTC", 0),
+            ("java", "Python", "java|java", "question", "2013-01-01 00:00:00 UTC", 12),
+            ("to the", "t", "sql", "answer", "2014-01-01 00:00:00 UTC", 1),
+        ],
+        "00000003": [
+            ("python python", "x", "java", "question", "2015-01-01 00:00:00 UTC", 5),
+            ("é to", "ü", "python", "answer", "2016-01-01 00:00:00 UTC", 7),
+        ],
     },
     "held_out": {"00000010": [("the", "the", "sql", "question", "2009-01-01 00:00:00 UTC", 2)]},
     "test": {
@@ -141,6 +152,7 @@ def _write_so_h5(path: Path, clients: dict, fixed_length: bool = False) -> Path:
 
 # --- an independent tf.train.Example encoder (protobuf wire format) ------------------------------------------------
 
+
 def _pb_varint(n: int) -> bytes:
     n &= (1 << 64) - 1
     out = bytearray()
@@ -168,30 +180,34 @@ def encode_example(features: dict) -> bytes:
 
 def _write_so_sqlite(path: Path) -> Path:
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
-                "serialized_example_proto BLOB NOT NULL)")
-    con.execute("CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
-                "num_examples INTEGER NOT NULL)")
+    con.execute(
+        "CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
+        "serialized_example_proto BLOB NOT NULL)"
+    )
+    con.execute(
+        "CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
+        "num_examples INTEGER NOT NULL)"
+    )
     for split, clients in SO_DATA.items():
         for cid, rows in reversed(list(clients.items())):  # not sorted on disk: the reader sorts
             con.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (cid, so.SQL_SPLIT[split], len(rows)))
             for r in rows:
                 feats = {c: (v if c == "score" else v.encode()) for c, v in zip(COLS, r)}
-                con.execute("INSERT INTO examples VALUES (?, ?, ?)",
-                            (so.SQL_SPLIT[split], cid, encode_example(feats)))
+                con.execute("INSERT INTO examples VALUES (?, ?, ?)", (so.SQL_SPLIT[split], cid, encode_example(feats)))
     con.commit()
     con.close()
     return path
+
 
 def make_so_mirror(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     mirror = tmp_path / "mirror"
     mirror.mkdir()
-    tar_bz2(mirror / so.ARCHIVE, {so.H5_MEMBERS[s]: _write_so_h5(src / so.H5_MEMBERS[s], SO_DATA[s])
-                                   for s in SO_DATA})
+    tar_bz2(mirror / so.ARCHIVE, {so.H5_MEMBERS[s]: _write_so_h5(src / so.H5_MEMBERS[s], SO_DATA[s]) for s in SO_DATA})
     tar_bz2(mirror / so.WORD_COUNT_ARCHIVE, {so.WORD_COUNT_FILE: WORD_COUNT.encode()})
     tar_bz2(mirror / so.TAG_COUNT_ARCHIVE, {so.TAG_COUNT_FILE: json.dumps(TAG_COUNT).encode()})
     (mirror / so.SQLITE_ARCHIVE).write_bytes(
-        lzma.compress(_write_so_sqlite(src / "so.sqlite").read_bytes(), format=lzma.FORMAT_ALONE))
+        lzma.compress(_write_so_sqlite(src / "so.sqlite").read_bytes(), format=lzma.FORMAT_ALONE)
+    )
     return mirror_cfg(tmp_path, mirror), mirror

@@ -28,14 +28,21 @@ def blobs(blobs_factory):
 
 
 DP = {"clip": 1.0, "noise_multiplier": 0.3}
-ALGORITHMS = {"local": Local(), "fedavg": FedAvg(), "fedavg_ft": FedAvgFT(ft_steps=5), "adaped": AdaPeD(),
-              "dp_fedavg": FedAvg(dp=DP), "dp_adaped": AdaPeD(dp_mu=DP, dp_psi=DP)}
+ALGORITHMS = {
+    "local": Local(),
+    "fedavg": FedAvg(),
+    "fedavg_ft": FedAvgFT(ft_steps=5),
+    "adaped": AdaPeD(),
+    "dp_fedavg": FedAvg(dp=DP),
+    "dp_adaped": AdaPeD(dp_mu=DP, dp_psi=DP),
+}
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_beats_chance(blobs, name):
-    hist = engine.train(ALGORITHMS[name], blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5,
-                        clients_per_round=4, eval_every=10)
+    hist = engine.train(
+        ALGORITHMS[name], blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5, clients_per_round=4, eval_every=10
+    )
     assert hist[0]["round"] == 10 and hist[-1]["round"] == 20
     assert hist[-1]["test_acc"] > 0.8  # chance: 1/3 per client (1/6 over all classes)
     assert np.isfinite(hist[-1]["train_loss"])
@@ -62,15 +69,18 @@ def test_dp_fedavg_without_clipping_or_noise_is_fedavg(blobs):
 
 # ----------------------------------------------------------------------------------------------------- AdaPeD
 
+
 def kl_reference(teacher, student):
     return F.kl_div(F.log_softmax(student, -1), F.log_softmax(teacher, -1), log_target=True, reduction="batchmean")
 
 
 def adaped_reference(model, theta, mu, psi, x, y, lr, eta2, eta3, c, wd, psi_min):
     """One client's Alg. 2 iteration (lines 10-15) with plain autograd."""
+
     def f(p, requires_grad=False):
         p = {k: v.detach().clone().requires_grad_(requires_grad) for k, v in p.items()}
         return p, functional_call(model, p, (x,))
+
     th, lt = f(theta, True)
     _, lm = f(mu)
     g = torch.autograd.grad(F.cross_entropy(lt, y) + kl_reference(lm, lt) / (2 * psi), list(th.values()))
@@ -97,9 +107,20 @@ def test_adaped_step_matches_reference():
     x, y = torch.randn(3, 7, D), torch.randint(0, C, (3, 7))
     algo.local_step(state, x, y, sel, lr)
     for j, i in enumerate(sel.tolist()):
-        th, mu, psi = adaped_reference(model, {k: v[i] for k, v in before["theta"].items()},
-                                       {k: v[i] for k, v in before["mu"].items()}, psi_before[i], x[j], y[j],
-                                       lr, 0.5 * lr, 0.3, 5.0, 1e-2, 0.5)
+        th, mu, psi = adaped_reference(
+            model,
+            {k: v[i] for k, v in before["theta"].items()},
+            {k: v[i] for k, v in before["mu"].items()},
+            psi_before[i],
+            x[j],
+            y[j],
+            lr,
+            0.5 * lr,
+            0.3,
+            5.0,
+            1e-2,
+            0.5,
+        )
         for k in th:
             torch.testing.assert_close(state.theta[k][i], th[k], atol=1e-6, rtol=1e-5)
             torch.testing.assert_close(state.mu[k][i], mu[k], atol=1e-6, rtol=1e-5)
@@ -152,22 +173,41 @@ def test_psi_update_sign_and_floor():
 def test_psi_stays_above_floor_in_training(blobs):
     seen = []
     algo = AdaPeD(psi0=0.6, psi_min=0.5, eta3=0.5, dp_psi={"clip": 1.0, "noise_multiplier": 2.0})
-    engine.train(algo, blobs, mlp, batch_size=10, lr=0.1, rounds=6, tau=5, clients_per_round=4, eval_every=1,
-                 callback=lambda info: seen.append(info["eval"]["psi"]))
+    engine.train(
+        algo,
+        blobs,
+        mlp,
+        batch_size=10,
+        lr=0.1,
+        rounds=6,
+        tau=5,
+        clients_per_round=4,
+        eval_every=1,
+        callback=lambda info: seen.append(info["eval"]["psi"]),
+    )
     assert min(seen) >= 0.5 and len(set(seen)) > 1
 
 
 # --------------------------------------------------------------------------------------------------------- DP
 
+
 def stacked_trees(n, scale, seed):
     g = torch.Generator().manual_seed(seed)
-    return {"w": scale * torch.randn(n, 3, 4, generator=g), "b": scale * torch.randn(n, 4, generator=g),
-            "s": scale * torch.randn(n, generator=g)}
+    return {
+        "w": scale * torch.randn(n, 3, 4, generator=g),
+        "b": scale * torch.randn(n, 4, generator=g),
+        "s": scale * torch.randn(n, generator=g),
+    }
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(2, 6), scale=st.floats(1e-3, 1e3), clip=st.floats(1e-2, 10.0), seed=st.integers(0, 2**16),
-       drop=st.integers(0, 5))
+@given(
+    n=st.integers(2, 6),
+    scale=st.floats(1e-3, 1e3),
+    clip=st.floats(1e-2, 10.0),
+    seed=st.integers(0, 2**16),
+    drop=st.integers(0, 5),
+)
 def test_sum_of_clipped_updates_has_sensitivity_clip(n, scale, clip, seed, drop):
     tree = stacked_trees(n, scale, seed)
     drop %= n
@@ -220,12 +260,14 @@ def test_local_trains_every_client_whatever_the_sampling(blobs):
     algo.unsampled_step(state, torch.randn(m - 1, 4, D), torch.randint(0, C, (m - 1, 4)), torch.arange(1, m), 0.1)
     assert all(not all(torch.equal(state.theta[k][i], before[k][i]) for k in before) for i in range(m))
     # and through the round loop: K = 1 of 8 per round, yet all clients learn
-    hist = engine.train(Local(), blobs, mlp, batch_size=10, lr=0.1, rounds=10, tau=5, clients_per_round=1,
-                        eval_every=10)
+    hist = engine.train(
+        Local(), blobs, mlp, batch_size=10, lr=0.1, rounds=10, tau=5, clients_per_round=1, eval_every=10
+    )
     assert hist[-1]["test_acc"] > 0.8
 
 
 # ------------------------------------------------------------------------------------ DP-FedAvg, server-side noise
+
 
 def test_dp_fedavg_server_without_clipping_or_noise_is_fedavg(blobs):
     from fedrepro.learning.dp_fedavg import DPFedAvgServer

@@ -36,6 +36,7 @@ def batch_last(x: torch.Tensor) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------- building blocks
 
+
 @pytest.mark.parametrize("channels, kernel, padding", [(1, (5, 5), (0, 0)), (3, (3, 2), (1, 0)), (4, (3, 3), (1, 1))])
 def test_conv2d_and_its_gradients_equal_torch(channels, kernel, padding):
     torch.manual_seed(0)
@@ -56,8 +57,11 @@ def test_conv2d_and_its_gradients_equal_torch(channels, kernel, padding):
     for a, r in zip(vjp_ours(g), vjp_ref(g)):  # d/dx is col2im (Im2col.backward), d/dw and d/db the matmul's
         torch.testing.assert_close(a, r, rtol=0, atol=1e-12)
     # the same under vmap over 3 "clients" with their own weights
-    xs, ws, bs = torch.randn(3, *x.shape, dtype=x.dtype), torch.randn(3, *w.shape, dtype=w.dtype), torch.randn(3, 6,
-                                                                                                          dtype=b.dtype)
+    xs, ws, bs = (
+        torch.randn(3, *x.shape, dtype=x.dtype),
+        torch.randn(3, *w.shape, dtype=w.dtype),
+        torch.randn(3, 6, dtype=b.dtype),
+    )
     gs = torch.randn(3, *g.shape, dtype=g.dtype)
     batched = torch.func.vjp(torch.vmap(ours), xs, ws, bs)[1](gs)
     for i in range(3):
@@ -75,16 +79,26 @@ def test_im2col_gradient_is_checked():
         def backward(ctx, grad_cols):
             grad_h, _, _ = batched_cnn.Im2col.backward(ctx, grad_cols)
             return grad_h.roll(1, dims=1), None, None  # the slice-adds one row off
+
     assert not torch.autograd.gradcheck(lambda t: Broken.apply(t, 3, 2), (h,), raise_exception=False)
 
 
 def test_pool_before_relu_is_relu_before_pool_with_ties():
     """Same values and the same gradient element, including ties at a positive value (a flat image region gives
     bias-only outputs) and windows whose max is <= 0."""
-    z = torch.tensor([[[[0.5, 0.5, -1.0, -2.0, 0.0, 0.3],
-                        [0.5, 0.2, -3.0, -1.0, 0.0, 0.3],
-                        [0.0, -1.0, 2.0, 1.0, 0.7, 0.7],
-                        [-0.0, 0.0, 2.0, 2.0, 0.7, 0.7]]]], dtype=torch.float64)  # (B=1, C=1, 4, 6)
+    z = torch.tensor(
+        [
+            [
+                [
+                    [0.5, 0.5, -1.0, -2.0, 0.0, 0.3],
+                    [0.5, 0.2, -3.0, -1.0, 0.0, 0.3],
+                    [0.0, -1.0, 2.0, 1.0, 0.7, 0.7],
+                    [-0.0, 0.0, 2.0, 2.0, 0.7, 0.7],
+                ]
+            ]
+        ],
+        dtype=torch.float64,
+    )  # (B=1, C=1, 4, 6)
     z = torch.cat([z, -z.flip(-1)], 1)  # two channels
     g = torch.arange(1.0, 1 + 2 * 2 * 3, dtype=z.dtype).view(1, 2, 2, 3)
     ref, ref_vjp = torch.func.vjp(lambda t: F.max_pool2d(F.relu(t), 2), z)
@@ -94,9 +108,16 @@ def test_pool_before_relu_is_relu_before_pool_with_ties():
     assert ours_vjp(g)[0].count_nonzero() == 6  # the windows with a positive max, one element each
 
 
-@pytest.mark.parametrize("model, shape", [(LeNet5(), (1, 28, 28)), (LeNet5(3, 10, 32), (3, 32, 32)),
-                                          (Cifar100CNN(), (3, 32, 32)), (FedHDPCNN(), (1, 28, 28))],
-                         ids=["lenet5", "cifar10_cnn", "cifar100_cnn", "fedhdp_cnn"])
+@pytest.mark.parametrize(
+    "model, shape",
+    [
+        (LeNet5(), (1, 28, 28)),
+        (LeNet5(3, 10, 32), (3, 32, 32)),
+        (Cifar100CNN(), (3, 32, 32)),
+        (FedHDPCNN(), (1, 28, 28)),
+    ],
+    ids=["lenet5", "cifar10_cnn", "cifar100_cnn", "fedhdp_cnn"],
+)
 def test_logits_equal_the_module(model, shape):
     torch.manual_seed(0)
     x = torch.rand(7, *shape)
@@ -157,10 +178,18 @@ PRIVATE = np.arange(N_CLIENTS) % 4 != 1  # clients 1 and 5 opt out
 DP = {"clip": 0.5, "noise_multiplier": 0.5}
 CLIP = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 1.0}
 ALGORITHMS = {
-    "local": Local(), "fedavg": FedAvg(), "fedavg_ft": FedAvgFT(ft_steps=2), "dp_fedavg": FedAvg(dp=DP),
-    "dp_fedavg_server": DPFedAvgServer(server_dp=DP), "adaped": AdaPeD(psi0=1.0),
-    "dp_adaped": AdaPeD(dp_mu=DP, dp_psi=DP), "adaped_unsampled": AdaPeDUnsampled(),
-    "pfedme": PFedMe(), "perfedavg": PerFedAvg(), "quped": QuPeD(), "fml": FML(),
+    "local": Local(),
+    "fedavg": FedAvg(),
+    "fedavg_ft": FedAvgFT(ft_steps=2),
+    "dp_fedavg": FedAvg(dp=DP),
+    "dp_fedavg_server": DPFedAvgServer(server_dp=DP),
+    "adaped": AdaPeD(psi0=1.0),
+    "dp_adaped": AdaPeD(dp_mu=DP, dp_psi=DP),
+    "adaped_unsampled": AdaPeDUnsampled(),
+    "pfedme": PFedMe(),
+    "perfedavg": PerFedAvg(),
+    "quped": QuPeD(),
+    "fml": FML(),
     "dp_fedavg_adaptive": DPFedAvgAdaptive(noise_multiplier=0.5, clip=CLIP, lams=[0.1]),
     "fedhdp": FedHDP(private=PRIVATE, r=0.5, noise_multiplier=0.5, clip=CLIP, lams=[0.1]),
     "hdp_fedavg": HDPFedAvg(private=PRIVATE, noise_multiplier=0.5, clip=CLIP),
@@ -186,6 +215,7 @@ def test_batched_equals_loop_fails_when_the_formulations_differ(quadrants, monke
 
     def wrong(model, params, x):
         return real(model, params, x) - params[f"{model.fc_layers[-1]}.bias"]
+
     monkeypatch.setattr(batched_cnn, "logits", wrong)
     with pytest.raises(AssertionError):
         assert_batched_equals_loop(FedAvg(), quadrants, small_cnn, clients_per_round=4)

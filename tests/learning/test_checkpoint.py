@@ -15,8 +15,12 @@ from fedrepro.papers.adaped.experiments.fl_training import ALGORITHMS, build_alg
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 DP = {"clip": 1.0, "noise_multiplier": 0.3}
-OPTIONS = {"fedavg": {"dp": DP}, "adaped": {"dp_mu": DP, "dp_psi": DP}, "fedavg_ft": {"ft_steps": 2},
-           "dp_fedavg_server": {"server_dp": {"clip": 1.0, "noise_multiplier": 0.5}}}
+OPTIONS = {
+    "fedavg": {"dp": DP},
+    "adaped": {"dp_mu": DP, "dp_psi": DP},
+    "fedavg_ft": {"ft_steps": 2},
+    "dp_fedavg_server": {"server_dp": {"clip": 1.0, "noise_multiplier": 0.5}},
+}
 KW = dict(batch_size=5, lr=0.1, rounds=6, tau=2, clients_per_round=3, seed=4, eval_every=2)
 
 
@@ -28,6 +32,7 @@ def _kill_at(round_):
     def cb(info):
         if info["round"] == round_:
             raise Killed
+
     return cb
 
 
@@ -41,18 +46,18 @@ def test_interrupted_training_resumes_to_the_same_history(blobs, tmp_path, name)
     try:
         algo = lambda: build_algorithm(name, OPTIONS.get(name, {}), 1e-4)  # noqa: E731
         algo()
-    except Exception as exc:                        # an algorithm that needs options this test does not know
+    except Exception as exc:  # an algorithm that needs options this test does not know
         pytest.fail(f"{name}: add its options to OPTIONS ({exc})")
     full = engine.train(algo(), blobs, mlp, **KW)
     ck = Checkpointer(tmp_path / "c.pt", fingerprint({"name": name}), every=2)
-    with pytest.raises(Killed):                     # killed in round 5: the checkpoint of round 4 survives
+    with pytest.raises(Killed):  # killed in round 5: the checkpoint of round 4 survives
         engine.train(algo(), blobs, mlp, **KW, checkpoint=ck, callback=_kill_at(5))
     assert torch.load(ck.path, weights_only=True)["round"] == 4
     rounds_run = []
     resumed = engine.train(algo(), blobs, mlp, **KW, checkpoint=ck, callback=lambda i: rounds_run.append(i["round"]))
-    assert rounds_run == [5, 6]                     # only the missing rounds ran
+    assert rounds_run == [5, 6]  # only the missing rounds ran
     assert resumed == full
-    again = engine.train(algo(), blobs, mlp, **KW, checkpoint=ck)   # a finished checkpoint returns the history
+    again = engine.train(algo(), blobs, mlp, **KW, checkpoint=ck)  # a finished checkpoint returns the history
     assert again == full
 
 
@@ -65,9 +70,11 @@ def _fedhdp_algorithms():
 
     private = np.array([True, False, True, True, False])
     clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 0.3}
-    return {"fedhdp": lambda: FedHDP(private=private, r=0.1, noise_multiplier=0.4, clip=clip, lams=[0.1, 1.0]),
-            "hdp_fedavg": lambda: HDPFedAvg(private=private, noise_multiplier=0.4, clip=clip, lams=[0.5]),
-            "dp_fedavg_adaptive": lambda: DPFedAvgAdaptive(noise_multiplier=0.4, clip=clip, lams=[0.5])}
+    return {
+        "fedhdp": lambda: FedHDP(private=private, r=0.1, noise_multiplier=0.4, clip=clip, lams=[0.1, 1.0]),
+        "hdp_fedavg": lambda: HDPFedAvg(private=private, noise_multiplier=0.4, clip=clip, lams=[0.5]),
+        "dp_fedavg_adaptive": lambda: DPFedAvgAdaptive(noise_multiplier=0.4, clip=clip, lams=[0.5]),
+    }
 
 
 @pytest.mark.parametrize("name", ["fedhdp", "hdp_fedavg", "dp_fedavg_adaptive"])
@@ -80,7 +87,7 @@ def test_fedhdp_algorithms_resume_to_the_same_history_and_models(blobs, tmp_path
         engine.train(algo(), blobs, mlp, **KW, checkpoint=ck, callback=_kill_at(3))
     resumed_algo = algo()
     assert engine.train(resumed_algo, blobs, mlp, **KW, checkpoint=ck) == full
-    want, got = ref.final_models(), resumed_algo.final_models()      # the experiment evaluates these afterwards
+    want, got = ref.final_models(), resumed_algo.final_models()  # the experiment evaluates these afterwards
     for k in want["global"]:
         assert torch.equal(want["global"][k], got["global"][k])
     for a, b in zip(want["personal"], got["personal"]):
@@ -111,16 +118,24 @@ def test_pack_restore_round_trip():
     gen = torch.Generator().manual_seed(3)
     gen_state = gen.get_state()
     torch.randn(3, generator=gen)
-    state = {"t": torch.arange(3.0), "n": 2, "none": None, "pair": (1.5, "s"), "gen": gen,
-             "inner": [{"w": torch.ones(2)}]}
+    state = {
+        "t": torch.arange(3.0),
+        "n": 2,
+        "none": None,
+        "pair": (1.5, "s"),
+        "gen": gen,
+        "inner": [{"w": torch.ones(2)}],
+    }
     packed = pack(state)
-    torch.save(packed, "/dev/null")                 # only tensors and plain containers
+    torch.save(packed, "/dev/null")  # only tensors and plain containers
     gen.set_state(gen_state)
     back = restore({"gen": gen}, packed)
     assert torch.equal(back["t"], state["t"]) and back["n"] == 2 and back["none"] is None
     assert back["pair"] == (1.5, "s") and back["gen"] is gen
-    assert torch.equal(torch.randn(3, generator=gen), torch.randn(3, generator=torch.Generator().set_state(
-        packed["__dict__"][4][1]["__generator__"])))
+    assert torch.equal(
+        torch.randn(3, generator=gen),
+        torch.randn(3, generator=torch.Generator().set_state(packed["__dict__"][4][1]["__generator__"])),
+    )
     with pytest.raises(TypeError):
         pack(object())
     with pytest.raises(TypeError):

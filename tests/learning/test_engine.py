@@ -29,8 +29,9 @@ def images(m: int, n_train: int, n_test: int, seed: int = 0):
         y = rng.integers(0, 3, n)
         x = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
         for c in range(3):
-            x[y == c, 9 * c:9 * c + 9] += 180
+            x[y == c, 9 * c : 9 * c + 9] += 180
         return x, y
+
     return from_arrays([block(n_train) for _ in range(m)], [block(n_test) for _ in range(m)], n_classes=3)
 
 
@@ -41,10 +42,12 @@ def iid_vectors(m: int, n: int, d: int = 6, seed: int = 0):
     def block(k):
         x = rng.normal(size=(k, d)).astype(np.float32)
         return x, (x @ w).argmax(1)
+
     return from_arrays([block(n) for _ in range(m)], [block(n) for _ in range(m)], n_classes=3)
 
 
 # ----------------------------------------------------------------------------------------------------- models
+
 
 def test_model_sizes():
     assert n_params(LeNet5()) == 44_426
@@ -59,8 +62,10 @@ def test_model_sizes():
 
 # ---------------------------------------------------------------------------------------- vmap == Python loop
 
-@pytest.mark.parametrize("model, shape", [(LeNet5(), (1, 28, 28)), (MLP(20, 10, (16, 8)), (20,))],
-                         ids=["lenet5", "mlp"])
+
+@pytest.mark.parametrize(
+    "model, shape", [(LeNet5(), (1, 28, 28)), (MLP(20, 10, (16, 8)), (20,))], ids=["lenet5", "mlp"]
+)
 def test_batched_grads_equal_loop(model, shape):
     torch.manual_seed(0)
     net = engine.Net(model)
@@ -106,6 +111,7 @@ def test_training_batched_equals_loop(algorithm):
 
 # --------------------------------------------------------------------------- FedAvg on IID data == centralized SGD
 
+
 def test_fedavg_iid_tau1_equals_centralized_sgd():
     """tau = 1, all m clients, equal batch sizes: (1/m) sum_i (w - lr g_i) = w - lr * grad of the union batch."""
     torch.manual_seed(0)
@@ -137,8 +143,7 @@ def test_fedavg_full_batch_train_equals_gradient_descent():
     data = iid_vectors(m, n)
     torch.manual_seed(1)
     model = MLP(6, 3, (8,))
-    hist = engine.train(FedAvg(weight_decay=0.0), data, model, batch_size=n, lr=lr, rounds=rounds, tau=1,
-                        eval_every=0)
+    hist = engine.train(FedAvg(weight_decay=0.0), data, model, batch_size=n, lr=lr, rounds=rounds, tau=1, eval_every=0)
     gd = MLP(6, 3, (8,))
     gd.load_state_dict(model.state_dict())
     opt = torch.optim.SGD(gd.parameters(), lr=lr)
@@ -155,6 +160,7 @@ def test_fedavg_full_batch_train_equals_gradient_descent():
 
 
 # ------------------------------------------------------------------------------------------- data and evaluation
+
 
 def test_client_data_on_a_written_dataset(tmp_path):
     rng = np.random.default_rng(0)
@@ -200,11 +206,23 @@ def test_vectorized_evaluation_matches_per_client_loop():
 
 # ---------------------------------------------------------------------------------------------- round loop
 
+
 def test_schedule_rounds_and_callback():
     data = iid_vectors(5, 10)
     seen = []
-    hist = engine.train(Local(), data, lambda: MLP(6, 3), batch_size=5, lr=0.1, lr_decay=0.5, epochs=3, tau=2,
-                        clients_per_round=2, eval_every=2, callback=seen.append)
+    hist = engine.train(
+        Local(),
+        data,
+        lambda: MLP(6, 3),
+        batch_size=5,
+        lr=0.1,
+        lr_decay=0.5,
+        epochs=3,
+        tau=2,
+        clients_per_round=2,
+        eval_every=2,
+        callback=seen.append,
+    )
     # iters_per_epoch = ceil(10 / 5) = 2 -> T = 6 iterations, 3 rounds; evaluations after rounds 2 and 3
     assert [h["round"] for h in hist] == [2, 3] and [h["iteration"] for h in hist] == [4, 6]
     assert [h["lr"] for h in hist] == [0.025, 0.0125] and hist[-1]["epoch"] == 3
@@ -215,10 +233,14 @@ def test_schedule_rounds_and_callback():
         engine.train(Local(), data, lambda: MLP(6, 3), batch_size=5, lr=0.1, rounds=2, clients_per_round=6)
 
 
-@pytest.mark.parametrize("algorithm", [FedAvg(dp={"clip": 0.5, "noise_multiplier": 1.0}),
-                                       AdaPeD(dp_mu={"clip": 0.5, "noise_multiplier": 1.0},
-                                              dp_psi={"clip": 0.5, "noise_multiplier": 1.0})],
-                         ids=["dp_fedavg", "dp_adaped"])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        FedAvg(dp={"clip": 0.5, "noise_multiplier": 1.0}),
+        AdaPeD(dp_mu={"clip": 0.5, "noise_multiplier": 1.0}, dp_psi={"clip": 0.5, "noise_multiplier": 1.0}),
+    ],
+    ids=["dp_fedavg", "dp_adaped"],
+)
 def test_same_seed_same_history(algorithm):
     data = iid_vectors(6, 16)
     kw = dict(batch_size=4, lr=0.1, rounds=4, tau=3, clients_per_round=3, eval_every=2)

@@ -40,20 +40,26 @@ def assert_params_close(a, b, atol=1e-6):
         torch.testing.assert_close(a[k], b[k], atol=atol, rtol=1e-5)
 
 
-ALGORITHMS = {"pfedme": PFedMe(), "pfedme_k2": PFedMe(lam=0.1, personal_lr=0.1, beta=0.7),
-              "perfedavg": PerFedAvg(), "perfedavg_k2": PerFedAvg(alpha=1e-4, eval_steps=2)}
+ALGORITHMS = {
+    "pfedme": PFedMe(),
+    "pfedme_k2": PFedMe(lam=0.1, personal_lr=0.1, beta=0.7),
+    "perfedavg": PerFedAvg(),
+    "perfedavg_k2": PerFedAvg(alpha=1e-4, eval_steps=2),
+}
 
 
 @pytest.mark.parametrize("name", ["pfedme", "perfedavg"])
 def test_beats_chance(blobs, name):
-    hist = engine.train(ALGORITHMS[name], blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5,
-                        clients_per_round=4, eval_every=10)
+    hist = engine.train(
+        ALGORITHMS[name], blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5, clients_per_round=4, eval_every=10
+    )
     assert [h["round"] for h in hist] == [10, 20]
     assert hist[-1]["test_acc"] > 0.8  # chance: 1/3 per client (1/6 over all classes)
     assert np.isfinite(hist[-1]["train_loss"])
 
 
 # ------------------------------------------------------------------------------------------------------ pFedMe
+
 
 def pfedme_reference(model, w, theta, x, y, lr, lam, eta_p, inner, wd):
     """One client's pFedMe local step (userpFedMe.train) with plain autograd: K_p prox steps on the same batch."""
@@ -67,8 +73,9 @@ def pfedme_reference(model, w, theta, x, y, lr, lam, eta_p, inner, wd):
 def test_pfedme_steps_match_reference(restart):
     torch.manual_seed(0)
     model, m, lr, lam, eta_p, inner, wd, beta = mlp(), 5, 0.3, 0.7, 0.15, 3, 1e-2, 0.6
-    algo = PFedMe(lam=lam, personal_lr=eta_p, inner_steps=inner, beta=beta, weight_decay=wd,
-                  restart_from_global=restart)
+    algo = PFedMe(
+        lam=lam, personal_lr=eta_p, inner_steps=inner, beta=beta, weight_decay=wd, restart_from_global=restart
+    )
     state = algo.init_state(engine.Net(model), m, torch.Generator())
     state.global_params = {k: v + 0.2 * torch.randn_like(v) for k, v in state.global_params.items()}  # w != init
     state.theta = {k: v + 0.3 * torch.randn_like(v) for k, v in state.theta.items()}  # distinct theta_hat_i
@@ -92,8 +99,9 @@ def test_pfedme_steps_match_reference(restart):
         assert all(torch.equal(state.theta[k][i], theta0[k][i]) for k in theta0)
     algo.sync(state, sel)
     assert state.local is None
-    assert_params_close(state.global_params,
-                        {k: (1 - beta) * w0[k] + beta * torch.stack([w[k] for w in ref_w]).mean(0) for k in w0})
+    assert_params_close(
+        state.global_params, {k: (1 - beta) * w0[k] + beta * torch.stack([w[k] for w in ref_w]).mean(0) for k in w0}
+    )
     assert algo.deployed_params(state) is state.theta
 
 
@@ -126,6 +134,7 @@ def test_pfedme_inner_solve_is_proximal():
 
 # -------------------------------------------------------------------------------------------------- Per-FedAvg
 
+
 def test_perfedavg_step_matches_reference():
     torch.manual_seed(1)
     model, m, B, lr, alpha, wd = mlp(), 5, 6, 0.3, 0.05, 1e-2
@@ -143,8 +152,9 @@ def test_perfedavg_step_matches_reference():
         g = grads_of(model, w, x[j, :B], y[j, :B])
         adapted = {k: v - alpha * (g[k] + wd * v) for k, v in w.items()}
         g2 = grads_of(model, adapted, x[j, B:], y[j, B:])
-        assert_params_close({k: v[j] for k, v in state.local.items()},
-                            {k: v - lr * (g2[k] + wd * v) for k, v in w.items()})
+        assert_params_close(
+            {k: v[j] for k, v in state.local.items()}, {k: v - lr * (g2[k] + wd * v) for k, v in w.items()}
+        )
         ref_loss = F.cross_entropy(functional_call(model, w, (x[j, :B],)), y[j, :B])
         torch.testing.assert_close(losses[j], ref_loss, atol=1e-6, rtol=0)
     local = state.local
@@ -188,6 +198,7 @@ def test_perfedavg_deployed_is_alpha_step_from_global(blobs):
 
     def ctx():  # the engine's scheduled lr (0.05) must not be used for the adaptation step
         return engine.EvalContext(data, np.random.default_rng(5), B, lr=0.05, iters_per_epoch=6)
+
     deployed = algo.deployed_params(state, ctx())
     x, y = data.sample(np.arange(n), B, np.random.default_rng(5))
     stacked = stack(state.global_params, n)
@@ -197,6 +208,7 @@ def test_perfedavg_deployed_is_alpha_step_from_global(blobs):
 
 
 # ------------------------------------------------------------------------------------------- vmap == per-client
+
 
 @pytest.mark.parametrize("name", ["pfedme_k2", "perfedavg_k2"])
 def test_training_batched_equals_loop(blobs, name):

@@ -28,8 +28,9 @@ ALGORITHMS = {"quped": QuPeD(), "fml": FML()}
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_beats_chance(blobs, name):
-    hist = engine.train(ALGORITHMS[name], blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5,
-                        clients_per_round=4, eval_every=10)
+    hist = engine.train(
+        ALGORITHMS[name], blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5, clients_per_round=4, eval_every=10
+    )
     assert [h["round"] for h in hist] == [10, 20]
     assert hist[-1]["test_acc"] > 0.8  # chance: 1/3 per client
     assert np.isfinite(hist[-1]["train_loss"]) and np.isfinite(hist[-1]["kd"])
@@ -41,6 +42,7 @@ def test_training_batched_equals_loop(blobs, name):
 
 
 # ------------------------------------------------------------------------------------------ reference steps
+
 
 def kl_ref(teacher, student):
     """KL(softmax(teacher) || softmax(student)), batch mean, independent of losses.kd_loss."""
@@ -87,10 +89,14 @@ def perturbed_state(algo, model, m, seed):
 
 
 CASES = {
-    "quped": (QuPeD(lam_p=0.7, global_lr_ratio=0.5, weight_decay=1e-2),
-              lambda model, th, w, x, y, lr: quped_reference(model, th, w, x, y, lr, 0.5 * lr, 0.7, 1e-2)),
-    "fml": (FML(alpha=0.3, beta=0.6, weight_decay=1e-2),
-            lambda model, th, w, x, y, lr: fml_reference(model, th, w, x, y, lr, 0.3, 0.6, 1e-2)),
+    "quped": (
+        QuPeD(lam_p=0.7, global_lr_ratio=0.5, weight_decay=1e-2),
+        lambda model, th, w, x, y, lr: quped_reference(model, th, w, x, y, lr, 0.5 * lr, 0.7, 1e-2),
+    ),
+    "fml": (
+        FML(alpha=0.3, beta=0.6, weight_decay=1e-2),
+        lambda model, th, w, x, y, lr: fml_reference(model, th, w, x, y, lr, 0.3, 0.6, 1e-2),
+    ),
 }
 
 
@@ -108,8 +114,14 @@ def test_step_matches_reference(name):
     ce = algo.local_step(state, x, y, sel, lr)
     assert ce.shape == (3,)
     for j, i in enumerate(sel.tolist()):
-        th, w = reference(model, {k: v[i] for k, v in before["theta"].items()},
-                          {k: v[i] for k, v in before["w"].items()}, x[j], y[j], lr)
+        th, w = reference(
+            model,
+            {k: v[i] for k, v in before["theta"].items()},
+            {k: v[i] for k, v in before["w"].items()},
+            x[j],
+            y[j],
+            lr,
+        )
         for k in th:
             torch.testing.assert_close(state.theta[k][i], th[k], atol=1e-6, rtol=1e-5)
             torch.testing.assert_close(state.w[k][i], w[k], atol=1e-6, rtol=1e-5)
@@ -126,8 +138,9 @@ def test_step_matches_reference(name):
     assert algo.deployed_params(state) is state.theta
 
 
-@pytest.mark.parametrize("algo,eta2_ratio", [(QuPeD(lam_p=0.0, global_lr_ratio=0.5), 0.5),
-                                             (FML(alpha=1.0, beta=1.0), 1.0)])
+@pytest.mark.parametrize(
+    "algo,eta2_ratio", [(QuPeD(lam_p=0.0, global_lr_ratio=0.5), 0.5), (FML(alpha=1.0, beta=1.0), 1.0)]
+)
 def test_without_distillation_both_models_take_plain_ce_steps(algo, eta2_ratio):
     """lam_p = 0 (QuPeD) / alpha = beta = 1 (FML): no KD term, so theta and w each take an SGD step on their own
     cross-entropy (weight decay included), whatever the partner model."""

@@ -72,7 +72,8 @@ def test_thm5_mu_term_only_for_dp_fedavg():
     one = adaped.thm5_noise_ratio(13.16, 50, 50, 300, 1e-5, terms=1)
     assert one == pytest.approx(both / math.sqrt(2), rel=1e-12)
     assert adaped.thm5_rdp(2.0, 50, 50, 300, 1.0, one, 1.0, 1e9) == pytest.approx(
-        adaped.thm5_rdp(2.0, 50, 50, 300, 1.0, both, 1.0, both), rel=1e-6)
+        adaped.thm5_rdp(2.0, 50, 50, 300, 1.0, both, 1.0, both), rel=1e-6
+    )
     lib_one = adaped.library_epsilon(one, 50, 50, 300, 1e-5, terms=1).epsilon
     lib_both = adaped.library_epsilon(both, 50, 50, 300, 1e-5).epsilon
     assert lib_one == pytest.approx(lib_both, rel=1e-9)  # same Gaussian release noise multiplier
@@ -113,8 +114,10 @@ def test_adaped_joint_release_matches_dp_accounting_composed_event():
 
 
 # --- Histograms (Setlur et al., Thm 3.1; Table 1: eps' = 15, delta = 1e-10, T = 50) --------------------------------
-@pytest.mark.parametrize("reading,eps,sigma,total_delta", [
-    ("total", 0.084880, 87.949, 1e-10), ("per_step", 0.091262, 74.718, 1.01e-8), ("basic", 0.1, 74.638, 1e-10)])
+@pytest.mark.parametrize(
+    "reading,eps,sigma,total_delta",
+    [("total", 0.084880, 87.949, 1e-10), ("per_step", 0.091262, 74.718, 1.01e-8), ("basic", 0.1, 74.638, 1e-10)],
+)
 def test_histograms_readings(reading, eps, sigma, total_delta):
     b = histograms.per_step_budget(15, 1e-10, 50, reading)
     assert b.per_step_epsilon == pytest.approx(eps, abs=1e-6)
@@ -132,8 +135,10 @@ def test_histograms_composition_forms_agree():
     assert histograms.alg3_guarantee(0.5, 1e-6) == (1.5, 2e-6)
     assert histograms.gaussian_sigma(0.5, 1e-5) == pytest.approx(math.sqrt(2 * math.log(1.25e5)) / 0.5)
     # At these parameters basic composition is tighter than the advanced bound (notes section 3).
-    assert histograms.per_step_budget(15, 1e-10, 50, "basic").per_step_epsilon > \
-        histograms.per_step_budget(15, 1e-10, 50, "total").per_step_epsilon
+    assert (
+        histograms.per_step_budget(15, 1e-10, 50, "basic").per_step_epsilon
+        > histograms.per_step_budget(15, 1e-10, 50, "total").per_step_epsilon
+    )
     with pytest.raises(PrivacyError, match="epsilon=1.5"):
         histograms.alg3_guarantee(1.5, 1e-6)
     with pytest.raises(PrivacyError, match="reading='both'"):
@@ -145,7 +150,8 @@ def test_ppsgd_theorems_as_written():
     expected = 2.0 * math.sqrt(100 * math.log(1e4)) / 1000
     assert ppsgd.thm41_noise_std(1.0, 1e-4, 100, 1000, 2.0) == pytest.approx(expected)
     assert ppsgd.thm41_noise_std(1.0, 1e-4, 100, 1000, 2.0, c=3) == pytest.approx(
-        3 * ppsgd.thm41_noise_std(1.0, 1e-4, 100, 1000, 2.0))
+        3 * ppsgd.thm41_noise_std(1.0, 1e-4, 100, 1000, 2.0)
+    )
     assert ppsgd.thm51_noise_std(2.0, 1e-4, 400, 10, 1.0) == pytest.approx(math.sqrt(400 * math.log(1e4)) / 20)
     assert ppsgd.thm51_applies(1.0, 0.1, 200) and not ppsgd.thm51_applies(3.0, 0.1, 200)
 

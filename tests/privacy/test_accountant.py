@@ -24,7 +24,7 @@ from fedrepro.privacy import (
 # and so overestimates RDP there. Measured over q in [0.01, 0.1], sigma in [0.8, 4], T in [100, 1000],
 # delta in {1e-4, 1e-6}: relative epsilon gap <= 8.6e-4 when the optimal order is >= 3, <= 8.3e-3 whenever
 # epsilon <= 25 (optimum at orders 1.7-2.7), up to 8% at epsilon ~ 40 (sigma = 0.8, q = 0.1, optimum at 1.6).
-AGREEMENT_RTOL = 1e-2        # FL regime, epsilon <= 25
+AGREEMENT_RTOL = 1e-2  # FL regime, epsilon <= 25
 AGREEMENT_RTOL_HIGH_ORDER = 1e-3  # optimal order >= 3
 GRID = [(q, s, T, d) for q in (0.01, 0.1) for s in (1.0, 1.5, 4.0) for T in (100, 500) for d in (1e-4, 1e-6)]
 
@@ -62,8 +62,12 @@ def test_fractional_order_difference_is_dp_accounting_overestimate(opacus_rdp):
 
     q, s, a = 0.05, 3.0, 1.5
     f = lambda z: stats.norm.pdf(z, 0, s) * ((1 - q) + q * math.exp((2 * z - 1) / (2 * s * s))) ** a
-    ref = math.log(sum(integrate.quad(f, lo, hi, epsabs=0, epsrel=1e-13)[0]
-                       for lo, hi in [(-np.inf, 0), (0, 30 * s), (30 * s, np.inf)])) / (a - 1)
+    ref = math.log(
+        sum(
+            integrate.quad(f, lo, hi, epsabs=0, epsrel=1e-13)[0]
+            for lo, hi in [(-np.inf, 0), (0, 30 * s), (30 * s, np.inf)]
+        )
+    ) / (a - 1)
     op = opacus_rdp.compute_rdp(q=q, noise_multiplier=s, steps=1, orders=[a])[0]
     _, lib = rdp_curve(s, q, 1, orders=[a])
     assert op == pytest.approx(ref, rel=1e-8)
@@ -136,8 +140,12 @@ def test_opacus_curve_matches_fresh_accountants():
 
 
 @settings(max_examples=8, deadline=None)
-@given(q=st.sampled_from([0.01, 0.05, 0.2, 1.0]), s=st.floats(0.6, 8.0), T=st.integers(1, 400),
-       acc=st.sampled_from(["rdp", "rdp_classic"]))
+@given(
+    q=st.sampled_from([0.01, 0.05, 0.2, 1.0]),
+    s=st.floats(0.6, 8.0),
+    T=st.integers(1, 400),
+    acc=st.sampled_from(["rdp", "rdp_classic"]),
+)
 def test_epsilon_monotone_in_sigma_and_steps(q, s, T, acc):
     e = compute_epsilon(s, q, T, 1e-5, acc).epsilon
     assert compute_epsilon(s * 1.25, q, T, 1e-5, acc).epsilon <= e
@@ -150,12 +158,21 @@ def test_epsilon_increasing_in_sampling_rate(q, s, T):
     assert compute_epsilon(s, min(1.0, q * 1.5), T, 1e-5).epsilon >= compute_epsilon(s, q, T, 1e-5).epsilon
 
 
-@pytest.mark.parametrize("kwargs,param", [
-    (dict(delta=1.0), "delta=1.0"), (dict(delta=0.0), "delta=0.0"), (dict(delta=-1e-5), "delta=-1e-05"),
-    (dict(sampling_rate=0.0), "sampling_rate=0.0"), (dict(sampling_rate=1.5), "sampling_rate=1.5"),
-    (dict(noise_multiplier=0.0), "noise_multiplier=0.0"), (dict(noise_multiplier=-2), "noise_multiplier=-2"),
-    (dict(steps=0), "steps=0"), (dict(steps=2.5), "steps=2.5"), (dict(accountant="moments"), "accountant='moments'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,param",
+    [
+        (dict(delta=1.0), "delta=1.0"),
+        (dict(delta=0.0), "delta=0.0"),
+        (dict(delta=-1e-5), "delta=-1e-05"),
+        (dict(sampling_rate=0.0), "sampling_rate=0.0"),
+        (dict(sampling_rate=1.5), "sampling_rate=1.5"),
+        (dict(noise_multiplier=0.0), "noise_multiplier=0.0"),
+        (dict(noise_multiplier=-2), "noise_multiplier=-2"),
+        (dict(steps=0), "steps=0"),
+        (dict(steps=2.5), "steps=2.5"),
+        (dict(accountant="moments"), "accountant='moments'"),
+    ],
+)
 def test_bad_parameters_raise_privacy_error_naming_them(kwargs, param):
     args = dict(noise_multiplier=1.0, sampling_rate=0.1, steps=10, delta=1e-5, accountant="rdp") | kwargs
     with pytest.raises(PrivacyError) as err:

@@ -11,8 +11,9 @@ from fedrepro.privacy.solve import solve_monotone
 RTOL = 1e-6
 
 
-@pytest.mark.parametrize("acc,q,T", [("rdp", 0.05, 200), ("rdp_classic", 0.05, 200), ("opacus_rdp", 1.0, 30),
-                                     ("pld", 1.0, 10)])
+@pytest.mark.parametrize(
+    "acc,q,T", [("rdp", 0.05, 200), ("rdp_classic", 0.05, 200), ("opacus_rdp", 1.0, 30), ("pld", 1.0, 10)]
+)
 def test_round_trip(acc, q, T):
     target = 2.0
     kw = {"pld_discretization": 1e-3} if acc == "pld" else {}
@@ -33,7 +34,11 @@ def test_matches_dp_accounting_calibrator():
     theirs = dpa.calibrate_dp_mechanism(
         lambda: RdpAccountant(list(INTEGER_ORDERS)),
         lambda s: dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.02, dpa.GaussianDpEvent(s)), 300),
-        3.0, 1e-5, dpa.ExplicitBracketInterval(0.3, 10.0), tol=1e-8)
+        3.0,
+        1e-5,
+        dpa.ExplicitBracketInterval(0.3, 10.0),
+        tol=1e-8,
+    )
     assert ours == pytest.approx(theirs, rel=1e-6)
 
 

@@ -55,8 +55,11 @@ def test_table_cells_in_the_paper_layout_carry_their_status(report):
         assert parts[f"adaped.{rid}"]["data-status"] == expected_status(rid)
         assert parts[f"adaped.{rid}"]["href"] == f"#adaped.{rid}"
     # the tables are named as their files are, and the variance shares its number's cell
-    assert {a["id"] for a in page.having("id", "details")} >= {"adaped-table3", "adaped-table1",
-                                                                 "adaped-extra-table1-fmnist"}
+    assert {a["id"] for a in page.having("id", "details")} >= {
+        "adaped-table3",
+        "adaped-table1",
+        "adaped-extra-table1-fmnist",
+    }
     cells = [c for c in re.findall(r'<td class="cell">.*?</td>', html) if 'data-row="adaped.T3.far"' in c]
     assert len(cells) == 1 and 'data-row="adaped.T3.far.var"' in cells[0] and "T3.ok" not in cells[0]
 
@@ -79,7 +82,7 @@ def test_figure_embedded_beside_its_claims_and_checks(report):
     assert 'src="data:image/png;base64,' in fig
     assert 'href="#adaped.F1a.claim"' in fig and 'href="#adaped.F1a.sim"' in fig
     assert "What the paper says" in fig and "Implementation checks" in fig
-    assert 'href="#adaped.T3.ok"' not in fig   # a row of another artifact is not the figure's
+    assert 'href="#adaped.T3.ok"' not in fig  # a row of another artifact is not the figure's
 
 
 def test_paper_issues_and_headline(report):
@@ -106,7 +109,7 @@ def test_markdown_and_csv_from_the_same_model(report, tmp_path):
     rows = {r["id"]: r for r in csv.DictReader(open(tmp_path / "r.csv", encoding="utf-8"))}
     assert rows["T3.far"]["table"] == "table3" and rows["X.fm.acc"]["table"] == "extra-table1-fmnist"
     assert rows["F1a.claim"]["table"] == ""
-    assert FETCH in rows["T3.offline"]["command"]   # the CSV keeps each row's full command
+    assert FETCH in rows["T3.offline"]["command"]  # the CSV keeps each row's full command
 
 
 def test_a_ci_failure_points_to_its_row_on_the_page(tmp_path, capsys):
@@ -114,10 +117,36 @@ def test_a_ci_failure_points_to_its_row_on_the_page(tmp_path, capsys):
 
     report = tmp_path / "replication.csv"
     with open(report, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=["paper", "id", "row", "printed", "rebuilt", "status", "ci", "reason", "evidence"])
+        w = csv.DictWriter(
+            fh, fieldnames=["paper", "id", "row", "printed", "rebuilt", "status", "ci", "reason", "evidence"]
+        )
         w.writeheader()
-        w.writerow(dict(paper="adaped", id="T3.ok", row="printed", evidence="", printed="1", rebuilt="1", status="reproduced", ci="true", reason=""))
-        w.writerow(dict(paper="adaped", id="T3.far", row="printed", evidence="", printed="1", rebuilt="2", status="deviates", ci="true", reason=""))
+        w.writerow(
+            dict(
+                paper="adaped",
+                id="T3.ok",
+                row="printed",
+                evidence="",
+                printed="1",
+                rebuilt="1",
+                status="reproduced",
+                ci="true",
+                reason="",
+            )
+        )
+        w.writerow(
+            dict(
+                paper="adaped",
+                id="T3.far",
+                row="printed",
+                evidence="",
+                printed="1",
+                rebuilt="2",
+                status="deviates",
+                ci="true",
+                reason="",
+            )
+        )
     assert main(["ci-check", "--report", str(report)]) == 1
     out = capsys.readouterr().out
     assert f"{tmp_path / 'replication.html'}#adaped.T3.far" in out and "#adaped.T3.ok" not in out
@@ -133,5 +162,6 @@ def test_which_rows_judge_a_figure(report):
     assert [r.target.id for r in figure_rows("Figure 1a", "adaped.fig1a", results)] == ["F1a.claim", "F1a.sim"]
     # a figure no row names (an extra plot of a table's run) is judged by every row of its experiment
     assert [r.target.id for r in figure_rows("Extra: psi over training", "adaped.table1_fmnist", results)] == [
-        "X.fm.acc"]
+        "X.fm.acc"
+    ]
     assert figure_rows("Privacy accounting", None, results) == []

@@ -22,8 +22,14 @@ from fedrepro.config import load_global, resolve_path
 from fedrepro.report.page import render_page
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 REQUIRED = os.environ.get("FEDREPRO_BROWSER") == "required"
 
 
@@ -54,8 +60,14 @@ def _open(browser, page_file: Path):
     """The page opened offline: any request that is not the file itself (or a data: URI) is refused and recorded."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     fetched, errors = [], []
-    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-               else (fetched.append(route.request.url), route.abort()))
+    page.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith(("file:", "data:"))
+            else (fetched.append(route.request.url), route.abort())
+        ),
+    )
     page.on("pageerror", lambda e: errors.append(str(e)))
     start = time.perf_counter()
     page.goto(page_file.resolve().as_uri(), wait_until="load")
@@ -84,7 +96,8 @@ def test_fixture_page_in_chromium(browser, cfg, tmp_path):
     cells = page.evaluate("""() => Array.from(document.querySelectorAll('#adaped-table3 a.part'))
         .map((a) => [a.dataset.row, a.dataset.status, getComputedStyle(a).backgroundColor])""")
     assert {row: status for row, status, _ in cells} == {
-        f"adaped.{rid}": expected_status(rid) for rid in ROWS if rid.startswith("T3.")}
+        f"adaped.{rid}": expected_status(rid) for rid in ROWS if rid.startswith("T3.")
+    }
     colour = {status: bg for _, status, bg in cells}
     assert len({colour["reproduced"], colour["deviates"], colour["not run"], colour["not comparable"]}) == 4
     # hovering a number shows its row: tolerance, the reading of the printed ±, the note
@@ -103,7 +116,7 @@ def test_fixture_page_in_chromium(browser, cfg, tmp_path):
         .map((a) => a.dataset.status)""")
     assert dimmed and "deviates" not in dimmed
     assert page.is_visible("#adaped-figure-fig1a") and page.is_hidden("#adaped-extra-table1-fmnist")
-    assert page.locator("#adaped-figure-fig1a .rowlist:visible").count() == 1   # the claim's list, not the checks'
+    assert page.locator("#adaped-figure-fig1a .rowlist:visible").count() == 1  # the claim's list, not the checks'
     _screenshot(page, "browser-test.png")
     # a row's anchor (as a CI failure message gives it) opens the row even where the filter hid it
     page.goto(page_file.resolve().as_uri() + "#adaped.T3.ok")
@@ -126,8 +139,9 @@ def test_real_report_page(browser):
     page, fetched, errors, load_s = _open(browser, page_file)
     assert not fetched and not errors
     timing = json.loads(page.evaluate("JSON.stringify(performance.getEntriesByType('navigation')[0])"))
-    print(f"\n{page_file.name}: {size_mb:.2f} MB, load event after {timing['loadEventEnd']:.0f} ms "
-          f"(goto {load_s:.2f} s)")
+    print(
+        f"\n{page_file.name}: {size_mb:.2f} MB, load event after {timing['loadEventEnd']:.0f} ms (goto {load_s:.2f} s)"
+    )
     assert size_mb < 5, "the page should stay a few MB"
     assert timing["loadEventEnd"] < 10_000, "the page should render within a few seconds"
     # every table in the paper's layout, every number in it with a status

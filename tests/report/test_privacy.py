@@ -16,16 +16,39 @@ from fedrepro.report.privacy import render_privacy_figure, write_privacy_tables
 from fedrepro.runio import write_run
 
 PAPER = {
-    "paper": "toy", "title": "toy",
+    "paper": "toy",
+    "title": "toy",
     "experiments": {
-        "curve": {"kind": "privacy_curve", "description": "c", "params": {
-            "noise_multiplier": 1.5, "sampling_rate": 0.05, "rounds": 40, "delta": 1e-4,
-            "accountants": ["rdp", "opacus_rdp"], "primary": "opacus_rdp", "curve_points": 4}},
-        "grid": {"kind": "privacy_grid", "description": "g", "params": {
-            "noise_multipliers": [1.0, 3.0], "sampling_rate": 0.02, "rounds": [20, 40], "delta": 1e-4,
-            "accountants": ["rdp"], "curve_points": 2}},
-        "thm31": {"kind": "histograms_thm31", "description": "h", "params": {"total_epsilon": 15.0,
-                                                                            "delta": 1e-10, "T": 50}},
+        "curve": {
+            "kind": "privacy_curve",
+            "description": "c",
+            "params": {
+                "noise_multiplier": 1.5,
+                "sampling_rate": 0.05,
+                "rounds": 40,
+                "delta": 1e-4,
+                "accountants": ["rdp", "opacus_rdp"],
+                "primary": "opacus_rdp",
+                "curve_points": 4,
+            },
+        },
+        "grid": {
+            "kind": "privacy_grid",
+            "description": "g",
+            "params": {
+                "noise_multipliers": [1.0, 3.0],
+                "sampling_rate": 0.02,
+                "rounds": [20, 40],
+                "delta": 1e-4,
+                "accountants": ["rdp"],
+                "curve_points": 2,
+            },
+        },
+        "thm31": {
+            "kind": "histograms_thm31",
+            "description": "h",
+            "params": {"total_epsilon": 15.0, "delta": 1e-10, "T": 50},
+        },
     },
 }
 REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,pm_reading,runs,tolerance,experiment,key,row,ci,needs,note
@@ -44,8 +67,20 @@ def toy(cfg, tmp_path):
         out = get_kind(exp.kind).fn(exp.params, None, RunContext(exp.id, 0))
         run = Path(cfg["results_dir"]) / "toy" / name / exp.scale / "seed0"
         write_run(run, exp, 0, out, 0.1)
-        subprocess.run([sys.executable, "-m", "fedrepro", "aggregate", "--runs", str(run), "--out",
-                        str(run.parent / "summary.json")], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fedrepro",
+                "aggregate",
+                "--runs",
+                str(run),
+                "--out",
+                str(run.parent / "summary.json"),
+            ],
+            check=True,
+            capture_output=True,
+        )
     return cfg
 
 

@@ -15,8 +15,12 @@ from fedrepro.report.registry import COLUMNS, load_registry
 
 ROOT = REPO_ROOT
 PAPERS_DIR = ROOT.parent / "shared" / "papers"
-PAPER_FILES = {"fedhdp": "fedhdp_aldaghri.md", "histograms": "histograms_setlur.md", "ppsgd": "ppsgd_bietti2022.md",
-               "adaped": "adaped_ozkara2023.md"}
+PAPER_FILES = {
+    "fedhdp": "fedhdp_aldaghri.md",
+    "histograms": "histograms_setlur.md",
+    "ppsgd": "ppsgd_bietti2022.md",
+    "adaped": "adaped_ozkara2023.md",
+}
 CFG = load_global()
 
 
@@ -75,15 +79,20 @@ def test_printed_values_occur_in_the_paper_with_half_unit_tolerance(paper):
         v = r["value"]
         shown = {"1e-10": "10^{-10}"}.get(v, v)
         forms = [shown] + ([f"{int(v):,}"] if v.isdigit() and int(v) >= 1000 else [])  # printed as 2,000
-        assert any(re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", text) for f in forms), \
+        assert any(re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", text) for f in forms), (
             f"{r['id']}: {v} not in the paper"
+        )
         assert Decimal(r["tolerance"]) == half_unit(v), r["id"]
 
 
 def test_fedhdp_registers_each_printed_epsilon_under_both_conversions():
     rs = {r["id"]: r for r in rows("fedhdp")}
-    fitted = {row for e in load_paper(CFG, "fedhdp")["experiments"].values() for c in e.get("calibration") or []
-              for row in c["fitted_to"]}
+    fitted = {
+        row
+        for e in load_paper(CFG, "fedhdp")["experiments"].values()
+        for c in e.get("calibration") or []
+        for row in c["fitted_to"]
+    }
     assert fitted == {"T3.cap.eps.nonIID"}
     for tag in ("T3.cap.eps.nonIID", "T4.cap.eps.FMNIST", "T4.cap.eps.FEMNIST"):
         # CI gates the captions the accountant reading was not fitted to (a fitted row cannot fail)
@@ -96,10 +105,16 @@ def test_fedhdp_registers_each_printed_epsilon_under_both_conversions():
 
 def test_fedhdp_experiments_use_the_table7_settings():
     exps = load_paper(CFG, "fedhdp")["experiments"]
-    got = {n: (e["params"]["sampling_rate"], e["params"]["noise_multiplier"], e["params"]["rounds"],
-               e["params"]["delta"]) for n, e in exps.items() if n in ("eps_mnist", "eps_fmnist", "eps_femnist")}
-    assert got == {"eps_mnist": (0.05, 1.5, 500, 1e-4), "eps_fmnist": (0.03, 4.0, 500, 1e-4),
-                   "eps_femnist": (0.03, 1.0, 500, 1e-4)}
+    got = {
+        n: (e["params"]["sampling_rate"], e["params"]["noise_multiplier"], e["params"]["rounds"], e["params"]["delta"])
+        for n, e in exps.items()
+        if n in ("eps_mnist", "eps_fmnist", "eps_femnist")
+    }
+    assert got == {
+        "eps_mnist": (0.05, 1.5, 500, 1e-4),
+        "eps_fmnist": (0.03, 4.0, 500, 1e-4),
+        "eps_femnist": (0.03, 1.0, 500, 1e-4),
+    }
 
 
 def test_histograms_table1_has_all_18_cells():

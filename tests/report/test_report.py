@@ -16,17 +16,41 @@ from fedrepro.report.status import Calibration, evaluate
 
 
 def target(**kw):
-    base = dict(paper="adaped", id="X", artifact="Table 3", table_row="r", table_col="c", setting="", metric="MSE",
-                unit="", value=10.0, value_text="10.00", pm=0.1, pm_text="0.10", pm_reading="se", runs=None,
-                tolerance=0.005, experiment="adaped.remark1", key="mse", row="printed", ci=True, needs="", note="")
+    base = dict(
+        paper="adaped",
+        id="X",
+        artifact="Table 3",
+        table_row="r",
+        table_col="c",
+        setting="",
+        metric="MSE",
+        unit="",
+        value=10.0,
+        value_text="10.00",
+        pm=0.1,
+        pm_text="0.10",
+        pm_reading="se",
+        runs=None,
+        tolerance=0.005,
+        experiment="adaped.remark1",
+        key="mse",
+        row="printed",
+        ci=True,
+        needs="",
+        note="",
+    )
     base.update(kw)
     return Target(**base)
 
 
 def summary(mean, std=0.0, n=5, checks=None, scale="paper", deterministic=False):
-    return {"effective_scale": scale, "deterministic": deterministic, "seeds": list(range(n)),
-            "metrics": {"mse": {"mean": mean, "std": std, "se": std / math.sqrt(n), "n": n, "values": []}},
-            "checks": checks or {}}
+    return {
+        "effective_scale": scale,
+        "deterministic": deterministic,
+        "seeds": list(range(n)),
+        "metrics": {"mse": {"mean": mean, "std": std, "se": std / math.sqrt(n), "n": n, "values": []}},
+        "checks": checks or {},
+    }
 
 
 ENTRY = {"kind": "gaussian_remark1", "params": {}}
@@ -64,8 +88,16 @@ def test_check_rows_pass_or_fail_and_are_never_reproduced(cfg):
     num = target(row="check")
     assert evaluate(cfg, num, "paper", summary(10.0), ENTRY).status == v.PASSES
     assert evaluate(cfg, num, "paper", summary(11.0), ENTRY).status == v.FAILS
-    assert evaluate(cfg, target(row="check", value=None, value_text="", pm=None, pm_text="", pm_reading=""), "paper",
-                    summary(1.0), ENTRY).status == v.SHOWN
+    assert (
+        evaluate(
+            cfg,
+            target(row="check", value=None, value_text="", pm=None, pm_text="", pm_reading=""),
+            "paper",
+            summary(1.0),
+            ENTRY,
+        ).status
+        == v.SHOWN
+    )
 
 
 def test_calibration(cfg):
@@ -97,9 +129,18 @@ def test_not_run_reasons(cfg):
 
 
 def _doc(seed, value, **kw):
-    return {"experiment": "p.e", "kind": "k", "scale": "paper", "effective_scale": "paper", "seed": seed,
-            "metrics": {"a": {"b": value}, "flag": True}, "wall_time_s": 1.0, "versions": {},
-            "checks": {"c": {"passed": seed != 2, "detail": f"seed {seed}"}}, **kw}
+    return {
+        "experiment": "p.e",
+        "kind": "k",
+        "scale": "paper",
+        "effective_scale": "paper",
+        "seed": seed,
+        "metrics": {"a": {"b": value}, "flag": True},
+        "wall_time_s": 1.0,
+        "versions": {},
+        "checks": {"c": {"passed": seed != 2, "detail": f"seed {seed}"}},
+        **kw,
+    }
 
 
 def test_summarize_mean_std_se_n_and_checks():
@@ -131,16 +172,26 @@ def test_runs_of_different_experiments_or_scales_are_not_averaged():
 def _report(tmp_path, rows):
     p = tmp_path / "replication.csv"
     with open(p, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["paper", "id", "row", "printed", "rebuilt", "status", "ci", "reason",
-                                           "evidence"])
+        w = csv.DictWriter(
+            fh, fieldnames=["paper", "id", "row", "printed", "rebuilt", "status", "ci", "reason", "evidence"]
+        )
         w.writeheader()
         w.writerows(rows)
     return p
 
 
 def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
-    row = dict(paper="adaped", id="R1", row="printed", printed="0.01", rebuilt="0.01", status="reproduced", ci="true",
-               reason="", evidence="")
+    row = dict(
+        paper="adaped",
+        id="R1",
+        row="printed",
+        printed="0.01",
+        rebuilt="0.01",
+        status="reproduced",
+        ci="true",
+        reason="",
+        evidence="",
+    )
     for good in (v.REPRODUCED, v.CALIBRATED, v.PASSES):
         assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, status=good)]))]) == 0
     for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN):
@@ -175,10 +226,14 @@ def test_gap_comments_carry_their_key_path(tmp_path):
     from fedrepro.report.gaps import gap_comments
 
     p = tmp_path / "x.yaml"
-    p.write_text("experiments:\n  a:\n    params:\n      m: 3   # GAP: m unstated\n      n: 4\n"
-                 "  b:\n    params:\n      # GAP: whole block guessed\n      k: 1  # not a gap\n")
-    assert gap_comments(p) == [("experiments.a.params.m", "3", "m unstated"),
-                               ("experiments.b.params", "", "whole block guessed")]
+    p.write_text(
+        "experiments:\n  a:\n    params:\n      m: 3   # GAP: m unstated\n      n: 4\n"
+        "  b:\n    params:\n      # GAP: whole block guessed\n      k: 1  # not a gap\n"
+    )
+    assert gap_comments(p) == [
+        ("experiments.a.params.m", "3", "m unstated"),
+        ("experiments.b.params", "", "whole block guessed"),
+    ]
 
 
 def test_a_calibration_naming_an_unknown_row_is_a_config_error(cfg, tmp_path):
@@ -199,11 +254,17 @@ def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
 
     doc = {"experiments": {"f": {"kind": "forensic_sweep", "params": {"rows": ["X", "Y"]}}}}
     concl = {"checks": {"conclusion.X": {"passed": False, "detail": "no reading of the 3 ..."}}}
-    built = {"paper": ("paper", dict(concl, effective_scale="paper")), "quick": ("quick", dict(concl, effective_scale="quick")),
-             "none": ("paper", None)}
-    for case, expect in (("paper", "forensics adaped.f: no reading of the 3 ..."),
-                         ("quick", "forensics adaped.f (its quick grid): no reading of the 3 ...")):
+    built = {
+        "paper": ("paper", dict(concl, effective_scale="paper")),
+        "quick": ("quick", dict(concl, effective_scale="quick")),
+        "none": ("paper", None),
+    }
+    for case, expect in (
+        ("paper", "forensics adaped.f: no reading of the 3 ..."),
+        ("quick", "forensics adaped.f (its quick grid): no reading of the 3 ..."),
+    ):
         ev = forensic_evidence(cfg, "adaped", doc, lambda name, c=case: built[c])
         assert ev["X"] == [expect] and ev["Y"][0].startswith("forensics adaped.f: not built")
     assert forensic_evidence(cfg, "adaped", doc, lambda name: built["none"])["X"][0].startswith(
-        "forensics adaped.f: not built (`snakemake --cores 2 ")
+        "forensics adaped.f: not built (`snakemake --cores 2 "
+    )

@@ -16,8 +16,10 @@ def test_standard_error_not_seed_spread():
     assert math.isclose(j.se_rebuilt, 0.1) and math.isclose(j.tol, v.Z * 0.1)
 
 
-@pytest.mark.parametrize("reading, runs, se", [("ci95", None, 0.5 / v.Z), ("se", None, 0.5), ("std", 25, 0.1),
-                                               ("std", None, 0.5), ("unknown", 6, 0.5)])
+@pytest.mark.parametrize(
+    "reading, runs, se",
+    [("ci95", None, 0.5 / v.Z), ("se", None, 0.5), ("std", 25, 0.1), ("std", None, 0.5), ("unknown", 6, 0.5)],
+)
 def test_printed_pm_read_as_the_paper_says(reading, runs, se):
     got, words = v.printed_se(0.5, reading, runs)
     assert math.isclose(got, se) and "0.5" in words
@@ -29,7 +31,7 @@ def test_no_pm_and_no_noise_falls_back_to_the_printed_rounding():
 
 
 def test_reproduced_needs_agreement_within_the_combined_standard_error():
-    assert judge(10.3, std=0.2, n=4, pm=0.2, reading="se").outcome == v.REPRODUCED      # tol = 1.96*sqrt(.04+.01)
+    assert judge(10.3, std=0.2, n=4, pm=0.2, reading="se").outcome == v.REPRODUCED  # tol = 1.96*sqrt(.04+.01)
     assert judge(10.5, std=0.2, n=4, pm=0.2, reading="se").outcome == v.DEVIATES
 
 
@@ -41,7 +43,7 @@ def test_a_wildly_wrong_value_with_a_large_seed_std_is_not_reproduced():
 
 
 def test_a_precise_enough_noisy_rebuild_can_be_judged():
-    assert judge(10.1, std=0.5, n=5).outcome == v.REPRODUCED   # 1.96*0.22 = 0.44 <= 10% of 10
+    assert judge(10.1, std=0.5, n=5).outcome == v.REPRODUCED  # 1.96*0.22 = 0.44 <= 10% of 10
 
 
 def test_one_seed_of_a_random_experiment_is_inconclusive_unless_deterministic():
@@ -52,5 +54,6 @@ def test_one_seed_of_a_random_experiment_is_inconclusive_unless_deterministic():
 def test_a_95_percent_interval_is_not_read_as_a_std():
     """histograms Table 1: ±0.01 is a 95% interval; as a std it would allow twice the difference."""
     assert judge(1.05, std=0.001, n=5, value=1.036, pm=0.01, reading="ci95", floor=0.0005).outcome == v.DEVIATES
-    assert judge(1.05, std=0.001, n=5, value=1.036, pm=0.01, reading="std", runs=1,
-                 floor=0.0005).outcome == v.REPRODUCED
+    assert (
+        judge(1.05, std=0.001, n=5, value=1.036, pm=0.01, reading="std", runs=1, floor=0.0005).outcome == v.REPRODUCED
+    )

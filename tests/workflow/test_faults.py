@@ -45,6 +45,7 @@ R1.ex,Remark 1,,,m=1e4,ratio,,0.01,,,,0.005,adaped.remark1,ratio,printed,true,,
 
 # ------------------------------------------------------------------------------------------------------- helpers
 
+
 def write_config(tmp: Path, seeds=(0, 1)) -> Path:
     """A private workflow under ``tmp``: config.yaml (every path inside ``tmp``; the mirror holds the election
     fixture), adaped.yaml with remark1 and political, a one-row registry and one digits partition."""
@@ -60,20 +61,33 @@ def write_config(tmp: Path, seeds=(0, 1)) -> Path:
         mirror.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(FIXTURE, mirror / ELECTION_FILE)
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    cfg.update({"results_dir": str(tmp / "results"), "figures_dir": str(tmp / "figures"),
-                "logs_dir": str(tmp / "logs"), "data": {"dir": str(tmp / "data"), "mirror": str(mirror)},
-                "papers": {"adaped": str(tmp / "adaped.yaml")}, "targets": {"adaped": str(tmp / "adaped.csv")},
-                "partitions": str(tmp / "partitions.yaml"), "seeds": {"quick": list(seeds), "paper": [0]},
-                "only_papers": ["adaped"]})  # Snakemake merges this file into config/config.yaml's four papers
+    cfg.update(
+        {
+            "results_dir": str(tmp / "results"),
+            "figures_dir": str(tmp / "figures"),
+            "logs_dir": str(tmp / "logs"),
+            "data": {"dir": str(tmp / "data"), "mirror": str(mirror)},
+            "papers": {"adaped": str(tmp / "adaped.yaml")},
+            "targets": {"adaped": str(tmp / "adaped.csv")},
+            "partitions": str(tmp / "partitions.yaml"),
+            "seeds": {"quick": list(seeds), "paper": [0]},
+            "only_papers": ["adaped"],
+        }
+    )  # Snakemake merges this file into config/config.yaml's four papers
     (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
     return tmp / "config.yaml"
 
 
 def fedrepro(*args, umask: int | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "FEDREPRO_WORKFLOW_CONFIG"}
-    return subprocess.run([sys.executable, "-m", "fedrepro", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, env={**env, "FEDREPRO_PROGRESS": "0"},
-                          preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+    return subprocess.run(
+        [sys.executable, "-m", "fedrepro", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**env, "FEDREPRO_PROGRESS": "0"},
+        preexec_fn=None if umask is None else (lambda: os.umask(umask)),
+    )
 
 
 def fedrepro_here(capsys, *args) -> subprocess.CompletedProcess:
@@ -108,8 +122,11 @@ def one_error(r: subprocess.CompletedProcess, *names) -> str:
 
 def snapshot(root: Path) -> dict[str, str]:
     """sha256 of every file under ``root`` (hidden ones too)."""
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -123,10 +140,22 @@ def built(tmp_path_factory) -> Path:
     digits partition. Tests work on copies (see ``work``)."""
     base = tmp_path_factory.mktemp("built")
     cfg = write_config(base)
-    runs = base / "results" / "adaped" / "remark1" / "paper"   # no quick overrides: runs at paper scale
+    runs = base / "results" / "adaped" / "remark1" / "paper"  # no quick overrides: runs at paper scale
     for seed in (0, 1):
-        ok(fedrepro("run", "adaped.remark1", "--seed", seed, "--scale", "quick", "--out", runs / f"seed{seed}",
-                    "--config", cfg))
+        ok(
+            fedrepro(
+                "run",
+                "adaped.remark1",
+                "--seed",
+                seed,
+                "--scale",
+                "quick",
+                "--out",
+                runs / f"seed{seed}",
+                "--config",
+                cfg,
+            )
+        )
     ok(fedrepro("aggregate", "--runs", runs / "seed0", runs / "seed1", "--out", runs / "summary.json"))
     ok(fedrepro("report", "--out-dir", base / "results" / "report", "--scale", "quick", "--config", cfg))
     ok(fedrepro("data", "partition", PARTITION, "--out", base / "results" / "data" / PARTITION, "--config", cfg))
@@ -155,6 +184,7 @@ CORRUPTIONS = {
 
 # ------------------------------------------------------------------------------------------------- result files
 
+
 @pytest.mark.parametrize("how", [*CORRUPTIONS, "deleted"])
 def test_broken_seed_metrics_stops_aggregate_naming_it(work, how, capsys):
     w, _ = work
@@ -167,8 +197,9 @@ def test_broken_seed_metrics_stops_aggregate_naming_it(work, how, capsys):
     before = snapshot(w)
     r = fedrepro_("aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", _runs(w) / "summary.json")
     line = one_error(r, bad)
-    assert {"empty object": "required key is missing", "wrong type": "metrics",
-            "deleted": "not found"}.get(how, "not a valid run metrics file") in line
+    assert {"empty object": "required key is missing", "wrong type": "metrics", "deleted": "not found"}.get(
+        how, "not a valid run metrics file"
+    ) in line
     assert snapshot(w) == before
 
 
@@ -202,8 +233,10 @@ def test_broken_history_and_replication_report_are_named(work, capsys):
 
 PARTITION_DAMAGE = {  # id: (file, damage)
     "manifest cut short": ("manifest.json", lambda p: p.write_text(p.read_text()[:200])),
-    "manifest incomplete": ("manifest.json",
-                            lambda p: p.write_text('{"format": "fedrepro.fedformat", "format_version": 1}')),
+    "manifest incomplete": (
+        "manifest.json",
+        lambda p: p.write_text('{"format": "fedrepro.fedformat", "format_version": 1}'),
+    ),
     "features cut short": ("features.npy", lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])),
     "index garbage": ("index.parquet", lambda p: p.write_bytes(b"PAR1" + b"\x00" * (p.stat().st_size - 4))),
 }
@@ -224,6 +257,7 @@ def test_damaged_partition_file_is_named(work, damage, capsys):
 
 # ----------------------------------------------------------------------------------------------------- config
 
+
 def test_yaml_syntax_errors_name_file_and_line(tmp_path, capsys):
     cfg = write_config(tmp_path)
     broken = tmp_path / "broken.yaml"
@@ -243,21 +277,29 @@ def test_snakemake_names_the_yaml_file_and_line(tmp_path):
     # working directory, so the Snakefile reads tmp_path/config/config.yaml.
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text("scale: quick\npapers:\n  adaped: [x\n")
-    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--snakefile", ROOT / "Snakefile", "--directory", tmp_path],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [SNAKEMAKE, "-n", "--nolock", "--snakefile", ROOT / "Snakefile", "--directory", tmp_path],
+        capture_output=True,
+        text=True,
+    )
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "config/config.yaml:4:1: not valid YAML" in out, out[-3000:]
     # a paper's file, through the workflow's own config validation
     cfg = write_config(tmp_path)
     paper = tmp_path / "adaped.yaml"
     paper.write_text("paper: adaped\nexperiments: {remark1: [\n")
-    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--configfile", ROOT / "config" / "config.yaml", cfg],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [SNAKEMAKE, "-n", "--nolock", "--configfile", ROOT / "config" / "config.yaml", cfg],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     out = r.stdout + r.stderr
     assert r.returncode != 0 and f"{paper}:3:1: not valid YAML" in out, out[-3000:]
 
 
 # ------------------------------------------------------------------------------------------------------- data
+
 
 def _tar_gz(members: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
@@ -302,8 +344,12 @@ def pinned_mirror(tmp_path, monkeypatch):
     mirror = tmp_path / "mirror" / "faulttest"
     mirror.mkdir(parents=True)
     shutil.copyfile(FIXTURE, mirror / "returns.csv")
-    ds = catalog.Dataset("faulttest", "fault-injection fixture", (catalog.RemoteFile(
-        "returns.csv", "https://example.org/returns.csv", sources.sha256_of(FIXTURE)),), citation="test")
+    ds = catalog.Dataset(
+        "faulttest",
+        "fault-injection fixture",
+        (catalog.RemoteFile("returns.csv", "https://example.org/returns.csv", sources.sha256_of(FIXTURE)),),
+        citation="test",
+    )
     catalog.all_datasets()  # load the real catalog first, then add the fixture to it
     monkeypatch.setitem(catalog.DATASETS, ds.id, ds)
     cfg = {"data": {"dir": str(tmp_path / "data"), "mirror": str(tmp_path / "mirror")}}
@@ -333,9 +379,9 @@ def test_data_file_corrupted_after_fetch_is_caught_on_use(pinned_mirror, monkeyp
     monkeypatch.setattr(sources, "sha256_of", lambda p: hashed.append(p) or hashlib.sha256(p.read_bytes()).hexdigest())
     [v] = sources.verified_files(cfg, ds.id)
     assert (v.path, v.sha256, v.pinned) == (copy, ds.files[0].sha256, True)
-    assert hashed == []                                   # unchanged size and mtime: not hashed again
+    assert hashed == []  # unchanged size and mtime: not hashed again
     os.utime(copy, ns=(time.time_ns(), time.time_ns() + 10**9))
-    assert sources.dataset_files(cfg, ds.id) == [copy]   # touched, same bytes: hashed once, still fine
+    assert sources.dataset_files(cfg, ds.id) == [copy]  # touched, same bytes: hashed once, still fine
     assert hashed == [copy]
     raw = bytearray(copy.read_bytes())
     raw[10] ^= 0x01
@@ -355,11 +401,12 @@ def test_data_file_corrupted_after_fetch_is_caught_on_use(pinned_mirror, monkeyp
 def test_checksum_messages_name_where_the_file_came_from(pinned_mirror):
     cfg, ds, mirrored = pinned_mirror
     f = dataclasses.replace(ds.files[0], sha256="0" * 64)
-    for origin, names in {"download https://example.org/returns.csv": ["https://example.org/returns.csv",
-                                                                        f"downloaded to {mirrored}"],
-                          "written by debian-package": ["written by debian-package", "installed package"],
-                          f"mirror {mirrored}": [f"the mirror file {mirrored}"],
-                          "": [f"{mirrored} (in the data dir)"]}.items():
+    for origin, names in {
+        "download https://example.org/returns.csv": ["https://example.org/returns.csv", f"downloaded to {mirrored}"],
+        "written by debian-package": ["written by debian-package", "installed package"],
+        f"mirror {mirrored}": [f"the mirror file {mirrored}"],
+        "": [f"{mirrored} (in the data dir)"],
+    }.items():
         with pytest.raises(DataError, match="checksum mismatch") as err:
             sources.verify(mirrored, f, ds, origin=origin)
         assert all(n in str(err.value) for n in names) and "0" * 64 in str(err.value), str(err.value)
@@ -372,16 +419,20 @@ def test_corrupted_data_stops_the_run_that_reads_it(work):
     ok(fedrepro("run", "adaped.political", "--out", w / "political0", "--config", cfg))
     data = w / "data" / ELECTION / ELECTION_FILE
     raw = bytearray(data.read_bytes())
-    raw[len(raw) // 2] ^= 0x01                                 # one bit, same size
+    raw[len(raw) // 2] ^= 0x01  # one bit, same size
     data.write_bytes(bytes(raw))
     before = snapshot(w)
-    line = one_error(fedrepro("run", "adaped.political", "--out", w / "political1", "--config", cfg), data,
-                     sources.sha256_of(FIXTURE))
+    line = one_error(
+        fedrepro("run", "adaped.political", "--out", w / "political1", "--config", cfg),
+        data,
+        sources.sha256_of(FIXTURE),
+    )
     assert "changed after it was verified" in line and "mirror" in line
     assert snapshot(w) == before and not (w / "political1" / "metrics.json").exists()
 
 
 # -------------------------------------------------------------------------------------------------- arguments
+
 
 def test_cli_arguments_are_checked_before_any_work(work, capsys):
     w, cfg = work
@@ -404,9 +455,10 @@ def test_cli_arguments_are_checked_before_any_work(work, capsys):
 
 
 def test_a_closed_pipe_is_quiet():
-    proc = subprocess.Popen([sys.executable, "-m", "fedrepro", "list"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    proc.stdout.close()          # the reader goes away before the first line, as `| head -0` would
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedrepro", "list"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # the reader goes away before the first line, as `| head -0` would
     err = proc.stderr.read().decode()
     assert proc.wait() == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
 
@@ -416,7 +468,10 @@ def test_results_honour_the_umask(work, tmp_path):
     out = tmp_path / "run"
     ok(fedrepro("run", "adaped.remark1", "--scale", "quick", "--out", out, "--config", cfg, umask=0o022))
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {
-        "metrics.json": "0o644", "history.parquet": "0o644", "config.yaml": "0o644"}
+        "metrics.json": "0o644",
+        "history.parquet": "0o644",
+        "config.yaml": "0o644",
+    }
     part = tmp_path / "part"
     ok(fedrepro("data", "partition", PARTITION, "--out", part, "--config", cfg, umask=0o027))
     assert oct(part.stat().st_mode & 0o777) == "0o750"
@@ -424,6 +479,7 @@ def test_results_honour_the_umask(work, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- interruptions
+
 
 @pytest.mark.slow
 def test_killed_run_resumes_with_the_time_of_both_attempts(tmp_path):
@@ -463,7 +519,7 @@ def test_workflow_notices_a_deleted_seed_and_names_a_garbage_one(tmp_path):
     the aggregate job with the file named on the console."""
     cfg = write_config(tmp_path)
     cfg_text = yaml.safe_load(cfg.read_text())
-    cfg_text["data"]["mirror"] = None                            # political's data: unavailable, left out
+    cfg_text["data"]["mirror"] = None  # political's data: unavailable, left out
     cfg.write_text(yaml.safe_dump(cfg_text))
     args = [SNAKEMAKE, "--cores", "2", "--nolock", "--configfile", ROOT / "config" / "config.yaml", cfg]
     snake = lambda *extra: subprocess.run([*args, *extra], cwd=ROOT, capture_output=True, text=True)  # noqa: E731

@@ -19,7 +19,7 @@ from kill_resume_project import write_project as _setup
 from fedrepro.config import REPO_ROOT
 
 ROOT = REPO_ROOT
-pytestmark = pytest.mark.slow     # three training subprocesses (~1 min on 2 busy cores)
+pytestmark = pytest.mark.slow  # three training subprocesses (~1 min on 2 busy cores)
 
 
 def _result(out: Path):
@@ -40,7 +40,7 @@ def test_sigkilled_training_resumes_from_its_checkpoint(tmp_path):
     deadline, ckpts = time.time() + 120, []
     while time.time() < deadline and proc.poll() is None:
         ckpts = list((out / ".checkpoints").glob("*.pt")) if (out / ".checkpoints").is_dir() else []
-        if len(ckpts) >= 2:                      # the first training finished, the second one is under way
+        if len(ckpts) >= 2:  # the first training finished, the second one is under way
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed: make it longer"
@@ -49,13 +49,12 @@ def test_sigkilled_training_resumes_from_its_checkpoint(tmp_path):
     assert not (out / "metrics.json").exists() and ckpts
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")], "a half-written file survived the kill"
 
-    r = subprocess.run(_cmd(cfg, out), cwd=ROOT, env={**env, "FEDREPRO_PROGRESS": "1"}, capture_output=True,
-                       text=True)
+    r = subprocess.run(_cmd(cfg, out), cwd=ROOT, env={**env, "FEDREPRO_PROGRESS": "1"}, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     progress = [line.split() for line in r.stderr.splitlines() if line.startswith("[progress]")]
-    assert progress and len({p[1] for p in progress}) == 1          # the finished method was not trained again
-    assert int(progress[0][4].split("/")[0]) > 1                     # the other continued after its last checkpoint
+    assert progress and len({p[1] for p in progress}) == 1  # the finished method was not trained again
+    assert int(progress[0][4].split("/")[0]) > 1  # the other continued after its last checkpoint
     got, want = _result(out), _result(ref)
     assert got[0] == want[0]
     pd.testing.assert_frame_equal(got[1], want[1])
-    assert not (out / ".checkpoints").exists()        # removed once the run completed
+    assert not (out / ".checkpoints").exists()  # removed once the run completed

@@ -27,7 +27,7 @@ def test_profile_is_a_slurm_profile_with_known_keys():
 
 def test_defaults_come_from_config_yaml_per_scale():
     cfg = load_global()
-    entry = load_paper(cfg, "adaped")["experiments"]["fig1a"]   # declares no resources of its own
+    entry = load_paper(cfg, "adaped")["experiments"]["fig1a"]  # declares no resources of its own
     for scale in ("quick", "paper"):
         want = {"gpu": 0, **cfg["resources"][scale]}
         assert experiment_resources(cfg, entry, scale) == want
@@ -35,8 +35,10 @@ def test_defaults_come_from_config_yaml_per_scale():
 
 def test_experiment_block_overrides_key_by_key():
     cfg = copy.deepcopy(load_global())
-    cfg["resources"] = {"quick": {"threads": 1, "mem_mb": 100, "runtime": 5},
-                        "paper": {"threads": 2, "mem_mb": 300, "runtime": 50}}
+    cfg["resources"] = {
+        "quick": {"threads": 1, "mem_mb": 100, "runtime": 5},
+        "paper": {"threads": 2, "mem_mb": 300, "runtime": 50},
+    }
     entry = {"resources": {"paper": {"mem_mb": 999, "gpu": 2}}}
     assert experiment_resources(cfg, entry, "paper") == {"threads": 2, "mem_mb": 999, "runtime": 50, "gpu": 2}
     assert experiment_resources(cfg, entry, "quick") == {"threads": 1, "mem_mb": 100, "runtime": 5, "gpu": 0}
@@ -48,20 +50,29 @@ def test_experiment_block_overrides_key_by_key():
 
 def test_paper_scale_cnn_experiments_request_a_gpu_and_the_rest_do_not():
     cfg = load_global()
-    gpu = {f"{p}.{name}" for p in cfg["papers"] for name, e in load_paper(cfg, p)["experiments"].items()
-           if experiment_resources(cfg, e, "paper")["gpu"] > 0}
-    assert {"adaped.table1_cifar10", "adaped.table1_cifar100", "adaped.table5_cifar10",
-            "ppsgd.fig1d_emnist_cnn"} <= gpu
-    assert all(experiment_resources(cfg, e, "quick")["gpu"] == 0
-               for p in cfg["papers"] for e in load_paper(cfg, p)["experiments"].values())
+    gpu = {
+        f"{p}.{name}"
+        for p in cfg["papers"]
+        for name, e in load_paper(cfg, p)["experiments"].items()
+        if experiment_resources(cfg, e, "paper")["gpu"] > 0
+    }
+    assert {"adaped.table1_cifar10", "adaped.table1_cifar100", "adaped.table5_cifar10", "ppsgd.fig1d_emnist_cnn"} <= gpu
+    assert all(
+        experiment_resources(cfg, e, "quick")["gpu"] == 0
+        for p in cfg["papers"]
+        for e in load_paper(cfg, p)["experiments"].values()
+    )
 
 
-@pytest.mark.parametrize("block, key", [
-    ({"paper": {"mem": 4}}, "resources.paper.mem"),               # unknown key
-    ({"paper": {"runtime": "2h"}}, "resources.paper.runtime"),    # minutes as an integer
-    ({"paper": {"gpu": -1}}, "resources.paper.gpu"),
-    ({"huge": {"threads": 2}}, "resources.huge"),                  # unknown scale
-])
+@pytest.mark.parametrize(
+    "block, key",
+    [
+        ({"paper": {"mem": 4}}, "resources.paper.mem"),  # unknown key
+        ({"paper": {"runtime": "2h"}}, "resources.paper.runtime"),  # minutes as an integer
+        ({"paper": {"gpu": -1}}, "resources.paper.gpu"),
+        ({"huge": {"threads": 2}}, "resources.huge"),  # unknown scale
+    ],
+)
 def test_schema_rejects_bad_resource_blocks(block, key):
     exp = {"kind": "k", "description": "d", "params": {}, "resources": block}
     doc = {"paper": "x", "title": "t", "experiments": {"e": exp}}

@@ -27,9 +27,18 @@ T9,Table 9,Local,n = 1,made-up,MSE,,1.0,,,,0.05,adaped.remark1,a,printed,false,,
 """
 
 
-PRIVACY_CURVE = {"kind": "privacy_curve", "description": "test: epsilon vs rounds",
-                 "params": {"noise_multiplier": 1.5, "sampling_rate": 0.05, "rounds": 50, "delta": 1e-4,
-                            "accountants": ["rdp", "rdp_classic"], "curve_points": 5}}
+PRIVACY_CURVE = {
+    "kind": "privacy_curve",
+    "description": "test: epsilon vs rounds",
+    "params": {
+        "noise_multiplier": 1.5,
+        "sampling_rate": 0.05,
+        "rounds": 50,
+        "delta": 1e-4,
+        "accountants": ["rdp", "rdp_classic"],
+        "curve_points": 5,
+    },
+}
 
 
 def _setup(tmp: Path, seeds, experiments=("remark1", "fig3b"), privacy=False) -> list[str]:
@@ -41,21 +50,31 @@ def _setup(tmp: Path, seeds, experiments=("remark1", "fig3b"), privacy=False) ->
     doc["figures"] = {"fig3b": doc["figures"]["fig3b"]}
     (tmp / "adaped.yaml").write_text(yaml.safe_dump(doc))
     (tmp / "adaped.csv").write_text(REGISTRY)
-    override = {"results_dir": f"{tmp}/results", "figures_dir": f"{tmp}/figures", "logs_dir": f"{tmp}/logs",
-                "papers": {"adaped": f"{tmp}/adaped.yaml"}, "targets": {"adaped": f"{tmp}/adaped.csv"},
-                "seeds": {"quick": seeds, "paper": [0]}, "scale": "quick", "only_papers": ["adaped"]}
+    override = {
+        "results_dir": f"{tmp}/results",
+        "figures_dir": f"{tmp}/figures",
+        "logs_dir": f"{tmp}/logs",
+        "papers": {"adaped": f"{tmp}/adaped.yaml"},
+        "targets": {"adaped": f"{tmp}/adaped.csv"},
+        "seeds": {"quick": seeds, "paper": [0]},
+        "scale": "quick",
+        "only_papers": ["adaped"],
+    }
     (tmp / "override.yaml").write_text(yaml.safe_dump(override))
     return ["--configfile", str(ROOT / "config" / "config.yaml"), str(tmp / "override.yaml")]
 
 
 def _snakemake(args, **kw):
-    return subprocess.run([SNAKEMAKE, "--cores", "2", "--nolock", *args], cwd=ROOT, capture_output=True, text=True,
-                          **kw)
+    return subprocess.run(
+        [SNAKEMAKE, "--cores", "2", "--nolock", *args], cwd=ROOT, capture_output=True, text=True, **kw
+    )
 
 
 def _metrics(tmp: Path):
-    return {p.relative_to(tmp).as_posix(): json.loads(p.read_text())["metrics"]
-            for p in sorted((tmp / "results").rglob("metrics.json"))}
+    return {
+        p.relative_to(tmp).as_posix(): json.loads(p.read_text())["metrics"]
+        for p in sorted((tmp / "results").rglob("metrics.json"))
+    }
 
 
 def test_full_run_report_rerun_identical_and_nothing_to_do(tmp_path):
@@ -82,10 +101,20 @@ def test_full_run_report_rerun_identical_and_nothing_to_do(tmp_path):
     r = _snakemake([*cfg, "--report", str(html)])
     assert r.returncode == 0, r.stderr[-3000:]
     page = html.read_text()
-    assert "Figure 3b" in page and "Replication report" in page       # captions name the paper artifacts
+    assert "Figure 3b" in page and "Replication report" in page  # captions name the paper artifacts
     assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', page)  # self-contained: nothing fetched
-    ci = subprocess.run([sys.executable, "-m", "fedrepro", "ci-check", "--report",
-                         str(tmp_path / "results" / "report" / "replication.csv")], capture_output=True, text=True)
+    ci = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedrepro",
+            "ci-check",
+            "--report",
+            str(tmp_path / "results" / "report" / "replication.csv"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert ci.returncode == 0, ci.stdout
 
 
@@ -104,8 +133,13 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     r = _snakemake(_setup(ref, seeds, ("fig3b",)))
     assert r.returncode == 0, r.stderr[-3000:]
     cfg = _setup(killed, seeds, ("fig3b",))
-    proc = subprocess.Popen([SNAKEMAKE, "--cores", "2", "--nolock", *cfg], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "2", "--nolock", *cfg],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not list((killed / "results").rglob("metrics.json")):
         time.sleep(0.2)

@@ -96,9 +96,16 @@ class Kind:
 _KINDS: dict[str, Kind] = {}
 
 
-def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, stage: str = "estimate",
-                    metrics: tuple[str, ...] = (), checks: tuple[str, ...] = (),
-                    reads: Callable[[dict, Any, str], dict] | None = None):
+def experiment_kind(
+    name: str,
+    schema: dict,
+    *,
+    deterministic: bool = False,
+    stage: str = "estimate",
+    metrics: tuple[str, ...] = (),
+    checks: tuple[str, ...] = (),
+    reads: Callable[[dict, Any, str], dict] | None = None,
+):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
     deterministic: the function never draws from ``rng`` (closed forms, accountants), so the workflow runs it once
@@ -116,8 +123,17 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
     def deco(fn):
         if name in _KINDS and _KINDS[name].fn is not fn:
             raise RuntimeError(f"experiment kind {name!r} registered twice")
-        _KINDS[name] = Kind(name=name, fn=fn, schema=schema, module=fn.__module__, deterministic=deterministic,
-                            stage=stage, metrics=tuple(metrics), checks=tuple(checks), reads=reads)
+        _KINDS[name] = Kind(
+            name=name,
+            fn=fn,
+            schema=schema,
+            module=fn.__module__,
+            deterministic=deterministic,
+            stage=stage,
+            metrics=tuple(metrics),
+            checks=tuple(checks),
+            reads=reads,
+        )
         return fn
 
     return deco
@@ -127,8 +143,8 @@ def experiment_kind(name: str, schema: dict, *, deterministic: bool = False, sta
 SHARED_KINDS = {
     "privacy_curve": "fedrepro.experiments.privacy_curves",
     "privacy_grid": "fedrepro.experiments.privacy_curves",
-    "forensic_sweep": "fedrepro.experiments.forensics",   # deviation forensics of any paper's experiment
-    "printed_relations": "fedrepro.experiments.consistency",   # a paper's printed numbers checked against each other
+    "forensic_sweep": "fedrepro.experiments.forensics",  # deviation forensics of any paper's experiment
+    "printed_relations": "fedrepro.experiments.consistency",  # a paper's printed numbers checked against each other
 }
 
 
@@ -143,7 +159,9 @@ def get_kind(name: str, source: str = "kind") -> Kind:
     if name not in _KINDS:
         module = kind_modules().get(name)
         if module is None:
-            raise ConfigError(f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(kind_modules()))})")
+            raise ConfigError(
+                f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(kind_modules()))})"
+            )
         importlib.import_module(module)
     if name not in _KINDS:
         raise RuntimeError(f"experiment kind {name!r} is declared in {kind_modules()[name]} but not registered there")

@@ -31,21 +31,42 @@ from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 
 OPS = ("minus", "plus", "gain_pct", "max", "min")
-EXPR = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "number"},
-                  {"type": "object", "minProperties": 1, "maxProperties": 1,
-                   "propertyNames": {"enum": list(OPS)},
-                   "additionalProperties": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/expr"}}}]}
+EXPR = {
+    "anyOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "number"},
+        {
+            "type": "object",
+            "minProperties": 1,
+            "maxProperties": 1,
+            "propertyNames": {"enum": list(OPS)},
+            "additionalProperties": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/expr"}},
+        },
+    ]
+}
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["relations"],
     "properties": {
-        "relations": {"type": "object", "minProperties": 1, "additionalProperties": {
-            "type": "object", "additionalProperties": False, "required": ["what", "value"],
-            "minProperties": 3, "maxProperties": 3,   # what, value and exactly one of equals / at_least / at_most
-            "properties": {"what": {"type": "string", "minLength": 1}, "value": {"$ref": "#/$defs/expr"},
-                           "equals": {"$ref": "#/$defs/expr"}, "at_least": {"$ref": "#/$defs/expr"},
-                           "at_most": {"$ref": "#/$defs/expr"}}}},
+        "relations": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["what", "value"],
+                "minProperties": 3,
+                "maxProperties": 3,  # what, value and exactly one of equals / at_least / at_most
+                "properties": {
+                    "what": {"type": "string", "minLength": 1},
+                    "value": {"$ref": "#/$defs/expr"},
+                    "equals": {"$ref": "#/$defs/expr"},
+                    "at_least": {"$ref": "#/$defs/expr"},
+                    "at_most": {"$ref": "#/$defs/expr"},
+                },
+            },
+        },
     },
     "$defs": {"expr": EXPR},
 }
@@ -87,7 +108,7 @@ def evaluate(expr: Any, values: Mapping[str, tuple[float, str]]) -> Interval:
         v, text = values[expr]
         h = half_unit(text)
         return Interval(v - h, v + h, text)
-    (op, args), = expr.items()
+    ((op, args),) = expr.items()
     xs = [evaluate(a, values) for a in args]
     if op == "minus":
         if len(xs) != 2:
@@ -100,8 +121,9 @@ def evaluate(expr: Any, values: Mapping[str, tuple[float, str]]) -> Interval:
         if len(xs) != 2 or xs[0].lo <= 0 or xs[1].lo < 0:
             raise ConfigError(f"relation expression {expr!r}: gain_pct takes [ref, new] with ref > 0, new >= 0")
         ref, new = xs
-        return Interval(100 * (1 - new.hi / ref.lo), 100 * (1 - new.lo / ref.hi),
-                        f"100 ({ref.text} - {new.text}) / {ref.text}")
+        return Interval(
+            100 * (1 - new.hi / ref.lo), 100 * (1 - new.lo / ref.hi), f"100 ({ref.text} - {new.text}) / {ref.text}"
+        )
     pick = max if op == "max" else min
     return Interval(pick(x.lo for x in xs), pick(x.hi for x in xs), f"{op}(" + ", ".join(x.text for x in xs) + ")")
 
@@ -118,8 +140,10 @@ def judge(name: str, rel: Mapping, values: Mapping[str, tuple[float, str]]) -> C
         ok = x.lo <= b.hi
     slack = x.half + b.half
     word = {"equals": "=", "at_least": ">=", "at_most": "<="}[how]
-    detail = (f"{rel['what']}: {x.text} = {x.mid:.6g} (rounding ±{x.half:.3g}) {word} {b.text} = {b.mid:.6g} "
-              f"(±{b.half:.3g}): {'holds' if ok else 'does not hold'} within the printed digits")
+    detail = (
+        f"{rel['what']}: {x.text} = {x.mid:.6g} (rounding ±{x.half:.3g}) {word} {b.text} = {b.mid:.6g} "
+        f"(±{b.half:.3g}): {'holds' if ok else 'does not hold'} within the printed digits"
+    )
     if how == "equals" or not ok:
         return Check(ok, detail, x.mid, b.mid, slack if slack > 0 else math.ulp(1.0))
     return Check(ok, detail)
@@ -138,20 +162,30 @@ def _registry_values(cfg: Mapping, paper: str) -> dict[str, tuple[float, str]]:
     from fedrepro.config import resolve_path
     from fedrepro.report.registry import load_registry
 
-    return {t.id: (t.value, t.value_text) for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
-            if t.value is not None}
+    return {
+        t.id: (t.value, t.value_text)
+        for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
+        if t.value is not None
+    }
 
 
 def relation_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     """The printed values the relations read (a change in the registry reruns them)."""
     values = _registry_values(cfg, exp_id.split(".", 1)[0])
-    ids = sorted({r for rel in p["relations"].values() for k in ("value", *RELATIONS) if k in rel
-                  for r in row_ids(rel[k])})
+    ids = sorted(
+        {r for rel in p["relations"].values() for k in ("value", *RELATIONS) if k in rel for r in row_ids(rel[k])}
+    )
     return {r: values.get(r) for r in ids}
 
 
-@experiment_kind("printed_relations", SCHEMA, deterministic=True, metrics=("*.value", "*.bound"), checks=("*",),
-                 reads=relation_inputs)
+@experiment_kind(
+    "printed_relations",
+    SCHEMA,
+    deterministic=True,
+    metrics=("*.value", "*.bound"),
+    checks=("*",),
+    reads=relation_inputs,
+)
 def printed_relations(p: dict, rng, ctx: RunContext) -> RunOutput:
     if ctx.config is None:
         raise ConfigError(f"{ctx.exp_id}: printed relations read the registry: run with `python -m fedrepro run`")
@@ -162,14 +196,26 @@ def printed_relations(p: dict, rng, ctx: RunContext) -> RunOutput:
         try:
             c = judge(name, rel, values)
         except ConfigError as exc:
-            raise ConfigError(f"{ctx.config['papers'][paper]}: experiments.{ctx.exp_id.split('.', 1)[1]}.params."
-                              f"relations.{name}: {exc}") from None
+            raise ConfigError(
+                f"{ctx.config['papers'][paper]}: experiments.{ctx.exp_id.split('.', 1)[1]}.params."
+                f"relations.{name}: {exc}"
+            ) from None
         how = next(r for r in RELATIONS if r in rel)
         x, b = evaluate(rel["value"], values), evaluate(rel[how], values)
         checks[name] = c
         metrics[name] = {"value": x.mid, "bound": b.mid}
-        rows.append({"relation": name, "how": how, "value_lo": x.lo, "value_hi": x.hi, "bound_lo": b.lo,
-                     "bound_hi": b.hi, "holds": c.passed, "detail": c.detail})
+        rows.append(
+            {
+                "relation": name,
+                "how": how,
+                "value_lo": x.lo,
+                "value_hi": x.hi,
+                "bound_lo": b.lo,
+                "bound_hi": b.hi,
+                "holds": c.passed,
+                "detail": c.detail,
+            }
+        )
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks)
 
 

@@ -44,15 +44,17 @@ SCHEMA = {
     "additionalProperties": False,
     "required": ["experiment", "rows", "grid"],
     "properties": {
-        "experiment": {"type": "string", "minLength": 1},           # the swept experiment, of the same paper
+        "experiment": {"type": "string", "minLength": 1},  # the swept experiment, of the same paper
         "rows": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
         # param key (dotted, as for --set; several joined by commas) -> the values read; every combination is one
         # reading. A list of such grids: the union of their readings.
-        "grid": {"oneOf": [{"$ref": "#/$defs/grid"}, {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/grid"}}]},
-        "fixed": {"type": "object"},                                # overrides applied under every reading
+        "grid": {
+            "oneOf": [{"$ref": "#/$defs/grid"}, {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/grid"}}]
+        },
+        "fixed": {"type": "object"},  # overrides applied under every reading
         "seeds": {"type": "array", "minItems": 1, "items": INT0},
-        "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},   # row -> fix + test
-        "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},         # row -> what
+        "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},  # row -> fix + test
+        "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},  # row -> what
     },
     "$defs": {"grid": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "array", "minItems": 1}}},
 }
@@ -68,8 +70,10 @@ def readings(grid: Mapping[str, list] | list[Mapping[str, list]]) -> list[dict[s
         n = len(k.split(","))
         bad = [v for v in grid[k] if n > 1 and not (isinstance(v, list) and len(v) == n)]
         if bad:
-            raise ConfigError(f"forensics: grid axis {k!r} sets {n} parameters together: each value must list {n} "
-                              f"values, got {bad[0]!r}")
+            raise ConfigError(
+                f"forensics: grid axis {k!r} sets {n} parameters together: each value must list {n} "
+                f"values, got {bad[0]!r}"
+            )
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
@@ -131,10 +135,21 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
         return memo[key]
     point_ctx = RunContext(exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config)
     out = kind.fn(exp.params, rng_for(exp.id, seed), point_ctx)
-    doc = to_jsonable({"metrics": flatten(out.metrics),
-                       "checks": {k: {"passed": bool(c.passed), "detail": c.detail, "value": c.value,
-                                      "expected": c.expected, "tolerance": c.tolerance}
-                                  for k, c in out.checks.items()}})
+    doc = to_jsonable(
+        {
+            "metrics": flatten(out.metrics),
+            "checks": {
+                k: {
+                    "passed": bool(c.passed),
+                    "detail": c.detail,
+                    "value": c.value,
+                    "expected": c.expected,
+                    "tolerance": c.tolerance,
+                }
+                for k, c in out.checks.items()
+            },
+        }
+    )
     memo[key] = doc
     if cache is not None:
         text = json.dumps(doc)
@@ -165,18 +180,30 @@ def judge_row(t, points: list[dict], deterministic: bool) -> dict:
         numeric = all(d is not None for d in dists)
         distance = max(dists) if numeric else float(bool(failed))
         if numeric and failed:
-            distance = max(distance, 1.0)   # a failed check is at or beyond its boundary
-        return {"outcome": v.DEVIATES if failed else v.REPRODUCED, "distance": distance, "numeric": numeric,
-                "detail": failed[0][1] if failed else "; ".join(points[0]["checks"][c]["detail"] for c in t.check_names)}
+            distance = max(distance, 1.0)  # a failed check is at or beyond its boundary
+        return {
+            "outcome": v.DEVIATES if failed else v.REPRODUCED,
+            "distance": distance,
+            "numeric": numeric,
+            "detail": failed[0][1] if failed else "; ".join(points[0]["checks"][c]["detail"] for c in t.check_names),
+        }
     values = [p["metrics"].get(t.key) for p in points]
     if any(x is None for x in values):
         raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no metric {t.key!r} (or None)")
     arr = np.asarray(values, dtype=float)
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
-    return {"outcome": j.outcome, "rebuilt": float(arr.mean()), "se": j.se_rebuilt, "n": int(arr.size), "diff": j.diff,
-            "tol": j.tol, "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf, "numeric": True,
-            "detail": j.why}
+    return {
+        "outcome": j.outcome,
+        "rebuilt": float(arr.mean()),
+        "se": j.se_rebuilt,
+        "n": int(arr.size),
+        "diff": j.diff,
+        "tol": j.tol,
+        "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf,
+        "numeric": True,
+        "detail": j.why,
+    }
 
 
 def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str | None) -> Check:
@@ -186,29 +213,40 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
     n = len(judged)
     good = [(r, j) for r, j in judged if j["outcome"] == v.REPRODUCED]
     config_j = judged[0][1]
-    at_config = ("at the config's reading" if not judged[0][0] else f"at the config's reading ({reading_text(judged[0][0])})")
+    at_config = (
+        "at the config's reading" if not judged[0][0] else f"at the config's reading ({reading_text(judged[0][0])})"
+    )
 
     def value(j):
         if "rebuilt" not in j:
-            return j["detail"] + (f" (distance {j['distance']:.3g}, 1 = the check's boundary)"
-                                  if j["numeric"] and j["outcome"] != v.REPRODUCED else "")
+            return j["detail"] + (
+                f" (distance {j['distance']:.3g}, 1 = the check's boundary)"
+                if j["numeric"] and j["outcome"] != v.REPRODUCED
+                else ""
+            )
         undecided = f" ({j['outcome']}: {j['detail']})" if j["outcome"] not in (v.REPRODUCED, v.DEVIATES) else ""
-        return (f"{j['rebuilt']:.4g} ± {j['se']:.2g} (n={j['n']}) vs printed {t.value_text}: |diff| {abs(j['diff']):.3g}"
-                f" vs tol {j['tol']:.3g}{undecided}")
+        return (
+            f"{j['rebuilt']:.4g} ± {j['se']:.2g} (n={j['n']}) vs printed {t.value_text}: |diff| {abs(j['diff']):.3g}"
+            f" vs tol {j['tol']:.3g}{undecided}"
+        )
 
     if good and all(j["numeric"] for _, j in good):
         best_r, best_j = min(good, key=lambda rj: rj[1]["distance"])
-        text = (f"reproduced under {len(good)} of {n} readings; closest: {reading_text(best_r)}: {value(best_j)}; "
-                f"{at_config}: {config_j['outcome']}")
-    elif good:   # pass/fail checks: the readings under which it holds (the first few), none 'closest'
+        text = (
+            f"reproduced under {len(good)} of {n} readings; closest: {reading_text(best_r)}: {value(best_j)}; "
+            f"{at_config}: {config_j['outcome']}"
+        )
+    elif good:  # pass/fail checks: the readings under which it holds (the first few), none 'closest'
         names = "; ".join(reading_text(r) if r else "the config's" for r, _ in good[:6])
         more = f"; and {len(good) - 6} more" if len(good) > 6 else ""
-        text = (f"reproduced under {len(good)} of {n} readings: {names}{more} (first: {value(good[0][1])}); "
-                f"{at_config}: {config_j['outcome']}")
+        text = (
+            f"reproduced under {len(good)} of {n} readings: {names}{more} (first: {value(good[0][1])}); "
+            f"{at_config}: {config_j['outcome']}"
+        )
     elif all(j["numeric"] for _, j in judged):
         best_r, best_j = min(judged, key=lambda rj: rj[1]["distance"])
         text = f"no reading of the {n} in the ranges reproduces it; closest: {reading_text(best_r)}: {value(best_j)}"
-    else:   # pass/fail checks without a distance: no reading is 'closest'
+    else:  # pass/fail checks without a distance: no reading is 'closest'
         text = f"no reading of the {n} in the ranges reproduces it; {at_config}: {value(config_j)}"
     if fix:
         text = f"implementation fixed: {fix}; {text}"
@@ -227,21 +265,28 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
 
     paper = exp_id.split(".", 1)[0]
     entry = load_paper(cfg, paper)["experiments"].get(p["experiment"])
-    targets = {t.id: asdict(t) for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
-               if t.id in set(p["rows"])}
+    targets = {
+        t.id: asdict(t) for t in load_registry(resolve_path(cfg["targets"][paper]), paper) if t.id in set(p["rows"])
+    }
     return {"experiment": entry, "rows": targets}
 
 
-@experiment_kind("forensic_sweep", SCHEMA, deterministic=True,  # its seeds are params, not the rng
-                 metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings"),
-                 checks=("conclusion.*", "joint"), reads=swept_inputs)
+@experiment_kind(
+    "forensic_sweep",
+    SCHEMA,
+    deterministic=True,  # its seeds are params, not the rng
+    metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings"),
+    checks=("conclusion.*", "joint"),
+    reads=swept_inputs,
+)
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path
     from fedrepro.report.registry import load_registry
 
     if ctx.config is None:
-        raise ConfigError(f"{ctx.exp_id}: a forensic sweep needs the global configuration (run it with "
-                          "`python -m fedrepro run`)")
+        raise ConfigError(
+            f"{ctx.exp_id}: a forensic sweep needs the global configuration (run it with `python -m fedrepro run`)"
+        )
     cfg = ctx.config
     paper = ctx.exp_id.split(".", 1)[0]
     swept_id = f"{paper}.{p['experiment']}"
@@ -252,8 +297,9 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     rows = [targets[r] for r in p["rows"]]
     wrong = [t.id for t in rows if t.experiment != swept_id]
     if wrong:
-        raise ConfigError(f"{ctx.exp_id}: params.rows: {', '.join(wrong)} are rows of another experiment than "
-                          f"{swept_id}")
+        raise ConfigError(
+            f"{ctx.exp_id}: params.rows: {', '.join(wrong)} are rows of another experiment than {swept_id}"
+        )
     # the config's own reading first; a grid reading that resolves to the parameters of an earlier one (e.g. the
     # config's values) is that reading, counted once
     grid, resolved, seen = [], [], set()
@@ -272,26 +318,49 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         for t in rows:
             j = judge_row(t, points, kind.deterministic)
             per_row[t.id].append((reading, j))
-            table.append({"reading": i, "reading_text": reading_text(reading) if i else "config",
-                          **{f"axis.{k}": str(v) for k, v in reading.items()}, "row": t.id,
-                          "printed": t.value if t.value is not None else np.nan,
-                          **{k: j.get(k, np.nan) for k in ("rebuilt", "se", "n", "diff", "tol", "distance")},
-                          "numeric": j["numeric"],
-                          "outcome": j["outcome"], "detail": j["detail"]})
-    checks = {f"conclusion.{t.id}": conclusion(t, per_row[t.id], (p.get("implementation_fix") or {}).get(t.id),
-                                               (p.get("paper_issue") or {}).get(t.id)) for t in rows}
+            table.append(
+                {
+                    "reading": i,
+                    "reading_text": reading_text(reading) if i else "config",
+                    **{f"axis.{k}": str(v) for k, v in reading.items()},
+                    "row": t.id,
+                    "printed": t.value if t.value is not None else np.nan,
+                    **{k: j.get(k, np.nan) for k in ("rebuilt", "se", "n", "diff", "tol", "distance")},
+                    "numeric": j["numeric"],
+                    "outcome": j["outcome"],
+                    "detail": j["detail"],
+                }
+            )
+    checks = {
+        f"conclusion.{t.id}": conclusion(
+            t, per_row[t.id], (p.get("implementation_fix") or {}).get(t.id), (p.get("paper_issue") or {}).get(t.id)
+        )
+        for t in rows
+    }
     from fedrepro.report.verdict import REPRODUCED
 
     joint = [i for i in range(len(grid)) if all(per_row[t.id][i][1]["outcome"] == REPRODUCED for t in rows)]
-    checks["joint"] = Check(bool(joint), (f"{len(joint)} of {len(grid)} readings reproduce every row at once: "
-                                          + "; ".join(reading_text(grid[i]) if i else "config" for i in joint[:5]))
-                            if joint else f"no reading of the {len(grid)} reproduces every row at once")
-    metrics = {"n_readings": len(grid),
-               "reproducing_readings": {t.id: sum(j["outcome"] == REPRODUCED for _, j in per_row[t.id]) for t in rows},
-               "closest_distance": {t.id: min(j["distance"] for _, j in per_row[t.id]) for t in rows},
-               "joint_readings": len(joint)}
-    return RunOutput(metrics=metrics, history=pd.DataFrame(table), checks=checks,
-                     accountant={"name": f"forensic sweep of {swept_id}", "version": "see the swept experiment"})
+    checks["joint"] = Check(
+        bool(joint),
+        (
+            f"{len(joint)} of {len(grid)} readings reproduce every row at once: "
+            + "; ".join(reading_text(grid[i]) if i else "config" for i in joint[:5])
+        )
+        if joint
+        else f"no reading of the {len(grid)} reproduces every row at once",
+    )
+    metrics = {
+        "n_readings": len(grid),
+        "reproducing_readings": {t.id: sum(j["outcome"] == REPRODUCED for _, j in per_row[t.id]) for t in rows},
+        "closest_distance": {t.id: min(j["distance"] for _, j in per_row[t.id]) for t in rows},
+        "joint_readings": len(joint),
+    }
+    return RunOutput(
+        metrics=metrics,
+        history=pd.DataFrame(table),
+        checks=checks,
+        accountant={"name": f"forensic sweep of {swept_id}", "version": "see the swept experiment"},
+    )
 
 
 def forensic_experiments(doc: Mapping) -> dict[str, Mapping]:
@@ -299,6 +368,13 @@ def forensic_experiments(doc: Mapping) -> dict[str, Mapping]:
     return {name: e for name, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"}
 
 
-__all__ = ["check_distance", "conclusion", "forensic_experiments", "forensic_sweep", "judge_row", "params_digest",
-           "readings", "swept_inputs"]
-
+__all__ = [
+    "check_distance",
+    "conclusion",
+    "forensic_experiments",
+    "forensic_sweep",
+    "judge_row",
+    "params_digest",
+    "readings",
+    "swept_inputs",
+]

@@ -49,8 +49,12 @@ CURVE_SCHEMA = {
         "accountants": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(ACCOUNTANTS)}},
         "curve_points": INT1,
         "primary": {"enum": list(ACCOUNTANTS)},
-        "orders": {"oneOf": [{"enum": list(ORDER_GRIDS)},
-                             {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 1}}]},
+        "orders": {
+            "oneOf": [
+                {"enum": list(ORDER_GRIDS)},
+                {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 1}},
+            ]
+        },
         "pld_discretization": POSITIVE,
         "agreement_rtol": POSITIVE,
         "sampling": {"enum": ["poisson", "without_replacement"]},
@@ -70,23 +74,39 @@ def _agreement(curves, rtol) -> Check:
     pairs = [(r.epsilon, o.epsilon) for r, o in zip(curves["rdp"], curves["opacus_rdp"])]
     gaps = [abs(a - b) / b if b > 0 else (0.0 if a == b else math.inf) for a, b in pairs]
     worst = max(gaps)
-    return Check(worst <= rtol, f"max relative |rdp - opacus_rdp| / opacus_rdp over {len(gaps)} curve points = "
-                                f"{worst:.3g} (tolerance {rtol:g}; same RDP formulas, dp-accounting overestimates "
-                                f"fractional orders)", worst, 0.0, rtol)
+    return Check(
+        worst <= rtol,
+        f"max relative |rdp - opacus_rdp| / opacus_rdp over {len(gaps)} curve points = "
+        f"{worst:.3g} (tolerance {rtol:g}; same RDP formulas, dp-accounting overestimates "
+        f"fractional orders)",
+        worst,
+        0.0,
+        rtol,
+    )
 
 
 def _pld_check(curves, disc) -> Check:
     excess = [(p.epsilon - r.epsilon, p.steps * disc) for p, r in zip(curves["pld"], curves["rdp"])]
     ok = all(e <= s for e, s in excess)
     worst = max(e - s for e, s in excess)
-    return Check(ok, f"pld - rdp at every curve point <= rounds x pld_discretization (worst margin {worst:.3g})",
-                 max(e for e, _ in excess), 0.0, excess[-1][1])
+    return Check(
+        ok,
+        f"pld - rdp at every curve point <= rounds x pld_discretization (worst margin {worst:.3g})",
+        max(e for e, _ in excess),
+        0.0,
+        excess[-1][1],
+    )
 
 
 def _classic_check(curves) -> Check:
     diffs = [c.epsilon - r.epsilon for c, r in zip(curves["rdp_classic"], curves["rdp"])]
-    return Check(all(d >= 0 for d in diffs), f"rdp_classic - rdp >= 0 at every curve point (min {min(diffs):.3g})",
-                 min(diffs), 0.0, 0.0)
+    return Check(
+        all(d >= 0 for d in diffs),
+        f"rdp_classic - rdp >= 0 at every curve point (min {min(diffs):.3g})",
+        min(diffs),
+        0.0,
+        0.0,
+    )
 
 
 def _accounting(p: dict, exp_id: str) -> tuple[list[str], str, dict]:
@@ -97,8 +117,12 @@ def _accounting(p: dict, exp_id: str) -> tuple[list[str], str, dict]:
         raise ConfigError(f"{exp_id}: params.primary={primary!r} must be one of params.accountants {accs}")
     orders = p.get("orders", "default")
     orders = ORDER_GRIDS[orders] if isinstance(orders, str) else tuple(orders)
-    kw = dict(orders=orders, sampling=p.get("sampling", "poisson"), population=p.get("population"),
-              pld_discretization=p.get("pld_discretization", DEFAULT_PLD_DISCRETIZATION))
+    kw = dict(
+        orders=orders,
+        sampling=p.get("sampling", "poisson"),
+        population=p.get("population"),
+        pld_discretization=p.get("pld_discretization", DEFAULT_PLD_DISCRETIZATION),
+    )
     return accs, primary, kw
 
 
@@ -109,17 +133,29 @@ def _provenance(last: dict) -> dict:
     return dict(first.to_dict(), all={a: r.to_dict() for a, r in last.items()})
 
 
-@experiment_kind("privacy_curve", CURVE_SCHEMA, deterministic=True, stage="privacy",
-                 metrics=("epsilon.*", "order.*", "rel_gap_rdp_opacus"),
-                 checks=("classic_not_below_rdp", "pld_not_above_rdp", "rdp_agrees_with_opacus"))
+@experiment_kind(
+    "privacy_curve",
+    CURVE_SCHEMA,
+    deterministic=True,
+    stage="privacy",
+    metrics=("epsilon.*", "order.*", "rel_gap_rdp_opacus"),
+    checks=("classic_not_below_rdp", "pld_not_above_rdp", "rdp_agrees_with_opacus"),
+)
 def privacy_curve(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     accs, primary, kw = _accounting(p, ctx.exp_id)
     disc = kw["pld_discretization"]
     steps = curve_rounds(p["rounds"], p["curve_points"])
     curves = {a: epsilon_curve(p["noise_multiplier"], p["sampling_rate"], steps, p["delta"], a, **kw) for a in accs}
-    rows = [{"round": r.steps, "accountant": a, "epsilon": r.epsilon,
-             "optimal_order": r.optimal_order if r.optimal_order is not None else math.nan}
-            for a in accs for r in curves[a]]
+    rows = [
+        {
+            "round": r.steps,
+            "accountant": a,
+            "epsilon": r.epsilon,
+            "optimal_order": r.optimal_order if r.optimal_order is not None else math.nan,
+        }
+        for a in accs
+        for r in curves[a]
+    ]
     metrics = {"epsilon": {a: curves[a][-1].epsilon for a in accs}}
     order = {a: curves[a][-1].optimal_order for a in accs if a in _HAS_ORDER}
     if order:
@@ -147,16 +183,15 @@ GRID_SCHEMA = {
     "required": ["noise_multipliers", "sampling_rate", "rounds", "delta", "accountants", "curve_points"],
     "properties": dict(
         {k: v for k, v in CURVE_SCHEMA["properties"].items() if k not in ("noise_multiplier", "rounds")},
-        noise_multipliers={"type": "array", "minItems": 1, "uniqueItems": True,
-                           "items": POSITIVE},
+        noise_multipliers={"type": "array", "minItems": 1, "uniqueItems": True, "items": POSITIVE},
         rounds={"type": "array", "minItems": 1, "uniqueItems": True, "items": INT1},
     ),
 }
 
 
-@experiment_kind("privacy_grid", GRID_SCHEMA, deterministic=True, stage="privacy",
-                 metrics=("epsilon.*", "order.*"),
-                 checks=())
+@experiment_kind(
+    "privacy_grid", GRID_SCHEMA, deterministic=True, stage="privacy", metrics=("epsilon.*", "order.*"), checks=()
+)
 def privacy_grid(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Epsilon of each noise multiplier of a grid at one sampling rate, as a curve over rounds (PPSGD's right-axis
     epsilon of Fig. 1 for every sigma of the App. A grid). Metrics: epsilon.<accountant>.s<sigma>_t<T> at every
@@ -170,8 +205,15 @@ def privacy_grid(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutpu
             curve = epsilon_curve(sigma, p["sampling_rate"], steps, p["delta"], a, **kw)
             last[a] = curve[-1]
             for r in curve:
-                rows.append({"noise_multiplier": sigma, "round": r.steps, "accountant": a, "epsilon": r.epsilon,
-                             "optimal_order": r.optimal_order if r.optimal_order is not None else math.nan})
+                rows.append(
+                    {
+                        "noise_multiplier": sigma,
+                        "round": r.steps,
+                        "accountant": a,
+                        "epsilon": r.epsilon,
+                        "optimal_order": r.optimal_order if r.optimal_order is not None else math.nan,
+                    }
+                )
                 if r.steps in p["rounds"]:
                     metrics["epsilon"][a][sigma_key(sigma, r.steps)] = r.epsilon
     last = {a: last[a] for a in [primary] + [a for a in accs if a != primary]}

@@ -43,17 +43,17 @@ def update_noise_multiplier(z_eff: float, z_count: float) -> float:
         return 0.0
     if z_count == 0:
         raise ValueError("a noiseless clipped count (z_count = 0) leaves no privacy for any z_eff > 0")
-    rest = z_eff ** -2 - (2 * z_count) ** -2
+    rest = z_eff**-2 - (2 * z_count) ** -2
     if not rest > 0:
         raise ValueError(f"z_eff = {z_eff} needs z_count > z_eff / 2 = {z_eff / 2} (got {z_count})")
-    return rest ** -0.5
+    return rest**-0.5
 
 
 def effective_noise_multiplier(z_update: float, z_count: float) -> float:
     """z_eff of an update noise multiplier and a count noise std (the inverse of :func:`update_noise_multiplier`)."""
     if z_update == 0 or z_count == 0:
         return 0.0
-    return (z_update ** -2 + (2 * z_count) ** -2) ** -0.5
+    return (z_update**-2 + (2 * z_count) ** -2) ** -0.5
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,11 @@ class AdaptiveClip:
             raise ValueError("no reporting clients")
         total = float((bits - 0.5).sum())
         if self.count_std > 0:
-            total += self.count_std * float(torch.randn((), generator=generator, dtype=torch.float64,
-                                                        device=generator.device if generator else "cpu"))
+            total += self.count_std * float(
+                torch.randn(
+                    (), generator=generator, dtype=torch.float64, device=generator.device if generator else "cpu"
+                )
+            )
         return 0.5 + total / n
 
     def update(self, clip: float, bits: Tensor, generator: torch.Generator | None = None) -> float:

@@ -59,7 +59,7 @@ class Im2col(torch.autograd.Function):
         grad_h = grad_cols.new_zeros(C, H, W, B)
         for i in range(kh):
             for j in range(kw):
-                grad_h[:, i:i + Ho, j:j + Wo] += g[:, i, j]
+                grad_h[:, i : i + Ho, j : j + Wo] += g[:, i, j]
         return grad_h, None, None
 
 
@@ -87,17 +87,23 @@ def supports(model: nn.Module) -> bool:
         return False
     convs = [getattr(model, name) for name in model.conv_layers]
     fcs = [getattr(model, name) for name in model.fc_layers]
-    return (all(isinstance(c, nn.Conv2d) and c.stride == (1, 1) and c.dilation == (1, 1) and c.groups == 1
-                and c.padding_mode == "zeros" and not isinstance(c.padding, str) and c.bias is not None
-                for c in convs)
-            and all(isinstance(f, nn.Linear) and f.bias is not None for f in fcs))
+    return all(
+        isinstance(c, nn.Conv2d)
+        and c.stride == (1, 1)
+        and c.dilation == (1, 1)
+        and c.groups == 1
+        and c.padding_mode == "zeros"
+        and not isinstance(c.padding, str)
+        and c.bias is not None
+        for c in convs
+    ) and all(isinstance(f, nn.Linear) and f.bias is not None for f in fcs)
 
 
 #: Bytes of the largest im2col buffer of one vmapped chunk (:func:`chunk_clients`). glibc serves allocations up to
 #: its mmap threshold (at most 32 MiB) from its heap and reuses them step after step; a larger one is mapped and
 #: unmapped each time, and its first touch page-faults: at 50 clients x 20 images LeNet5's first columns are 58 MB,
 #: and the faults cost more than the convolutions (benchmarks/RESULTS.md). Below it, larger chunks were faster.
-CHUNK_BYTES = 24 * 2 ** 20
+CHUNK_BYTES = 24 * 2**20
 
 
 def chunk_clients(model: ConvNet, feature_shape: tuple[int, ...], rows: int) -> int:

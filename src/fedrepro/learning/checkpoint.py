@@ -47,8 +47,10 @@ def pack(obj: Any) -> Any:
         return obj.detach().clone()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         cls = type(obj)
-        return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": {f.name: pack(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
+        return {
+            "__dataclass__": f"{cls.__module__}:{cls.__qualname__}",
+            "fields": {f.name: pack(getattr(obj, f.name)) for f in dataclasses.fields(obj)},
+        }
     if isinstance(obj, dict):
         return {"__dict__": [[k, pack(v)] for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):
@@ -109,7 +111,7 @@ class Checkpointer:
             return None
         try:
             data = torch.load(self.path, weights_only=True)
-        except Exception:                      # unreadable (e.g. a foreign file): start over, it gets replaced
+        except Exception:  # unreadable (e.g. a foreign file): start over, it gets replaced
             return None
         if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
             return None
@@ -127,8 +129,15 @@ class Checkpointer:
         atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, **elapsed, **payload}, tmp))
 
 
-def run_checkpointer(checkpoint_dir: Path | str | None, exp_id: str, params: Any, seed: int, label: str,
-                     every: int = 10, clock: RunClock | None = None) -> Checkpointer | None:
+def run_checkpointer(
+    checkpoint_dir: Path | str | None,
+    exp_id: str,
+    params: Any,
+    seed: int,
+    label: str,
+    every: int = 10,
+    clock: RunClock | None = None,
+) -> Checkpointer | None:
     """The checkpointer of one training (``label``: method, epsilon, lr ...) of one experiment run, fingerprinted by
     the run's parameters and seed; None when the run keeps no checkpoints. ``clock``: the run's (RunContext.clock)."""
     if checkpoint_dir is None:

@@ -32,8 +32,9 @@ from fedrepro.data.partition import SPLITS
 Arrays = tuple[np.ndarray, np.ndarray]
 
 
-def from_arrays(train: Sequence[Arrays], test: Sequence[Arrays] | None = None,
-                n_classes: int | None = None) -> FederatedDataset:
+def from_arrays(
+    train: Sequence[Arrays], test: Sequence[Arrays] | None = None, n_classes: int | None = None
+) -> FederatedDataset:
     """An in-memory FederatedDataset from per-client ``(features, labels)`` pairs (train, optionally test)."""
     splits = {"train": list(train)} | ({"test": list(test)} if test is not None else {})
     n_clients = len(splits["train"])
@@ -55,23 +56,40 @@ def from_arrays(train: Sequence[Arrays], test: Sequence[Arrays] | None = None,
         split_rows[name] = {"start": start, "rows": n}
         start += n
     labels_all = np.concatenate(labels)
-    manifest = {"n_clients": n_clients, "splits": split_rows, "clients": clients,
-                "n_classes": int(n_classes if n_classes is not None else labels_all.max(initial=-1) + 1)}
-    return FederatedDataset(path=Path("<memory>"), manifest=manifest, features=np.concatenate(feats),
-                            labels=labels_all, client_id=np.concatenate(cids), split=np.concatenate(codes),
-                            source_index=np.arange(len(labels_all)))
+    manifest = {
+        "n_clients": n_clients,
+        "splits": split_rows,
+        "clients": clients,
+        "n_classes": int(n_classes if n_classes is not None else labels_all.max(initial=-1) + 1),
+    }
+    return FederatedDataset(
+        path=Path("<memory>"),
+        manifest=manifest,
+        features=np.concatenate(feats),
+        labels=labels_all,
+        client_id=np.concatenate(cids),
+        split=np.concatenate(codes),
+        source_index=np.arange(len(labels_all)),
+    )
 
 
 class ClientData:
     """Tensors for the engine from a FederatedDataset; ``preload`` copies all features to ``device`` once."""
 
-    def __init__(self, ds: FederatedDataset, device: str | torch.device = "cpu",
-                 feature_shape: Sequence[int] | None = None, preload: bool = True, standardize: bool = False):
+    def __init__(
+        self,
+        ds: FederatedDataset,
+        device: str | torch.device = "cpu",
+        feature_shape: Sequence[int] | None = None,
+        preload: bool = True,
+        standardize: bool = False,
+    ):
         self.ds = ds
         self.device = torch.device(device)
         raw = tuple(ds.features.shape[1:])
-        self.feature_shape = tuple(feature_shape) if feature_shape is not None else (
-            (1, *raw) if len(raw) == 2 else raw)
+        self.feature_shape = (
+            tuple(feature_shape) if feature_shape is not None else ((1, *raw) if len(raw) == 2 else raw)
+        )
         if int(np.prod(self.feature_shape)) != int(np.prod(raw)):
             raise ValueError(f"feature_shape {self.feature_shape} does not fit stored features {raw}")
         self._scale = 1 / 255 if ds.features.dtype == np.uint8 else None
@@ -86,7 +104,7 @@ class ClientData:
         rows = np.flatnonzero(self.ds.split == SPLITS.index("train"))
         total, sq, n = 0.0, 0.0, 0
         for a in range(0, len(rows), 8192):
-            x = np.asarray(self.ds.features[rows[a:a + 8192]], dtype=np.float64)
+            x = np.asarray(self.ds.features[rows[a : a + 8192]], dtype=np.float64)
             x = x / 255 if self._scale is not None else x
             total, sq, n = total + x.sum(), sq + (x * x).sum(), n + x.size
         mean = total / max(n, 1)
@@ -120,8 +138,9 @@ class ClientData:
             x = (x - self.shift) / self.divide
         return x.reshape(*rows.shape, *self.feature_shape), self._labels[idx]
 
-    def sample(self, clients: np.ndarray, batch_size: int, rng: np.random.Generator,
-               split: str = "train") -> tuple[Tensor, Tensor]:
+    def sample(
+        self, clients: np.ndarray, batch_size: int, rng: np.random.Generator, split: str = "train"
+    ) -> tuple[Tensor, Tensor]:
         """One minibatch per client: x (len(clients), B, *feature_shape), y (len(clients), B)."""
         replace = bool((self.counts(split)[clients] < batch_size).any())
         return self.gather(self.ds.sample_rows(clients, batch_size, rng, split, replace=replace))
@@ -132,8 +151,8 @@ class ClientData:
         rows, mask = self.ds.padded_rows(split, pad=0)
         width = max(1, max_rows // max(1, self.n_clients))
         for a in range(0, rows.shape[1], width):
-            x, y = self.gather(rows[:, a:a + width])
-            yield x, y, torch.from_numpy(mask[:, a:a + width]).to(self.device, torch.float32)
+            x, y = self.gather(rows[:, a : a + width])
+            yield x, y, torch.from_numpy(mask[:, a : a + width]).to(self.device, torch.float32)
 
 
 __all__ = ["ClientData", "from_arrays"]

@@ -30,11 +30,11 @@ from fedrepro.learning.net import Net, Params, expand, put, sgd, stack, take
 
 @dataclass
 class DittoState:
-    personal: list[Params]           # one stacked (n_clients, ...) set per lambda pair
-    initialized: Tensor              # (n_clients,) bool: v_j has been set from a received global model
-    trained: Tensor                  # (n_clients,) bool: v_j has taken at least one personal step
-    anchor: Params | None = None     # the global model received this round
-    active: Tensor | None = None     # (K,) bool: which selected clients personalize this round
+    personal: list[Params]  # one stacked (n_clients, ...) set per lambda pair
+    initialized: Tensor  # (n_clients,) bool: v_j has been set from a received global model
+    trained: Tensor  # (n_clients,) bool: v_j has taken at least one personal step
+    anchor: Params | None = None  # the global model received this round
+    active: Tensor | None = None  # (K,) bool: which selected clients personalize this round
     lams: list[Tensor] = field(default_factory=list)  # per set, (K,) lambda of each selected client
 
 
@@ -57,12 +57,20 @@ class Ditto:
 
     def init_state(self, global_params: Params, n_clients: int) -> DittoState:
         device = next(iter(global_params.values())).device
-        return DittoState([stack(global_params, n_clients) for _ in self.pairs],
-                          torch.zeros(n_clients, dtype=torch.bool, device=device),
-                          torch.zeros(n_clients, dtype=torch.bool, device=device))
+        return DittoState(
+            [stack(global_params, n_clients) for _ in self.pairs],
+            torch.zeros(n_clients, dtype=torch.bool, device=device),
+            torch.zeros(n_clients, dtype=torch.bool, device=device),
+        )
 
-    def start_round(self, st: DittoState, global_params: Params, selected: Tensor, private: Tensor | None,
-                    active: Tensor | None = None) -> None:
+    def start_round(
+        self,
+        st: DittoState,
+        global_params: Params,
+        selected: Tensor,
+        private: Tensor | None,
+        active: Tensor | None = None,
+    ) -> None:
         """Broadcast: first-time clients copy the global model; record the anchor and each client's lambda.
         ``active`` (K,) bool: clients that personalize this round (default all selected)."""
         st.anchor = global_params
@@ -72,11 +80,20 @@ class Ditto:
             for v in st.personal:
                 put(v, fresh, stack(global_params, len(fresh)))
             st.initialized[fresh] = True
-        is_p = (private[selected] if private is not None
-                else torch.zeros(len(selected), dtype=torch.bool, device=selected.device))
+        is_p = (
+            private[selected]
+            if private is not None
+            else torch.zeros(len(selected), dtype=torch.bool, device=selected.device)
+        )
         dtype = next(iter(global_params.values())).dtype
-        st.lams = [torch.where(is_p, torch.tensor(lp, dtype=dtype, device=selected.device),
-                               torch.tensor(lnp, dtype=dtype, device=selected.device)) for lp, lnp in self.pairs]
+        st.lams = [
+            torch.where(
+                is_p,
+                torch.tensor(lp, dtype=dtype, device=selected.device),
+                torch.tensor(lnp, dtype=dtype, device=selected.device),
+            )
+            for lp, lnp in self.pairs
+        ]
 
     def step(self, st: DittoState, net: Net, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> None:
         """One personal step of every active selected client, for every lambda set, on the minibatch (x, y)."""
@@ -133,8 +150,9 @@ class DittoAlgorithmMixin:
         state = state or self.state
         out = {"global": expand(state.global_params, state.n_clients), "personal": []}
         if state.ditto is not None:
-            out["personal"] = [self.ditto.deployed(state.ditto, state.global_params, i)
-                               for i in range(len(self.ditto.pairs))]
+            out["personal"] = [
+                self.ditto.deployed(state.ditto, state.global_params, i) for i in range(len(self.ditto.pairs))
+            ]
         return out
 
 

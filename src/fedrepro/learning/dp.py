@@ -65,12 +65,14 @@ class GaussianMechanism:
     @classmethod
     def parse(cls, spec: GaussianMechanism | Mapping[str, float] | None) -> GaussianMechanism | None:
         """None, a mechanism, or a mapping ``{"clip": C, "noise_multiplier": z}``."""
-        return spec if spec is None or isinstance(spec, cls) else cls(float(spec["clip"]),
-                                                                      float(spec["noise_multiplier"]))
+        return (
+            spec if spec is None or isinstance(spec, cls) else cls(float(spec["clip"]), float(spec["noise_multiplier"]))
+        )
 
 
-def calibrated(clip: float, target_epsilon: float, delta: float, steps: int, sampling_rate: float,
-               accountant: str = "rdp", **kw) -> GaussianMechanism:
+def calibrated(
+    clip: float, target_epsilon: float, delta: float, steps: int, sampling_rate: float, accountant: str = "rdp", **kw
+) -> GaussianMechanism:
     """The mechanism whose noise multiplier :func:`fedrepro.privacy.calibrate_noise_multiplier` gives for
     (target_epsilon, delta) after ``steps`` releases at ``sampling_rate``."""
     from fedrepro.privacy import calibrate_noise_multiplier

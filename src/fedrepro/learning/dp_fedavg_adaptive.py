@@ -42,8 +42,13 @@ class DPFedAvgAdaptiveState:
 class DPFedAvgAdaptive(DittoAlgorithmMixin, Algorithm):
     name = "dp_fedavg_adaptive"
 
-    def __init__(self, noise_multiplier: float = 0.0, clip: AdaptiveClip | Mapping[str, float] | float = 1.0,
-                 lams: Sequence[float] | None = None, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        noise_multiplier: float = 0.0,
+        clip: AdaptiveClip | Mapping[str, float] | float = 1.0,
+        lams: Sequence[float] | None = None,
+        weight_decay: float = 0.0,
+    ):
         self.noise_multiplier = float(noise_multiplier)
         self.clip = AdaptiveClip.parse(clip)
         self.ditto = Ditto(lams) if lams else None
@@ -52,8 +57,15 @@ class DPFedAvgAdaptive(DittoAlgorithmMixin, Algorithm):
 
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> DPFedAvgAdaptiveState:
         g = net.params()
-        self.state = DPFedAvgAdaptiveState(net, n_clients, g, None, generator, self.clip.init,
-                                           self.ditto.init_state(g, n_clients) if self.ditto else None)
+        self.state = DPFedAvgAdaptiveState(
+            net,
+            n_clients,
+            g,
+            None,
+            generator,
+            self.clip.init,
+            self.ditto.init_state(g, n_clients) if self.ditto else None,
+        )
         return self.state
 
     def start_round(self, state: DPFedAvgAdaptiveState, selected: Tensor) -> None:

@@ -52,6 +52,7 @@ from fedrepro.seeding import rng_for
 
 # ------------------------------------------------------------------------------------------------- gradients
 
+
 def ce_loss(net: Net, params: Params, x: Tensor, y: Tensor) -> Tensor:
     """Mean cross-entropy of one client's minibatch."""
     return F.cross_entropy(net.logits(params, x), y)
@@ -62,14 +63,17 @@ def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params
     return net.map(grad_and_value(lambda p, xb, yb: ce_loss(net, p, xb, yb)), params, x, y)
 
 
-def client_sgd(net: Net, params: Params, x: Tensor, y: Tensor, lr: float | Tensor,
-               weight_decay: float = 0.0) -> tuple[Params, Tensor]:
+def client_sgd(
+    net: Net, params: Params, x: Tensor, y: Tensor, lr: float | Tensor, weight_decay: float = 0.0
+) -> tuple[Params, Tensor]:
     """One SGD step of every client on its minibatch: (parameters after the step, losses). The same arithmetic as
     :func:`client_grads` then :func:`sgd`, with each client's update done inside the mapped step, while its
     gradients are still in cache (an update of all stacked parameters afterwards reads them from memory again)."""
+
     def step(p: Params, xb: Tensor, yb: Tensor) -> tuple[Params, Tensor]:
         g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
         return sgd(p, g, lr, weight_decay), loss
+
     return net.map(step, params, x, y)
 
 
@@ -85,6 +89,7 @@ def loop_grads(model: nn.Module, params: Params, x: Tensor, y: Tensor) -> tuple[
 
 
 # ------------------------------------------------------------------------------------------------ algorithms
+
 
 @dataclass
 class EvalContext:
@@ -140,8 +145,10 @@ class Algorithm(ABC):
 
 # ------------------------------------------------------------------------------------------------ evaluation
 
-def evaluate(net: Net, params: Params, data: ClientData, split: str = "test",
-             max_rows: int = 4096) -> dict[str, np.ndarray]:
+
+def evaluate(
+    net: Net, params: Params, data: ClientData, split: str = "test", max_rows: int = 4096
+) -> dict[str, np.ndarray]:
     """Per-client accuracy, mean loss and sample count of stacked ``params`` (one model per client) on each
     client's own ``split``, vectorized over clients in chunks of rows. Clients without data have nan."""
 
@@ -158,19 +165,26 @@ def evaluate(net: Net, params: Params, data: ClientData, split: str = "test",
         loss += l
     count = data.counts(split).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return {"acc": correct.cpu().double().numpy() / count, "loss": loss.cpu().double().numpy() / count,
-                "count": count}
+        return {
+            "acc": correct.cpu().double().numpy() / count,
+            "loss": loss.cpu().double().numpy() / count,
+            "count": count,
+        }
 
 
 def summarize(ev: dict[str, np.ndarray]) -> dict[str, float]:
     """Unweighted and sample-weighted client means of :func:`evaluate`'s output."""
     has = ev["count"] > 0
     w = ev["count"][has] / ev["count"][has].sum()
-    return {"test_acc": float(ev["acc"][has].mean()), "test_acc_weighted": float((ev["acc"][has] * w).sum()),
-            "test_loss": float((ev["loss"][has] * w).sum())}
+    return {
+        "test_acc": float(ev["acc"][has].mean()),
+        "test_acc_weighted": float((ev["acc"][has] * w).sum()),
+        "test_loss": float((ev["loss"][has] * w).sum()),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ round loop
+
 
 @contextlib.contextmanager
 def _deterministic(on: bool) -> Iterator[None]:
@@ -213,12 +227,30 @@ def n_rounds(epochs: float, iters_per_epoch: int, tau: int) -> int:
     return max(1, math.ceil(epochs * iters_per_epoch / tau))
 
 
-def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.Module | Callable[[], nn.Module], *,
-          batch_size: int, lr: float, rounds: int | None = None, epochs: float | None = None, tau: int = 10,
-          clients_per_round: int | None = None, lr_decay: float = 1.0, iters_per_epoch: int | None = None,
-          seed: int = 0, eval_every: int = 1, device: str | torch.device = "cpu", vectorize: bool = True,
-          chunk_size: int | None = None, eval_rows: int = 4096, deterministic: bool = True, gemm: bool | None = None,
-          callback: Callable[[dict], None] | None = None, checkpoint: Checkpointer | None = None) -> list[dict]:
+def train(
+    algorithm: Algorithm,
+    data: FederatedDataset | ClientData,
+    model: nn.Module | Callable[[], nn.Module],
+    *,
+    batch_size: int,
+    lr: float,
+    rounds: int | None = None,
+    epochs: float | None = None,
+    tau: int = 10,
+    clients_per_round: int | None = None,
+    lr_decay: float = 1.0,
+    iters_per_epoch: int | None = None,
+    seed: int = 0,
+    eval_every: int = 1,
+    device: str | torch.device = "cpu",
+    vectorize: bool = True,
+    chunk_size: int | None = None,
+    eval_rows: int = 4096,
+    deterministic: bool = True,
+    gemm: bool | None = None,
+    callback: Callable[[dict], None] | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
     evaluation), test_acc, test_acc_weighted, test_loss and the algorithm's metrics.
@@ -253,8 +285,9 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
     with _deterministic(deterministic):
         net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size, gemm=gemm)
         if chunk_size is None and vectorize and net.gemm:
-            net.chunk_size = batched_cnn.chunk_clients(net.model, data.feature_shape,
-                                                       batch_size * algorithm.batches_per_step)
+            net.chunk_size = batched_cnn.chunk_clients(
+                net.model, data.feature_shape, batch_size * algorithm.batches_per_step
+            )
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
         saved = checkpoint.load() if checkpoint is not None else None
@@ -288,18 +321,45 @@ def train(algorithm: Algorithm, data: FederatedDataset | ClientData, model: nn.M
                 step_lr = lr * lr_decay ** (t // iters_per_epoch)
                 ctx = EvalContext(data, rng_for(f"learning.eval.{r}", seed), batch_size, step_lr, iters_per_epoch)
                 ev = evaluate(net, algorithm.deployed_params(state, ctx), data, "test", eval_rows)
-                info["eval"] = {"round": r, "iteration": t, "epoch": t / iters_per_epoch, "lr": step_lr,
-                                "train_loss": loss_sum / loss_n, **summarize(ev), **algorithm.metrics(state)}
+                info["eval"] = {
+                    "round": r,
+                    "iteration": t,
+                    "epoch": t / iters_per_epoch,
+                    "lr": step_lr,
+                    "train_loss": loss_sum / loss_n,
+                    **summarize(ev),
+                    **algorithm.metrics(state),
+                }
                 history.append(info["eval"])
                 loss_sum, loss_n = 0.0, 0
             if checkpoint is not None and checkpoint.due(r, rounds):
-                checkpoint.save({"round": r, "t": t, "loss_sum": loss_sum, "loss_n": loss_n, "history": history,
-                                 "state": pack(state), "generator": generator.get_state(),
-                                 "numpy_rng": json.dumps(rng.bit_generator.state)})
+                checkpoint.save(
+                    {
+                        "round": r,
+                        "t": t,
+                        "loss_sum": loss_sum,
+                        "loss_n": loss_n,
+                        "history": history,
+                        "state": pack(state),
+                        "generator": generator.get_state(),
+                        "numpy_rng": json.dumps(rng.bit_generator.state),
+                    }
+                )
             if callback is not None:
                 callback({**info, "rounds": rounds})
     return history
 
 
-__all__ = ["Algorithm", "EvalContext", "ce_loss", "client_grads", "client_sgd", "evaluate", "loop_grads",
-           "n_rounds", "resolve_device", "summarize", "train"]
+__all__ = [
+    "Algorithm",
+    "EvalContext",
+    "ce_loss",
+    "client_grads",
+    "client_sgd",
+    "evaluate",
+    "loop_grads",
+    "n_rounds",
+    "resolve_device",
+    "summarize",
+    "train",
+]

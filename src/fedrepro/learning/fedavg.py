@@ -33,8 +33,8 @@ from fedrepro.learning.net import Net, Params, expand, mean, sgd, stack
 class FedAvgState:
     net: Net
     n_clients: int
-    global_params: Params            # w, no client axis
-    local: Params | None             # (K, ...) during a synchronization period
+    global_params: Params  # w, no client axis
+    local: Params | None  # (K, ...) during a synchronization period
     generator: torch.Generator
 
 
@@ -69,8 +69,12 @@ class FedAvg(Algorithm):
 class FedAvgFT(FedAvg):
     name = "fedavg_ft"
 
-    def __init__(self, ft_steps: int | None = None, weight_decay: float = 1e-4,
-                 dp: GaussianMechanism | Mapping[str, float] | None = None):
+    def __init__(
+        self,
+        ft_steps: int | None = None,
+        weight_decay: float = 1e-4,
+        dp: GaussianMechanism | Mapping[str, float] | None = None,
+    ):
         super().__init__(weight_decay, dp)
         self.ft_steps = ft_steps
 

@@ -44,8 +44,9 @@ class FML(DistillationPair):
     def __init__(self, alpha: float = 0.25, beta: float = 0.25, weight_decay: float = 1e-4):
         self.alpha, self.beta, self.weight_decay = alpha, beta, weight_decay
 
-    def client_step(self, net: Net, theta: Params, w: Params, x: Tensor, y: Tensor,
-                    lr: float) -> tuple[Params, Params, Tensor, Tensor]:
+    def client_step(
+        self, net: Net, theta: Params, w: Params, x: Tensor, y: Tensor, lr: float
+    ) -> tuple[Params, Params, Tensor, Tensor]:
         a, b = self.alpha, self.beta
         logits_t, theta_vjp = vjp(lambda p: net.logits(p, x), theta)
         logits_w, w_vjp = vjp(lambda p: net.logits(p, x), w)

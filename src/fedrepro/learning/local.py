@@ -20,7 +20,7 @@ from fedrepro.learning.net import Net, Params, put, take
 @dataclass
 class LocalState:
     net: Net
-    theta: Params                    # (m, ...) per-client models
+    theta: Params  # (m, ...) per-client models
     generator: torch.Generator
 
 

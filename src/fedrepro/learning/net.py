@@ -30,8 +30,9 @@ class Net:
     supports; the CUDA path keeps ``F.conv2d`` (cuDNN; the formulation is untimed on a GPU). The per-client loop
     (``vectorize=False``) always runs the module's own forward: it is the reference."""
 
-    def __init__(self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None,
-                 gemm: bool | None = None):
+    def __init__(
+        self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None, gemm: bool | None = None
+    ):
         self.model = model
         self.vectorize = vectorize
         self.chunk_size = chunk_size

@@ -45,17 +45,24 @@ from fedrepro.learning.net import Net, Params, expand, mean, put, stack, take
 @dataclass
 class PFedMeState:
     net: Net
-    global_params: Params            # w, no client axis
-    local: Params | None             # w_i (K, ...) during a synchronization period
-    theta: Params                    # (m, ...) theta_hat_i: deployed models and the inner solver's start
+    global_params: Params  # w, no client axis
+    local: Params | None  # w_i (K, ...) during a synchronization period
+    theta: Params  # (m, ...) theta_hat_i: deployed models and the inner solver's start
     generator: torch.Generator
 
 
 class PFedMe(Algorithm):
     name = "pfedme"
 
-    def __init__(self, lam: float = 0.5, personal_lr: float = 0.2, inner_steps: int = 3, beta: float = 1.0,
-                 weight_decay: float = 1e-4, restart_from_global: bool = True):
+    def __init__(
+        self,
+        lam: float = 0.5,
+        personal_lr: float = 0.2,
+        inner_steps: int = 3,
+        beta: float = 1.0,
+        weight_decay: float = 1e-4,
+        restart_from_global: bool = True,
+    ):
         if inner_steps < 1:
             raise ValueError(f"inner_steps must be >= 1, got {inner_steps}")
         self.lam, self.personal_lr, self.inner_steps, self.beta = lam, personal_lr, int(inner_steps), beta

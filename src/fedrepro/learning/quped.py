@@ -50,9 +50,9 @@ from fedrepro.learning.net import Net, Params, mean, put, sgd, take
 @dataclass
 class DistillationPairState:
     net: Net
-    theta: Params                    # (m, ...) personalized / private models (deployed)
-    w: Params                        # (m, ...) clients' copies of the shared (averaged) model
-    w_global: Params                 # no client axis
+    theta: Params  # (m, ...) personalized / private models (deployed)
+    w: Params  # (m, ...) clients' copies of the shared (averaged) model
+    w_global: Params  # no client axis
     generator: torch.Generator
     last_kd: Tensor = field(default_factory=lambda: torch.tensor(float("nan")))
 
@@ -64,23 +64,27 @@ class DistillationPair(Algorithm):
     weight_decay: float
 
     @abstractmethod
-    def client_step(self, net: Net, theta: Params, w: Params, x: Tensor, y: Tensor,
-                    lr: float) -> tuple[Params, Params, Tensor, Tensor]:
+    def client_step(
+        self, net: Net, theta: Params, w: Params, x: Tensor, y: Tensor, lr: float
+    ) -> tuple[Params, Params, Tensor, Tensor]:
         """One client (no client axis): (theta_new, w_new, CE of theta before the step, KL(p_w || p_theta))."""
 
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> DistillationPairState:
-        return DistillationPairState(net, net.replicate(n_clients), net.replicate(n_clients), net.params(),
-                                     generator)
+        return DistillationPairState(net, net.replicate(n_clients), net.replicate(n_clients), net.params(), generator)
 
     def start_round(self, state: DistillationPairState, selected: Tensor) -> None:
         for k, v in state.w.items():
             v[selected] = state.w_global[k]
 
-    def local_step(self, state: DistillationPairState, x: Tensor, y: Tensor, selected: Tensor,
-                   lr: float) -> Tensor:
+    def local_step(self, state: DistillationPairState, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
         net = state.net
-        theta_new, w_new, ce, kd = net.map(lambda th, w, xb, yb: self.client_step(net, th, w, xb, yb, lr),
-                                           take(state.theta, selected), take(state.w, selected), x, y)
+        theta_new, w_new, ce, kd = net.map(
+            lambda th, w, xb, yb: self.client_step(net, th, w, xb, yb, lr),
+            take(state.theta, selected),
+            take(state.w, selected),
+            x,
+            y,
+        )
         put(state.theta, selected, theta_new)
         put(state.w, selected, w_new)
         state.last_kd = kd.mean()
@@ -102,8 +106,9 @@ class QuPeD(DistillationPair):
     def __init__(self, lam_p: float = 0.25, global_lr_ratio: float = 1.0, weight_decay: float = 1e-4):
         self.lam_p, self.global_lr_ratio, self.weight_decay = lam_p, global_lr_ratio, weight_decay
 
-    def client_step(self, net: Net, theta: Params, w: Params, x: Tensor, y: Tensor,
-                    lr: float) -> tuple[Params, Params, Tensor, Tensor]:
+    def client_step(
+        self, net: Net, theta: Params, w: Params, x: Tensor, y: Tensor, lr: float
+    ) -> tuple[Params, Params, Tensor, Tensor]:
         lam, wd = self.lam_p, self.weight_decay
         logits_w, w_vjp = vjp(lambda p: net.logits(p, x), w)
 

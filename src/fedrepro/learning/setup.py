@@ -16,8 +16,8 @@ SETUP_PROPERTIES = {
     "standardize": {"type": "boolean"},
     "model": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
     "threads": INT1,
-    "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
-    "checkpoint_every": INT1,   # rounds between checkpoints of each training (kill-and-resume; default 10)
+    "device": {"enum": ["auto", "cpu", "cuda"]},  # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
+    "checkpoint_every": INT1,  # rounds between checkpoints of each training (kill-and-resume; default 10)
 }
 
 

@@ -36,8 +36,9 @@ def plot(name: str):
     return deco
 
 
-def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size: float = 6,
-                legend_loc: str | None = None) -> plt.Figure:
+def finish_axes(
+    ax, xlabel: str, ylabel: str, title: str | None = None, legend_size: float = 6, legend_loc: str | None = None
+) -> plt.Figure:
     """The house style of one panel: labels, an optional title, legend, light grid; returns the tightened figure."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -49,7 +50,7 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend_s
     return ax.figure
 
 
-SHARED_PLOTS = {"forensic_sweep": "fedrepro.plots.forensics"}   # paper-free styles; each paper declares its own
+SHARED_PLOTS = {"forensic_sweep": "fedrepro.plots.forensics"}  # paper-free styles; each paper declares its own
 
 
 def get_plot(name: str) -> PlotFn:
@@ -64,8 +65,9 @@ def get_plot(name: str) -> PlotFn:
     return _PLOTS[name]
 
 
-def render_figure(cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None = None,
-                  scale: str | None = None) -> None:
+def render_figure(
+    cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None = None, scale: str | None = None
+) -> None:
     paper, fig = fig_id.split(".", 1)
     figs = load_paper(cfg, paper).get("figures") or {}
     if fig not in figs:
@@ -76,8 +78,15 @@ def render_figure(cfg: Mapping, fig_id: str, out_pdf: Path, out_png: Path | None
     summary = read_summary(summary_file)
     histories = [read_history(paths.run_dir(cfg, paper, spec["experiment"], scale, s)) for s in summary["seeds"]]
     figure = get_plot(spec["plot"])(spec, summary, histories)
-    figure.text(0.99, 0.01, f"fedrepro · {summary['effective_scale']} scale · {len(summary['seeds'])} seeds",
-                ha="right", va="bottom", fontsize=6, color="0.5")
+    figure.text(
+        0.99,
+        0.01,
+        f"fedrepro · {summary['effective_scale']} scale · {len(summary['seeds'])} seeds",
+        ha="right",
+        va="bottom",
+        fontsize=6,
+        color="0.5",
+    )
     atomic_write(Path(out_pdf), lambda p: figure.savefig(p, format="pdf", metadata={"CreationDate": None}))
     if out_png:
         atomic_write(Path(out_png), lambda p: figure.savefig(p, format="png", dpi=150, metadata={"Software": None}))

@@ -30,7 +30,7 @@ def forensic_sweep(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) 
             ax.errorbar(x, g["rebuilt"], yerr=1.96 * g["se"].fillna(0), fmt="none", ecolor="0.4", lw=0.8)
             ax.scatter(x, g["rebuilt"], c=colors, s=18, zorder=3, label="rebuilt (colour: verdict)")
             ylabel = "rebuilt value"
-        elif "numeric" in g and g["numeric"].all():   # checks that state value, expected and tolerance
+        elif "numeric" in g and g["numeric"].all():  # checks that state value, expected and tolerance
             ax.axhline(1.0, color="k", lw=1, label="the check's boundary")
             ax.scatter(x, g["distance"].clip(lower=1e-3), c=colors, s=18, zorder=3, label="distance (colour: verdict)")
             ax.set_yscale("log")
@@ -39,8 +39,13 @@ def forensic_sweep(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) 
             ax.scatter(x, (g["outcome"] == "reproduced").astype(float), c=colors, s=18)
             ax.set_yticks([0, 1], ["fails", "holds"])
             ylabel = "claim"
-        ax.set_xticks(x, [t if len(x) <= 12 else str(i) for i, t in zip(x, g["reading_text"])],
-                      rotation=60 if len(x) <= 12 else 0, ha="right" if len(x) <= 12 else "center", fontsize=6)
+        ax.set_xticks(
+            x,
+            [t if len(x) <= 12 else str(i) for i, t in zip(x, g["reading_text"])],
+            rotation=60 if len(x) <= 12 else 0,
+            ha="right" if len(x) <= 12 else "center",
+            fontsize=6,
+        )
         finish_axes(ax, "reading (0 = the config's)", ylabel, f"{spec['artifact']}: {row}", legend_size=6)
     fig.tight_layout()
     return fig

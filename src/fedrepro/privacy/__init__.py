@@ -15,19 +15,32 @@ opacus (and through it torch) is imported only when the opacus_rdp accountant is
 """
 
 from fedrepro.privacy.accountant import (
-                                         ACCOUNTANTS,
-                                         DEFAULT_PLD_DISCRETIZATION,
-                                         SAMPLINGS,
-                                         compute_epsilon,
-                                         epsilon_curve,
-                                         gaussian_epsilon,
-                                         rdp_curve,
+    ACCOUNTANTS,
+    DEFAULT_PLD_DISCRETIZATION,
+    SAMPLINGS,
+    compute_epsilon,
+    epsilon_curve,
+    gaussian_epsilon,
+    rdp_curve,
 )
 from fedrepro.privacy.calibration import Calibration, calibrate_noise_multiplier
 from fedrepro.privacy.conversion import classic_epsilon
 from fedrepro.privacy.orders import DEFAULT_ORDERS, EXTENDED_ORDERS, INTEGER_ORDERS
 from fedrepro.privacy.result import EpsilonResult
 
-__all__ = ["ACCOUNTANTS", "DEFAULT_ORDERS", "DEFAULT_PLD_DISCRETIZATION", "EXTENDED_ORDERS", "INTEGER_ORDERS",
-           "SAMPLINGS", "Calibration", "EpsilonResult", "calibrate_noise_multiplier", "classic_epsilon",
-           "compute_epsilon", "epsilon_curve", "gaussian_epsilon", "rdp_curve"]
+__all__ = [
+    "ACCOUNTANTS",
+    "DEFAULT_ORDERS",
+    "DEFAULT_PLD_DISCRETIZATION",
+    "EXTENDED_ORDERS",
+    "INTEGER_ORDERS",
+    "SAMPLINGS",
+    "Calibration",
+    "EpsilonResult",
+    "calibrate_noise_multiplier",
+    "classic_epsilon",
+    "compute_epsilon",
+    "epsilon_curve",
+    "gaussian_epsilon",
+    "rdp_curve",
+]

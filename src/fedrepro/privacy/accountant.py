@@ -77,8 +77,7 @@ def _quiet():
         absl.setLevel(old)
 
 
-def _check_common(noise_multiplier, sampling_rate, delta, accountant, sampling, population, orders,
-                  pld_discretization):
+def _check_common(noise_multiplier, sampling_rate, delta, accountant, sampling, population, orders, pld_discretization):
     sigma = check_noise_multiplier(noise_multiplier)
     q = check_sampling_rate(sampling_rate)
     d = check_delta(delta)
@@ -91,15 +90,21 @@ def _check_common(noise_multiplier, sampling_rate, delta, accountant, sampling, 
     sample_size = None
     if sampling == "without_replacement":
         if accountant not in ("rdp", "rdp_classic"):
-            raise PrivacyError(f"sampling='without_replacement' is supported by dp-accounting's RDP accountant only "
-                               f"(rdp, rdp_classic), got accountant={accountant!r}")
+            raise PrivacyError(
+                f"sampling='without_replacement' is supported by dp-accounting's RDP accountant only "
+                f"(rdp, rdp_classic), got accountant={accountant!r}"
+            )
         if population is None or isinstance(population, bool) or int(population) != population or population < 1:
-            raise PrivacyError(f"population must be a positive integer for sampling='without_replacement', "
-                               f"got population={population!r}")
+            raise PrivacyError(
+                f"population must be a positive integer for sampling='without_replacement', "
+                f"got population={population!r}"
+            )
         sample_size = round(q * population)
         if sample_size < 1 or abs(sample_size - q * population) > 1e-9 * population:
-            raise PrivacyError(f"sampling_rate * population must be an integer batch size, got "
-                               f"sampling_rate={q!r}, population={population!r}")
+            raise PrivacyError(
+                f"sampling_rate * population must be an integer batch size, got "
+                f"sampling_rate={q!r}, population={population!r}"
+            )
     return sigma, q, d, orders, sample_size
 
 
@@ -136,13 +141,22 @@ def _rdp_curve_library(sigma, q, steps, orders, sampling, population, sample_siz
 def _result(accountant, eps, d, sigma, q, steps, sampling, orders=None, order=None, disc=None) -> EpsilonResult:
     lib = "opacus" if accountant == "opacus_rdp" else "dp-accounting"
     return EpsilonResult(
-        epsilon=float(eps), delta=d, accountant=accountant, library=lib, library_version=library_version(lib),
-        conversion=_CONVERSION[accountant], noise_multiplier=sigma, sampling_rate=q, steps=int(steps),
-        sampling=_sampling_name(q, sampling), neighboring_relation=_relation(sampling),
+        epsilon=float(eps),
+        delta=d,
+        accountant=accountant,
+        library=lib,
+        library_version=library_version(lib),
+        conversion=_CONVERSION[accountant],
+        noise_multiplier=sigma,
+        sampling_rate=q,
+        steps=int(steps),
+        sampling=_sampling_name(q, sampling),
+        neighboring_relation=_relation(sampling),
         orders=tuple(float(a) for a in orders) if orders is not None else None,
         optimal_order=float(order) if order is not None else None,
         order_at_grid_edge=bool(at_edge(orders, order)) if orders is not None and order is not None else None,
-        pld_discretization=disc)
+        pld_discretization=disc,
+    )
 
 
 def _one(accountant, sigma, q, steps, d, orders, sampling, population, sample_size, disc) -> EpsilonResult:
@@ -177,31 +191,60 @@ def _opacus_curve(sigma, q, steps_list, d, orders) -> list[EpsilonResult]:
         done = t
         with _quiet():
             eps, order = acc.get_privacy_spent(delta=d, alphas=list(orders))
-        out.append(_result("opacus_rdp", eps, d, sigma, q, t, "poisson", orders,
-                           None if order is None or (isinstance(order, float) and math.isnan(order)) else order))
+        out.append(
+            _result(
+                "opacus_rdp",
+                eps,
+                d,
+                sigma,
+                q,
+                t,
+                "poisson",
+                orders,
+                None if order is None or (isinstance(order, float) and math.isnan(order)) else order,
+            )
+        )
     return out
 
 
-def compute_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
-                    accountant: str = "rdp", *, orders: Sequence[float] | None = None, sampling: str = "poisson",
-                    population: int | None = None,
-                    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION) -> EpsilonResult:
+def compute_epsilon(
+    noise_multiplier: float,
+    sampling_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str = "rdp",
+    *,
+    orders: Sequence[float] | None = None,
+    sampling: str = "poisson",
+    population: int | None = None,
+    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+) -> EpsilonResult:
     """Epsilon at `delta` of `steps` compositions of the (subsampled) Gaussian mechanism with noise multiplier
     sigma (noise std / L2 sensitivity) and sampling rate q, under one accountant (see module docstring)."""
-    sigma, q, d, orders, size = _check_common(noise_multiplier, sampling_rate, delta, accountant, sampling,
-                                              population, orders, pld_discretization)
+    sigma, q, d, orders, size = _check_common(
+        noise_multiplier, sampling_rate, delta, accountant, sampling, population, orders, pld_discretization
+    )
     steps = check_steps(steps)
     return _one(accountant, sigma, q, steps, d, orders, sampling, population, size, pld_discretization)
 
 
-def epsilon_curve(noise_multiplier: float, sampling_rate: float, steps: Sequence[int], delta: float,
-                  accountant: str = "rdp", *, orders: Sequence[float] | None = None, sampling: str = "poisson",
-                  population: int | None = None,
-                  pld_discretization: float = DEFAULT_PLD_DISCRETIZATION) -> list[EpsilonResult]:
+def epsilon_curve(
+    noise_multiplier: float,
+    sampling_rate: float,
+    steps: Sequence[int],
+    delta: float,
+    accountant: str = "rdp",
+    *,
+    orders: Sequence[float] | None = None,
+    sampling: str = "poisson",
+    population: int | None = None,
+    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+) -> list[EpsilonResult]:
     """compute_epsilon at each step count in `steps` (sorted ascending, deduplicated); for opacus_rdp a single
     accountant is stepped round by round and read at each count, as PPSGD's code did."""
-    sigma, q, d, orders, size = _check_common(noise_multiplier, sampling_rate, delta, accountant, sampling,
-                                              population, orders, pld_discretization)
+    sigma, q, d, orders, size = _check_common(
+        noise_multiplier, sampling_rate, delta, accountant, sampling, population, orders, pld_discretization
+    )
     counts = sorted({check_steps(t) for t in steps})
     if not counts:
         raise PrivacyError(f"steps must list at least one step count, got steps={list(steps)!r}")
@@ -218,23 +261,34 @@ def _pld_curve(sigma, q, counts, d, disc) -> list[EpsilonResult]:
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     with _quiet():
-        base = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=q,
-                                               value_discretization_interval=disc)
-        return [_result("pld", base.self_compose(t).get_epsilon_for_delta(d), d, sigma, q, t, "poisson", disc=disc)
-                for t in counts]
+        base = pld_lib.from_gaussian_mechanism(
+            standard_deviation=sigma, sampling_prob=q, value_discretization_interval=disc
+        )
+        return [
+            _result("pld", base.self_compose(t).get_epsilon_for_delta(d), d, sigma, q, t, "poisson", disc=disc)
+            for t in counts
+        ]
 
 
-def gaussian_epsilon(noise_multiplier: float, delta: float, steps: int = 1, accountant: str = "rdp",
-                     **kwargs) -> EpsilonResult:
+def gaussian_epsilon(
+    noise_multiplier: float, delta: float, steps: int = 1, accountant: str = "rdp", **kwargs
+) -> EpsilonResult:
     """The plain Gaussian mechanism (q = 1) composed `steps` times."""
     return compute_epsilon(noise_multiplier, 1.0, steps, delta, accountant, **kwargs)
 
 
-def rdp_curve(noise_multiplier: float, sampling_rate: float, steps: int, *,
-              orders: Sequence[float] | None = None, sampling: str = "poisson",
-              population: int | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def rdp_curve(
+    noise_multiplier: float,
+    sampling_rate: float,
+    steps: int,
+    *,
+    orders: Sequence[float] | None = None,
+    sampling: str = "poisson",
+    population: int | None = None,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(orders, RDP values) of `steps` compositions as dp-accounting computes them."""
-    sigma, q, _, orders, size = _check_common(noise_multiplier, sampling_rate, 0.5, "rdp", sampling, population,
-                                              orders, DEFAULT_PLD_DISCRETIZATION)
+    sigma, q, _, orders, size = _check_common(
+        noise_multiplier, sampling_rate, 0.5, "rdp", sampling, population, orders, DEFAULT_PLD_DISCRETIZATION
+    )
     acc = _rdp_curve_library(sigma, q, check_steps(steps), orders, sampling, population, size)
     return tuple(float(a) for a in acc.orders), tuple(float(r) for r in acc.rdp)

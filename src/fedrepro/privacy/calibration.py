@@ -34,16 +34,29 @@ class Calibration:
     evaluations: int
 
     def to_dict(self) -> dict:
-        return {"noise_multiplier": self.noise_multiplier, "target_epsilon": self.target_epsilon,
-                "rtol": self.rtol, "bracket": list(self.bracket), "evaluations": self.evaluations,
-                "achieved": self.achieved.to_dict()}
+        return {
+            "noise_multiplier": self.noise_multiplier,
+            "target_epsilon": self.target_epsilon,
+            "rtol": self.rtol,
+            "bracket": list(self.bracket),
+            "evaluations": self.evaluations,
+            "achieved": self.achieved.to_dict(),
+        }
 
 
-def calibrate_noise_multiplier(target_epsilon: float, delta: float, steps: int, sampling_rate: float,
-                               accountant: str = "rdp", *, rtol: float = DEFAULT_RTOL,
-                               orders: Sequence[float] | None = None, sampling: str = "poisson",
-                               population: int | None = None,
-                               pld_discretization: float = DEFAULT_PLD_DISCRETIZATION) -> Calibration:
+def calibrate_noise_multiplier(
+    target_epsilon: float,
+    delta: float,
+    steps: int,
+    sampling_rate: float,
+    accountant: str = "rdp",
+    *,
+    rtol: float = DEFAULT_RTOL,
+    orders: Sequence[float] | None = None,
+    sampling: str = "poisson",
+    population: int | None = None,
+    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+) -> Calibration:
     """Noise multiplier sigma with epsilon(sigma) <= target_epsilon, within rtol of the smallest such sigma."""
     target = check_positive(target_epsilon, "target_epsilon")
     check_delta(delta)
@@ -55,7 +68,6 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, steps: int, 
     def eps(sigma: float) -> float:
         return compute_epsilon(sigma, sampling_rate, steps, delta, accountant, **kw).epsilon
 
-    sigma, bracket, n = solve_monotone(eps, target, increasing=False, rtol=rtol, side="le",
-                                       name="noise_multiplier")
+    sigma, bracket, n = solve_monotone(eps, target, increasing=False, rtol=rtol, side="le", name="noise_multiplier")
     achieved = compute_epsilon(sigma, sampling_rate, steps, delta, accountant, **kw)
     return Calibration(sigma, target, achieved, rtol, bracket, n + 1)

@@ -19,9 +19,17 @@ _CLIP = 1e6
 RTOL = 1e-9  # default relative precision of a root (a closed form's round trip is checked against it)
 
 
-def solve_monotone(f: Callable[[float], float], target: float, *, increasing: bool, x0: float = 1.0,
-                   rtol: float = RTOL, side: str | None = None, max_expansions: int = 200,
-                   name: str = "x") -> tuple[float, tuple[float, float], int]:
+def solve_monotone(
+    f: Callable[[float], float],
+    target: float,
+    *,
+    increasing: bool,
+    x0: float = 1.0,
+    rtol: float = RTOL,
+    side: str | None = None,
+    max_expansions: int = 200,
+    name: str = "x",
+) -> tuple[float, tuple[float, float], int]:
     """x > 0 with f(x) = target for a monotone f; returns (x, bracket, evaluations).
 
     side: None returns Brent's root; "le" returns an x with f(x) <= target, "ge" one with f(x) >= target, each
@@ -54,8 +62,9 @@ def solve_monotone(f: Callable[[float], float], target: float, *, increasing: bo
         if gb == 0 or (ga < 0) != (gb < 0):
             break
     else:
-        raise PrivacyError(f"no {name} in ({x0 * 2.0 ** -max_expansions:g}, {x0 * 2.0 ** max_expansions:g}) "
-                           f"reaches target {target!r}")
+        raise PrivacyError(
+            f"no {name} in ({x0 * 2.0**-max_expansions:g}, {x0 * 2.0**max_expansions:g}) reaches target {target!r}"
+        )
     lo, hi = sorted((a, b))
     if gb == 0:
         u = b

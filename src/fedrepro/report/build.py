@@ -21,9 +21,31 @@ from fedrepro.report.page import render_page
 from fedrepro.report.status import Result
 from fedrepro.runio import atomic_write
 
-CSV_COLUMNS = ["paper", "id", "row", "artifact", "table", "setting", "metric", "printed", "pm_reading", "rebuilt",
-               "rebuilt_std", "rebuilt_se", "n", "diff", "tol", "status", "scale", "ci", "reason", "command",
-               "calibration", "evidence", "note"]
+CSV_COLUMNS = [
+    "paper",
+    "id",
+    "row",
+    "artifact",
+    "table",
+    "setting",
+    "metric",
+    "printed",
+    "pm_reading",
+    "rebuilt",
+    "rebuilt_std",
+    "rebuilt_se",
+    "n",
+    "diff",
+    "tol",
+    "status",
+    "scale",
+    "ci",
+    "reason",
+    "command",
+    "calibration",
+    "evidence",
+    "note",
+]
 
 
 def _md(s: str) -> str:
@@ -31,8 +53,9 @@ def _md(s: str) -> str:
 
 
 def _table(header: list[str], body: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(_md(c) for c in row) + " |" for row in body])
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(_md(c) for c in row) + " |" for row in body
+    ]
 
 
 def _rel(target: Path, out_dir: Path) -> str:
@@ -46,66 +69,153 @@ def _count_text(rows: list[Result], statuses: tuple[str, ...]) -> str:
 
 
 def markdown(report: m.Report, out_dir: Path) -> str:
-    lines = ["# fedrepro replication report", "",
-             f"Scale mode: **{report.mode}** (each experiment runs at the scale in the `scale` column: under `default` "
-             "its `default_scale`, paper scale where that is cheap). Only paper-scale rows get a verdict.", "",
-             "## Printed numbers and statements", "",
-             *_table(["paper", "printed rows", *v.PRINTED_STATUSES],
-                     [[p.paper, str(len(p.printed)), *map(str, m.count(p.printed, v.PRINTED_STATUSES).values())]
-                      for p in report.papers]), "",
-             "## Implementation verified (checks; never counted as reproduced)", "",
-             *_table(["paper", "check rows", *v.CHECK_STATUSES],
-                     [[p.paper, str(len(p.checks)), *map(str, m.count(p.checks, v.CHECK_STATUSES).values())]
-                      for p in report.papers]), "",
-             "## How rows are judged", "", v.RULE_TEXT, ""]
+    lines = [
+        "# fedrepro replication report",
+        "",
+        f"Scale mode: **{report.mode}** (each experiment runs at the scale in the `scale` column: under `default` "
+        "its `default_scale`, paper scale where that is cheap). Only paper-scale rows get a verdict.",
+        "",
+        "## Printed numbers and statements",
+        "",
+        *_table(
+            ["paper", "printed rows", *v.PRINTED_STATUSES],
+            [
+                [p.paper, str(len(p.printed)), *map(str, m.count(p.printed, v.PRINTED_STATUSES).values())]
+                for p in report.papers
+            ],
+        ),
+        "",
+        "## Implementation verified (checks; never counted as reproduced)",
+        "",
+        *_table(
+            ["paper", "check rows", *v.CHECK_STATUSES],
+            [
+                [p.paper, str(len(p.checks)), *map(str, m.count(p.checks, v.CHECK_STATUSES).values())]
+                for p in report.papers
+            ],
+        ),
+        "",
+        "## How rows are judged",
+        "",
+        v.RULE_TEXT,
+        "",
+    ]
     issues = [(p.paper, r) for p in report.papers for r in p.issues()]
     lines += ["## Paper issues found", ""]
-    lines += (_table(["paper", "row", "what", "evidence"],
-                     [[paper, r.target.id, r.target.metric, " | ".join(r.evidence) or r.reason] for paper, r in issues])
-              if issues else ["None established."])
+    lines += (
+        _table(
+            ["paper", "row", "what", "evidence"],
+            [[paper, r.target.id, r.target.metric, " | ".join(r.evidence) or r.reason] for paper, r in issues],
+        )
+        if issues
+        else ["None established."]
+    )
     unexplained = [(p.paper, r) for p in report.papers for r in p.unexplained()]
     lines += ["", "## Deviations without forensic evidence", ""]
-    lines += (_table(["paper", "row", "metric", "reason"],
-                     [[paper, r.target.id, r.target.metric, r.reason] for paper, r in unexplained])
-              if unexplained else ["None: every printed row that deviates links a forensic conclusion."])
+    lines += (
+        _table(
+            ["paper", "row", "metric", "reason"],
+            [[paper, r.target.id, r.target.metric, r.reason] for paper, r in unexplained],
+        )
+        if unexplained
+        else ["None: every printed row that deviates links a forensic conclusion."]
+    )
     lines += ["", "## Datasets", "", *_table(m.DATASET_HEAD, report.datasets), ""]
     for p in report.papers:
-        lines += [f"## {p.paper}: {p.title}", "", "### Printed rows by artifact", "",
-                  *_table(["artifact", *v.PRINTED_STATUSES],
-                          [[g.artifact, *map(str, g.counts(v.PRINTED_STATUSES).values())]
-                           for g in p.groups("printed")]), ""]
+        lines += [
+            f"## {p.paper}: {p.title}",
+            "",
+            "### Printed rows by artifact",
+            "",
+            *_table(
+                ["artifact", *v.PRINTED_STATUSES],
+                [[g.artifact, *map(str, g.counts(v.PRINTED_STATUSES).values())] for g in p.groups("printed")],
+            ),
+            "",
+        ]
         if p.tables:
-            lines += ["### Tables in the paper's layout", "",
-                      *_table(["table", "artifact", "cells"],
-                              [[f"[{lay.name}]({_rel(p.tables_dir / f'{lay.name}.md', out_dir)})", lay.artifact,
-                                _count_text(lay.results, v.ALL_STATUSES)] for lay in p.tables]), ""]
+            lines += [
+                "### Tables in the paper's layout",
+                "",
+                *_table(
+                    ["table", "artifact", "cells"],
+                    [
+                        [
+                            f"[{lay.name}]({_rel(p.tables_dir / f'{lay.name}.md', out_dir)})",
+                            lay.artifact,
+                            _count_text(lay.results, v.ALL_STATUSES),
+                        ]
+                        for lay in p.tables
+                    ],
+                ),
+                "",
+            ]
         for g in p.groups("printed"):
-            lines += [f"### {g.artifact} — {_count_text(g.rows, v.PRINTED_STATUSES)}", "",
-                      *_table(HEAD, [cells(r) for r in g.rows]), ""]
+            lines += [
+                f"### {g.artifact} — {_count_text(g.rows, v.PRINTED_STATUSES)}",
+                "",
+                *_table(HEAD, [cells(r) for r in g.rows]),
+                "",
+            ]
         if p.calibrations:
-            lines += ["### Calibrations (values the paper leaves open, fitted to printed rows)", "",
-                      *_table(["parameter", "fitted to", "how", "judged after it"],
-                              [[c.param, ", ".join(c.fitted_to), c.how,
-                                ", ".join(r.target.id for r in p.printed if r.status == v.CALIBRATED
-                                          and c.text() in r.calibration) or "-"] for c in p.calibrations]), ""]
+            lines += [
+                "### Calibrations (values the paper leaves open, fitted to printed rows)",
+                "",
+                *_table(
+                    ["parameter", "fitted to", "how", "judged after it"],
+                    [
+                        [
+                            c.param,
+                            ", ".join(c.fitted_to),
+                            c.how,
+                            ", ".join(
+                                r.target.id for r in p.printed if r.status == v.CALIBRATED and c.text() in r.calibration
+                            )
+                            or "-",
+                        ]
+                        for c in p.calibrations
+                    ],
+                ),
+                "",
+            ]
         for row_type in ("consistency", "check"):
             for g in p.groups(row_type):
-                lines += [f"### {m.ROW_TYPES[row_type]}: {g.artifact} — {_count_text(g.rows, v.CHECK_STATUSES)}", "",
-                          *_table(HEAD, [cells(r) for r in g.rows]), ""]
+                lines += [
+                    f"### {m.ROW_TYPES[row_type]}: {g.artifact} — {_count_text(g.rows, v.CHECK_STATUSES)}",
+                    "",
+                    *_table(HEAD, [cells(r) for r in g.rows]),
+                    "",
+                ]
         for wait in p.waiting_for_data():
-            lines += [f"### {WAITING}: {', '.join(wait.datasets)} ({len(wait.rows)} rows)", "",
-                      f"Fetch (networked machine, or a mirror): `{wait.fetch}`, then:", "",
-                      *_table(["experiment", "rows", "rebuild"],
-                              [[exp, str(n), f"`{cmd}`"] for exp, (cmd, n) in wait.experiments().items()]), ""]
+            lines += [
+                f"### {WAITING}: {', '.join(wait.datasets)} ({len(wait.rows)} rows)",
+                "",
+                f"Fetch (networked machine, or a mirror): `{wait.fetch}`, then:",
+                "",
+                *_table(
+                    ["experiment", "rows", "rebuild"],
+                    [[exp, str(n), f"`{cmd}`"] for exp, (cmd, n) in wait.experiments().items()],
+                ),
+                "",
+            ]
         if p.gaps:
-            lines += [f"### Defaults chosen where the paper is silent ({p.config_file}, `# GAP:` comments)", "",
-                      *_table(["key", "value", "why"], [[f"`{k}`", val, why] for k, val, why in p.gaps]), ""]
+            lines += [
+                f"### Defaults chosen where the paper is silent ({p.config_file}, `# GAP:` comments)",
+                "",
+                *_table(["key", "value", "why"], [[f"`{k}`", val, why] for k, val, why in p.gaps]),
+                "",
+            ]
         if p.figures:
             lines += [f"### Figures ({p.paper})", ""]
             for f in p.figures:
                 judged = ", ".join(f"{r.target.id} ({r.status})" for r in f.rows)
-                lines += [f"**{f.artifact}** — {f.caption}", "", f"![{f.artifact}]({_rel(f.png, out_dir)})", "",
-                          *([f"Rows: {judged}", ""] if judged else [])]
+                lines += [
+                    f"**{f.artifact}** — {f.caption}",
+                    "",
+                    f"![{f.artifact}]({_rel(f.png, out_dir)})",
+                    "",
+                    *([f"Rows: {judged}", ""] if judged else []),
+                ]
     return "\n".join(lines)
 
 
@@ -120,10 +230,33 @@ def write_csv(path: Path, report: m.Report) -> None:
             table = {r.target.id: lay.name for lay in p.tables for r in lay.results}
             for r in p.results:
                 t = r.target
-                w.writerow([p.paper, t.id, t.row, t.artifact, table.get(t.id, ""), t.setting, t.metric, printed(t.value_text, t.pm_text),
-                            t.pm_reading, num(r.rebuilt), num(r.rebuilt_std), num(r.rebuilt_se),
-                            "" if r.n is None else str(r.n), num(r.diff), num(r.tol), r.status, r.scale,
-                            str(t.ci).lower(), r.reason, r.command, r.calibration, " | ".join(r.evidence), t.note])
+                w.writerow(
+                    [
+                        p.paper,
+                        t.id,
+                        t.row,
+                        t.artifact,
+                        table.get(t.id, ""),
+                        t.setting,
+                        t.metric,
+                        printed(t.value_text, t.pm_text),
+                        t.pm_reading,
+                        num(r.rebuilt),
+                        num(r.rebuilt_std),
+                        num(r.rebuilt_se),
+                        "" if r.n is None else str(r.n),
+                        num(r.diff),
+                        num(r.tol),
+                        r.status,
+                        r.scale,
+                        str(t.ci).lower(),
+                        r.reason,
+                        r.command,
+                        r.calibration,
+                        " | ".join(r.evidence),
+                        t.note,
+                    ]
+                )
 
 
 def write_report(cfg: Mapping, out_dir: Path, mode: str | None = None) -> m.Report:

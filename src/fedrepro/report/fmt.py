@@ -41,7 +41,7 @@ def printed(value_text: str, pm_text: str | None, unit: str = "") -> str:
     return f"{s}{unit if unit == '%' else ''}"
 
 
-WAITING = "Not run: waiting for data"   # the report section that says each fetch command once
+WAITING = "Not run: waiting for data"  # the report section that says each fetch command once
 
 
 def note_text(r: Result) -> str:
@@ -75,5 +75,15 @@ HEAD = ["id", "setting", "metric", "printed", "rebuilt (mean ± se, n seeds)", "
 
 def cells(r: Result) -> list[str]:
     t = r.target
-    return [t.id, t.setting, t.metric, printed(t.value_text, t.pm_text, t.unit), rebuilt_text(r),
-            fmt_value(r.diff, t.value_text), fmt_value(r.tol, t.value_text), r.status, r.scale, note_text(r)]
+    return [
+        t.id,
+        t.setting,
+        t.metric,
+        printed(t.value_text, t.pm_text, t.unit),
+        rebuilt_text(r),
+        fmt_value(r.diff, t.value_text),
+        fmt_value(r.tol, t.value_text),
+        r.status,
+        r.scale,
+        note_text(r),
+    ]

@@ -23,11 +23,16 @@ from fedrepro.report.status import Calibration, Result, calibrations, evaluate_p
 from fedrepro.report.tables import Layout, layouts
 
 # the row types (fedrepro.report.registry) as the report titles them
-ROW_TYPES = {"printed": "Printed in the paper", "consistency": "The paper against itself",
-             "check": "Implementation checks"}
-PRIVACY_FIGURE = {"artifact": "Privacy accounting",
-                  "caption": "epsilon vs rounds per accountant or noise level (privacy stage); every epsilon with its "
-                             "library and version is in results/privacy/<paper>/epsilon.csv"}
+ROW_TYPES = {
+    "printed": "Printed in the paper",
+    "consistency": "The paper against itself",
+    "check": "Implementation checks",
+}
+PRIVACY_FIGURE = {
+    "artifact": "Privacy accounting",
+    "caption": "epsilon vs rounds per accountant or noise level (privacy stage); every epsilon with its "
+    "library and version is in results/privacy/<paper>/epsilon.csv",
+}
 
 
 @dataclass
@@ -66,7 +71,7 @@ class DataWait:
         """experiment -> (its rebuild command after the fetch, its number of rows)."""
         out: dict[str, tuple[str, int]] = {}
         for r in self.rows:
-            rebuild = r.command.removeprefix(f"{self.fetch} && ")   # status: command = fetch && rebuild
+            rebuild = r.command.removeprefix(f"{self.fetch} && ")  # status: command = fetch && rebuild
             out[r.target.experiment] = (rebuild, out.get(r.target.experiment, ("", 0))[1] + 1)
         return out
 
@@ -80,7 +85,7 @@ class PaperReport:
     calibrations: list[Calibration]
     gaps: list[tuple[str, str, str]]
     figures: list[Figure]
-    tables_dir: Path = Path(".")   # where the tables' own files are (results/tables/<paper>/<name>.{csv,md})
+    tables_dir: Path = Path(".")  # where the tables' own files are (results/tables/<paper>/<name>.{csv,md})
 
     def of_type(self, row: str) -> list[Result]:
         return [r for r in self.results if r.target.row == row]
@@ -103,9 +108,9 @@ class PaperReport:
     def issues(self) -> list[Result]:
         """What this project established against the paper, each with its evidence: consistency rows that fail (the
         paper against itself), and rows whose forensic sweep traced the deviation to the paper."""
-        return ([r for r in self.consistency if r.status == v.FAILS]
-                + [r for r in self.results if r.target.row != "consistency" and any("paper issue:" in e
-                                                                                      for e in r.evidence)])
+        return [r for r in self.consistency if r.status == v.FAILS] + [
+            r for r in self.results if r.target.row != "consistency" and any("paper issue:" in e for e in r.evidence)
+        ]
 
     def unexplained(self) -> list[Result]:
         """Printed rows that deviate with no forensic conclusion built: a deviation must carry evidence, not prose."""
@@ -171,10 +176,25 @@ def figure_rows(fig_artifact: str, experiment: str | None, results: list[Result]
 
 def _figures(cfg: Mapping, paper: str, results: list[Result]) -> list[Figure]:
     figs = load_paper(cfg, paper).get("figures") or {}
-    out = [Figure(name, spec["artifact"], spec["caption"], f"{paper}.{spec['experiment']}",
-                  paths.figure_path(cfg, paper, name, "png")) for name, spec in figs.items()]
-    out.append(Figure("privacy_epsilon", PRIVACY_FIGURE["artifact"], PRIVACY_FIGURE["caption"], None,
-                      paths.figure_path(cfg, paper, "privacy_epsilon", "png")))
+    out = [
+        Figure(
+            name,
+            spec["artifact"],
+            spec["caption"],
+            f"{paper}.{spec['experiment']}",
+            paths.figure_path(cfg, paper, name, "png"),
+        )
+        for name, spec in figs.items()
+    ]
+    out.append(
+        Figure(
+            "privacy_epsilon",
+            PRIVACY_FIGURE["artifact"],
+            PRIVACY_FIGURE["caption"],
+            None,
+            paths.figure_path(cfg, paper, "privacy_epsilon", "png"),
+        )
+    )
     for f in out:
         f.rows = figure_rows(f.artifact, f.experiment, results)
     return [f for f in out if f.png.is_file()]
@@ -183,10 +203,16 @@ def _figures(cfg: Mapping, paper: str, results: list[Result]) -> list[Figure]:
 def paper_report(cfg: Mapping, paper: str, mode: str) -> PaperReport:
     doc = load_paper(cfg, paper)
     results = evaluate_paper(cfg, paper, mode)
-    return PaperReport(paper=paper, title=doc["title"], config_file=str(cfg["papers"][paper]), results=results,
-                       calibrations=calibrations(paper, doc), gaps=gap_comments(resolve_path(cfg["papers"][paper])),
-                       figures=_figures(cfg, paper, results),
-                       tables_dir=paths.path(cfg, "table", paper=paper, table="-", ext="md").parent)
+    return PaperReport(
+        paper=paper,
+        title=doc["title"],
+        config_file=str(cfg["papers"][paper]),
+        results=results,
+        calibrations=calibrations(paper, doc),
+        gaps=gap_comments(resolve_path(cfg["papers"][paper])),
+        figures=_figures(cfg, paper, results),
+        tables_dir=paths.path(cfg, "table", paper=paper, table="-", ext="md").parent,
+    )
 
 
 DATASET_HEAD = ["dataset", "title", "available here", "sha256 pinned", "unlocks"]
@@ -211,8 +237,15 @@ def dataset_rows(cfg: Mapping, papers: list[PaperReport]) -> list[list[str]]:
     rows = []
     for ds_id, ds in sorted(all_datasets().items()):
         pinned = "bundled" if not ds.files else ("yes" if all(f.sha256 for f in ds.files) else "no")
-        rows.append([ds_id, ds.title, "yes" if is_available(cfg, ds_id) else "no", pinned,
-                     "; ".join(users.get(ds_id, [])) or "-"])
+        rows.append(
+            [
+                ds_id,
+                ds.title,
+                "yes" if is_available(cfg, ds_id) else "no",
+                pinned,
+                "; ".join(users.get(ds_id, [])) or "-",
+            ]
+        )
     return rows
 
 
@@ -220,4 +253,3 @@ def build(cfg: Mapping, mode: str | None = None) -> Report:
     mode = mode or cfg["scale"]
     papers = [paper_report(cfg, paper, mode) for paper in cfg.get("targets", {})]
     return Report(mode=mode, papers=papers, datasets=dataset_rows(cfg, papers))
-

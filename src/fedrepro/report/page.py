@@ -59,17 +59,40 @@ def data_uri(png: Path) -> str:
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(cls=status_class, anchor=anchor, cells=cells, cell_text=cell_text, hover=hover_text,
-                       counts=counts, data_uri=data_uri)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(
+        cls=status_class,
+        anchor=anchor,
+        cells=cells,
+        cell_text=cell_text,
+        hover=hover_text,
+        counts=counts,
+        data_uri=data_uri,
+    )
     return env
 
 
 def render_page(report: m.Report) -> str:
     statuses = [(s, sum(m.count(p.results, v.ALL_STATUSES)[s] for p in report.papers)) for s in v.ALL_STATUSES]
-    return _environment().get_template("page.html.j2").render(
-        report=report, v=v, head=HEAD, dataset_head=m.DATASET_HEAD, waiting=WAITING, open_up_to=OPEN_UP_TO,
-        statuses=[(s, n) for s, n in statuses if n], row_types=m.ROW_TYPES,
-        css=(TEMPLATES / "page.css").read_text(encoding="utf-8"),
-        js=(TEMPLATES / "page.js").read_text(encoding="utf-8"))
+    return (
+        _environment()
+        .get_template("page.html.j2")
+        .render(
+            report=report,
+            v=v,
+            head=HEAD,
+            dataset_head=m.DATASET_HEAD,
+            waiting=WAITING,
+            open_up_to=OPEN_UP_TO,
+            statuses=[(s, n) for s, n in statuses if n],
+            row_types=m.ROW_TYPES,
+            css=(TEMPLATES / "page.css").read_text(encoding="utf-8"),
+            js=(TEMPLATES / "page.js").read_text(encoding="utf-8"),
+        )
+    )

@@ -21,8 +21,20 @@ from fedrepro.config import Experiment, load_paper, resolve_experiment, resolve_
 from fedrepro.report.registry import load_registry
 from fedrepro.runio import atomic_write, read_history, read_metrics, read_summary
 
-COLUMNS = ["experiment", "setting", "accountant", "library", "library_version", "noise_multiplier", "sampling_rate",
-           "rounds", "delta", "epsilon", "optimal_order", "note"]
+COLUMNS = [
+    "experiment",
+    "setting",
+    "accountant",
+    "library",
+    "library_version",
+    "noise_multiplier",
+    "sampling_rate",
+    "rounds",
+    "delta",
+    "epsilon",
+    "optimal_order",
+    "note",
+]
 CURVE_KINDS = ("privacy_curve", "privacy_grid")
 
 
@@ -47,8 +59,10 @@ def _run(cfg: Mapping, exp: Experiment) -> tuple[dict, pd.DataFrame]:
 
 def _lib(acc: Mapping | None) -> dict:
     acc = acc or {}
-    return {"library": acc.get("library", acc.get("name", "")),
-            "library_version": acc.get("library_version", acc.get("version", ""))}
+    return {
+        "library": acc.get("library", acc.get("name", "")),
+        "library_version": acc.get("library_version", acc.get("version", "")),
+    }
 
 
 def _curve_rows(exp: Experiment, run: dict, hist: pd.DataFrame) -> list[dict]:
@@ -59,10 +73,20 @@ def _curve_rows(exp: Experiment, run: dict, hist: pd.DataFrame) -> list[dict]:
     for _, h in last.iterrows():
         sigma = h["noise_multiplier"] if "noise_multiplier" in h else sigmas[0]
         acc = allacc[h["accountant"]]
-        rows.append(dict(setting=f"q={p['sampling_rate']:g}, sigma={sigma:g}", accountant=h["accountant"],
-                         **_lib(acc), noise_multiplier=sigma, sampling_rate=p["sampling_rate"],
-                         rounds=int(h["round"]), delta=p["delta"], epsilon=h["epsilon"],
-                         optimal_order=h["optimal_order"], note=acc.get("conversion", "")))
+        rows.append(
+            dict(
+                setting=f"q={p['sampling_rate']:g}, sigma={sigma:g}",
+                accountant=h["accountant"],
+                **_lib(acc),
+                noise_multiplier=sigma,
+                sampling_rate=p["sampling_rate"],
+                rounds=int(h["round"]),
+                delta=p["delta"],
+                epsilon=h["epsilon"],
+                optimal_order=h["optimal_order"],
+                note=acc.get("conversion", ""),
+            )
+        )
     return rows
 
 
@@ -72,54 +96,128 @@ def _thm5_rows(exp: Experiment, run: dict, hist: pd.DataFrame) -> list[dict]:
     rows = []
     for _, h in hist.iterrows():
         setting = f"target eps={h['target_epsilon']:g}, z={h['z']:.4g}"
-        rows.append(dict(setting=setting, accountant="Thm 5 + Lemma 1 (paper)", library="closed form",
-                         library_version="paper", noise_multiplier=h["z"], epsilon=h["epsilon_thm5"],
-                         optimal_order=h["lambda"], note="noise ratio z = sigma_q/C solved from the target", **common))
-        rows.append(dict(setting=setting, accountant=lib["accountant"], **_lib(lib), noise_multiplier=h["z"],
-                         epsilon=h["epsilon_library"], optimal_order=h["library_order"],
-                         note="same mechanism, paper's sensitivity (eq. 59)", **common))
+        rows.append(
+            dict(
+                setting=setting,
+                accountant="Thm 5 + Lemma 1 (paper)",
+                library="closed form",
+                library_version="paper",
+                noise_multiplier=h["z"],
+                epsilon=h["epsilon_thm5"],
+                optimal_order=h["lambda"],
+                note="noise ratio z = sigma_q/C solved from the target",
+                **common,
+            )
+        )
+        rows.append(
+            dict(
+                setting=setting,
+                accountant=lib["accountant"],
+                **_lib(lib),
+                noise_multiplier=h["z"],
+                epsilon=h["epsilon_library"],
+                optimal_order=h["library_order"],
+                note="same mechanism, paper's sensitivity (eq. 59)",
+                **common,
+            )
+        )
         if "z_library" in h:
-            rows.append(dict(setting=f"target eps={h['target_epsilon']:g}, z={h['z_library']:.4g}",
-                             accountant=lib["accountant"], **_lib(lib), noise_multiplier=h["z_library"],
-                             epsilon=h["target_epsilon"], optimal_order=math.nan,
-                             note="noise ratio calibrated with the library for the target", **common))
+            rows.append(
+                dict(
+                    setting=f"target eps={h['target_epsilon']:g}, z={h['z_library']:.4g}",
+                    accountant=lib["accountant"],
+                    **_lib(lib),
+                    noise_multiplier=h["z_library"],
+                    epsilon=h["target_epsilon"],
+                    optimal_order=math.nan,
+                    note="noise ratio calibrated with the library for the target",
+                    **common,
+                )
+            )
         if "epsilon_library_triangle" in h:
-            rows.append(dict(setting=setting, accountant=lib["accountant"], **_lib(lib), noise_multiplier=h["z"],
-                             epsilon=h["epsilon_library_triangle"], optimal_order=math.nan,
-                             note="same mechanism, triangle-inequality sensitivity", **common))
+            rows.append(
+                dict(
+                    setting=setting,
+                    accountant=lib["accountant"],
+                    **_lib(lib),
+                    noise_multiplier=h["z"],
+                    epsilon=h["epsilon_library_triangle"],
+                    optimal_order=math.nan,
+                    note="same mechanism, triangle-inequality sensitivity",
+                    **common,
+                )
+            )
     return rows
 
 
 def _ldp_rows(exp: Experiment, run: dict, hist: pd.DataFrame) -> list[dict]:
     lib = _lib(run["accountant"]["library"])
-    return [dict(setting=f"eps0={h['eps0']:g}", accountant=h["accountant"], **lib,
-                 noise_multiplier=h["noise_multiplier"], sampling_rate=1.0, rounds=1, delta=exp.params["delta"],
-                 epsilon=h["epsilon_library"], optimal_order=math.nan,
-                 note=f"Thm 2.2 claims eps0 = {h['eps0']:g} for this noise") for _, h in hist.iterrows()]
+    return [
+        dict(
+            setting=f"eps0={h['eps0']:g}",
+            accountant=h["accountant"],
+            **lib,
+            noise_multiplier=h["noise_multiplier"],
+            sampling_rate=1.0,
+            rounds=1,
+            delta=exp.params["delta"],
+            epsilon=h["epsilon_library"],
+            optimal_order=math.nan,
+            note=f"Thm 2.2 claims eps0 = {h['eps0']:g} for this noise",
+        )
+        for _, h in hist.iterrows()
+    ]
 
 
 def _hist31_rows(exp: Experiment, run: dict, hist: pd.DataFrame) -> list[dict]:
-    return [dict(setting=f"reading={h['reading']}", accountant="Thm 3.1 + eq. (4) (paper)", library="closed form",
-                 library_version="paper", noise_multiplier=h["sigma"], sampling_rate=1.0, rounds=exp.params["T"],
-                 delta=h["total_delta"], epsilon=h["total_epsilon"], optimal_order=math.nan,
-                 note=f"per-step eps={h['per_step_epsilon']:.6g}, per-step delta={h['per_step_delta']:.6g}; "
-                      "noise_multiplier column = Gaussian sigma of Alg. 3") for _, h in hist.iterrows()]
+    return [
+        dict(
+            setting=f"reading={h['reading']}",
+            accountant="Thm 3.1 + eq. (4) (paper)",
+            library="closed form",
+            library_version="paper",
+            noise_multiplier=h["sigma"],
+            sampling_rate=1.0,
+            rounds=exp.params["T"],
+            delta=h["total_delta"],
+            epsilon=h["total_epsilon"],
+            optimal_order=math.nan,
+            note=f"per-step eps={h['per_step_epsilon']:.6g}, per-step delta={h['per_step_delta']:.6g}; "
+            "noise_multiplier column = Gaussian sigma of Alg. 3",
+        )
+        for _, h in hist.iterrows()
+    ]
 
 
 def _ppsgd_rows(exp: Experiment, run: dict, hist: pd.DataFrame) -> list[dict]:
     p, rows = exp.params, []
     for _, h in hist.iterrows():
         for thm, col in (("Thm 4.1", "thm41_sigma_zeta"), ("Thm 5.1", "thm51_sigma_zeta")):
-            rows.append(dict(setting=f"eps={h['epsilon']:g}", accountant=f"{thm} (paper, constants = 1)",
-                             library="closed form", library_version="paper", noise_multiplier=h[col],
-                             sampling_rate=p["q"], rounds=p["T"], delta=p["delta"], epsilon=h["epsilon"],
-                             optimal_order=math.nan, note="noise_multiplier column = sufficient noise std sigma_zeta"))
+            rows.append(
+                dict(
+                    setting=f"eps={h['epsilon']:g}",
+                    accountant=f"{thm} (paper, constants = 1)",
+                    library="closed form",
+                    library_version="paper",
+                    noise_multiplier=h[col],
+                    sampling_rate=p["q"],
+                    rounds=p["T"],
+                    delta=p["delta"],
+                    epsilon=h["epsilon"],
+                    optimal_order=math.nan,
+                    note="noise_multiplier column = sufficient noise std sigma_zeta",
+                )
+            )
     return rows
 
 
 ROWS: dict[str, Callable[[Experiment, dict, pd.DataFrame], list[dict]]] = {
-    "privacy_curve": _curve_rows, "privacy_grid": _curve_rows, "adaped_thm5": _thm5_rows, "adaped_ldp": _ldp_rows,
-    "histograms_thm31": _hist31_rows, "ppsgd_theorems": _ppsgd_rows,
+    "privacy_curve": _curve_rows,
+    "privacy_grid": _curve_rows,
+    "adaped_thm5": _thm5_rows,
+    "adaped_ldp": _ldp_rows,
+    "histograms_thm31": _hist31_rows,
+    "ppsgd_theorems": _ppsgd_rows,
 }
 
 
@@ -139,8 +237,10 @@ def write_privacy_tables(cfg: Mapping, paper: str, out_dir: Path, scale: str | N
             full["library_version"] = hist["accountant"].map({a: v["library_version"] for a, v in allacc.items()})
         curves.append(full)
     written = []
-    for name, df in (("epsilon.csv", pd.DataFrame(rows, columns=COLUMNS)),
-                     ("curves.csv", pd.concat(curves, ignore_index=True) if curves else pd.DataFrame())):
+    for name, df in (
+        ("epsilon.csv", pd.DataFrame(rows, columns=COLUMNS)),
+        ("curves.csv", pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()),
+    ):
         if name == "curves.csv" and not df.empty:
             df = df[["experiment"] + [c for c in df.columns if c != "experiment"]]
         path = out_dir / name
@@ -169,8 +269,9 @@ def _markers(cfg: Mapping, paper: str, exp: Experiment) -> list[tuple[float, flo
     return out
 
 
-def render_privacy_figure(cfg: Mapping, paper: str, out_pdf: Path, out_png: Path | None = None,
-                          scale: str | None = None) -> None:
+def render_privacy_figure(
+    cfg: Mapping, paper: str, out_pdf: Path, out_png: Path | None = None, scale: str | None = None
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,7 +282,7 @@ def render_privacy_figure(cfg: Mapping, paper: str, out_pdf: Path, out_png: Path
     ncols = min(3, len(exps))
     nrows = math.ceil(len(exps) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols, 3.3 * nrows), squeeze=False)
-    for ax in axes.flat[len(exps):]:
+    for ax in axes.flat[len(exps) :]:
         ax.set_visible(False)
     for ax, exp in zip(axes.flat, exps):
         run, hist = _run(cfg, exp)
@@ -202,8 +303,7 @@ def render_privacy_figure(cfg: Mapping, paper: str, out_pdf: Path, out_png: Path
         ax.set_ylabel(f"epsilon at delta={p['delta']:g}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=6)
-    fig.suptitle(f"{paper}: privacy accounting (markers: registry targets; filled = printed in the paper)",
-                 fontsize=9)
+    fig.suptitle(f"{paper}: privacy accounting (markers: registry targets; filled = printed in the paper)", fontsize=9)
     fig.tight_layout()
     atomic_write(out_pdf, lambda q: fig.savefig(q, format="pdf", metadata={"CreationDate": None}))
     if out_png:

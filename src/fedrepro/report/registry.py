@@ -33,8 +33,26 @@ from pathlib import Path
 
 from fedrepro.errors import ConfigError
 
-COLUMNS = ["id", "artifact", "table_row", "table_col", "setting", "metric", "unit", "value", "pm", "pm_reading",
-           "runs", "tolerance", "experiment", "key", "row", "ci", "needs", "note"]
+COLUMNS = [
+    "id",
+    "artifact",
+    "table_row",
+    "table_col",
+    "setting",
+    "metric",
+    "unit",
+    "value",
+    "pm",
+    "pm_reading",
+    "runs",
+    "tolerance",
+    "experiment",
+    "key",
+    "row",
+    "ci",
+    "needs",
+    "note",
+]
 ROW_TYPES = ("printed", "check", "consistency")
 PM_READINGS = ("std", "se", "ci95", "unknown")
 
@@ -65,7 +83,7 @@ class Target:
 
     @property
     def check_names(self) -> list[str] | None:
-        return self.key[len("check:"):].split(",") if self.key.startswith("check:") else None
+        return self.key[len("check:") :].split(",") if self.key.startswith("check:") else None
 
     @property
     def exp_name(self) -> str:
@@ -118,9 +136,12 @@ def _parse(r: _Row, paper: str, experiments: Collection[str] | None) -> Target |
     if experiment and not experiment.startswith(f"{paper}."):
         r.bad("experiment", f"must be {paper}.<name>, got {experiment!r}")
     elif experiments is not None and experiment and experiment.split(".", 1)[1] not in experiments:
-        r.bad("experiment", f"no experiment {experiment.split('.', 1)[1]!r} in config/{paper}.yaml (known: "
-                            f"{', '.join(sorted(experiments))})")
-    if key.startswith("check:") and not all(key[len("check:"):].split(",")):
+        r.bad(
+            "experiment",
+            f"no experiment {experiment.split('.', 1)[1]!r} in config/{paper}.yaml (known: "
+            f"{', '.join(sorted(experiments))})",
+        )
+    if key.startswith("check:") and not all(key[len("check:") :].split(",")):
         r.bad("key", f"check:NAME[,NAME...] with non-empty names, got {key!r}")
     row = r.text("row")
     if row not in ROW_TYPES:
@@ -134,8 +155,11 @@ def _parse(r: _Row, paper: str, experiments: Collection[str] | None) -> Target |
     runs = r.number("runs", minimum=1, integer=True)
     reading = r.text("pm_reading")
     if pm is not None and reading not in PM_READINGS:
-        r.bad("pm_reading", f"the printed ± needs a reading, one of {', '.join(PM_READINGS)} (unknown when the "
-                            f"paper does not say what it is), got {reading!r}")
+        r.bad(
+            "pm_reading",
+            f"the printed ± needs a reading, one of {', '.join(PM_READINGS)} (unknown when the "
+            f"paper does not say what it is), got {reading!r}",
+        )
     if pm is None and reading:
         r.bad("pm_reading", "given without a printed ± (pm)")
     if pm is not None and value is None:
@@ -145,11 +169,27 @@ def _parse(r: _Row, paper: str, experiments: Collection[str] | None) -> Target |
     if len(r.problems) > before:
         return None
     return Target(
-        paper=paper, id=r.text("id"), artifact=r.text("artifact"), table_row=r.text("table_row"),
-        table_col=r.text("table_col"), setting=r.text("setting"), metric=r.text("metric"), unit=r.text("unit"),
-        value=value, value_text=r.text("value"), pm=pm, pm_text=r.text("pm"), pm_reading=reading,
-        runs=int(runs) if runs is not None else None, tolerance=tolerance, experiment=experiment, key=key, row=row,
-        ci=ci == "true", needs=r.text("needs"), note=r.text("note"),
+        paper=paper,
+        id=r.text("id"),
+        artifact=r.text("artifact"),
+        table_row=r.text("table_row"),
+        table_col=r.text("table_col"),
+        setting=r.text("setting"),
+        metric=r.text("metric"),
+        unit=r.text("unit"),
+        value=value,
+        value_text=r.text("value"),
+        pm=pm,
+        pm_text=r.text("pm"),
+        pm_reading=reading,
+        runs=int(runs) if runs is not None else None,
+        tolerance=tolerance,
+        experiment=experiment,
+        key=key,
+        row=row,
+        ci=ci == "true",
+        needs=r.text("needs"),
+        note=r.text("note"),
     )
 
 
@@ -181,8 +221,10 @@ def load_registry(path: str | Path, paper: str, experiments: Collection[str] | N
         out.append(t)
     if problems:
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        raise ConfigError(f"{path}: {len(problems)} bad registry row(s); fix them (columns: see "
-                          "src/fedrepro/report/registry.py):\n  " + "\n  ".join(problems[:20]) + more)
+        raise ConfigError(
+            f"{path}: {len(problems)} bad registry row(s); fix them (columns: see "
+            "src/fedrepro/report/registry.py):\n  " + "\n  ".join(problems[:20]) + more
+        )
     return out
 
 
@@ -201,9 +243,14 @@ def check_keys(path: str | Path, targets: list[Target], experiments: Mapping[str
             bad = [] if kind.produces_metric(t.key) else [t.key]
             what, known = "metric", kind.metrics
         if bad:
-            problems.append(f"{path} ({t.id}): key: {what} {', '.join(bad)} not produced by kind {kind.name} of "
-                            f"{t.experiment} (it declares: {', '.join(known) or 'none'})")
+            problems.append(
+                f"{path} ({t.id}): key: {what} {', '.join(bad)} not produced by kind {kind.name} of "
+                f"{t.experiment} (it declares: {', '.join(known) or 'none'})"
+            )
     if problems:
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        raise ConfigError(f"{path}: {len(problems)} registry row(s) name what no kind produces; fix the key:\n  "
-                          + "\n  ".join(problems[:20]) + more)
+        raise ConfigError(
+            f"{path}: {len(problems)} registry row(s) name what no kind produces; fix the key:\n  "
+            + "\n  ".join(problems[:20])
+            + more
+        )

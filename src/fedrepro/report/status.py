@@ -27,7 +27,7 @@ class Calibration:
     experiment: str
     param: str
     fitted_to: tuple[str, ...]
-    affects: tuple[str, ...] | None   # the rows it enters (any experiment of the paper); None: every row of its own
+    affects: tuple[str, ...] | None  # the rows it enters (any experiment of the paper); None: every row of its own
     how: str
 
     def enters(self, t: Target) -> bool:
@@ -53,7 +53,7 @@ class Result:
     command: str = ""
     calibration: str = ""
     evidence: list[str] = field(default_factory=list)
-    waits_for: tuple[str, ...] = ()   # datasets unavailable here that the row's experiment reads (status not run)
+    waits_for: tuple[str, ...] = ()  # datasets unavailable here that the row's experiment reads (status not run)
 
 
 def rebuild_command(cfg: Mapping, t: Target, scale: str) -> str:
@@ -69,22 +69,38 @@ def unavailable_datasets(cfg: Mapping, exp_entry: Mapping) -> list[str]:
 
 def fetch_command(datasets: tuple[str, ...] | list[str]) -> str:
     """The command that fetches and verifies the datasets (on a networked machine, or from a mirror)."""
-    return " && ".join(f"python -m fedrepro data fetch {d}" + ("" if all(f.sha256 for f in get_dataset(d).files)
-                                                                else " --allow-unpinned") for d in datasets)
+    return " && ".join(
+        f"python -m fedrepro data fetch {d}"
+        + ("" if all(f.sha256 for f in get_dataset(d).files) else " --allow-unpinned")
+        for d in datasets
+    )
 
 
 def calibrations(paper: str, doc: Mapping) -> list[Calibration]:
-    return [Calibration(f"{paper}.{name}", c["param"], tuple(c["fitted_to"]),
-                        tuple(c["affects"]) if "affects" in c else None, c["how"])
-            for name, e in doc["experiments"].items() for c in e.get("calibration") or []]
+    return [
+        Calibration(
+            f"{paper}.{name}",
+            c["param"],
+            tuple(c["fitted_to"]),
+            tuple(c["affects"]) if "affects" in c else None,
+            c["how"],
+        )
+        for name, e in doc["experiments"].items()
+        for c in e.get("calibration") or []
+    ]
 
 
 def _not_run(cfg: Mapping, t: Target, scale: str, summary: dict | None, missing: list[str]) -> Result | None:
     if missing:
         fetch = fetch_command(missing)
         files = "; ".join(f"{d}: {', '.join(f.name for f in get_dataset(d).files)}" for d in missing)
-        return Result(t, v.NOT_RUN, reason=f"data unavailable offline ({files}); needs a networked machine or a mirror",
-                      command=f"{fetch} && {rebuild_command(cfg, t, 'paper')}", waits_for=tuple(missing))
+        return Result(
+            t,
+            v.NOT_RUN,
+            reason=f"data unavailable offline ({files}); needs a networked machine or a mirror",
+            command=f"{fetch} && {rebuild_command(cfg, t, 'paper')}",
+            waits_for=tuple(missing),
+        )
     if summary is None:
         return Result(t, v.NOT_RUN, reason=f"not built at {scale} scale", command=rebuild_command(cfg, t, scale))
     return None
@@ -107,14 +123,25 @@ def _calibrated(r: Result, cals: list[Calibration]) -> Result:
     return r
 
 
-def evaluate(cfg: Mapping, t: Target, scale: str, summary: dict | None, exp_entry: Mapping | None,
-             cals: list[Calibration] = (), missing: list[str] | None = None) -> Result:
+def evaluate(
+    cfg: Mapping,
+    t: Target,
+    scale: str,
+    summary: dict | None,
+    exp_entry: Mapping | None,
+    cals: list[Calibration] = (),
+    missing: list[str] | None = None,
+) -> Result:
     """The row's Result; ``scale`` is the scale its experiment runs at, ``summary`` its summary.json (None if not
     built), ``exp_entry`` its config entry (None: no such experiment), ``missing`` its datasets unavailable here
     (None: look them up)."""
     if exp_entry is None:
-        return Result(t, v.NOT_RUN, reason=f"no rule yet; needs: {t.needs or 'an experiment'}",
-                      command=f"(experiment {t.experiment} is not defined yet)")
+        return Result(
+            t,
+            v.NOT_RUN,
+            reason=f"no rule yet; needs: {t.needs or 'an experiment'}",
+            command=f"(experiment {t.experiment} is not defined yet)",
+        )
     if missing is None:
         missing = unavailable_datasets(cfg, exp_entry)
     r = _not_run(cfg, t, scale, summary, missing) or _judge(t, summary)
@@ -132,8 +159,12 @@ def _judge(t: Target, summary: dict) -> Result:
         failed = [c for c in t.check_names if not checks[c]["passed"]]
         detail = "; ".join(f"{c}: {checks[c]['detail']}" for c in (failed or t.check_names))
         if t.printed and not at_paper:
-            return Result(t, v.NOT_COMPARABLE, scale=eff_scale,
-                          reason=f"quick scale only ({'fails' if failed else 'passes'} there): {detail}")
+            return Result(
+                t,
+                v.NOT_COMPARABLE,
+                scale=eff_scale,
+                reason=f"quick scale only ({'fails' if failed else 'passes'} there): {detail}",
+            )
         if t.printed:
             return Result(t, v.DEVIATES if failed else v.REPRODUCED, scale=eff_scale, reason=detail)
         return Result(t, v.FAILS if failed else v.PASSES, scale=eff_scale, reason=detail)
@@ -144,8 +175,9 @@ def _judge(t: Target, summary: dict) -> Result:
     got = dict(rebuilt=m["mean"], rebuilt_std=m["std"], rebuilt_se=m.get("se"), n=n, scale=eff_scale)
     if t.value is None:  # a rebuilt number with nothing printed to compare to (e.g. a figure's flat line)
         return Result(t, v.SHOWN, **got, reason="no printed value; shown for reference")
-    j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, m["mean"], m["std"], n,
-                summary.get("deterministic", False))
+    j = v.judge(
+        t.value, t.pm, t.pm_reading, t.runs, t.tolerance, m["mean"], m["std"], n, summary.get("deterministic", False)
+    )
     got.update(diff=j.diff, tol=j.tol, reading=j.reading, rebuilt_se=j.se_rebuilt)
     if not at_paper:
         return Result(t, v.NOT_COMPARABLE, **got, reason="rebuilt at quick scale only: no verdict on a paper number")
@@ -172,9 +204,11 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
     for c in cals:
         unknown = sorted((set(c.fitted_to) | set(c.affects or ())) - known)
         if unknown:
-            raise ConfigError(f"{cfg['papers'][paper]}: experiments.{c.experiment.split('.', 1)[1]}.calibration "
-                              f"({c.param}): no registry row {', '.join(unknown)} in {registry_path(cfg, paper)}")
-    cache: dict[str, tuple[str, dict | None]] = {}   # per experiment, looked up once (not per row)
+            raise ConfigError(
+                f"{cfg['papers'][paper]}: experiments.{c.experiment.split('.', 1)[1]}.calibration "
+                f"({c.param}): no registry row {', '.join(unknown)} in {registry_path(cfg, paper)}"
+            )
+    cache: dict[str, tuple[str, dict | None]] = {}  # per experiment, looked up once (not per row)
     missing: dict[str, list[str]] = {}
 
     def built(name: str) -> tuple[str, dict | None]:

@@ -58,8 +58,9 @@ def table_names(targets: Iterable[Target], source: str = "the registry") -> dict
     seen: dict[str, str] = {}
     for artifact, name in names.items():
         if name in seen:
-            raise ConfigError(f"{source}: tables {seen[name]!r} and {artifact!r} would both be named {name!r}; "
-                              "rename one artifact")
+            raise ConfigError(
+                f"{source}: tables {seen[name]!r} and {artifact!r} would both be named {name!r}; rename one artifact"
+            )
         seen[name] = artifact
     return names
 
@@ -129,7 +130,7 @@ def _merged_order(sequences: list[list[str]]) -> list[str]:
     may skip some, e.g. a non-private baseline has no private column): the order of first appearance, except that a
     column some row prints after another never comes before it. Inconsistent rows keep the order of first appearance."""
     first = list(dict.fromkeys(c for seq in sequences for c in seq))
-    after: dict[str, set[str]] = {c: set() for c in first}   # column -> the columns that must come before it
+    after: dict[str, set[str]] = {c: set() for c in first}  # column -> the columns that must come before it
     for seq in sequences:
         for i, c in enumerate(seq):
             after[c].update(seq[:i])
@@ -167,19 +168,22 @@ def _rebuilt(r: Result | None) -> str:
 
 def _md(header: list[str], body: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+        "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body
+    ]
 
 
-def write_tables(cfg: Mapping, paper: str, out_dir: Path, scale: str | None = None,
-                 only: str | None = None) -> list[Path]:
+def write_tables(
+    cfg: Mapping, paper: str, out_dir: Path, scale: str | None = None, only: str | None = None
+) -> list[Path]:
     scale = scale or cfg["scale"]
     tables = layouts(evaluate_paper(cfg, paper, scale))
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if only is not None:
         if only not in {lay.name for lay in tables}:
-            raise ConfigError(f"{paper}: no table {only!r} in the registry (tables: "
-                              f"{', '.join(lay.name for lay in tables)})")
+            raise ConfigError(
+                f"{paper}: no table {only!r} in the registry (tables: {', '.join(lay.name for lay in tables)})"
+            )
         tables = [lay for lay in tables if lay.name == only]
     for lay in tables:
         md = [f"# {paper} {lay.artifact} (scale mode: {scale}; each cell's scale in the CSV)", ""]
@@ -187,26 +191,62 @@ def write_tables(cfg: Mapping, paper: str, out_dir: Path, scale: str | None = No
             header = ["Method"] + block.cols
             rows = [(row, [block.cells.get((row, c), []) for c in block.cols]) for row in block.rows]
             title = f" — {block.label}" if block.label else ""
-            md += [f"## Rebuilt{title} (mean ± standard error over seeds)", "",
-                   *_md(header, [[row] + [in_cell([_rebuilt(r) for r in rs]) for rs in cells] for row, cells in rows]),
-                   "", f"## Printed in the paper{title}", "",
-                   *_md(header, [[row] + [in_cell([printed(r.target.value_text, r.target.pm_text) for r in rs])
-                                          for rs in cells] for row, cells in rows]),
-                   "", f"## Status{title}", "",
-                   *_md(header, [[row] + [in_cell([r.status for r in rs]) for rs in cells] for row, cells in rows]), ""]
+            md += [
+                f"## Rebuilt{title} (mean ± standard error over seeds)",
+                "",
+                *_md(header, [[row] + [in_cell([_rebuilt(r) for r in rs]) for rs in cells] for row, cells in rows]),
+                "",
+                f"## Printed in the paper{title}",
+                "",
+                *_md(
+                    header,
+                    [
+                        [row] + [in_cell([printed(r.target.value_text, r.target.pm_text) for r in rs]) for rs in cells]
+                        for row, cells in rows
+                    ],
+                ),
+                "",
+                f"## Status{title}",
+                "",
+                *_md(header, [[row] + [in_cell([r.status for r in rs]) for rs in cells] for row, cells in rows]),
+                "",
+            ]
 
         def write_csv(p: Path, blocks: list[Block] = lay.blocks) -> None:
             with open(p, "w", newline="", encoding="utf-8") as fh:
                 w = csv.writer(fh, lineterminator="\n")
-                w.writerow(["block", "row", "column", "printed", "rebuilt_mean", "rebuilt_std", "rebuilt_se", "n",
-                            "status", "scale", "target"])
+                w.writerow(
+                    [
+                        "block",
+                        "row",
+                        "column",
+                        "printed",
+                        "rebuilt_mean",
+                        "rebuilt_std",
+                        "rebuilt_se",
+                        "n",
+                        "status",
+                        "scale",
+                        "target",
+                    ]
+                )
                 for block, r in ((b, r) for b in blocks for rs in b.cells.values() for r in rs):
                     t = r.target
-                    w.writerow([block.label, t.table_row, t.table_col, printed(t.value_text, t.pm_text),
-                                "" if r.rebuilt is None else repr(r.rebuilt),
-                                "" if r.rebuilt_std is None else repr(r.rebuilt_std),
-                                "" if r.rebuilt_se is None else repr(r.rebuilt_se), "" if r.n is None else r.n,
-                                r.status, r.scale, t.id])
+                    w.writerow(
+                        [
+                            block.label,
+                            t.table_row,
+                            t.table_col,
+                            printed(t.value_text, t.pm_text),
+                            "" if r.rebuilt is None else repr(r.rebuilt),
+                            "" if r.rebuilt_std is None else repr(r.rebuilt_std),
+                            "" if r.rebuilt_se is None else repr(r.rebuilt_se),
+                            "" if r.n is None else r.n,
+                            r.status,
+                            r.scale,
+                            t.id,
+                        ]
+                    )
 
         csv_path, md_path = out_dir / f"{lay.name}.csv", out_dir / f"{lay.name}.md"
         atomic_write(csv_path, write_csv)

@@ -84,30 +84,55 @@ def printed_se(pm: float | None, reading: str, runs: int | None) -> tuple[float,
     if reading == "se":
         return pm, f"±{pm:g} read as a standard error (the paper says so)"
     if reading == "std" and runs:
-        return pm / math.sqrt(runs), f"±{pm:g} read as the std over the paper's {runs} runs (se {pm / math.sqrt(runs):.3g})"
+        return pm / math.sqrt(
+            runs
+        ), f"±{pm:g} read as the std over the paper's {runs} runs (se {pm / math.sqrt(runs):.3g})"
     if reading == "std":
         return pm, f"±{pm:g} read as a std over an unstated number of runs, taken as the se (widest reading)"
     return pm, f"±{pm:g} of unstated kind, taken as the se of the printed mean (widest reading)"
 
 
-def judge(value: float, pm: float | None, reading: str, runs: int | None, floor: float | None, mean: float,
-          std: float | None, n: int, deterministic: bool) -> Judgement:
+def judge(
+    value: float,
+    pm: float | None,
+    reading: str,
+    runs: int | None,
+    floor: float | None,
+    mean: float,
+    std: float | None,
+    n: int,
+    deterministic: bool,
+) -> Judgement:
     """The tolerance rule of this module's docstring."""
     floor = floor or 0.0
     se_p, words = printed_se(pm, reading, runs)
     se_r = (std or 0.0) / math.sqrt(n) if n > 0 else math.inf
     diff = mean - value
-    tol = max(floor, Z * math.sqrt(se_p ** 2 + se_r ** 2))
+    tol = max(floor, Z * math.sqrt(se_p**2 + se_r**2))
     if abs(diff) > tol:
         return Judgement(DEVIATES, diff, tol, se_p, se_r, words)
     if not deterministic and n < 2:
-        return Judgement(INCONCLUSIVE, diff, tol, se_p, se_r, words,
-                         "one seed of a random experiment: no standard error; run the paper scale's seeds")
+        return Judgement(
+            INCONCLUSIVE,
+            diff,
+            tol,
+            se_p,
+            se_r,
+            words,
+            "one seed of a random experiment: no standard error; run the paper scale's seeds",
+        )
     resolvable = max(floor, Z * se_p, RESOLUTION * abs(value))
     if Z * se_r > resolvable:
-        return Judgement(INCONCLUSIVE, diff, tol, se_p, se_r, words,
-                         f"rebuild too noisy to judge: its 95% half-width {Z * se_r:.3g} (n = {n}) exceeds "
-                         f"{resolvable:.3g}; run more seeds")
+        return Judgement(
+            INCONCLUSIVE,
+            diff,
+            tol,
+            se_p,
+            se_r,
+            words,
+            f"rebuild too noisy to judge: its 95% half-width {Z * se_r:.3g} (n = {n}) exceeds "
+            f"{resolvable:.3g}; run more seeds",
+        )
     return Judgement(REPRODUCED, diff, tol, se_p, se_r, words)
 
 
@@ -123,4 +148,5 @@ RULE_TEXT = (
     "*not comparable*: value shown, no verdict. Sentences are judged by named pass/fail checks, in every seed. "
     "**Check** rows verify the implementation (simulation vs our closed forms, library cross-checks, the notes' "
     "reference values, inputs read back, protocols on stand-in data): they pass or fail and are never counted as "
-    "reproduced paper numbers. **Consistency** rows check the paper against itself; a failure is a paper issue.")
+    "reproduced paper numbers. **Consistency** rows check the paper against itself; a failure is a paper issue."
+)

@@ -41,8 +41,9 @@ def test_gradient_matches_finite_differences(seed, loss):
 
 def test_prior_term_is_minus_log_mixture_density_with_2pi_sigma_squared_normalizer():
     X, Y, theta, gmm = _problem(3, d=3)
-    dens = sum(p * multivariate_normal(mu, s * np.eye(3)).pdf(theta)
-               for p, mu, s in zip(gmm.weights, gmm.means, gmm.var))
+    dens = sum(
+        p * multivariate_normal(mu, s * np.eye(3)).pdf(theta) for p, mu, s in zip(gmm.weights, gmm.means, gmm.var)
+    )
     prior = am.objective(theta, X, Y, gmm, 1.0) - am.local_loss(theta, X, Y, 1.0)
     np.testing.assert_allclose(prior, -np.log(dens), rtol=1e-10)
 
@@ -54,8 +55,13 @@ def test_responsibilities_sum_to_one_and_match_the_direct_formula(seed, k):
     r = am.responsibilities(theta, gmm)
     np.testing.assert_allclose(r.sum(axis=1), 1.0, rtol=1e-12)
     d = theta.shape[1]
-    dens = np.stack([p * np.exp(-((theta - mu) ** 2).sum(1) / (2 * s)) / (2 * np.pi * s) ** (d / 2)
-                     for p, mu, s in zip(gmm.weights, gmm.means, gmm.var)], axis=1)
+    dens = np.stack(
+        [
+            p * np.exp(-((theta - mu) ** 2).sum(1) / (2 * s)) / (2 * np.pi * s) ** (d / 2)
+            for p, mu, s in zip(gmm.weights, gmm.means, gmm.var)
+        ],
+        axis=1,
+    )
     np.testing.assert_allclose(r, dens / dens.sum(axis=1, keepdims=True), rtol=1e-9, atol=1e-12)
 
 
@@ -73,8 +79,9 @@ def test_responsibilities_and_gradient_stable_for_far_apart_points():
     assert np.all(np.isfinite(am.objective(theta, X, np.zeros((4, 2)), gmm, 1.0)))
 
 
-@pytest.mark.parametrize("loss,step_rule,lr", [("nll", "lipschitz", 1.0), ("sum", "lipschitz", 1.0),
-                                               ("mean", "constant", 0.05)])
+@pytest.mark.parametrize(
+    "loss,step_rule,lr", [("nll", "lipschitz", 1.0), ("sum", "lipschitz", 1.0), ("mean", "constant", 0.05)]
+)
 def test_k1_fixed_point_is_gaussian_prior_map(loss, step_rule, lr):
     rng = np.random.default_rng(7)
     m, n, d, noise_var, var = 12, 5, 8, 0.5, 0.4
@@ -85,8 +92,9 @@ def test_k1_fixed_point_is_gaussian_prior_map(loss, step_rule, lr):
     gmm = am.GMM(np.array([1.0]), mu[None, :], np.array([var]))
     theta = am.client_steps(am.min_norm_ls(X, Y), X, Y, gmm, c, 3000, lr, step_rule)
     # ridge toward mu: argmin c||Y - X theta||^2 + ||theta - mu||^2/(2 var), solved client by client
-    expected = np.stack([np.linalg.solve(2 * c * X[i].T @ X[i] + np.eye(d) / var, 2 * c * X[i].T @ Y[i] + mu / var)
-                         for i in range(m)])
+    expected = np.stack(
+        [np.linalg.solve(2 * c * X[i].T @ X[i] + np.eye(d) / var, 2 * c * X[i].T @ Y[i] + mu / var) for i in range(m)]
+    )
     np.testing.assert_allclose(theta, expected, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(am.gaussian_prior_map(X, Y, mu, var, c), expected, rtol=1e-10)
 
@@ -118,9 +126,26 @@ def test_gradient_descent_from_zero_on_f_reaches_min_norm_ls():
     np.testing.assert_allclose(theta, am.min_norm_ls(X, Y), atol=1e-9)
 
 
-SMALL = {"m": 200, "d": 10, "n_values": [3, 6], "mu": 1.0, "sigma_theta2": 0.001, "noise_var": 0.1, "k": 2,
-         "rounds": 25, "local_steps": 10, "lr": 1.0, "step_rule": "lipschitz", "em_iters": 10,
-         "reg_covar": 1e-6, "loss": "nll", "init": "min_norm_ls", "gmm_n_init": 1, "z": 4.0, "cos_min": 0.99}
+SMALL = {
+    "m": 200,
+    "d": 10,
+    "n_values": [3, 6],
+    "mu": 1.0,
+    "sigma_theta2": 0.001,
+    "noise_var": 0.1,
+    "k": 2,
+    "rounds": 25,
+    "local_steps": 10,
+    "lr": 1.0,
+    "step_rule": "lipschitz",
+    "em_iters": 10,
+    "reg_covar": 1e-6,
+    "loss": "nll",
+    "init": "min_norm_ls",
+    "gmm_n_init": 1,
+    "z": 4.0,
+    "cos_min": 0.99,
+}
 
 
 def _run(seed: int, **over):
@@ -174,8 +199,14 @@ def test_marginal_em_never_decreases_the_marginal_likelihood_and_keeps_variances
     theta, _ = am.draw_mixture_models(300, np.ones(8), 1e-3, rng)
     X, Y = am.draw_linreg_data(theta, 4, 0.1, rng)
     lls, vars_ = [], []
-    amm.marginal_em(X, Y, am.GMMServer(2, 10, 1e-6, 0).fit(am.min_norm_ls(X, Y)), 0.1, 30,
-                    lambda t, th, g: (lls.append(amm.marginal_log_likelihood(X, Y, g, 0.1)), vars_.append(g.var)))
+    amm.marginal_em(
+        X,
+        Y,
+        am.GMMServer(2, 10, 1e-6, 0).fit(am.min_norm_ls(X, Y)),
+        0.1,
+        30,
+        lambda t, th, g: (lls.append(amm.marginal_log_likelihood(X, Y, g, 0.1)), vars_.append(g.var)),
+    )
     assert np.all(np.diff(lls) >= -1e-9 * np.abs(lls[:-1]))
     assert np.min(vars_) > 1e-4  # no collapse onto the points (Alg. 1's GMM ends at reg_covar = 1e-6 here)
 

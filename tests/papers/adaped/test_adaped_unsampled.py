@@ -52,8 +52,7 @@ def test_unsampled_step_uses_received_copies():
         loss = F.cross_entropy(lt, yu[j]) + kl / (2 * state.psi_received[i])
         grads = torch.autograd.grad(loss, list(th.values()))
         for (k, v), g in zip(th.items(), grads):
-            torch.testing.assert_close(state.theta[k][i], v.detach() - lr * (g + wd * v.detach()), atol=1e-6,
-                                       rtol=1e-5)
+            torch.testing.assert_close(state.theta[k][i], v.detach() - lr * (g + wd * v.detach()), atol=1e-6, rtol=1e-5)
     for k in theta0:  # sampled clients are not touched by the unsampled step
         torch.testing.assert_close(state.theta[k][1:3], theta0[k][1:3], atol=0, rtol=0)
     assert state.psi_received[3] == pytest.approx(0.7)  # never sampled: the initialization psi^0

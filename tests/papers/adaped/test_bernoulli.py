@@ -87,8 +87,10 @@ def test_bayes_risk_matches_monte_carlo():
     alpha, beta, n, m = 3.0, 5.0, 10, 400_000
     p = rng.beta(alpha, beta, m)
     z = rng.binomial(n, p)
-    for errs, cf in (((b.posterior_mean(z, n, alpha, beta) - p) ** 2, b.bayes_risk_posterior_mean(n, alpha, beta)),
-                     ((b.local_estimate(z, n) - p) ** 2, b.bayes_risk_local(n, alpha, beta))):
+    for errs, cf in (
+        ((b.posterior_mean(z, n, alpha, beta) - p) ** 2, b.bayes_risk_posterior_mean(n, alpha, beta)),
+        ((b.local_estimate(z, n) - p) ** 2, b.bayes_risk_local(n, alpha, beta)),
+    ):
         assert abs(errs.mean() - cf) < 4 * errs.std() / math.sqrt(m)
 
 
@@ -112,8 +114,13 @@ def _brute_force(x, n, minus_one, centre):
 
 
 @settings(max_examples=50, deadline=None)
-@given(data=st.data(), m=st.integers(3, 20), n=st.integers(1, 20), minus_one=st.booleans(),
-       centre=st.sampled_from(b.CENTRES))
+@given(
+    data=st.data(),
+    m=st.integers(3, 20),
+    n=st.integers(1, 20),
+    minus_one=st.booleans(),
+    centre=st.sampled_from(b.CENTRES),
+)
 def test_loo_estimate_equals_brute_force(data, m, n, minus_one, centre):
     z = np.array(data.draw(st.lists(st.integers(0, n), min_size=m, max_size=m)))
     x = z / n
@@ -209,8 +216,20 @@ def test_private_moments_are_unbiased_and_include_mechanism_noise():
 
 
 # ---------------------------------------------------------------- the experiment kind
-PARAMS = dict(m=2000, n=14, reps=3, normal_mean=0.5, normal_std=0.15, normal_support="truncate",
-              spikes=[0.25, 0.5, 0.75], beta_alpha=4.0, beta_beta=4.0, minus_one=True, centre="mu_i", z=4.0)
+PARAMS = dict(
+    m=2000,
+    n=14,
+    reps=3,
+    normal_mean=0.5,
+    normal_std=0.15,
+    normal_support="truncate",
+    spikes=[0.25, 0.5, 0.75],
+    beta_alpha=4.0,
+    beta_beta=4.0,
+    minus_one=True,
+    centre="mu_i",
+    z=4.0,
+)
 
 
 def _run(seed, **over):
@@ -241,8 +260,9 @@ def test_checks_fail_when_the_closed_form_is_wrong(monkeypatch):
 
     orig = mod.prior_moments
     # pretend the normal prior's variance were 3x its true value: the Monte Carlo must disagree with it
-    monkeypatch.setattr(mod, "prior_moments",
-                        lambda name, p: (0.5, 3.0 * orig(name, p)[1]) if name == "normal" else orig(name, p))
+    monkeypatch.setattr(
+        mod, "prior_moments", lambda name, p: (0.5, 3.0 * orig(name, p)[1]) if name == "normal" else orig(name, p)
+    )
     bad = _run(0)
     assert not bad.checks["normal_local_matches_closed_form"].passed
     assert not bad.checks["normal_mse_decrease_matches_large_m_limit"].passed
@@ -251,8 +271,13 @@ def test_checks_fail_when_the_closed_form_is_wrong(monkeypatch):
 
 def test_prior_samplers_match_their_moments():
     rng = np.random.default_rng(4)
-    for name, over in (("normal", {}), ("normal", {"normal_support": "clip", "normal_std": 0.4}), ("uniform", {}),
-                       ("spike3", {}), ("beta", {})):
+    for name, over in (
+        ("normal", {}),
+        ("normal", {"normal_support": "clip", "normal_std": 0.4}),
+        ("uniform", {}),
+        ("spike3", {}),
+        ("beta", {}),
+    ):
         p = {**PARAMS, **over}
         x = sample_prior(name, p, 400_000, rng)
         assert x.min() >= 0.0 and x.max() <= 1.0

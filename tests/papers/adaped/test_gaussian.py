@@ -21,8 +21,14 @@ def _mc(m, n, d, s_t, s_x, reps, rng, sigma_q=0.0, a=None):
 
 
 @settings(max_examples=15, deadline=None)
-@given(m=st.integers(5, 400), n=st.integers(1, 40), d=st.integers(1, 3),
-       s_t=st.floats(0.0, 2.0), s_x=st.floats(0.05, 3.0), seed=st.integers(0, 2**31))
+@given(
+    m=st.integers(5, 400),
+    n=st.integers(1, 40),
+    d=st.integers(1, 3),
+    s_t=st.floats(0.0, 2.0),
+    s_x=st.floats(0.05, 3.0),
+    seed=st.integers(0, 2**31),
+)
 def test_theorem1_mse_matches_monte_carlo(m, n, d, s_t, s_x, seed):
     rng = np.random.default_rng(seed)
     a = g.shrinkage_weight(s_t, s_x, n)
@@ -34,8 +40,13 @@ def test_theorem1_mse_matches_monte_carlo(m, n, d, s_t, s_x, seed):
 
 
 @settings(max_examples=15, deadline=None)
-@given(m=st.integers(5, 300), n=st.integers(1, 20), s_q=st.floats(0.0, 5.0), a=st.floats(0.0, 1.0),
-       seed=st.integers(0, 2**31))
+@given(
+    m=st.integers(5, 300),
+    n=st.integers(1, 20),
+    s_q=st.floats(0.0, 5.0),
+    a=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**31),
+)
 def test_eq19_mse_for_any_weight_and_noise(m, n, s_q, a, seed):
     rng = np.random.default_rng(seed)
     cf = g.mse_shrinkage(a, 0.2, 0.7, n, m, s_q, 1)
@@ -43,8 +54,13 @@ def test_eq19_mse_for_any_weight_and_noise(m, n, s_q, a, seed):
     assert abs(mc - cf) <= 5 * se + 1e-12
 
 
-@given(m=st.integers(3, 10**5), n=st.integers(1, 100), s_t=st.floats(1e-3, 3), s_x=st.floats(1e-2, 3),
-       s_q=st.floats(1e-3, 50))
+@given(
+    m=st.integers(3, 10**5),
+    n=st.integers(1, 100),
+    s_t=st.floats(1e-3, 3),
+    s_x=st.floats(1e-2, 3),
+    s_q=st.floats(1e-3, 50),
+)
 def test_eq5_weight_minimises_eq19(m, n, s_t, s_x, s_q):
     a_star = g.shrinkage_weight(s_t, s_x, n, s_q, m)
     best = g.mse_shrinkage(a_star, s_t, s_x, n, m, s_q)
@@ -84,11 +100,14 @@ def _mc_projected(a, s_t, s_x, n, m, mu, b, noise_var, reps, rng):
     return errs.mean(), errs.std(ddof=1) / math.sqrt(reps)
 
 
-@pytest.mark.parametrize("a, m, n, mu, b, V", [
-    (0.6, 500, 5, 1.0, 0.9, 0.01),      # projection active on most clients
-    (0.3, 500, 5, 0.5, 0.2, 0.0),       # a projection tighter than the data's spread, no noise
-    (0.8, 1000, 5, 0.0, 1.27, 0.25),    # inactive: eq. (19)'s regime
-])
+@pytest.mark.parametrize(
+    "a, m, n, mu, b, V",
+    [
+        (0.6, 500, 5, 1.0, 0.9, 0.01),  # projection active on most clients
+        (0.3, 500, 5, 0.5, 0.2, 0.0),  # a projection tighter than the data's spread, no noise
+        (0.8, 1000, 5, 0.0, 1.27, 0.25),  # inactive: eq. (19)'s regime
+    ],
+)
 def test_exact_dp_mse_with_projection_matches_monte_carlo(a, m, n, mu, b, V):
     cf = g.mse_dp_exact(a, 0.1, 0.5, n, m, mu, b, V)
     mc, se = _mc_projected(a, 0.1, 0.5, n, m, mu, b, V, 3000, np.random.default_rng(12345))
@@ -106,8 +125,10 @@ def test_exact_dp_mse_reduces_to_eq19_without_projection_and_differs_with_it():
 
 def test_projection_bound_rules():
     L = math.sqrt(math.log(10**8 * 15))
-    assert math.isclose(g.projection_bound(0.5, 0.1, 0.5, 10**4, 15, "proof_c2"),
-                        0.5 + 0.1 * L / math.sqrt(15) + 0.5 / math.sqrt(15) * L)
+    assert math.isclose(
+        g.projection_bound(0.5, 0.1, 0.5, 10**4, 15, "proof_c2"),
+        0.5 + 0.1 * L / math.sqrt(15) + 0.5 / math.sqrt(15) * L,
+    )
     with pytest.raises(ValueError, match="projection bound rule"):
         g.projection_bound(0.0, 0.1, 0.5, 10, 5, "nope")
 
@@ -118,14 +139,28 @@ def test_largest_recovering_sigma_q():
     sq = g.largest_recovering_sigma_q(1.10 * pers, 0.1, 0.5, n, m, 0.0, b)
     a = g.shrinkage_weight(0.1, 0.5, n, sq, m)
     assert math.isclose(g.mse_dp_exact(a, 0.1, 0.5, n, m, 0.0, b, sq**2 / m), 1.10 * pers, rel_tol=1e-6)
-    assert g.largest_recovering_sigma_q(0.5 * pers, 0.1, 0.5, n, m, 0.0, b) == 0.0   # below what sigma_q = 0 gives
+    assert g.largest_recovering_sigma_q(0.5 * pers, 0.1, 0.5, n, m, 0.0, b) == 0.0  # below what sigma_q = 0 gives
 
 
 def _dp_run(**over):
     from fedrepro.experiments import RunContext, get_kind
 
-    p = {"m": 500, "n": 5, "d": 1, "sigma_theta": 0.1, "sigma_x": 0.5, "mu": 0.0, "r": 0.0, "delta": 1e-5,
-         "eps0": [0.4, 0.8], "reps": 300, "a_rule": "eq5", "recover_rel_tol": 0.1, "z": 4.0, **over}
+    p = {
+        "m": 500,
+        "n": 5,
+        "d": 1,
+        "sigma_theta": 0.1,
+        "sigma_x": 0.5,
+        "mu": 0.0,
+        "r": 0.0,
+        "delta": 1e-5,
+        "eps0": [0.4, 0.8],
+        "reps": 300,
+        "a_rule": "eq5",
+        "recover_rel_tol": 0.1,
+        "z": 4.0,
+        **over,
+    }
     return get_kind("gaussian_dp_estimation").fn(p, np.random.default_rng(3), RunContext("adaped.t", 0))
 
 
@@ -135,7 +170,7 @@ def test_the_kind_checks_its_monte_carlo_against_the_exact_form_with_the_project
     out = _dp_run(mu=1.0, r=0.0, b_rule="proof_c2", eps0=[20.0, 40.0])
     h = out.history
     assert out.checks["dp_matches_closed_form"].passed
-    assert (abs(h["mse_dp_eq19"] - h["mse_dp"]) / h["mse_dp"]).max() > 0.05   # eq. (19) alone would be off
+    assert (abs(h["mse_dp_eq19"] - h["mse_dp"]) / h["mse_dp"]).max() > 0.05  # eq. (19) alone would be off
     assert out.metrics["projection_bound_b"] == g.projection_bound(0.0, 0.1, 0.5, 500, 5, "proof_c2")
 
 
@@ -147,10 +182,10 @@ def test_closed_form_only_runs_without_monte_carlo():
 
 def test_recovery_is_judged_on_the_exact_value_and_says_what_sigma_q_it_needs():
     c = _dp_run(reps=0).checks["dp_recovers_personalized_at_max_eps0"]
-    assert not c.passed and c.value / c.tolerance > 10                     # Fig. 3b's setting: far from recovering
+    assert not c.passed and c.value / c.tolerance > 10  # Fig. 3b's setting: far from recovering
     assert "that needs sigma_q <= 0.786" in c.detail
     # at the axis-based tolerance of the engineers' sweep (+24.7% for Fig. 3b) it is their 1.26
     wide = _dp_run(reps=0, recover_rel_tol=0.247).checks["dp_recovers_personalized_at_max_eps0"]
     assert "that needs sigma_q <= 1.26" in wide.detail
     ok = _dp_run(reps=0, delta=0.999, eps0=[0.4, 50.0]).checks["dp_recovers_personalized_at_max_eps0"]
-    assert ok.passed and ok.value <= ok.tolerance                           # a huge eps0 does recover
+    assert ok.passed and ok.value <= ok.tolerance  # a huge eps0 does recover

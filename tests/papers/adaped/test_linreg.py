@@ -20,13 +20,24 @@ def _data(m, n, d, seed, st2=0.3, sx2=0.7, mu_std=0.5, x_var=1.3):
 
 # --- eq. (47) ---------------------------------------------------------------------------------------------------
 
+
 @settings(max_examples=25, deadline=None)
-@given(m=st.integers(1, 4), n=st.integers(1, 7), d=st.integers(1, 7), seed=st.integers(0, 10**6),
-       st2=st.floats(0.05, 5.0), sx2=st.floats(0.05, 5.0))
+@given(
+    m=st.integers(1, 4),
+    n=st.integers(1, 7),
+    d=st.integers(1, 7),
+    seed=st.integers(0, 10**6),
+    st2=st.floats(0.05, 5.0),
+    sx2=st.floats(0.05, 5.0),
+)
 def test_eq47_matches_per_client_bruteforce(m, n, d, seed, st2, sx2):
     D = _data(m, n, d, seed, st2, sx2)
-    want = np.stack([np.linalg.solve(np.eye(d) / st2 + D.X[i].T @ D.X[i] / sx2,
-                                     D.X[i].T @ D.Y[i] / sx2 + D.mu / st2) for i in range(m)])
+    want = np.stack(
+        [
+            np.linalg.solve(np.eye(d) / st2 + D.X[i].T @ D.X[i] / sx2, D.X[i].T @ D.Y[i] / sx2 + D.mu / st2)
+            for i in range(m)
+        ]
+    )
     np.testing.assert_allclose(lr.known_prior(D.X, D.Y, D.mu, st2, sx2), want, rtol=1e-9, atol=1e-10)
     spec = lr.Spectrum.of(D.X, D.Y)
     np.testing.assert_allclose(spec.posterior(D.mu, sx2 / st2), want, rtol=1e-7, atol=1e-9)
@@ -37,6 +48,7 @@ def test_eq47_matches_per_client_bruteforce(m, n, d, seed, st2, sx2):
 
 
 # --- exact MSE identities, by Monte Carlo with fixed designs -----------------------------------------------------
+
 
 def _repeat_design(k, n, d, reps, x_var, seed):
     rng = np.random.default_rng(seed)
@@ -61,7 +73,7 @@ def test_known_prior_mse_equals_trace_inv_M():
 def test_local_ols_mse_equals_eq53_when_n_gt_d():
     k, reps, n, d, sx2 = 3, 20000, 9, 4, 0.4
     X0, X, rng = _repeat_design(k, n, d, reps, 0.8, seed=7)
-    theta = np.tile(rng.standard_normal((k, d)), (reps, 1))          # any fixed theta: OLS is unbiased
+    theta = np.tile(rng.standard_normal((k, d)), (reps, 1))  # any fixed theta: OLS is unbiased
     Y = (X @ theta[:, :, None])[:, :, 0] + math.sqrt(sx2) * rng.standard_normal((k * reps, n))
     spec = lr.Spectrum.of(X, Y)
     err = ((lr.local_estimate(spec, "pinv") - theta) ** 2).sum(1).reshape(reps, k)
@@ -85,6 +97,7 @@ def test_fedavg_pooled_ls_is_global_least_squares():
 
 # --- objective (54) and Algorithm 4 ------------------------------------------------------------------------------
 
+
 def test_alg4_gradients_equal_finite_differences_of_eq54():
     m, n, d = 3, 4, 5
     D = _data(m, n, d, seed=2)
@@ -99,8 +112,9 @@ def test_alg4_gradients_equal_finite_differences_of_eq54():
             e = np.zeros_like(th)
             e[i, k] = h
             fd_th[i, k] = (F(th + e, mu, sx2, st2) - F(th - e, mu, sx2, st2)) / (2 * h)
-    fd_mu = np.array([(F(th, mu + h * np.eye(d)[k], sx2, st2) - F(th, mu - h * np.eye(d)[k], sx2, st2)) / (2 * h)
-                      for k in range(d)])
+    fd_mu = np.array(
+        [(F(th, mu + h * np.eye(d)[k], sx2, st2) - F(th, mu - h * np.eye(d)[k], sx2, st2)) / (2 * h) for k in range(d)]
+    )
     fd_sx = (F(th, mu, sx2 + h, st2) - F(th, mu, sx2 - h, st2)) / (2 * h)
     fd_st = (F(th, mu, sx2, st2 + h) - F(th, mu, sx2, st2 - h)) / (2 * h)
     np.testing.assert_allclose(g.theta, fd_th, rtol=1e-6, atol=1e-6)
@@ -114,7 +128,7 @@ def test_alg4_plain_step_is_lines_6_to_13():
     eta, sx2, st2 = 1e-3, 0.8, 0.5
     r = lr.alg4(D.X, D.Y, 1, eta, step="plain", init_theta="zeros", init_sigma_x2=sx2, init_sigma_theta2=st2)
     th0, mu0 = np.zeros((6, 3)), np.zeros(3)
-    res = D.Y                                                        # Y - X theta^0
+    res = D.Y  # Y - X theta^0
     np.testing.assert_allclose(r.theta, th0 + eta * (np.einsum("mnd,mn->md", D.X, res) / sx2 + (mu0 - th0) / st2))
     np.testing.assert_allclose(r.mu, mu0)
     np.testing.assert_allclose(r.sigma_x2, sx2 - eta * np.mean(4 / (2 * sx2) - (res**2).sum(1) / (2 * sx2**2)))
@@ -128,9 +142,10 @@ def test_alg4_converges_to_stationary_point(step, eta, T):
     pts = [p for p in lr.stationary_points(D.X, D.Y, spec) if p.slope < 1]
     assert len(pts) == 1
     p = pts[0]
-    g = lr.client_gradients(D.X, D.Y, p.theta, p.mu, p.sigma_x2, p.sigma_theta2)     # it is stationary
-    assert max(np.abs(g.theta).max(), np.abs(g.mu.sum(0)).max(), abs(g.sigma_x2.sum()),
-               abs(g.sigma_theta2.sum())) < 1e-8
+    g = lr.client_gradients(D.X, D.Y, p.theta, p.mu, p.sigma_x2, p.sigma_theta2)  # it is stationary
+    assert (
+        max(np.abs(g.theta).max(), np.abs(g.mu.sum(0)).max(), abs(g.sigma_x2.sum()), abs(g.sigma_theta2.sum())) < 1e-8
+    )
     r = lr.alg4(D.X, D.Y, T, eta, step=step, spec=spec, record_every=T)
     assert not r.diverged
     np.testing.assert_allclose(r.theta, p.theta, atol=1e-6)
@@ -139,9 +154,20 @@ def test_alg4_converges_to_stationary_point(step, eta, T):
 
 # --- the experiment kind -----------------------------------------------------------------------------------------
 
-_P = dict(m=400, n=10, d=20, sigma_theta2=0.01, sigma_x2=0.05, mu_std=0.1, x_var=0.05, local_estimator="pinv",
-          fedavg_estimator="pooled_ls", z=4.0, stationary_rel_tol=0.01,
-          alg4=dict(T=100, eta=0.5, step="scaled", init_theta="local", init_sigma_x2=1.0, init_sigma_theta2=1.0))
+_P = dict(
+    m=400,
+    n=10,
+    d=20,
+    sigma_theta2=0.01,
+    sigma_x2=0.05,
+    mu_std=0.1,
+    x_var=0.05,
+    local_estimator="pinv",
+    fedavg_estimator="pooled_ls",
+    z=4.0,
+    stationary_rel_tol=0.01,
+    alg4=dict(T=100, eta=0.5, step="scaled", init_theta="local", init_sigma_x2=1.0, init_sigma_theta2=1.0),
+)
 
 
 def _run(seed=0, **over):
@@ -157,7 +183,8 @@ def test_kind_is_deterministic_and_keys():
     mse = a.metrics["mse"]
     assert a.metrics["gain_vs_local_pct"] == pytest.approx(100 * (mse["local"] - mse["alternating"]) / mse["local"])
     assert a.metrics["alt_vs_known_increase_pct"] == pytest.approx(
-        100 * (mse["alternating"] - mse["known"]) / mse["known"])
+        100 * (mse["alternating"] - mse["known"]) / mse["known"]
+    )
     assert {"t", "objective", "mse"} <= set(a.history.columns)
 
 
@@ -172,6 +199,7 @@ def test_stationary_check_passes_or_fails_with_the_setting():
 
 
 # --- App. K's bounds (the forensics' closed forms) -------------------------------------------------------------
+
 
 def test_null_space_floor_matches_the_projects_monte_carlo():
     """E||P_null theta_i||^2 = (d - n)/d (||mu||^2 + d s_theta^2): the pinv local estimator's bias (its error in the
@@ -208,10 +236,10 @@ def test_personalized_reading_known_scores_eq47():
 def test_printed_gain_checks_pass_or_fail():
     from fedrepro.papers.adaped.experiments.linreg import printed_gains_checks
 
-    mse = {"known": 0.468, "fedavg": 0.501, "local": 1.053, "alternating": 0.743}   # App. K d = 50, pooled LS
+    mse = {"known": 0.468, "fedavg": 0.501, "local": 1.053, "alternating": 0.743}  # App. K d = 50, pooled LS
     paper = printed_gains_checks((8.0, 0.8), (14.8, 1.2), mse, floor=0.797)
-    assert not paper["printed_fedavg_gain_within_mmse_bound"].passed      # 14.8 ± 1.2 vs at most 6.6%
-    assert not paper["printed_gain_ordering_possible"].passed             # needs FedAvg worse than any local
+    assert not paper["printed_fedavg_gain_within_mmse_bound"].passed  # 14.8 ± 1.2 vs at most 6.6%
+    assert not paper["printed_gain_ordering_possible"].passed  # needs FedAvg worse than any local
     fine = printed_gains_checks((50.0, 1.0), (5.0, 1.0), mse, floor=0.797)
     assert all(c.passed for c in fine.values())
 
@@ -231,10 +259,10 @@ def test_a_reused_population_gives_the_same_result_as_a_fresh_one():
     from fedrepro.papers.adaped.experiments import linreg as kind
 
     first = _run(0, stationary_search=False)
-    again = _run(0, stationary_search=False)                  # the kept population
+    again = _run(0, stationary_search=False)  # the kept population
     kind._POPULATIONS.clear()
     fresh = _run(0, stationary_search=False)
     assert first.metrics == again.metrics == fresh.metrics
-    assert _run(1, stationary_search=False).metrics != first.metrics   # another seed: another population
-    other = _run(0, stationary_search=False, mu_std=0.2)                # a parameter of the draw: another population
+    assert _run(1, stationary_search=False).metrics != first.metrics  # another seed: another population
+    other = _run(0, stationary_search=False, mu_std=0.2)  # a parameter of the draw: another population
     assert other.metrics["mse"]["local"] != first.metrics["mse"]["local"]

@@ -6,6 +6,7 @@ sentence (anchored patterns below), and every value, with its ±, must occur in 
 The checks are written as functions returning a list of problems so that the tests below can also show that a
 corrupted registry is rejected.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,11 +29,34 @@ PAPER_PDFTEXT = "adaped_ozkara2023_pdftext.txt"
 
 HEADER = COLUMNS
 TABLE_ROWS = {"Table 1": 21, "Table 2": 6, "Table 3": 6, "Table 4": 7, "Table 5": 7}
-ARTIFACTS = set(TABLE_ROWS) | {"Figure 1a", "Figure 1b", "Figure 2a", "Figure 2b", "Figure 3a", "Figure 3b",
-                               "Sec. 4 text", "App. K text", "Remark 1"}
-FIGURE_IDS = {"F1a", "F1b", "F2a", "F2b", "F3a", "F3b",
-              "F1a.claim", "F3a.claim", "F3b.claim",
-              "F1a.local", "F1a.pers", "F3a.local", "F3a.pers", "F3b.local", "F3b.pers"}
+ARTIFACTS = set(TABLE_ROWS) | {
+    "Figure 1a",
+    "Figure 1b",
+    "Figure 2a",
+    "Figure 2b",
+    "Figure 3a",
+    "Figure 3b",
+    "Sec. 4 text",
+    "App. K text",
+    "Remark 1",
+}
+FIGURE_IDS = {
+    "F1a",
+    "F1b",
+    "F2a",
+    "F2b",
+    "F3a",
+    "F3b",
+    "F1a.claim",
+    "F3a.claim",
+    "F3b.claim",
+    "F1a.local",
+    "F1a.pers",
+    "F3a.local",
+    "F3a.pers",
+    "F3b.local",
+    "F3b.pers",
+}
 QUALITATIVE_IDS = {"Q1", "Q2"}
 
 NUM = r"\d+(?:\.\d+)?"
@@ -40,12 +64,19 @@ PMNUM = rf"{NUM} ± {NUM}"
 # Printed numbers outside the tables: the sentence that prints them, and the registry ids of its numbers in order.
 ANCHORS = [
     (rf"gain of ({PMNUM})% against local estimator", ["S4.pol"]),
-    (rf"decrease in MSE by ({PMNUM})%, ({PMNUM})%, ({PMNUM})%, ({PMNUM})%",
-     ["K.bern.normal", "K.bern.uniform", "K.bern.3spike", "K.bern.beta"]),
-    (rf"d ?= ?50, personalized regression has an MSE gain of ({PMNUM})%, ({PMNUM})%, and when d ?= ?100, ?"
-     rf"({PMNUM})%, ({PMNUM})% compared to local and FedAvg regression",
-     ["K.lin.d50.local", "K.lin.d50.fedavg", "K.lin.d100.local", "K.lin.d100.fedavg"]),
-    (rf"alternating algorithm only results in ({NUM})% and ({NUM})% increase in MSE", ["K.lin.d50.alt", "K.lin.d100.alt"]),
+    (
+        rf"decrease in MSE by ({PMNUM})%, ({PMNUM})%, ({PMNUM})%, ({PMNUM})%",
+        ["K.bern.normal", "K.bern.uniform", "K.bern.3spike", "K.bern.beta"],
+    ),
+    (
+        rf"d ?= ?50, personalized regression has an MSE gain of ({PMNUM})%, ({PMNUM})%, and when d ?= ?100, ?"
+        rf"({PMNUM})%, ({PMNUM})% compared to local and FedAvg regression",
+        ["K.lin.d50.local", "K.lin.d50.fedavg", "K.lin.d100.local", "K.lin.d100.fedavg"],
+    ),
+    (
+        rf"alternating algorithm only results in ({NUM})% and ({NUM})% increase in MSE",
+        ["K.lin.d50.alt", "K.lin.d100.alt"],
+    ),
     (rf"equal to ({NUM}) when m ?= ?10", ["R1.ex"]),
 ]
 
@@ -118,7 +149,7 @@ def check_format(header: list[str], rows: list[dict[str, str]]) -> list[str]:
         if not key:
             problems.append(f"{rid}: empty key")
         elif key.startswith("check:"):
-            if not re.fullmatch(r"[a-z0-9_]+(,[a-z0-9_]+)*", key[len("check:"):]):
+            if not re.fullmatch(r"[a-z0-9_]+(,[a-z0-9_]+)*", key[len("check:") :]):
                 problems.append(f"{rid}: malformed check key {key!r}")
         elif not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", key):
             problems.append(f"{rid}: malformed metric key {key!r}")
@@ -307,38 +338,48 @@ def _mutated(rows, rid, **changes):
     return rows
 
 
-@pytest.mark.parametrize("rid, changes", [
-    ("T1.r1.c1", {"value": "60.68"}),          # digit transposition
-    ("T1.r1.c1", {"value": "63.12", "pm": "0.31"}),  # a real number of the wrong cell
-    ("T2.r2.c3", {"pm": "0.56"}),
-    ("T3.r2.c2", {"table_col": "n = 30"}),
-    ("T5.r3", {"table_row": "QuPeD (FP) (Ozkara et al., 2021)"}),
-])
+@pytest.mark.parametrize(
+    "rid, changes",
+    [
+        ("T1.r1.c1", {"value": "60.68"}),  # digit transposition
+        ("T1.r1.c1", {"value": "63.12", "pm": "0.31"}),  # a real number of the wrong cell
+        ("T2.r2.c3", {"pm": "0.56"}),
+        ("T3.r2.c2", {"table_col": "n = 30"}),
+        ("T5.r3", {"table_row": "QuPeD (FP) (Ozkara et al., 2021)"}),
+    ],
+)
 def test_corrupted_table_rows_are_rejected(registry, paper, rid, changes):
     rows = _mutated(registry[1], rid, **changes)
-    problems = (check_tables(rows, paper["md_raw"], paper["texts"][PAPER_PDFTEXT])
-                + check_occurrence(rows, paper["texts"]))
+    problems = check_tables(rows, paper["md_raw"], paper["texts"][PAPER_PDFTEXT]) + check_occurrence(
+        rows, paper["texts"]
+    )
     assert problems
 
 
-@pytest.mark.parametrize("rid, changes", [
-    ("K.bern.normal", {"value": "12.0", "pm": "1.6"}),  # swapped with the uniform prior
-    ("S4.pol", {"value": "10.1"}),
-    ("K.lin.d100.alt", {"value": "4.8"}),
-    ("R1.ex", {"value": "0.1"}),
-])
+@pytest.mark.parametrize(
+    "rid, changes",
+    [
+        ("K.bern.normal", {"value": "12.0", "pm": "1.6"}),  # swapped with the uniform prior
+        ("S4.pol", {"value": "10.1"}),
+        ("K.lin.d100.alt", {"value": "4.8"}),
+        ("R1.ex", {"value": "0.1"}),
+    ],
+)
 def test_corrupted_text_rows_are_rejected(registry, paper, rid, changes):
     rows = _mutated(registry[1], rid, **changes)
     assert check_anchors(rows, paper["texts"])
 
 
-@pytest.mark.parametrize("rid, changes", [
-    ("T1.r1.c1", {"tolerance": "0.05"}),
-    ("K.lin.d50.alt", {"tolerance": "0.05"}),
-    ("S4.pol", {"experiment": "political"}),
-    ("F1a", {"key": ""}),
-    ("T4.r1", {"ci": "yes"}),
-])
+@pytest.mark.parametrize(
+    "rid, changes",
+    [
+        ("T1.r1.c1", {"tolerance": "0.05"}),
+        ("K.lin.d50.alt", {"tolerance": "0.05"}),
+        ("S4.pol", {"experiment": "political"}),
+        ("F1a", {"key": ""}),
+        ("T4.r1", {"ci": "yes"}),
+    ],
+)
 def test_corrupted_fields_are_rejected(registry, rid, changes):
     header, rows = registry
     assert check_format(header, _mutated(rows, rid, **changes))

@@ -39,13 +39,14 @@ def blobs(blobs_factory):
 
 # ------------------------------------------------------------------------------------------- adaptive clipping
 
+
 @pytest.mark.parametrize("z_eff,expected", [(1.5, 1.5172), (4.0, 4.3644), (1.0, 1.0050)])
 def test_update_noise_from_effective(z_eff, expected):
     """Notes section 3 (derived there): TFF's count std 0.05 x 100 clients = 5 gives these update multipliers."""
     z = update_noise_multiplier(z_eff, 5.0)
     assert z == pytest.approx(expected, abs=1e-4)
     assert effective_noise_multiplier(z, 5.0) == pytest.approx(z_eff, rel=1e-12)
-    assert z ** -2 + (2 * 5.0) ** -2 == pytest.approx(z_eff ** -2, rel=1e-12)
+    assert z**-2 + (2 * 5.0) ** -2 == pytest.approx(z_eff**-2, rel=1e-12)
 
 
 def test_update_noise_needs_enough_count_noise():
@@ -79,6 +80,7 @@ def test_adaptive_clip_tracks_the_quantile(quantile):
 
 # ---------------------------------------------------------------------------------------- FedHDP aggregation
 
+
 def _state_after_sync(algo, deltas_by_client, selected, private):
     """Run one sync on hand-made client models: local = global + delta."""
     net = engine.Net(torch.nn.Linear(3, 1, bias=False))
@@ -110,12 +112,11 @@ def test_fedhdp_clip_nonprivate_and_bits():
     private = np.array([True, False])
     algo = FedHDP(private=private, r=1.0, clip={"init": 1.0, "quantile": 0.5, "lr": 0.5}, clip_nonprivate=True)
     st, w0 = _state_after_sync(algo, [[0.0, 0.0, 0.5], [0.0, 4.0, 0.0]], [0, 1], private)
-    np.testing.assert_allclose((st.global_params["weight"] - w0["weight"]).numpy().ravel(), [0, 0.5, 0.25],
-                               atol=1e-6)
+    np.testing.assert_allclose((st.global_params["weight"] - w0["weight"]).numpy().ravel(), [0, 0.5, 0.25], atol=1e-6)
     assert st.clip == pytest.approx(math.exp(-0.5 * (0.5 - 0.5)))  # one of two unclipped: b_bar = kappa
-    st2, _ = _state_after_sync(FedHDP(private=private, r=1.0, clip={"init": 1.0, "lr": 0.5}), [[0, 0, 0.5],
-                                                                                             [0, 4, 0]], [0, 1],
-                               private)
+    st2, _ = _state_after_sync(
+        FedHDP(private=private, r=1.0, clip={"init": 1.0, "lr": 0.5}), [[0, 0, 0.5], [0, 4, 0]], [0, 1], private
+    )
     assert st2.clip == pytest.approx(math.exp(-0.5 * (1.0 - 0.5)))  # only the private client reports
 
 
@@ -137,6 +138,7 @@ def test_fedhdp_private_group_noise_std():
 
 
 # --------------------------------------------------------------------------------------------- reductions
+
 
 def _same_history(a, b, keys=("test_acc", "test_acc_weighted", "train_loss", "clip"), tol=1e-5):
     assert len(a) == len(b) > 0
@@ -246,13 +248,12 @@ def test_r0_never_trains_private_clients(blobs):
 
 
 def test_fedhdp_batched_equals_loop(blobs):
-    assert_batched_equals_loop(FedHDP(private=PRIVATE, r=0.5, noise_multiplier=0.5, clip=CLIP, lams=[0.1]),
-                               blobs, mlp)
+    assert_batched_equals_loop(FedHDP(private=PRIVATE, r=0.5, noise_multiplier=0.5, clip=CLIP, lams=[0.1]), blobs, mlp)
 
 
 def test_fedhdp_learns(blobs):
-    algo = FedHDP(private=PRIVATE, r=0.5, noise_multiplier=0.3, clip={"init": 1.0, "lr": 0.2, "count_std": 1.0},
-                  lams=[0.05])
-    hist = engine.train(algo, blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5, clients_per_round=4,
-                        eval_every=10)
+    algo = FedHDP(
+        private=PRIVATE, r=0.5, noise_multiplier=0.3, clip={"init": 1.0, "lr": 0.2, "count_std": 1.0}, lams=[0.05]
+    )
+    hist = engine.train(algo, blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5, clients_per_round=4, eval_every=10)
     assert hist[-1]["test_acc"] > 0.8  # per client chance 1/3

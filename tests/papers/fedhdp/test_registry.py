@@ -22,8 +22,9 @@ def rows():
 
 
 def test_committed_registry_equals_generator_output():
-    assert CSV.read_text(encoding="utf-8") == gen.generate(), \
+    assert CSV.read_text(encoding="utf-8") == gen.generate(), (
         "config/targets/fedhdp.csv is stale: run `python -m fedrepro.papers.fedhdp.registry`"
+    )
     load_registry(CSV, "fedhdp")
 
 
@@ -50,8 +51,14 @@ def test_every_printed_number_is_registered():
 def test_counts_by_table():
     c = Counter(r["artifact"] for r in rows())
     # cells + one variance row per parenthesized variance
-    for table, cells in {"Table 3": 47, "Table 4": 47, "Table 8": 144, "Table 9": 165, "Table 10": 165,
-                         "Table 11": 165}.items():
+    for table, cells in {
+        "Table 3": 47,
+        "Table 4": 47,
+        "Table 8": 144,
+        "Table 9": 165,
+        "Table 10": 165,
+        "Table 11": 165,
+    }.items():
         n_var = sum(1 for p in gen.read_printed() if p["artifact"] == table and "(" in p["printed"])
         assert c[table] == cells + n_var, table
     assert c["Table 2"] == 4 and c["Table 5"] == 12 and c["Table 6"] == 14
@@ -64,9 +71,12 @@ def test_naming_contract():
     assert gen.alg_slug("FedHDP_r=0.01") == "fedhdp_r_0_01" and gen.alg_slug("FedHDP_r=0") == "fedhdp_r_0"
     rs = {r["id"]: r for r in rows()}
     r = rs["T8.lam0.005.DP-FedAvg+Ditto.Acc_g_p"]
-    assert (r["experiment"], r["key"], r["value"], r["tolerance"]) == ("fedhdp.noniid_mnist",
-                                                                       "lam0.005.dp_fedavg_ditto.acc_g_p", "88.64",
-                                                                       "0.005")
+    assert (r["experiment"], r["key"], r["value"], r["tolerance"]) == (
+        "fedhdp.noniid_mnist",
+        "lam0.005.dp_fedavg_ditto.acc_g_p",
+        "88.64",
+        "0.005",
+    )
     v = rs["T8.lam0.005.DP-FedAvg+Ditto.Acc_g_p.var"]
     assert (v["key"], v["value"]) == ("lam0.005.dp_fedavg_ditto.acc_g_p_var", "0.39")
     assert rs["T9.lam0.25.FedHDP_r=0.9.D_l"]["experiment"] == "fedhdp.skewed_mnist"
@@ -75,8 +85,11 @@ def test_naming_contract():
     learning = [r for r in rows() if re.match(r"T(3|4|8|9|10|11)\.", r["id"]) and ".cap." not in r["id"]]
     for r in learning:
         assert r["ci"] == "false" and r["needs"], r["id"]
-        assert re.fullmatch(r"(lam[\d.]+|table[34])\.[a-z0-9_]+\.(acc_g|acc_g_p|acc_g_np|d_g|acc_l_p|acc_l_np|d_l)"
-                            r"(_var)?", r["key"]), r["key"]
+        assert re.fullmatch(
+            r"(lam[\d.]+|table[34])\.[a-z0-9_]+\.(acc_g|acc_g_p|acc_g_np|d_g|acc_l_p|acc_l_np|d_l)"
+            r"(_var)?",
+            r["key"],
+        ), r["key"]
         assert Decimal(r["tolerance"]) == Decimal(5).scaleb(Decimal(r["value"]).as_tuple().exponent - 1)
 
 
@@ -104,12 +117,22 @@ def test_summary_tables_point_at_the_appendix_cells_they_repeat():
 
 def test_inconsistent_cells_are_marked():
     rs = {r["id"]: r for r in rows()}
-    flagged = {r["id"] for r in rows() if r["note"].startswith("INCONSISTENT in the paper:")
-               or " INCONSISTENT in the paper:" in r["note"]}
+    flagged = {
+        r["id"]
+        for r in rows()
+        if r["note"].startswith("INCONSISTENT in the paper:") or " INCONSISTENT in the paper:" in r["note"]
+    }
     # notes §7 #9 (Delta != np - p), #10 (FEMNIST lam=0.05 r=0 row), #5 (Table 2)
-    for rid in ("T8.lam0.005.FedHDP_r=0.001.D_g", "T9.lam0.05.FedHDP_r=0.5.D_g", "T9.lam0.05.FedHDP_r=0.75.D_g",
-                "T9.lam0.25.FedHDP_r=0.025.D_l", "T10.lam0.05.FedHDP_r=0.025.D_l", "T11.lam0.05.FedHDP_r=0.025.D_l",
-                "T11.lam0.05.FedHDP_r=0.Acc_l_p", "T2.hom-data.hom-priv"):
+    for rid in (
+        "T8.lam0.005.FedHDP_r=0.001.D_g",
+        "T9.lam0.05.FedHDP_r=0.5.D_g",
+        "T9.lam0.05.FedHDP_r=0.75.D_g",
+        "T9.lam0.25.FedHDP_r=0.025.D_l",
+        "T10.lam0.05.FedHDP_r=0.025.D_l",
+        "T11.lam0.05.FedHDP_r=0.025.D_l",
+        "T11.lam0.05.FedHDP_r=0.Acc_l_p",
+        "T2.hom-data.hom-priv",
+    ):
         assert rid in flagged, rid
         assert rs[rid]["note"].startswith("INCONSISTENT in the paper:"), rid
     # consistent or only coarsely printed cells are not flagged
@@ -125,8 +148,11 @@ def test_theory_rows_are_ci_checks_of_existing_experiments():
     from fedrepro.config import load_global, load_paper
 
     exps = load_paper(load_global(), "fedhdp")["experiments"]
-    theory = [r for r in rows() if r["experiment"] in ("fedhdp.fig1", "fedhdp.fig2", "fedhdp.fig3", "fedhdp.fig4",
-                                                      "fedhdp.table2")]
+    theory = [
+        r
+        for r in rows()
+        if r["experiment"] in ("fedhdp.fig1", "fedhdp.fig2", "fedhdp.fig3", "fedhdp.fig4", "fedhdp.table2")
+    ]
     assert len(theory) >= 7 + 4 + 1
     for r in theory:
         assert r["experiment"].split(".", 1)[1] in exps
@@ -142,13 +168,18 @@ def test_theory_checks_named_in_the_registry_are_produced(exp):
     from fedrepro.experiments import RunContext, get_kind
 
     e = load_paper(load_global(), "fedhdp")["experiments"][exp]
-    small = {"fig1": {"trials": 200}, "fig2": {"trials": 200}, "fig3": {"trials": 50}, "fig4": {"trials": 200},
-             "table2": {"trials": 200}}[exp]
+    small = {
+        "fig1": {"trials": 200},
+        "fig2": {"trials": 200},
+        "fig3": {"trials": 50},
+        "fig4": {"trials": 200},
+        "table2": {"trials": 200},
+    }[exp]
     out = get_kind(e["kind"]).fn({**e["params"], **small}, np.random.default_rng(0), RunContext("t", 0))
     named = set()
     for r in rows():
         if r["experiment"] == f"fedhdp.{exp}" and r["key"].startswith("check:"):
-            named |= set(r["key"][len("check:"):].split(","))
+            named |= set(r["key"][len("check:") :].split(","))
     assert named and named <= set(out.checks)
 
 

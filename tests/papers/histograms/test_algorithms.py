@@ -57,10 +57,18 @@ def test_private_centering_without_noise_or_clipping_is_the_exact_mean():
     np.testing.assert_allclose(P[K - 1], np.full(S.shape[1], 1 / S.shape[1]), rtol=1e-12)
     np.testing.assert_allclose(P, mean_recenter(S, labels, K), rtol=1e-12, atol=1e-15)
     # the same with a clipping threshold that never binds, and with b1 far from the mean (s large): b1 cancels
-    np.testing.assert_allclose(private_centering(S, labels, K, 0.5, 1e-6, 1e6, 1e-9, 0.0, rng, noise=False)[:K - 1],
-                               P[:K - 1], rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(private_centering(S, labels, K, 0.5, 1e-6, None, 0.2, 0.0, rng, noise=False)[:K - 1],
-                               P[:K - 1], rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(
+        private_centering(S, labels, K, 0.5, 1e-6, 1e6, 1e-9, 0.0, rng, noise=False)[: K - 1],
+        P[: K - 1],
+        rtol=1e-12,
+        atol=1e-15,
+    )
+    np.testing.assert_allclose(
+        private_centering(S, labels, K, 0.5, 1e-6, None, 0.2, 0.0, rng, noise=False)[: K - 1],
+        P[: K - 1],
+        rtol=1e-10,
+        atol=1e-13,
+    )
 
 
 def test_private_centering_clipping_binds_and_noise_is_on_the_sum():
@@ -104,9 +112,14 @@ def test_lloyd_with_private_centering_noise_off_reproduces_lloyd():
     _, _, S, rng = _data(n=300)
     P0 = kl_init(S, 4, 0.5, 1e-12, rng)
     a = lloyd(S, P0, 10, 1e-12, stop_when_stable=False)
-    b = lloyd(S, P0, 10, 1e-12, stop_when_stable=False,
-              recenter=lambda S_, lab, K: private_centering(S_, lab, K, 0.1, 1e-6, None, 1e-12, 0.0, rng,
-                                                            noise=False))
+    b = lloyd(
+        S,
+        P0,
+        10,
+        1e-12,
+        stop_when_stable=False,
+        recenter=lambda S_, lab, K: private_centering(S_, lab, K, 0.1, 1e-6, None, 1e-12, 0.0, rng, noise=False),
+    )
     np.testing.assert_array_equal(a.labels, b.labels)
     np.testing.assert_allclose(a.centers, b.centers, rtol=1e-10, atol=1e-14)
 
@@ -116,8 +129,9 @@ def test_alg1_plus_alg2_recover_well_separated_clusters():
     P0 = kl_init(S, 4, 0.5, 1e-12, rng)
     res = lloyd(S, P0, 50, 1e-12)
     assert misclustering(u.clusters, res.labels, 4) <= 0.25  # Alg. 1 can merge two clusters at tau = 0.5
-    best = min(misclustering(u.clusters, lloyd(S, kl_init(S, 4, 50.0, 1e-12, rng), 50, 1e-12).labels, 4)
-               for _ in range(3))
+    best = min(
+        misclustering(u.clusters, lloyd(S, kl_init(S, 4, 50.0, 1e-12, rng), 50, 1e-12).labels, 4) for _ in range(3)
+    )
     assert best == 0.0
 
 
@@ -142,6 +156,7 @@ def test_dimred_keeps_the_tokens_that_separate_clusters():
     P[:, :6] *= np.exp(1.5 * rng.standard_normal((K, 6)))  # clusters differ only on tokens 0..5
     P /= P.sum(axis=1, keepdims=True)
     from fedrepro.papers.histograms.generator import Mixture
+
     u = sample_users(Mixture(P, np.full(K, 1 / K), 100.0), n, m, 0, rng, dtype=np.float64)
     S = u.train / m
     q, M = dr.second_moment(S)

@@ -18,13 +18,16 @@ def _mc_kl(P, alpha, m, R, lam, n, rng):
     return kl.mean(), kl.std(ddof=1) / np.sqrt(n)
 
 
-@pytest.mark.parametrize("alpha, m, lam_kind, seed", [
-    (20.0, 30, "bayes", 0),     # notes C5: 0.07510 at this instance's kind of setting
-    (20.0, 30, 0.3, 1),
-    (5.0, 10, 0.6, 2),
-    (50.0, 100, "bayes", 3),
-    (8.0, 40, 1.0, 4),          # no fine-tuning: the cluster model alone
-])
+@pytest.mark.parametrize(
+    "alpha, m, lam_kind, seed",
+    [
+        (20.0, 30, "bayes", 0),  # notes C5: 0.07510 at this instance's kind of setting
+        (20.0, 30, 0.3, 1),
+        (5.0, 10, 0.6, 2),
+        (50.0, 100, "bayes", 3),
+        (8.0, 40, 1.0, 4),  # no fine-tuning: the cluster model alone
+    ],
+)
 def test_expected_kl_of_finetuned_estimator_matches_simulation(alpha, m, lam_kind, seed):
     rng = np.random.default_rng(seed)
     d = 12
@@ -81,7 +84,7 @@ def test_second_moment_matches_simulation_and_its_signal_is_orthogonal_to_sqrt_q
     assert np.max(np.abs(mc - closed) / se) <= 5
     vals, vecs = np.linalg.eigh(closed)
     bulk = (m + alpha) / (m * (alpha + 1))
-    top = vecs[:, np.argsort(vals)[::-1][:K - 1]]
-    assert np.all(np.sort(vals)[::-1][:K - 1] > bulk)
+    top = vecs[:, np.argsort(vals)[::-1][: K - 1]]
+    assert np.all(np.sort(vals)[::-1][: K - 1] > bulk)
     np.testing.assert_allclose(top.T @ np.sqrt(qbar), 0, atol=1e-10)
     assert closed @ np.sqrt(qbar) == pytest.approx(np.zeros(d), abs=1e-12)

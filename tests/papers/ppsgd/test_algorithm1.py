@@ -7,8 +7,12 @@ from fedrepro.papers.ppsgd.algorithm1 import alg1_step
 
 def _data(seed=0, n=5, d=4, k=2):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((d, k)), rng.standard_normal((n, d, k)), rng.standard_normal((n, d)),
-            rng.standard_normal((n, k)))
+    return (
+        rng.standard_normal((d, k)),
+        rng.standard_normal((n, d, k)),
+        rng.standard_normal((n, d)),
+        rng.standard_normal((n, k)),
+    )
 
 
 def test_no_clip_no_noise_is_preconditioned_gradient_step():
@@ -31,8 +35,8 @@ def test_no_clip_no_noise_is_preconditioned_gradient_step():
         e[idx] = h
         gth[idx] = (f(w, th + e) - f(w, th - e)) / (2 * h)
     w1, th1 = alg1_step(w, th, X, Y, eta, alpha, 0.0, 1e12, np.random.default_rng(0))
-    np.testing.assert_allclose(w1, w - alpha * eta * gw, rtol=1e-6, atol=1e-8)   # H^{-1} = alpha on w
-    np.testing.assert_allclose(th1, th - eta * gth, rtol=1e-6, atol=1e-8)        # grad_theta_i f = g_i / N
+    np.testing.assert_allclose(w1, w - alpha * eta * gw, rtol=1e-6, atol=1e-8)  # H^{-1} = alpha on w
+    np.testing.assert_allclose(th1, th - eta * gth, rtol=1e-6, atol=1e-8)  # grad_theta_i f = g_i / N
 
 
 def test_alpha_zero_keeps_w_and_draws_nothing():

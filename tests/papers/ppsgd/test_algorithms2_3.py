@@ -10,8 +10,12 @@ from fedrepro.papers.ppsgd.algorithms2_3 import alg23_step, sample_users, user_g
 
 def _data(seed=0, n=6, m=3, d=4, k=2):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((d, k)), rng.standard_normal((n, d, k)), rng.standard_normal((n, m, d)),
-            rng.standard_normal((n, m, k)))
+    return (
+        rng.standard_normal((d, k)),
+        rng.standard_normal((n, d, k)),
+        rng.standard_normal((n, m, d)),
+        rng.standard_normal((n, m, k)),
+    )
 
 
 @pytest.mark.parametrize("variant", ["sum", "mean"])
@@ -20,8 +24,9 @@ def test_full_participation_single_sample_is_algorithm_1(variant):
     n = th.shape[0]
     ones = np.ones(n, dtype=int)
     for sigma, clip in ((0.0, 1e12), (0.7, 0.3)):
-        a = alg23_step(w, th, X, Y, ones, np.ones(n, bool), 0.2, 1.5, 1.0, sigma, clip, np.random.default_rng(4),
-                       variant)
+        a = alg23_step(
+            w, th, X, Y, ones, np.ones(n, bool), 0.2, 1.5, 1.0, sigma, clip, np.random.default_rng(4), variant
+        )
         b = alg1_step(w, th, X[:, 0], Y[:, 0], 0.2, 1.5, sigma, clip, np.random.default_rng(4))
         np.testing.assert_allclose(a[0], b[0], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(a[1], b[1], rtol=1e-12, atol=1e-12)
@@ -52,14 +57,14 @@ def test_gradients_ignore_padding_and_match_a_per_user_loop():
 
 def test_alpha_zero_unsampled_users_and_sensitivity():
     w, th, X, Y = _data(3)
-    X = X * 50                                          # large gradients: every user is clipped
+    X = X * 50  # large gradients: every user is clipped
     n, m = X.shape[:2]
     counts = np.full(n, m)
     picked = np.array([0, 1, 0, 1, 1, 0], bool)
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
     w0, th0 = alg23_step(w, th, X, Y, counts, picked, 0.1, 0.0, 0.5, 3.0, 1.0, rng, "mean")
-    assert np.array_equal(w0, w) and rng.bit_generator.state == state      # alpha = 0: w fixed, no noise drawn
+    assert np.array_equal(w0, w) and rng.bit_generator.state == state  # alpha = 0: w fixed, no noise drawn
     assert np.array_equal(th0[~picked], th[~picked]) and not np.array_equal(th0[picked], th[picked])
     # sensitivity: removing one sampled user moves the noiseless w step by at most alpha eta C / (q N)
     eta, alpha, q, C = 0.1, 2.0, 0.5, 1.0
@@ -69,7 +74,7 @@ def test_alpha_zero_unsampled_users_and_sensitivity():
         less[i] = False
         moved = np.linalg.norm(full - alg23_step(w, th, X, Y, counts, less, eta, alpha, q, 0.0, C, None, "mean")[0])
         assert moved <= alpha * eta * C / (q * n) * (1 + 1e-12)
-        assert moved >= 0.99 * alpha * eta * C / (q * n)                   # clipped exactly to C
+        assert moved >= 0.99 * alpha * eta * C / (q * n)  # clipped exactly to C
 
 
 def test_bernoulli_sampling_rate():

@@ -12,10 +12,18 @@ from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.stepsizes import clip_factors, parse_alpha, step_size_arrays, step_sizes
 
 
-@pytest.mark.parametrize("alpha, expected", [
-    (0, (0.0, 0.5)), (0.3, (0.15, 0.5)), (1, (0.5, 0.5)), (3, (0.5, 0.5 / 3)), (math.inf, (0.5, 0.0)),
-    (-1, (0.5, 0.0)), (".inf", (0.5, 0.0)),
-])
+@pytest.mark.parametrize(
+    "alpha, expected",
+    [
+        (0, (0.0, 0.5)),
+        (0.3, (0.15, 0.5)),
+        (1, (0.5, 0.5)),
+        (3, (0.5, 0.5 / 3)),
+        (math.inf, (0.5, 0.0)),
+        (-1, (0.5, 0.0)),
+        (".inf", (0.5, 0.0)),
+    ],
+)
 def test_step_sizes_follow_the_code(alpha, expected):
     assert step_sizes(0.5, alpha) == pytest.approx(expected)
 
@@ -54,7 +62,7 @@ def test_alpha_zero_never_touches_w_and_draws_no_noise():
     before = rng.bit_generator.state
     X, Y = _problem(np.random.default_rng(2))
     ppsgd_exp.round_step(ppsgd_exp.State.zeros(7, 5, 3, 1), np.arange(7), X, Y, np.zeros(1), np.ones(1), 5.0, 1.0, rng)
-    assert rng.bit_generator.state == before      # no DP noise drawn: no privacy spent
+    assert rng.bit_generator.state == before  # no DP noise drawn: no privacy spent
 
 
 def test_alpha_inf_keeps_theta_fixed():
@@ -71,15 +79,20 @@ def test_mixed_grid_columns_are_independent_of_each_other_in_the_limits():
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 9), clip=st.floats(1e-3, 10.0),
-       scale=st.floats(1e-3, 1e3), drop=st.integers(0, 100))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n=st.integers(2, 9),
+    clip=st.floats(1e-3, 10.0),
+    scale=st.floats(1e-3, 1e3),
+    drop=st.integers(0, 100),
+)
 def test_removing_one_user_moves_the_clipped_sum_by_at_most_C(seed, n, clip, scale, drop):
     rng = np.random.default_rng(seed)
     g = rng.standard_normal((n, 4, 3, 2)) * scale * rng.random((n, 1, 1, 1))
     j = drop % n
     full, _ = ppsgd_exp.clipped_sum(g, clip)
     without, _ = ppsgd_exp.clipped_sum(np.delete(g, j, axis=0), clip)
-    diff = np.sqrt(((full - without) ** 2).sum(axis=(0, 1)))      # Frobenius over d x K, per configuration
+    diff = np.sqrt(((full - without) ** 2).sum(axis=(0, 1)))  # Frobenius over d x K, per configuration
     assert np.all(diff <= clip * (1 + 1e-9))
 
 
@@ -118,8 +131,7 @@ def test_one_round_equals_per_user_reference(users):
     ppsgd_exp.round_step(state, users, X, Y, ew, et, sigma, C, np.random.default_rng(11))
     noise = np.random.default_rng(11).standard_normal((d, k, 4))
     for c in range(4):
-        w_ref, th_ref = _reference_round(w0[..., c], th0[..., c], users, X, Y, ew[c], et[c], sigma, C,
-                                         noise[..., c])
+        w_ref, th_ref = _reference_round(w0[..., c], th0[..., c], users, X, Y, ew[c], et[c], sigma, C, noise[..., c])
         np.testing.assert_allclose(state.w[..., c], w_ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(state.theta[..., c], th_ref, rtol=1e-12, atol=1e-12)
 
@@ -127,5 +139,14 @@ def test_one_round_equals_per_user_reference(users):
 def test_duplicate_users_rejected():
     X, Y = _problem(np.random.default_rng(0))
     with pytest.raises(ValueError, match="distinct"):
-        ppsgd_exp.round_step(ppsgd_exp.State.zeros(7, 5, 3, 1), np.array([1, 1]), X[:2], Y[:2], np.ones(1), np.ones(1), 0.0,
-                       1.0, np.random.default_rng(0))
+        ppsgd_exp.round_step(
+            ppsgd_exp.State.zeros(7, 5, 3, 1),
+            np.array([1, 1]),
+            X[:2],
+            Y[:2],
+            np.ones(1),
+            np.ones(1),
+            0.0,
+            1.0,
+            np.random.default_rng(0),
+        )

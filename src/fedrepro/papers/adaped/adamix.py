@@ -57,16 +57,18 @@ class GMM:
 # ---------------------------------------------------------------- data (Sec. 4, "AdaMix")
 
 
-def draw_mixture_models(m: int, mu: np.ndarray, sigma_theta2: float,
-                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def draw_mixture_models(
+    m: int, mu: np.ndarray, sigma_theta2: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """theta_i ~ 1/2 N(mu, s I) + 1/2 N(-mu, s I); returns theta (m, d) and the signs (m,) of the components."""
     sign = rng.choice(np.array([1.0, -1.0]), size=m)
     theta = sign[:, None] * mu[None, :] + math.sqrt(sigma_theta2) * rng.standard_normal((m, mu.size))
     return theta, sign
 
 
-def draw_linreg_data(theta: np.ndarray, n: int, noise_var: float,
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def draw_linreg_data(
+    theta: np.ndarray, n: int, noise_var: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """X_ij ~ N(0, I_d), Y_ij = <X_ij, theta_i> + w_ij, w_ij ~ N(0, noise_var); X (m, n, d), Y (m, n)."""
     m, d = theta.shape
     X = rng.standard_normal((m, n, d))
@@ -180,8 +182,17 @@ def data_curvature(X: np.ndarray, scale: float) -> np.ndarray:
     return 2 * scale * np.linalg.eigvalsh(gram)[:, -1]
 
 
-def client_steps(theta: np.ndarray, X: np.ndarray, Y: np.ndarray, gmm: GMM, scale: float, steps: int,
-                 lr: float, step_rule: str = "lipschitz", curv_f: np.ndarray | None = None) -> np.ndarray:
+def client_steps(
+    theta: np.ndarray,
+    X: np.ndarray,
+    Y: np.ndarray,
+    gmm: GMM,
+    scale: float,
+    steps: int,
+    lr: float,
+    step_rule: str = "lipschitz",
+    curv_f: np.ndarray | None = None,
+) -> np.ndarray:
     """Lines 4-7 of Alg. 1 for all clients at once: `steps` gradient steps on F_i^gm under a fixed prior."""
     if step_rule == "lipschitz":
         if curv_f is None:
@@ -201,8 +212,15 @@ class GMMServer:
     ``warm_start=False`` fitted afresh every round (k-means initialization, up to ``em_iters`` EM iterations)."""
 
     def __init__(self, k: int, em_iters: int, reg_covar: float, seed: int, n_init: int = 1, warm_start: bool = True):
-        self.model = GaussianMixture(n_components=k, covariance_type="spherical", max_iter=em_iters,
-                                     reg_covar=reg_covar, n_init=n_init, warm_start=warm_start, random_state=seed)
+        self.model = GaussianMixture(
+            n_components=k,
+            covariance_type="spherical",
+            max_iter=em_iters,
+            reg_covar=reg_covar,
+            n_init=n_init,
+            warm_start=warm_start,
+            random_state=seed,
+        )
 
     def fit(self, theta: np.ndarray) -> GMM:
         with warnings.catch_warnings():
@@ -229,16 +247,20 @@ class AdaMixConfig:
     gmm_warm_start: bool = True
 
 
-def adamix(X: np.ndarray, Y: np.ndarray, cfg: AdaMixConfig, rng: np.random.Generator,
-           callback: Callable[[int, np.ndarray, GMM], None] | None = None) -> tuple[np.ndarray, GMM]:
+def adamix(
+    X: np.ndarray,
+    Y: np.ndarray,
+    cfg: AdaMixConfig,
+    rng: np.random.Generator,
+    callback: Callable[[int, np.ndarray, GMM], None] | None = None,
+) -> tuple[np.ndarray, GMM]:
     """Run Alg. 1 on all clients; returns theta^T (m, d) and P^T. ``callback(t, theta^t, P^t)`` for t = 0..T."""
     if cfg.init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {cfg.init!r}")
     scale = loss_scale(cfg.loss, cfg.noise_var, X.shape[1])
     theta = min_norm_ls(X, Y)
     curv_f = data_curvature(X, scale)
-    server = GMMServer(cfg.k, cfg.em_iters, cfg.reg_covar, int(rng.integers(2**31 - 1)), cfg.n_init,
-                       cfg.gmm_warm_start)
+    server = GMMServer(cfg.k, cfg.em_iters, cfg.reg_covar, int(rng.integers(2**31 - 1)), cfg.n_init, cfg.gmm_warm_start)
     gmm = server.fit(theta)
     if callback:
         callback(0, theta, gmm)

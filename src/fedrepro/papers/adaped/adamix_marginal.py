@@ -42,15 +42,15 @@ def e_step(X: np.ndarray, Y: np.ndarray, gram: np.ndarray, gmm: GMM, noise_var: 
     eye = np.eye(n)[None]
     for l in range(k):
         s = gmm.var[l]
-        L = np.linalg.cholesky(s * gram + noise_var * eye)                     # C_il = L L^T
-        r = Y - X @ gmm.means[l]                                               # (m, n)
-        a = np.linalg.solve(L, r[..., None])[..., 0]                           # L^-1 r
-        B = np.linalg.solve(L, X)                                              # L^-1 X, (m, n, d)
+        L = np.linalg.cholesky(s * gram + noise_var * eye)  # C_il = L L^T
+        r = Y - X @ gmm.means[l]  # (m, n)
+        a = np.linalg.solve(L, r[..., None])[..., 0]  # L^-1 r
+        B = np.linalg.solve(L, X)  # L^-1 X, (m, n, d)
         logdet = 2 * np.log(np.diagonal(L, axis1=1, axis2=2)).sum(axis=1)
-        logp[:, l] = np.log(gmm.weights[l]) - 0.5 * ((a ** 2).sum(axis=1) + logdet + n * np.log(2 * np.pi))
-        cr = np.linalg.solve(np.swapaxes(L, 1, 2), a[..., None])[..., 0]       # C^-1 r
+        logp[:, l] = np.log(gmm.weights[l]) - 0.5 * ((a**2).sum(axis=1) + logdet + n * np.log(2 * np.pi))
+        cr = np.linalg.solve(np.swapaxes(L, 1, 2), a[..., None])[..., 0]  # C^-1 r
         means[:, l] = gmm.means[l] + s * np.einsum("mnd,mn->md", X, cr)
-        traces[:, l] = s * d - s ** 2 * (B ** 2).sum(axis=(1, 2))
+        traces[:, l] = s * d - s**2 * (B**2).sum(axis=(1, 2))
     return logp, means, traces
 
 
@@ -61,14 +61,20 @@ def responsibilities(logp: np.ndarray) -> np.ndarray:
 
 def m_step(r: np.ndarray, means: np.ndarray, traces: np.ndarray) -> GMM:
     d = means.shape[2]
-    tot = r.sum(axis=0)                                                        # (k,)
+    tot = r.sum(axis=0)  # (k,)
     mu = np.einsum("mk,mkd->kd", r, means) / tot[:, None]
-    spread = ((means - mu[None]) ** 2).sum(axis=2) + traces                    # (m, k)
+    spread = ((means - mu[None]) ** 2).sum(axis=2) + traces  # (m, k)
     return GMM(tot / r.shape[0], mu, (r * spread).sum(axis=0) / (d * tot))
 
 
-def marginal_em(X: np.ndarray, Y: np.ndarray, gmm0: GMM, noise_var: float, rounds: int,
-                callback: Callable[[int, np.ndarray, GMM], None] | None = None) -> tuple[np.ndarray, GMM]:
+def marginal_em(
+    X: np.ndarray,
+    Y: np.ndarray,
+    gmm0: GMM,
+    noise_var: float,
+    rounds: int,
+    callback: Callable[[int, np.ndarray, GMM], None] | None = None,
+) -> tuple[np.ndarray, GMM]:
     """``rounds`` EM rounds from ``gmm0``; returns the posterior means theta (m, d) under the last prior and that
     prior. ``callback(t, theta^t, P^t)`` for t = 0..rounds (theta^t: posterior means under P^t)."""
     gram = X @ np.swapaxes(X, 1, 2)

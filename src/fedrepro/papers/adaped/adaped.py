@@ -55,11 +55,11 @@ def psi_grad(psi: Tensor, kd: Tensor, c: float) -> Tensor:
 @dataclass
 class AdaPeDState:
     net: Net
-    theta: Params                    # (m, ...) personalized models
-    mu: Params                       # (m, ...) clients' copies of the global model
-    psi: Tensor                      # (m,)
-    mu_global: Params                # no client axis
-    psi_global: Tensor               # 0-d
+    theta: Params  # (m, ...) personalized models
+    mu: Params  # (m, ...) clients' copies of the global model
+    psi: Tensor  # (m,)
+    mu_global: Params  # no client axis
+    psi_global: Tensor  # 0-d
     generator: torch.Generator
     last_kd: Tensor = field(default_factory=lambda: torch.tensor(float("nan")))
 
@@ -67,8 +67,17 @@ class AdaPeDState:
 class AdaPeD(Algorithm):
     name = "adaped"
 
-    def __init__(self, psi0: float = 3.5, psi_min: float = 0.5, eta2_ratio: float = 1.0, eta3: float = 5e-2,
-                 c: float = 5.0, weight_decay: float = 1e-4, dp_mu: DPSpec = None, dp_psi: DPSpec = None):
+    def __init__(
+        self,
+        psi0: float = 3.5,
+        psi_min: float = 0.5,
+        eta2_ratio: float = 1.0,
+        eta3: float = 5e-2,
+        c: float = 5.0,
+        weight_decay: float = 1e-4,
+        dp_mu: DPSpec = None,
+        dp_psi: DPSpec = None,
+    ):
         if not psi0 >= psi_min > 0:
             raise ValueError(f"need psi0 >= psi_min > 0, got psi0={psi0}, psi_min={psi_min}")
         self.psi0, self.psi_min, self.eta2_ratio, self.eta3, self.c = psi0, psi_min, eta2_ratio, eta3, c
@@ -78,8 +87,7 @@ class AdaPeD(Algorithm):
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> AdaPeDState:
         p = net.params()
         psi = torch.full((n_clients,), self.psi0, device=next(iter(p.values())).device)
-        return AdaPeDState(net, net.replicate(n_clients), net.replicate(n_clients), psi, p, psi[0].clone(),
-                           generator)
+        return AdaPeDState(net, net.replicate(n_clients), net.replicate(n_clients), psi, p, psi[0].clone(), generator)
 
     def start_round(self, state: AdaPeDState, selected: Tensor) -> None:
         for k, v in state.mu.items():

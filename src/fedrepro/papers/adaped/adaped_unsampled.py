@@ -32,9 +32,9 @@ from fedrepro.papers.adaped.adaped import AdaPeD, AdaPeDState
 
 @dataclass
 class AdaPeDUnsampledState(AdaPeDState):
-    mu_received: Params = field(default_factory=dict)     # (m, ...) mu^{t'_i}: last broadcast each client got
-    psi_received: Tensor | None = None                     # (m,)    psi^{t'_i}
-    unsynced: Tensor | None = None                         # (m,)    unsampled steps since last participation
+    mu_received: Params = field(default_factory=dict)  # (m, ...) mu^{t'_i}: last broadcast each client got
+    psi_received: Tensor | None = None  # (m,)    psi^{t'_i}
+    unsynced: Tensor | None = None  # (m,)    unsampled steps since last participation
 
 
 class AdaPeDUnsampled(AdaPeD):
@@ -49,9 +49,12 @@ class AdaPeDUnsampled(AdaPeD):
 
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> AdaPeDUnsampledState:
         base = super().init_state(net, n_clients, generator)
-        return AdaPeDUnsampledState(**vars(base), mu_received=net.replicate(n_clients),
-                                    psi_received=base.psi.clone(),
-                                    unsynced=torch.zeros(n_clients, dtype=torch.long, device=base.psi.device))
+        return AdaPeDUnsampledState(
+            **vars(base),
+            mu_received=net.replicate(n_clients),
+            psi_received=base.psi.clone(),
+            unsynced=torch.zeros(n_clients, dtype=torch.long, device=base.psi.device),
+        )
 
     def start_round(self, state: AdaPeDUnsampledState, selected: Tensor) -> None:
         super().start_round(state, selected)
@@ -59,8 +62,7 @@ class AdaPeDUnsampled(AdaPeD):
         state.psi_received[selected] = state.psi_global
         state.unsynced[selected] = 0
 
-    def unsampled_step(self, state: AdaPeDUnsampledState, x: Tensor, y: Tensor, unselected: Tensor,
-                       lr: float) -> None:
+    def unsampled_step(self, state: AdaPeDUnsampledState, x: Tensor, y: Tensor, unselected: Tensor, lr: float) -> None:
         if self.max_unsynced is not None:
             keep = state.unsynced[unselected] < self.max_unsynced
             unselected, x, y = unselected[keep], x[keep], y[keep]
@@ -77,8 +79,14 @@ class AdaPeDUnsampled(AdaPeD):
 
             return sgd(theta, grad(objective)(theta), lr, wd)
 
-        theta_new = net.map(theta_step, take(state.theta, unselected), take(state.mu_received, unselected),
-                            state.psi_received[unselected], x, y)
+        theta_new = net.map(
+            theta_step,
+            take(state.theta, unselected),
+            take(state.mu_received, unselected),
+            state.psi_received[unselected],
+            x,
+            y,
+        )
         put(state.theta, unselected, theta_new)
         state.unsynced[unselected] += 1
 

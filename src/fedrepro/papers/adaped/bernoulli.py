@@ -148,8 +148,13 @@ def eq6_large_m_limit(mu: float, var: float, n: int, minus_one: bool = True) -> 
     s2 = var + noise
     a = float(shrinkage_weight(np.array(mu), np.array(s2), n, minus_one))
     mse = a * a * noise + (1.0 - a) ** 2 * var
-    return {"a": a, "sigma2": s2, "mse_local": noise, "mse_personalized": mse,
-            "gain_pct": 100.0 * (noise - mse) / noise}
+    return {
+        "a": a,
+        "sigma2": s2,
+        "mse_local": noise,
+        "mse_personalized": mse,
+        "gain_pct": 100.0 * (noise - mse) / noise,
+    }
 
 
 def thm3_bound(a_hat: np.ndarray, n: int, alpha: float, beta: float, m: int, eps0: float | None = None) -> float:
@@ -186,8 +191,9 @@ def q_priv(x: np.ndarray, eps0: float, rng: np.random.Generator) -> np.ndarray:
     return np.where(rng.random(x.shape) < q_priv_prob_high(x, eps0), hi, lo)
 
 
-def private_estimate(xbar: np.ndarray, n: int, eps0: float, rng: np.random.Generator, centre: str = "mu_i",
-                     minus_one: bool = False) -> dict[str, np.ndarray]:
+def private_estimate(
+    xbar: np.ndarray, n: int, eps0: float, rng: np.random.Generator, centre: str = "mu_i", minus_one: bool = False
+) -> dict[str, np.ndarray]:
     """Private personalized estimator of Thm 4: moments of q_priv(Xbar_l), l != i; a_i without "-1" as printed.
 
     p_i = a_i Xbar_i + (1 - a_i) mu_i^priv (the text prints mu^priv without the index; we read it as mu_i^priv).

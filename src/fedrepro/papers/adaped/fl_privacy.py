@@ -48,12 +48,20 @@ class NoisePlan:
         return {"dp": spec} if algorithm == "fedavg" else {"dp_mu": spec, "dp_psi": spec}
 
     def record(self) -> dict:
-        return {"epsilon": self.epsilon, "z": self.z, "sigma": self.z * self.clip, "clip": self.clip,
-                "delta": self.delta, "noise_from": self.noise_from, "epsilon_library_rdp": self.epsilon_library}
+        return {
+            "epsilon": self.epsilon,
+            "z": self.z,
+            "sigma": self.z * self.clip,
+            "clip": self.clip,
+            "delta": self.delta,
+            "noise_from": self.noise_from,
+            "epsilon_library_rdp": self.epsilon_library,
+        }
 
 
-def plan_noise(algorithm: str, epsilon: float, *, K: int, m: int, rounds: int, delta: float, clip: float,
-               noise_from: str = "thm5") -> NoisePlan:
+def plan_noise(
+    algorithm: str, epsilon: float, *, K: int, m: int, rounds: int, delta: float, clip: float, noise_from: str = "thm5"
+) -> NoisePlan:
     """The noise a private ``algorithm`` needs for ``epsilon`` after ``rounds`` synchronizations of K of m clients."""
     if algorithm not in TERMS:
         raise ValueError(f"no privacy accounting for algorithm {algorithm!r}; private methods: {sorted(TERMS)}")
@@ -66,8 +74,9 @@ def plan_noise(algorithm: str, epsilon: float, *, K: int, m: int, rounds: int, d
         accountant = "rdp" if noise_from == "thm5" else noise_from
         cal = calibrate_noise_multiplier(epsilon, delta, rounds, K / m, accountant)
         lib = compute_epsilon(cal.noise_multiplier, K / m, rounds, delta, "rdp")
-        return NoisePlan(epsilon, cal.noise_multiplier, clip, delta, accountant, lib.epsilon,
-                         f"{lib.library} {lib.library_version}")
+        return NoisePlan(
+            epsilon, cal.noise_multiplier, clip, delta, accountant, lib.epsilon, f"{lib.library} {lib.library_version}"
+        )
     if noise_from == "thm5":
         z = adaped_privacy.thm5_noise_ratio(epsilon, K, m, rounds, delta, terms=terms)
     else:

@@ -10,8 +10,9 @@ import math
 import numpy as np
 
 
-def simulate_means(m: int, n: int, d: int, sigma_theta: float, sigma_x: float, mu: float,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def simulate_means(
+    m: int, n: int, d: int, sigma_theta: float, sigma_x: float, mu: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw theta (m, d) and the local means Xbar (m, d).
 
     Xbar_i is the sufficient statistic of client i's n samples; drawing it as N(theta_i, s_x^2/n) is the same
@@ -61,8 +62,9 @@ def mse_local(sigma_x: float, n: int, d: int = 1) -> float:
     return d * sigma_x**2 / n
 
 
-def mse_shrinkage(a: float, sigma_theta: float, sigma_x: float, n: int, m: int, sigma_q: float = 0.0,
-                  d: int = 1) -> float:
+def mse_shrinkage(
+    a: float, sigma_theta: float, sigma_x: float, n: int, m: int, sigma_q: float = 0.0, d: int = 1
+) -> float:
     """Exact MSE of a Xbar_i + (1-a) mean_k q(Xbar_k) for an unbiased additive channel q (App. B.2, eq. 19).
 
     MSE(a) = d[a^2 s + (1-a)^2 (s + sigma_q^2)/m + 2a(1-a)s/m + (1-a)^2 sigma_theta^2 (m-1)/m], s = s_x^2/n.
@@ -70,8 +72,12 @@ def mse_shrinkage(a: float, sigma_theta: float, sigma_x: float, n: int, m: int, 
     d s (a + (1-a)/m).
     """
     s = sigma_x**2 / n
-    return d * (a * a * s + (1 - a) ** 2 * (s + sigma_q**2) / m + 2 * a * (1 - a) * s / m
-                + (1 - a) ** 2 * sigma_theta**2 * (m - 1) / m)
+    return d * (
+        a * a * s
+        + (1 - a) ** 2 * (s + sigma_q**2) / m
+        + 2 * a * (1 - a) * s / m
+        + (1 - a) ** 2 * sigma_theta**2 * (m - 1) / m
+    )
 
 
 def clipped_normal_moments(mu: float, tau: float, b: float) -> tuple[float, float, float]:
@@ -87,8 +93,9 @@ def clipped_normal_moments(mu: float, tau: float, b: float) -> tuple[float, floa
     return -b * p_lo + ey_in + b * p_hi, b * b * (p_lo + p_hi) + ey2_in, p_in
 
 
-def mse_dp_exact(a: float, sigma_theta: float, sigma_x: float, n: int, m: int, mu: float, b: float, noise_var: float,
-                 d: int = 1) -> float:
+def mse_dp_exact(
+    a: float, sigma_theta: float, sigma_x: float, n: int, m: int, mu: float, b: float, noise_var: float, d: int = 1
+) -> float:
     """Exact MSE of the DP personalized estimator a Xbar_i + (1-a) mu_q, mu_q = mean_k Proj_[-b,b](Xbar_k) + N(0, V)
     with V = noise_var (the mean's noise; sigma_q^2/m for per-client noise), per coordinate times d.
 
@@ -99,20 +106,33 @@ def mse_dp_exact(a: float, sigma_theta: float, sigma_x: float, n: int, m: int, m
     """
     s = sigma_x**2 / n
     M1, M2, p_in = clipped_normal_moments(mu, math.sqrt(sigma_theta**2 + s), b)
-    e_own = M2 / m**2 - 2 * (mu * M1 + sigma_theta**2 * p_in) / m + mu**2 + sigma_theta**2   # E[(c_i/m - theta_i)^2]
-    rest_mean, rest_var = (m - 1) * M1 / m, (m - 1) * (M2 - M1**2) / m**2                      # the other m - 1 terms
+    e_own = M2 / m**2 - 2 * (mu * M1 + sigma_theta**2 * p_in) / m + mu**2 + sigma_theta**2  # E[(c_i/m - theta_i)^2]
+    rest_mean, rest_var = (m - 1) * M1 / m, (m - 1) * (M2 - M1**2) / m**2  # the other m - 1 terms
     e_mq = e_own + 2 * (M1 / m - mu) * rest_mean + rest_var + rest_mean**2 + noise_var
     return d * (a * a * s + (1 - a) ** 2 * e_mq + 2 * a * (1 - a) * s * p_in / m)
 
 
-def largest_recovering_sigma_q(target: float, sigma_theta: float, sigma_x: float, n: int, m: int, mu: float,
-                               b: float, a_rule: str = "eq5", d: int = 1) -> float:
+def largest_recovering_sigma_q(
+    target: float,
+    sigma_theta: float,
+    sigma_x: float,
+    n: int,
+    m: int,
+    mu: float,
+    b: float,
+    a_rule: str = "eq5",
+    d: int = 1,
+) -> float:
     """The largest per-client noise std sigma_q at which the DP estimator's exact MSE (eq. (5)'s a, or Thm 1's for
     a_rule "nonprivate") is still <= target; 0 when even sigma_q = 0 misses it (the MSE grows with sigma_q)."""
     from scipy.optimize import brentq
 
     def excess(sq: float) -> float:
-        a = shrinkage_weight(sigma_theta, sigma_x, n, sq, m) if a_rule == "eq5" else shrinkage_weight(sigma_theta, sigma_x, n)
+        a = (
+            shrinkage_weight(sigma_theta, sigma_x, n, sq, m)
+            if a_rule == "eq5"
+            else shrinkage_weight(sigma_theta, sigma_x, n)
+        )
         return mse_dp_exact(a, sigma_theta, sigma_x, n, m, mu, b, sq**2 / m, d) - target
 
     if excess(0.0) > 0:

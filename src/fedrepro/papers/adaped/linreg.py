@@ -34,14 +34,15 @@ from scipy.optimize import brentq
 
 @dataclass(frozen=True)
 class Data:
-    X: np.ndarray      # (m, n, d)
-    Y: np.ndarray      # (m, n)
+    X: np.ndarray  # (m, n, d)
+    Y: np.ndarray  # (m, n)
     theta: np.ndarray  # (m, d) true personalized models
-    mu: np.ndarray     # (d,) true population mean
+    mu: np.ndarray  # (d,) true population mean
 
 
-def simulate(m: int, n: int, d: int, sigma_theta2: float, sigma_x2: float, mu_std: float, x_var: float,
-             rng: np.random.Generator) -> Data:
+def simulate(
+    m: int, n: int, d: int, sigma_theta2: float, sigma_x2: float, mu_std: float, x_var: float, rng: np.random.Generator
+) -> Data:
     """App. K: mu_k ~ N(0, mu_std^2), theta_i ~ N(mu, s_theta^2 I), X entries ~ N(0, x_var), Y = X theta + w."""
     mu = mu_std * rng.standard_normal(d)
     theta = mu + math.sqrt(sigma_theta2) * rng.standard_normal((m, d))
@@ -64,6 +65,7 @@ def _rmatvec(X: np.ndarray, r: np.ndarray) -> np.ndarray:
 # Known prior (Thm 7) and local estimator (eq. 52)
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def known_prior(X: np.ndarray, Y: np.ndarray, mu: np.ndarray, sigma_theta2: float, sigma_x2: float) -> np.ndarray:
     """Eq. (47), literally: one batched (m, d, d) solve. O(m d^3); prefer :meth:`Spectrum.posterior` at scale."""
     d = X.shape[2]
@@ -76,8 +78,8 @@ def known_prior(X: np.ndarray, Y: np.ndarray, mu: np.ndarray, sigma_theta2: floa
 class Spectrum:
     """Thin SVD X_i = U_i diag(s_i) V_i of every client (r = min(n, d)), computed once; all estimators reuse it."""
 
-    s: np.ndarray    # (m, r) singular values, descending
-    Vh: np.ndarray   # (m, r, d)
+    s: np.ndarray  # (m, r) singular values, descending
+    Vh: np.ndarray  # (m, r, d)
     UtY: np.ndarray  # (m, r) U_i' Y_i
     n: int
     d: int
@@ -88,10 +90,10 @@ class Spectrum:
         UtY = (Y[:, None, :] @ U)[:, 0, :]
         return cls(s=s, Vh=Vh, UtY=UtY, n=X.shape[1], d=X.shape[2])
 
-    def _V(self, v: np.ndarray) -> np.ndarray:          # V_i v_i: (m, d) -> (m, r)
+    def _V(self, v: np.ndarray) -> np.ndarray:  # V_i v_i: (m, d) -> (m, r)
         return (self.Vh @ v[:, :, None])[:, :, 0]
 
-    def _Vt(self, c: np.ndarray) -> np.ndarray:         # V_i' c_i: (m, r) -> (m, d)
+    def _Vt(self, c: np.ndarray) -> np.ndarray:  # V_i' c_i: (m, r) -> (m, d)
         return (c[:, None, :] @ self.Vh)[:, 0, :]
 
     def posterior(self, mu: np.ndarray, lam: float) -> np.ndarray:
@@ -137,8 +139,9 @@ def trace_inv_M(X: np.ndarray, sigma_theta2: float, sigma_x2: float) -> np.ndarr
 LOCAL_KINDS = ("pinv", "ridge", "ridge_marginal_prior")
 
 
-def local_estimate(spec: Spectrum, kind: str = "pinv", ridge: float = 0.0, marginal_lam: float | None = None
-                   ) -> np.ndarray:
+def local_estimate(
+    spec: Spectrum, kind: str = "pinv", ridge: float = 0.0, marginal_lam: float | None = None
+) -> np.ndarray:
     """Local (single-client) estimators.
 
     pinv: eq. (52) (the paper's). ridge: (X'X + ridge I)^-1 X'Y, shrinking to 0. ridge_marginal_prior: the Bayes
@@ -174,8 +177,9 @@ def mmse_gain_bound_pct(mse_known: float, mse_reference: float) -> float:
 FEDAVG_KINDS = ("pooled_ls", "mean_local")
 
 
-def fedavg_estimate(X: np.ndarray, Y: np.ndarray, kind: str = "pooled_ls", local: np.ndarray | None = None
-                    ) -> np.ndarray:
+def fedavg_estimate(
+    X: np.ndarray, Y: np.ndarray, kind: str = "pooled_ls", local: np.ndarray | None = None
+) -> np.ndarray:
     """The paper's undefined "FedAvg regression": one global model (d,) used by every client.
 
     pooled_ls (default): least squares on the pooled data, (sum_i X_i'X_i)^-1 sum_i X_i'Y_i, which FedAvg with
@@ -194,6 +198,7 @@ def fedavg_estimate(X: np.ndarray, Y: np.ndarray, kind: str = "pooled_ls", local
 # Objective (54), Algorithm 4, stationary points
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def objective(X, Y, theta, mu, sigma_x2: float, sigma_theta2: float) -> float:
     """Eq. (54): (nm/2)log(2 pi s_x^2) + sum (Y-X theta)^2/(2 s_x^2) + (md/2)log(2 pi s_th^2) + sum||th-mu||^2/(2 s_th^2)."""
     rss = ((Y - _matvec(X, theta)) ** 2).sum(axis=1)
@@ -207,11 +212,11 @@ class Gradients:
     theta[i] = d(54)/d theta_i; summing mu, sigma_x2, sigma_theta2 over clients gives d(54)/d mu, d s_x^2, d s_th^2.
     """
 
-    theta: np.ndarray         # (m, d)
-    mu: np.ndarray            # (m, d)
-    sigma_x2: np.ndarray      # (m,)
+    theta: np.ndarray  # (m, d)
+    mu: np.ndarray  # (m, d)
+    sigma_x2: np.ndarray  # (m,)
     sigma_theta2: np.ndarray  # (m,)
-    rss: np.ndarray           # (m,) ||Y_i - X_i theta_i||^2 (reused for the objective)
+    rss: np.ndarray  # (m,) ||Y_i - X_i theta_i||^2 (reused for the objective)
 
 
 def client_gradients(X, Y, theta, mu, sigma_x2: float, sigma_theta2: float) -> Gradients:
@@ -242,9 +247,20 @@ class Alg4Result:
 INIT_THETA = ("zeros", "local", "fedavg")
 
 
-def alg4(X, Y, T: int, eta: float, *, step: str = "scaled", init_theta: str = "local",
-         init_sigma_x2: float = 1.0, init_sigma_theta2: float = 1.0, record_every: int = 1,
-         theta_true: np.ndarray | None = None, spec: Spectrum | None = None) -> Alg4Result:
+def alg4(
+    X,
+    Y,
+    T: int,
+    eta: float,
+    *,
+    step: str = "scaled",
+    init_theta: str = "local",
+    init_sigma_x2: float = 1.0,
+    init_sigma_theta2: float = 1.0,
+    record_every: int = 1,
+    theta_true: np.ndarray | None = None,
+    spec: Spectrum | None = None,
+) -> Alg4Result:
     """Algorithm 4 ("Linear Regression GD"), Jacobi style: every update of iteration t reads iterate t-1.
 
     Clients step theta_i, mu_i, s_x,i^2, s_theta,i^2 along minus :func:`client_gradients`; the server averages
@@ -277,8 +293,12 @@ def alg4(X, Y, T: int, eta: float, *, step: str = "scaled", init_theta: str = "l
     hist: list[dict] = []
 
     def record(t: int, g: Gradients) -> None:
-        row = {"t": t, "objective": _objective_from(g.rss, theta, mu, sx2, st2, n, d),
-               "sigma_x2": sx2, "sigma_theta2": st2}
+        row = {
+            "t": t,
+            "objective": _objective_from(g.rss, theta, mu, sx2, st2, n, d),
+            "sigma_x2": sx2,
+            "sigma_theta2": st2,
+        }
         if theta_true is not None:
             row["mse"] = float(((theta - theta_true) ** 2).sum(axis=1).mean())
         hist.append(row)
@@ -293,7 +313,7 @@ def alg4(X, Y, T: int, eta: float, *, step: str = "scaled", init_theta: str = "l
         else:
             e_th = e_mu = e_x = e_t = eta
         new_theta = theta - e_th * g.theta
-        new_mu = mu - e_mu * g.mu.mean(axis=0)          # = mean_i of the clients' mu_i^t (line 13)
+        new_mu = mu - e_mu * g.mu.mean(axis=0)  # = mean_i of the clients' mu_i^t (line 13)
         new_sx2 = sx2 - e_x * float(g.sigma_x2.mean())
         new_st2 = st2 - e_t * float(g.sigma_theta2.mean())
         if not (new_sx2 > 0 and new_st2 > 0 and np.isfinite(new_theta).all()):
@@ -305,16 +325,19 @@ def alg4(X, Y, T: int, eta: float, *, step: str = "scaled", init_theta: str = "l
         g = client_gradients(X, Y, theta, mu, sx2, st2)
         if t % record_every == 0 or t == T:
             record(t, g)
-    return Alg4Result(theta=theta, mu=mu, sigma_x2=sx2, sigma_theta2=st2, iterations=t, diverged=diverged,
-                      history=hist)
+    return Alg4Result(theta=theta, mu=mu, sigma_x2=sx2, sigma_theta2=st2, iterations=t, diverged=diverged, history=hist)
 
 
 def _objective_from(rss, theta, mu, sx2, st2, n, d) -> float:
     """Eq. (54) from the per-client residual sums of squares ``rss``."""
     m = theta.shape[0]
     S = float(((theta - mu) ** 2).sum())
-    return (n * m / 2 * math.log(2 * math.pi * sx2) + float(rss.sum()) / (2 * sx2)
-            + m * d / 2 * math.log(2 * math.pi * st2) + S / (2 * st2))
+    return (
+        n * m / 2 * math.log(2 * math.pi * sx2)
+        + float(rss.sum()) / (2 * sx2)
+        + m * d / 2 * math.log(2 * math.pi * st2)
+        + S / (2 * st2)
+    )
 
 
 @dataclass(frozen=True)

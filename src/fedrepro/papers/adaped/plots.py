@@ -16,7 +16,7 @@ from fedrepro.plots import finish_axes, plot
 
 def _band(ax, x, ys: np.ndarray, label: str, **kw) -> None:
     mean, std = ys.mean(axis=0), ys.std(axis=0, ddof=1) if ys.shape[0] > 1 else np.zeros(ys.shape[1])
-    line, = ax.plot(x, mean, label=label, **kw)
+    (line,) = ax.plot(x, mean, label=label, **kw)
     ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
 
 
@@ -24,8 +24,10 @@ def _band(ax, x, ys: np.ndarray, label: str, **kw) -> None:
 def dp_estimation_mse(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) -> plt.Figure:
     """Fig. 1a / 3a / 3b: MSE (in 1e-2) vs eps0 for Local, Personalized and DP Personalized estimators."""
     x = histories[0]["eps0"].to_numpy()
-    stack = {c: np.stack([h[c].to_numpy() * 100 for h in histories]) for c in
-             ("mse_local", "mse_personalized", "mse_dp", "mse_dp_closed_form")}
+    stack = {
+        c: np.stack([h[c].to_numpy() * 100 for h in histories])
+        for c in ("mse_local", "mse_personalized", "mse_dp", "mse_dp_closed_form")
+    }
     fig, ax = plt.subplots(figsize=(4.2, 3.2))
     _band(ax, x, stack["mse_local"], "Local Estimator", marker="o", ms=3)
     _band(ax, x, stack["mse_personalized"], "Personalized Estimator", marker="s", ms=3)
@@ -34,9 +36,19 @@ def dp_estimation_mse(spec: Mapping, summary: dict, histories: list[pd.DataFrame
     return finish_axes(ax, r"$\epsilon_0$", "MSE (in 1e-2)", spec["artifact"], legend_size=7)
 
 
-LABELS = {"fedavg": "FedAvg", "fedavg_ft": "FedAvg+FT", "adaped": "AdaPeD", "pfedme": "pFedMe",
-          "perfedavg": "Per-FedAvg", "quped": "QuPeD (FP)", "fml": "Federated ML", "local": "Local training",
-          "dp_adaped": "DP-AdaPeD", "dp_fedavg": "DP-FedAvg", "dp_adaped_unsampled": "DP-AdaPeD"}
+LABELS = {
+    "fedavg": "FedAvg",
+    "fedavg_ft": "FedAvg+FT",
+    "adaped": "AdaPeD",
+    "pfedme": "pFedMe",
+    "perfedavg": "Per-FedAvg",
+    "quped": "QuPeD (FP)",
+    "fml": "Federated ML",
+    "local": "Local training",
+    "dp_adaped": "DP-AdaPeD",
+    "dp_fedavg": "DP-FedAvg",
+    "dp_adaped_unsampled": "DP-AdaPeD",
+}
 
 
 def _curves(histories: list[pd.DataFrame], column: str) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:

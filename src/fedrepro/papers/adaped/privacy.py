@@ -70,8 +70,9 @@ def thm5_slope(K: int, m: int, T_over_tau: float, z1: float, z2: float | None = 
     return (K / m) ** 2 * 6.0 * t * (1.0 / (K * z1**2) + 1.0 / (K * z2**2))
 
 
-def thm5_rdp(alpha: float, K: int, m: int, T_over_tau: float, C1: float, sigma_q1: float, C2: float,
-             sigma_q2: float) -> float:
+def thm5_rdp(
+    alpha: float, K: int, m: int, T_over_tau: float, C1: float, sigma_q1: float, C2: float, sigma_q2: float
+) -> float:
     """Theorem 5's eps(alpha), as printed."""
     if not alpha > 1:
         raise PrivacyError(f"alpha must be > 1, got alpha={alpha!r}")
@@ -90,8 +91,9 @@ def _minimise_over_lambda(h: Callable[[float], float]) -> tuple[float, float]:
     vals = np.array([h(1 + math.exp(v)) for v in grid])
     i = int(np.nanargmin(vals))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
-    res = optimize.minimize_scalar(lambda v: h(1 + math.exp(v)), bounds=(lo, hi), method="bounded",
-                                   options={"xatol": 1e-12})
+    res = optimize.minimize_scalar(
+        lambda v: h(1 + math.exp(v)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-12}
+    )
     v = float(res.x) if res.fun <= vals[i] else float(grid[i])
     return float(h(1 + math.exp(v))), 1 + math.exp(v)
 
@@ -123,8 +125,9 @@ def slope_for_epsilon(target_epsilon: float, delta: float) -> float:
     """The RDP slope A (eps(lambda) = A lambda) whose Lemma 1 epsilon equals target_epsilon (increasing in A)."""
     check_delta(delta)
     t = check_positive(target_epsilon, "target_epsilon")
-    A, _, _ = solve_monotone(lambda a: lemma1_epsilon(lambda lam: a * lam, delta)[0], t, increasing=True,
-                             rtol=1e-12, name="RDP slope")
+    A, _, _ = solve_monotone(
+        lambda a: lemma1_epsilon(lambda lam: a * lam, delta)[0], t, increasing=True, rtol=1e-12, name="RDP slope"
+    )
     return A
 
 
@@ -134,8 +137,7 @@ def _check_terms(terms: int) -> int:
     return terms
 
 
-def thm5_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: float, delta: float,
-                     terms: int = 2) -> float:
+def thm5_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: float, delta: float, terms: int = 2) -> float:
     """Noise ratio z = sigma_q/C (equal for mu and psi) at which Thm 5 + Lemma 1 give target_epsilon.
 
     terms=1 keeps only Thm 5's C1 (mu) term: DP-FedAvg as defined by the notes (section 2.12), whose only released
@@ -144,8 +146,9 @@ def thm5_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: float, d
     return math.sqrt(thm5_slope(K, m, T_over_tau, 1.0) * _check_terms(terms) / 2 / A)
 
 
-def release_noise_multiplier(z: float, K: int, tau: int | None = None, sensitivity: str = "paper",
-                             terms: int = 2) -> float:
+def release_noise_multiplier(
+    z: float, K: int, tau: int | None = None, sensitivity: str = "paper", terms: int = 2
+) -> float:
     """Gaussian noise multiplier of one round's joint (mu, psi) release, equal noise ratios z (module docstring);
     terms=1: the mu release alone (DP-FedAvg)."""
     z = check_positive(z, "z")
@@ -161,9 +164,19 @@ def release_noise_multiplier(z: float, K: int, tau: int | None = None, sensitivi
     return (_check_terms(terms) / per_release**2) ** -0.5
 
 
-def library_epsilon(z: float, K: int, m: int, T_over_tau: int, delta: float, *, tau: int | None = None,
-                    sensitivity: str = "paper", accountant: str = "rdp", terms: int = 2,
-                    **kwargs) -> EpsilonResult:
+def library_epsilon(
+    z: float,
+    K: int,
+    m: int,
+    T_over_tau: int,
+    delta: float,
+    *,
+    tau: int | None = None,
+    sensitivity: str = "paper",
+    accountant: str = "rdp",
+    terms: int = 2,
+    **kwargs,
+) -> EpsilonResult:
     """Epsilon of DP-AdaPeD's per-round (mu, psi) Gaussian release, subsampled at K/m, over T/tau rounds."""
     K, m = _check_km(K, m)
     sigma = release_noise_multiplier(z, K, tau, sensitivity, terms)
@@ -181,14 +194,25 @@ def ldp_library_epsilon(eps0: float, delta: float, accountant: str = "pld", **kw
     return compute_epsilon(sigma, 1.0, 1, delta, accountant, **kwargs)
 
 
-def library_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: int, delta: float, *,
-                        tau: int | None = None, sensitivity: str = "paper", accountant: str = "rdp", terms: int = 2,
-                        **kwargs) -> tuple[float, Calibration]:
+def library_noise_ratio(
+    target_epsilon: float,
+    K: int,
+    m: int,
+    T_over_tau: int,
+    delta: float,
+    *,
+    tau: int | None = None,
+    sensitivity: str = "paper",
+    accountant: str = "rdp",
+    terms: int = 2,
+    **kwargs,
+) -> tuple[float, Calibration]:
     """Noise ratio z at which the library accountant gives target_epsilon for the same mechanism as
     library_epsilon() (calibrated on the release's noise multiplier, which is linear in z)."""
     from fedrepro.privacy.calibration import calibrate_noise_multiplier
 
     K, m = _check_km(K, m)
-    cal = calibrate_noise_multiplier(target_epsilon, delta, check_steps(T_over_tau, "T_over_tau"), K / m,
-                                     accountant, **kwargs)
+    cal = calibrate_noise_multiplier(
+        target_epsilon, delta, check_steps(T_over_tau, "T_over_tau"), K / m, accountant, **kwargs
+    )
     return cal.noise_multiplier / release_noise_multiplier(1.0, K, tau, sensitivity, terms), cal

@@ -47,10 +47,10 @@ class FedHDPState:
     global_params: Params
     local: Params | None
     generator: torch.Generator
-    private: Tensor                  # (n_clients,) bool
-    clip: float                      # S^t
+    private: Tensor  # (n_clients,) bool
+    clip: float  # S^t
     ditto: DittoState | None
-    skipped: int = 0                 # rounds that left the model unchanged (r = 0 and no non-private client)
+    skipped: int = 0  # rounds that left the model unchanged (r = 0 and no non-private client)
 
 
 class FedHDP(DittoAlgorithmMixin, Algorithm):
@@ -61,10 +61,16 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
 
     name = "fedhdp"
 
-    def __init__(self, private: Sequence[bool] | np.ndarray | None = None, r: float = 1.0,
-                 noise_multiplier: float = 0.0, clip: AdaptiveClip | Mapping[str, float] | float = 1.0,
-                 lams: Sequence[float | Sequence[float]] | None = None, clip_nonprivate: bool = False,
-                 weight_decay: float = 0.0):
+    def __init__(
+        self,
+        private: Sequence[bool] | np.ndarray | None = None,
+        r: float = 1.0,
+        noise_multiplier: float = 0.0,
+        clip: AdaptiveClip | Mapping[str, float] | float = 1.0,
+        lams: Sequence[float | Sequence[float]] | None = None,
+        clip_nonprivate: bool = False,
+        weight_decay: float = 0.0,
+    ):
         if not r >= 0 or not noise_multiplier >= 0:
             raise ValueError(f"need r >= 0 and noise_multiplier >= 0, got r={r}, z={noise_multiplier}")
         self.private = None if private is None else np.asarray(private, dtype=bool)
@@ -100,8 +106,9 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
     def start_round(self, state: FedHDPState, selected: Tensor) -> None:
         state.local = stack(state.global_params, len(selected))
         if state.ditto is not None:
-            self.ditto.start_round(state.ditto, state.global_params, selected, state.private,
-                                   self._active(state, selected))
+            self.ditto.start_round(
+                state.ditto, state.global_params, selected, state.private, self._active(state, selected)
+            )
 
     def sync(self, state: FedHDPState, selected: Tensor) -> None:
         K = len(selected)

@@ -79,8 +79,9 @@ def lambda_star_levels(counts, gamma2s, alpha2: float, tau2: float, level: int) 
     return alpha2 / (v + tau2 - w_j * (alpha2 + tau2 + v))
 
 
-def level_setup(counts, gamma2s, r, alpha2: float, tau2: float, level: int,
-                own_noise: str = "included") -> tuple[float, float, float]:
+def level_setup(
+    counts, gamma2s, r, alpha2: float, tau2: float, level: int, own_noise: str = "included"
+) -> tuple[float, float, float]:
     """(w_k, g_k2, others) of a client in `level` for point_estimation.local_mse (per coordinate)."""
     if own_noise not in pe.OWN_NOISE:
         raise ValueError(f"own_noise must be one of {pe.OWN_NOISE}")
@@ -94,8 +95,9 @@ def level_setup(counts, gamma2s, r, alpha2: float, tau2: float, level: int,
     return float(w[level]), g_k2, others
 
 
-def local_loss(lam, d: int, counts, gamma2s, r, alpha2: float, tau2: float, level: int,
-               own_noise: str = "included") -> np.ndarray:
+def local_loss(
+    lam, d: int, counts, gamma2s, r, alpha2: float, tau2: float, level: int, own_noise: str = "included"
+) -> np.ndarray:
     """E||theta_k(lam) - phi_k||^2 = d x the scalar MSE (notes C8)."""
     return d * pe.local_mse(lam, *level_setup(counts, gamma2s, r, alpha2, tau2, level, own_noise), alpha2, tau2)
 
@@ -106,8 +108,16 @@ def designs(n: int, n_s: int, d: int, rng: np.random.Generator) -> np.ndarray:
     return math.sqrt(n_s) * q
 
 
-def simulate(trials: int, F: np.ndarray, beta2: float, tau2: float, noise_var: np.ndarray, phi: np.ndarray,
-             rng: np.random.Generator, chunk: int = 5000) -> dict[str, np.ndarray]:
+def simulate(
+    trials: int,
+    F: np.ndarray,
+    beta2: float,
+    tau2: float,
+    noise_var: np.ndarray,
+    phi: np.ndarray,
+    rng: np.random.Generator,
+    chunk: int = 5000,
+) -> dict[str, np.ndarray]:
     """Draw `trials` federations: phi_j, x_j = F_j phi_j + v_j, phi_hat_j = (F^T F)^-1 F^T x_j, psi_j.
 
     Returns arrays (trials, n, d)."""
@@ -128,9 +138,21 @@ def simulate(trials: int, F: np.ndarray, beta2: float, tau2: float, noise_var: n
     return {key: np.concatenate(v) for key, v in out.items()}
 
 
-def opt_out_curves(counts, gamma2s, r, lam: np.ndarray, trials: int, d: int, n_s: int, beta2: float, tau2: float,
-                   rng: np.random.Generator, level: int, own_noise: str = "included",
-                   chunk: int = 2000) -> dict[str, np.ndarray]:
+def opt_out_curves(
+    counts,
+    gamma2s,
+    r,
+    lam: np.ndarray,
+    trials: int,
+    d: int,
+    n_s: int,
+    beta2: float,
+    tau2: float,
+    rng: np.random.Generator,
+    level: int,
+    own_noise: str = "included",
+    chunk: int = 2000,
+) -> dict[str, np.ndarray]:
     """Monte Carlo loss E||theta_k(lam) - phi_k||^2 of the clients of `level` (averaged over them per trial);
     clients are ordered by level. r: level ratios (None: r*)."""
     counts = [int(c) for c in counts]

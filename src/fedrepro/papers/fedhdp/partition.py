@@ -58,10 +58,21 @@ ASSIGNMENTS = ("balanced", "proportional", "random")
 
 
 @register(SCHEME)
-def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None = None, *, seed,
-              n_clients: int = 2000, samples_per_client: int | None = None, digit_assignment: str = "balanced",
-              clients_per_digit: Sequence[int] | None = None, opt_out_fraction: float = 0.05,
-              skewed: bool = False, skew_digit: int = 7, n_classes: int = 10, **extra: Any) -> Partition:
+def partition(
+    train: LabelSet | np.ndarray,
+    test: LabelSet | np.ndarray | None = None,
+    *,
+    seed,
+    n_clients: int = 2000,
+    samples_per_client: int | None = None,
+    digit_assignment: str = "balanced",
+    clients_per_digit: Sequence[int] | None = None,
+    opt_out_fraction: float = 0.05,
+    skewed: bool = False,
+    skew_digit: int = 7,
+    n_classes: int = 10,
+    **extra: Any,
+) -> Partition:
     check_params(SCHEME, extra, set())
     train, test = as_labelset(train), as_labelset(test)
     y = train.labels
@@ -73,8 +84,10 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
     if clients_per_digit is not None:
         cpd = np.asarray(clients_per_digit, dtype=np.int64)
         if cpd.shape != (n_classes,) or cpd.min() < 0 or cpd.sum() != n_clients:
-            raise ConfigError(f"partition {SCHEME}: clients_per_digit must be {n_classes} non-negative ints summing "
-                              f"to n_clients={n_clients}")
+            raise ConfigError(
+                f"partition {SCHEME}: clients_per_digit must be {n_classes} non-negative ints summing "
+                f"to n_clients={n_clients}"
+            )
         digit_assignment = "explicit"
     elif digit_assignment == "balanced":
         cpd = largest_remainder(np.full(n_classes, n_clients / n_classes), n_clients, rng)
@@ -90,8 +103,10 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
     spc = max_fit if samples_per_client is None else int(samples_per_client)
     if spc < 1 or spc > max_fit:
         worst = int(np.flatnonzero(held)[np.argmin(n_per_digit[held] // cpd[held])])
-        raise ConfigError(f"partition {SCHEME}: {spc} samples per client do not fit: digit {worst} has "
-                          f"{n_per_digit[worst]} training samples for {cpd[worst]} clients (max {max_fit})")
+        raise ConfigError(
+            f"partition {SCHEME}: {spc} samples per client do not fit: digit {worst} has "
+            f"{n_per_digit[worst]} training samples for {cpd[worst]} clients (max {max_fit})"
+        )
 
     digit = rng.permutation(np.repeat(np.arange(n_classes), cpd))  # digit of every client
     train_client = np.full(len(y), UNUSED, dtype=np.int64)
@@ -99,7 +114,7 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
     bounds = np.searchsorted(y[order], np.arange(n_classes + 1))
     holders = [np.flatnonzero(digit == d) for d in range(n_classes)]
     for d in range(n_classes):
-        pool = order[bounds[d]:bounds[d + 1]]
+        pool = order[bounds[d] : bounds[d + 1]]
         take = rng.permutation(pool)[: cpd[d] * spc]
         train_client[take] = np.repeat(holders[d], spc)
 
@@ -109,7 +124,7 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
         order_t = np.argsort(yt, kind="stable")
         bounds_t = np.searchsorted(yt[order_t], np.arange(n_classes + 1))
         for d in range(n_classes):
-            idx = order_t[bounds_t[d]:bounds_t[d + 1]]
+            idx = order_t[bounds_t[d] : bounds_t[d + 1]]
             test_client[idx] = split_evenly(idx, holders[d], rng)
     else:
         test_client = np.zeros(0, dtype=np.int64)
@@ -117,14 +132,26 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
     n_opt = int(round(opt_out_fraction * n_clients))
     pool = holders[skew_digit] if skewed else np.arange(n_clients)
     if n_opt > len(pool):
-        raise ConfigError(f"partition {SCHEME}: {n_opt} opt-out clients requested but only {len(pool)} clients "
-                          f"hold digit {skew_digit}")
+        raise ConfigError(
+            f"partition {SCHEME}: {n_opt} opt-out clients requested but only {len(pool)} clients "
+            f"hold digit {skew_digit}"
+        )
     opt_out = np.zeros(n_clients, dtype=bool)
     opt_out[rng.choice(pool, size=n_opt, replace=False)] = True
 
-    params = {"n_clients": n_clients, "samples_per_client": spc, "digit_assignment": digit_assignment,
-              "clients_per_digit": cpd.tolist(), "opt_out_fraction": opt_out_fraction, "n_opt_out": n_opt,
-              "skewed": bool(skewed), "skew_digit": skew_digit if skewed else None, "n_classes": n_classes,
-              "test_split": "even_disjoint_same_digit", "seed": seed_rec}
-    return Partition(SCHEME, params, n_clients, train_client, test_client,
-                     {"digit": digit.astype(np.int64), "opt_out": opt_out})
+    params = {
+        "n_clients": n_clients,
+        "samples_per_client": spc,
+        "digit_assignment": digit_assignment,
+        "clients_per_digit": cpd.tolist(),
+        "opt_out_fraction": opt_out_fraction,
+        "n_opt_out": n_opt,
+        "skewed": bool(skewed),
+        "skew_digit": skew_digit if skewed else None,
+        "n_classes": n_classes,
+        "test_split": "even_disjoint_same_digit",
+        "seed": seed_rec,
+    }
+    return Partition(
+        SCHEME, params, n_clients, train_client, test_client, {"digit": digit.astype(np.int64), "opt_out": opt_out}
+    )

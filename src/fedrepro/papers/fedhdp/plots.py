@@ -43,9 +43,8 @@ def server_variance_vs_r(spec: Mapping, summary: dict, histories: list[pd.DataFr
             name = rf"$\gamma^2 = {g2:.3g}$" if vary_gamma else rf"$\sigma_c^2 = {sc2:g}$"
             ax.plot(c["r"], c["var_closed_form"], "-", color=color, lw=1.2, label=name)
             _mc_markers(ax, c["r"].to_numpy(), c["var_mc"].to_numpy(), c["se"].to_numpy(), color, every=every)
-            ax.plot(c["r_star"].iloc[0], c["var_opt"].iloc[0], "k*", ms=9,
-                    label="analytical opt." if i == 0 else None)
-        fixed = (rf"$\sigma_c^2 = {curves[0][0]:g}$" if vary_gamma else rf"$\gamma^2 = {curves[0][1]:g}$")
+            ax.plot(c["r_star"].iloc[0], c["var_opt"].iloc[0], "k*", ms=9, label="analytical opt." if i == 0 else None)
+        fixed = rf"$\sigma_c^2 = {curves[0][0]:g}$" if vary_gamma else rf"$\gamma^2 = {curves[0][1]:g}$"
         opts = spec.get("options") or {}
         ax.set_title(f"N = {opts.get('N', '')}, " + r"$\rho_{np}$" + f" = {opts.get('rho', '')}, {fixed}", fontsize=9)
         ax.set_yscale("log")
@@ -68,14 +67,23 @@ def opt_out(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) -> plt.
             c = h[(h["panel"] == panel) & (h["scenario"] == sc)].sort_values("lam")
             color = f"C{i}"
             ax.plot(c["lam"], c["loss_closed_form"], "-", color=color, lw=1.2, label=names[sc])
-            _mc_markers(ax, c["lam"].to_numpy(), c["loss_mc"].to_numpy(), c["se"].to_numpy(), color,
-                        every=max(1, len(c) // 25))
+            _mc_markers(
+                ax, c["lam"].to_numpy(), c["loss_mc"].to_numpy(), c["se"].to_numpy(), color, every=max(1, len(c) // 25)
+            )
             lam_m = c["lam_marker"].iloc[0]
             if np.isfinite(lam_m):
                 y = np.interp(np.log(lam_m), np.log(c["lam"]), c["loss_closed_form"])
-                ax.plot(lam_m, y, "*", color=color, ms=10, mec="k",
-                        label=(r"$\lambda^*$ (eq. 17/18/50)" if panel == "fedhdp" else r"argmin $\lambda$")
-                        if i == 0 else None)
+                ax.plot(
+                    lam_m,
+                    y,
+                    "*",
+                    color=color,
+                    ms=10,
+                    mec="k",
+                    label=(r"$\lambda^*$ (eq. 17/18/50)" if panel == "fedhdp" else r"argmin $\lambda$")
+                    if i == 0
+                    else None,
+                )
         ax.set_xscale("log")
         if opts.get("logy"):
             ax.set_yscale("log")
@@ -98,8 +106,9 @@ def server_variance_vs_rho(spec: Mapping, summary: dict, histories: list[pd.Data
     for i, m in enumerate(("fedavg", "fedhdp")):
         c = h[h["method"] == m].sort_values("rho")
         ax.plot(c["rho"], c["var_closed_form"], "-", color=f"C{i}", lw=1.2, label=names[m])
-        _mc_markers(ax, c["rho"].to_numpy(), c["var_mc"].to_numpy(), c["se"].to_numpy(), f"C{i}",
-                    every=max(1, len(c) // 25))
+        _mc_markers(
+            ax, c["rho"].to_numpy(), c["var_mc"].to_numpy(), c["se"].to_numpy(), f"C{i}", every=max(1, len(c) // 25)
+        )
     ax.set_yscale("log")
     finish_axes(ax, r"$\rho_{np}$", r"$\sigma_s^2$", legend_size=7)
     ax.set_title(f"{spec['artifact']}: lines closed form, circles simulation", fontsize=8)

@@ -132,8 +132,17 @@ def local_mse_argmin(w_k: float, g_k2: float, others: float, alpha2: float, tau2
     return max((a - b) / (c - b), 0.0)
 
 
-def client_setup(n: int, rho: float, r: float, alpha2: float, tau2: float, gamma2: float, private: bool,
-                 own_noise: str = "included", dp_everyone: bool = False) -> tuple[float, float, float]:
+def client_setup(
+    n: int,
+    rho: float,
+    r: float,
+    alpha2: float,
+    tau2: float,
+    gamma2: float,
+    private: bool,
+    own_noise: str = "included",
+    dp_everyone: bool = False,
+) -> tuple[float, float, float]:
     """(w_k, g_k2, others) of client k in a federation of N clients (fraction rho non-private).
 
     dp_everyone: DP-FedAvg, every client adds N(0, N_p gamma2) and the average is uniform.
@@ -185,8 +194,17 @@ def _chunks(trials: int, chunk: int) -> Iterator[int]:
         done += k
 
 
-def simulate_clients(trials: int, n: int, n_s: int, alpha2: float, tau2: float, noise_var: np.ndarray,
-                     rng: np.random.Generator, phi: float = 0.0, chunk: int = 20000) -> dict[str, np.ndarray]:
+def simulate_clients(
+    trials: int,
+    n: int,
+    n_s: int,
+    alpha2: float,
+    tau2: float,
+    noise_var: np.ndarray,
+    rng: np.random.Generator,
+    phi: float = 0.0,
+    chunk: int = 20000,
+) -> dict[str, np.ndarray]:
     """Draw `trials` independent federations of n clients from eqs. (5)-(8), sample by sample.
 
     noise_var: per-client variance of the privacy noise l_j (0 for non-private clients).
@@ -227,9 +245,21 @@ def mc_mean_se(sq_err: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sq_err.mean(axis=0), sq_err.std(axis=0, ddof=1) / math.sqrt(sq_err.shape[0])
 
 
-def opt_out_curves(n: int, rho: float, alpha2: float, tau2: float, gamma2: float, r: float | None, lam: np.ndarray,
-                   trials: int, n_s: int, rng: np.random.Generator, private: bool,
-                   own_noise: str = "included", chunk: int = 5000) -> dict[str, np.ndarray]:
+def opt_out_curves(
+    n: int,
+    rho: float,
+    alpha2: float,
+    tau2: float,
+    gamma2: float,
+    r: float | None,
+    lam: np.ndarray,
+    trials: int,
+    n_s: int,
+    rng: np.random.Generator,
+    private: bool,
+    own_noise: str = "included",
+    chunk: int = 5000,
+) -> dict[str, np.ndarray]:
     """Monte Carlo MSE of the personalized estimate theta_k(lam) of a client in role `private`, averaged over all
     clients of that role in each trial (they are exchangeable), with r = r* when r is None.
 

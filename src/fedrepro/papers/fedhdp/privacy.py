@@ -28,8 +28,14 @@ from fedrepro.privacy.validation import check_positive
 TFF_SIGMA_B_FRACTION = 0.05  # TFF default: clipped-count noise std = 0.05 x expected clients per round
 
 
-def epsilons(sampling_rate: float, noise_multiplier: float, rounds: int, delta: float,
-             accountants: Iterable[str] = ACCOUNTANTS, **kwargs) -> dict[str, EpsilonResult]:
+def epsilons(
+    sampling_rate: float,
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+    accountants: Iterable[str] = ACCOUNTANTS,
+    **kwargs,
+) -> dict[str, EpsilonResult]:
     """epsilon of one privacy group after `rounds` rounds, under each accountant."""
     return {a: compute_epsilon(noise_multiplier, sampling_rate, rounds, delta, a, **kwargs) for a in accountants}
 

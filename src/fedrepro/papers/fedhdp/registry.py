@@ -68,13 +68,30 @@ OUT = ROOT / "config" / "targets" / "fedhdp.csv"
 
 TABLE_EXP = {"T8": "noniid_mnist", "T9": "skewed_mnist", "T10": "fmnist", "T11": "femnist"}
 BLOCK_TABLE = {"nonIID": "T8", "skewed": "T9", "FMNIST": "T10", "FEMNIST": "T11"}
-NEEDS = {"noniid_mnist": "MNIST (networked machine)", "skewed_mnist": "MNIST (networked machine)",
-         "fmnist": "TFF EMNIST digits, only_digits=True (networked machine)",
-         "femnist": "TFF EMNIST, only_digits=False (networked machine)"}
-METRIC_SLUG = {"Acc_g": "acc_g", "Acc_g,p": "acc_g_p", "Acc_g,np": "acc_g_np", "D_g": "d_g", "Acc_l,p": "acc_l_p",
-               "Acc_l,np": "acc_l_np", "D_l": "d_l"}
-METRIC_NAME = {"Acc_g": "Acc_g", "Acc_g,p": "Acc_g,p", "Acc_g,np": "Acc_g,np", "D_g": "Δ_g", "Acc_l,p": "Acc_l,p",
-               "Acc_l,np": "Acc_l,np", "D_l": "Δ_l"}
+NEEDS = {
+    "noniid_mnist": "MNIST (networked machine)",
+    "skewed_mnist": "MNIST (networked machine)",
+    "fmnist": "TFF EMNIST digits, only_digits=True (networked machine)",
+    "femnist": "TFF EMNIST, only_digits=False (networked machine)",
+}
+METRIC_SLUG = {
+    "Acc_g": "acc_g",
+    "Acc_g,p": "acc_g_p",
+    "Acc_g,np": "acc_g_np",
+    "D_g": "d_g",
+    "Acc_l,p": "acc_l_p",
+    "Acc_l,np": "acc_l_np",
+    "D_l": "d_l",
+}
+METRIC_NAME = {
+    "Acc_g": "Acc_g",
+    "Acc_g,p": "Acc_g,p",
+    "Acc_g,np": "Acc_g,np",
+    "D_g": "Δ_g",
+    "Acc_l,p": "Acc_l,p",
+    "Acc_l,np": "Acc_l,np",
+    "D_l": "Δ_l",
+}
 CELL = re.compile(r"^(-?\d+(?:\.\d+)?)(?:\((\d+(?:\.\d+)?)\))?$")
 LEARN_ID = re.compile(r"^(T\d+)\.([^.]+(?:\.\d+)?)\.(.+)\.(Acc_g|Acc_g,p|Acc_g,np|D_g|Acc_l,p|Acc_l,np|D_l)$")
 
@@ -116,8 +133,15 @@ def _parse_learning(rows: list[dict]) -> tuple[list[dict], dict]:
         c = CELL.match(r["printed"])
         if not c:
             raise ValueError(f"{r['notes_id']}: unparsable cell {r['printed']!r}")
-        cell = {"src": r, "table": table, "block": block, "alg": alg, "metric": metric, "value": c.group(1),
-                "var": c.group(2)}
+        cell = {
+            "src": r,
+            "table": table,
+            "block": block,
+            "alg": alg,
+            "metric": metric,
+            "value": c.group(1),
+            "var": c.group(2),
+        }
         cells.append(cell)
         if table in TABLE_EXP:
             index[table, block, alg, metric] = cell
@@ -133,8 +157,8 @@ def _same(a: dict, b: dict) -> bool:
 
 NOTES_BY_ID = {
     "T10.lam0.05.HDP-FedAvg+Ditto.Acc_g": "Possibly a typo: Acc_g 72.42 lies well below both Acc_g,p and Acc_g,np "
-                                          "of the same row (notes §7 #10); Acc_g is on the pooled server test set, "
-                                          "so this is not a proven inconsistency.",
+    "of the same row (notes §7 #10); Acc_g is on the pooled server test set, "
+    "so this is not a proven inconsistency.",
 }
 
 
@@ -157,26 +181,31 @@ def _consistency_notes(index: dict) -> dict[tuple, list[str]]:
                     notes.setdefault((table, block, alg, d), []).append(
                         f"INCONSISTENT in the paper: printed {METRIC_NAME[d]} = {row[d]['value']} but "
                         f"{METRIC_NAME[np_]} - {METRIC_NAME[p_]} of the same row = {row[np_]['value']} - "
-                        f"{row[p_]['value']} = {diff} (notes §7 #9).")
+                        f"{row[p_]['value']} = {diff} (notes §7 #9)."
+                    )
                 elif len(row[d]["value"].split(".")[-1]) > 2:
                     notes.setdefault((table, block, alg, d), []).append(
                         f"Odd precision as printed ({row[d]['value']}); consistent with {METRIC_NAME[np_]} - "
-                        f"{METRIC_NAME[p_]} = {diff} (notes §7 #9).")
+                        f"{METRIC_NAME[p_]} = {diff} (notes §7 #9)."
+                    )
         if alg == "FedHDP_r=0" and "Acc_l,p" in row and "Acc_g,p" in row:
             twin = rows.get((table, block, "FedHDP_r=0.001"))
             dup = twin is not None and all(
                 m == "Acc_g" or (m in twin and (twin[m]["value"], twin[m]["var"]) == (c["value"], c["var"]))
-                for m, c in row.items())
+                for m, c in row.items()
+            )
             if dup:
                 for m in (m for m in row if m != "Acc_g"):
                     notes.setdefault((table, block, alg, m), []).append(
                         "INCONSISTENT in the paper: this r = 0 row repeats the r = 0.001 row of the same block in "
                         "every column except Acc_g, and its Acc_l,p differs from Acc_g,p although private clients "
-                        "are never trained at r = 0; likely a copy error (notes §7 #10).")
+                        "are never trained at r = 0; likely a copy error (notes §7 #10)."
+                    )
             elif row["Acc_l,p"]["value"] != row["Acc_g,p"]["value"]:
                 notes.setdefault((table, block, alg, "Acc_l,p"), []).append(
                     "INCONSISTENT in the paper: at r = 0 private clients are never trained, so Acc_l,p should equal "
-                    "Acc_g,p of the same row.")
+                    "Acc_g,p of the same row."
+                )
     return notes
 
 
@@ -205,34 +234,72 @@ def learning_rows(rows: list[dict]) -> list[dict]:
                 extra_note += notes.get((app[0], f"lam{lam}", alg, metric), [])
             else:
                 key = f"table{table[1:]}.{alg_slug(alg)}.{METRIC_SLUG[metric]}"
-                extra_note.append(f"Repeats no appendix cell (the notes' '= {app[0]}.lam{app[1]}' cell prints "
-                                  f"{twin['value'] if twin else 'nothing'}): the Table {table[1:]} selection "
-                                  f"combines runs with different lambda (notes §7 #21).")
+                extra_note.append(
+                    f"Repeats no appendix cell (the notes' '= {app[0]}.lam{app[1]}' cell prints "
+                    f"{twin['value'] if twin else 'nothing'}): the Table {table[1:]} selection "
+                    f"combines runs with different lambda (notes §7 #21)."
+                )
             if src["notes_id"].startswith("T3.nonIID.FedHDP"):
-                extra_note.append("Table 3's FedHDP row is garbled in the extraction; the value is the Table 8 cell "
-                                  "it repeats (notes §5).")
+                extra_note.append(
+                    "Table 3's FedHDP row is garbled in the extraction; the value is the Table 8 cell "
+                    "it repeats (notes §5)."
+                )
         if src["notes_id"] in NOTES_BY_ID:
             extra_note.append(NOTES_BY_ID[src["notes_id"]])
         rid = src["notes_id"].replace(",", "_")
         setting = src["setting"]
-        base = dict(artifact=src["artifact"], table_row=f"{alg} ({c['block'] if table in TABLE_EXP else 'best'})",
-                    table_col=METRIC_NAME[metric], setting=setting, unit="%", experiment=f"fedhdp.{exp}",
-                    needs=NEEDS[exp])
-        out.append(_row(id=rid, metric=f"{METRIC_NAME[metric]} (mean over clients)" if metric not in ("Acc_g", "D_g",
-                                                                                                      "D_l")
-                        else METRIC_NAME[metric], value=c["value"], key=key, note=" ".join(extra_note), **base))
+        base = dict(
+            artifact=src["artifact"],
+            table_row=f"{alg} ({c['block'] if table in TABLE_EXP else 'best'})",
+            table_col=METRIC_NAME[metric],
+            setting=setting,
+            unit="%",
+            experiment=f"fedhdp.{exp}",
+            needs=NEEDS[exp],
+        )
+        out.append(
+            _row(
+                id=rid,
+                metric=f"{METRIC_NAME[metric]} (mean over clients)"
+                if metric not in ("Acc_g", "D_g", "D_l")
+                else METRIC_NAME[metric],
+                value=c["value"],
+                key=key,
+                note=" ".join(extra_note),
+                **base,
+            )
+        )
         if c["var"] is not None:
-            out.append(_row(id=rid + ".var", metric=f"{METRIC_NAME[metric]}: variance across clients (printed in "
-                                                    f"parentheses; 100 x Var of accuracy in [0,1], notes §7 #19)",
-                            value=c["var"], key=key + "_var", note=" ".join(extra_note), **dict(base, unit="")))
+            out.append(
+                _row(
+                    id=rid + ".var",
+                    metric=f"{METRIC_NAME[metric]}: variance across clients (printed in "
+                    f"parentheses; 100 x Var of accuracy in [0,1], notes §7 #19)",
+                    value=c["var"],
+                    key=key + "_var",
+                    note=" ".join(extra_note),
+                    **dict(base, unit=""),
+                )
+            )
     return out
 
 
 # ------------------------------------------------------------------------------------------------ everything else
 DATASET_EXP = {"nonIIDMNIST": "noniid_mnist", "FMNIST": "fmnist", "FEMNIST": "femnist"}
-SETTING_KEYS = {"N": "n_clients", "q": "clients_per_round_pct", "task": "n_labels", "model": "model_is_cnn",
-                "batch": "batch_size", "epochs": "local_epochs", "lr": "lr", "decay": "lr_decay", "S0": "clip_init",
-                "eta_b": "clip_lr", "kappa": "target_unclipped_quantile", "z_eff": "effective_noise_multiplier"}
+SETTING_KEYS = {
+    "N": "n_clients",
+    "q": "clients_per_round_pct",
+    "task": "n_labels",
+    "model": "model_is_cnn",
+    "batch": "batch_size",
+    "epochs": "local_epochs",
+    "lr": "lr",
+    "decay": "lr_decay",
+    "S0": "clip_init",
+    "eta_b": "clip_lr",
+    "kappa": "target_unclipped_quantile",
+    "z_eff": "effective_noise_multiplier",
+}
 # Figures 1-4 print no numbers. Each is judged by what the paper says about it (printed row: e.g. "the optimal ratio
 # r* in Lemma 1 minimizes the server variance"), and, apart, by whether the simulation matches our closed forms (a
 # check row): (experiment, the paper's statements, the implementation checks).
@@ -240,36 +307,54 @@ FIGURE_CHECKS = {
     "F1-left": ("fig1", "lemma1_r_star_minimizes,mc_r_star_beats_fedavg", "mc_matches_closed_form"),
     "F1-right": ("fig1", "lemma1_r_star_minimizes,mc_r_star_beats_fedavg", "mc_matches_closed_form"),
     "F2-left": ("fig2", "opting_out_helps", "mc_matches_closed_form"),
-    "F2-right": ("fig2", "opting_out_helps,fedhdp_beats_hdp,lam_np_at_least_lam_p",
-                 "mc_matches_closed_form,lam_star_is_bayes_optimal_eq49"),
+    "F2-right": (
+        "fig2",
+        "opting_out_helps,fedhdp_beats_hdp,lam_np_at_least_lam_p",
+        "mc_matches_closed_form,lam_star_is_bayes_optimal_eq49",
+    ),
     "F3-left": ("fig3", "opting_out_helps", "mc_matches_closed_form"),
-    "F3-right": ("fig3", "opting_out_helps,fedhdp_beats_hdp,lam_np_at_least_lam_p",
-                 "mc_matches_closed_form,lam_star_is_bayes_optimal_eq49"),
+    "F3-right": (
+        "fig3",
+        "opting_out_helps,fedhdp_beats_hdp,lam_np_at_least_lam_p",
+        "mc_matches_closed_form,lam_star_is_bayes_optimal_eq49",
+    ),
     "F4": ("fig4", "fedhdp_below_fedavg,large_gain_at_small_rho", "mc_matches_closed_form,closed_forms_agree"),
 }
 TABLE2 = {
     "T2.hom-data.no-priv": ("table2_hom_data_no_priv", True, ""),
     "T2.hom-data.hom-priv": (
-        "table2_hom_data_hom_priv", False,
+        "table2_hom_data_hom_priv",
+        False,
         "INCONSISTENT in the paper: eq. (18) with tau2 = 0, rho_np = 0 gives lambda*_p = alpha2/gamma2, which equals "
         "the printed 1/gamma2 only when alpha2 = 1; the exact argmin of the personalized MSE agrees with eq. (18) "
         "(check table2_hom_priv_eq18 and the Monte Carlo check table2_hom_priv_mc_prefers_eq18 on row "
-        "X.T2.hom-data.hom-priv.eq18). Reported as a paper inconsistency, not tuned to (notes §7 #5)."),
+        "X.T2.hom-data.hom-priv.eq18). Reported as a paper inconsistency, not tuned to (notes §7 #5).",
+    ),
     "T2.het-data.no-priv": ("table2_het_data_no_priv", True, ""),
-    "T2.het-data.hom-priv": ("table2_het_data_hom_priv", True, "With rho_np = 0 the printed form equals "
-                                                               "alpha2/(tau2 + gamma2), which is eq. (18)."),
+    "T2.het-data.hom-priv": (
+        "table2_het_data_hom_priv",
+        True,
+        "With rho_np = 0 the printed form equals alpha2/(tau2 + gamma2), which is eq. (18).",
+    ),
 }
-GAIN_G = ("Acc_g of Table 4's FedHDP (lam0.05.fedhdp_r_0_01.acc_g) minus DP-FedAvg+Ditto's "
-          "(lam0.05.dp_fedavg_ditto.acc_g)")
+GAIN_G = (
+    "Acc_g of Table 4's FedHDP (lam0.05.fedhdp_r_0_01.acc_g) minus DP-FedAvg+Ditto's (lam0.05.dp_fedavg_ditto.acc_g)"
+)
 DERIVED = {  # text rows that are differences of Table 4 cells: (experiment, key name, cells, explanation)
     "A.1": ("fmnist", "gain_acc_g_fedhdp_vs_dp_fedavg_ditto", GAIN_G),
     "S5.2.a": ("fmnist", "gain_acc_g_fedhdp_vs_dp_fedavg_ditto", GAIN_G),
-    "S5.2.b": ("femnist", "gain_acc_l_np_fedhdp_vs_acc_l_p_dp_fedavg_ditto",
-               "Acc_l,np of Table 4's FedHDP (lam0.25.fedhdp_r_0_01.acc_l_np) minus DP-FedAvg+Ditto's Acc_l,p "
-               "(lam0.05.dp_fedavg_ditto.acc_l_p)"),
-    "S5.2.d": ("fmnist", "gain_acc_g_np_fedhdp_vs_acc_g_p_dp_fedavg_ditto",
-               "Acc_g,np of Table 4's FedHDP (lam0.05.fedhdp_r_0_01.acc_g_np) minus DP-FedAvg+Ditto's Acc_g,p "
-               "(lam0.05.dp_fedavg_ditto.acc_g_p)"),
+    "S5.2.b": (
+        "femnist",
+        "gain_acc_l_np_fedhdp_vs_acc_l_p_dp_fedavg_ditto",
+        "Acc_l,np of Table 4's FedHDP (lam0.25.fedhdp_r_0_01.acc_l_np) minus DP-FedAvg+Ditto's Acc_l,p "
+        "(lam0.05.dp_fedavg_ditto.acc_l_p)",
+    ),
+    "S5.2.d": (
+        "fmnist",
+        "gain_acc_g_np_fedhdp_vs_acc_g_p_dp_fedavg_ditto",
+        "Acc_g,np of Table 4's FedHDP (lam0.05.fedhdp_r_0_01.acc_g_np) minus DP-FedAvg+Ditto's Acc_g,p "
+        "(lam0.05.dp_fedavg_ditto.acc_g_p)",
+    ),
 }
 
 
@@ -277,8 +362,12 @@ def _number(printed: str) -> tuple[str, str]:
     """(value, unit) of a printed setting / text number; ('', '') when the text is not a single number."""
     t = printed.replace("up to ", "").replace(",", "").replace("~", "").strip()
     t = re.sub(r" \(merged\)$", "", t)
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(%?)", t) or re.fullmatch(r"(\d+(?:\.\d+)?) / \S+", t) \
-        or re.fullmatch(r"(\d+(?:\.\d+)?) every .*", t) or re.fullmatch(r"(\d+)-label classification", t)
+    m = (
+        re.fullmatch(r"(\d+(?:\.\d+)?)(%?)", t)
+        or re.fullmatch(r"(\d+(?:\.\d+)?) / \S+", t)
+        or re.fullmatch(r"(\d+(?:\.\d+)?) every .*", t)
+        or re.fullmatch(r"(\d+)-label classification", t)
+    )
     if not m:
         return "", ""
     return m.group(1), ("%" if "%" in t else "")
@@ -294,35 +383,83 @@ def other_rows(rows: list[dict], learning: list[dict]) -> list[dict]:
         base = dict(id=nid, artifact=art, setting=r["setting"], metric=r["metric"])
         if nid in FIGURE_CHECKS:
             exp, claims, checks = FIGURE_CHECKS[nid]
-            out.append(_row(**base, experiment=f"fedhdp.{exp}", key=f"check:{claims}", ci="true",
-                            note="Figure-only (no printed numbers): judged by what the paper says the figure shows; "
-                                 "parameters the figure does not state are GAPs in config/fedhdp.yaml."))
-            out.append(_row(**dict(base, id=f"X.{nid}.closed_forms", artifact=f"Extra: {art}, implementation check",
-                                   metric="simulated markers vs our closed-form lines"),
-                            experiment=f"fedhdp.{exp}", key=f"check:{checks}", ci="true", row="check",
-                            note="Our Monte Carlo against our own closed forms (and closed forms against each "
-                                 "other): verifies the implementation, not the paper."))
+            out.append(
+                _row(
+                    **base,
+                    experiment=f"fedhdp.{exp}",
+                    key=f"check:{claims}",
+                    ci="true",
+                    note="Figure-only (no printed numbers): judged by what the paper says the figure shows; "
+                    "parameters the figure does not state are GAPs in config/fedhdp.yaml.",
+                )
+            )
+            out.append(
+                _row(
+                    **dict(
+                        base,
+                        id=f"X.{nid}.closed_forms",
+                        artifact=f"Extra: {art}, implementation check",
+                        metric="simulated markers vs our closed-form lines",
+                    ),
+                    experiment=f"fedhdp.{exp}",
+                    key=f"check:{checks}",
+                    ci="true",
+                    row="check",
+                    note="Our Monte Carlo against our own closed forms (and closed forms against each "
+                    "other): verifies the implementation, not the paper.",
+                )
+            )
         elif nid in TABLE2:
             check, ci, note = TABLE2[nid]
-            out.append(_row(**dict(base, metric=f"{r['metric']}: printed '{printed}'"), experiment="fedhdp.table2",
-                            key=f"check:{check}", ci="true" if ci else "false", note=note))
+            out.append(
+                _row(
+                    **dict(base, metric=f"{r['metric']}: printed '{printed}'"),
+                    experiment="fedhdp.table2",
+                    key=f"check:{check}",
+                    ci="true" if ci else "false",
+                    note=note,
+                )
+            )
         elif nid == "S3.1.2.a":
-            out.append(_row(**dict(base, metric=f"{r['metric']}: printed '{printed}'"), experiment="fedhdp.table2",
-                            key="check:lemma2_gaps_and_limits", ci="true",
-                            note="Checked at N = 1e8 against the exact gaps of Lemma 2 (relative tolerance in "
-                                 "config)."))
+            out.append(
+                _row(
+                    **dict(base, metric=f"{r['metric']}: printed '{printed}'"),
+                    experiment="fedhdp.table2",
+                    key="check:lemma2_gaps_and_limits",
+                    ci="true",
+                    note="Checked at N = 1e8 against the exact gaps of Lemma 2 (relative tolerance in config).",
+                )
+            )
         elif nid in DERIVED:
             exp, name, expl = DERIVED[nid]
             value, unit = _number(printed)
-            out.append(_row(**base, value=value, unit=unit, experiment=f"fedhdp.{exp}", key=f"derived.{name}",
-                            needs=NEEDS[exp], note=f"Derived from table cells: {expl}; 'up to' is the maximum over "
-                                                   f"the four datasets, which is attained on this one."))
+            out.append(
+                _row(
+                    **base,
+                    value=value,
+                    unit=unit,
+                    experiment=f"fedhdp.{exp}",
+                    key=f"derived.{name}",
+                    needs=NEEDS[exp],
+                    note=f"Derived from table cells: {expl}; 'up to' is the maximum over "
+                    f"the four datasets, which is attained on this one.",
+                )
+            )
         elif nid in ("A.3", "S5.2.c"):
             cell = by_id["T4.FEMNIST.FedHDP_r=0.01.D_l"]
             value, unit = _number(printed)
-            out.append(_row(**base, value=value, unit=unit, experiment=cell["experiment"], key=cell["key"],
-                            needs=cell["needs"], note="The FEMNIST FedHDP Δ_l of Table 4 (same experiment and key as "
-                                                      "row T4.FEMNIST.FedHDP_r=0.01.D_l)."))
+            out.append(
+                _row(
+                    **base,
+                    value=value,
+                    unit=unit,
+                    experiment=cell["experiment"],
+                    key=cell["key"],
+                    needs=cell["needs"],
+                    note="The FEMNIST FedHDP Δ_l of Table 4 (same experiment and key as "
+                    "row T4.FEMNIST.FedHDP_r=0.01.D_l).",
+                )
+            )
         else:
             out.extend(_setting_rows(r, base))
     return out
@@ -330,17 +467,28 @@ def other_rows(rows: list[dict], learning: list[dict]) -> list[dict]:
 
 def _setting_rows(r: dict, base: dict) -> list[dict]:
     nid, printed = r["notes_id"], r["printed"]
-    note = ("Input setting of the learning experiment, not an output: compared when the experiment records it under "
-            "metrics 'setting.*'.")
+    note = (
+        "Input setting of the learning experiment, not an output: compared when the experiment records it under "
+        "metrics 'setting.*'."
+    )
     if nid in ("S5.1.c", "S5.1.d"):  # one printed phrase, one number per dataset
         parts = [p.strip() for p in printed.split(" and ")] if " and " in printed else [printed, printed]
         key = "n_clients" if nid == "S5.1.c" else "clients_per_round_pct"
         out = []
         for exp, part in zip(("fmnist", "femnist"), parts):
             value, unit = _number(part)
-            out.append(_row(**dict(base, id=f"{nid}.{exp}", setting=f"{r['setting']} ({exp})"), value=value,
-                            unit=unit, experiment=f"fedhdp.{exp}", key=f"setting.{key}", needs=NEEDS[exp], row="check",
-                            note=note + (" Printed approximately ('~')." if "~" in part else "")))
+            out.append(
+                _row(
+                    **dict(base, id=f"{nid}.{exp}", setting=f"{r['setting']} ({exp})"),
+                    value=value,
+                    unit=unit,
+                    experiment=f"fedhdp.{exp}",
+                    key=f"setting.{key}",
+                    needs=NEEDS[exp],
+                    row="check",
+                    note=note + (" Printed approximately ('~')." if "~" in part else ""),
+                )
+            )
         return out
     m = re.match(r"T(\d)\.([^.]+)\.(.+)$", nid)
     if m and m.group(1) in "57":
@@ -350,26 +498,41 @@ def _setting_rows(r: dict, base: dict) -> list[dict]:
         key = f"setting.model.layer{m.group(3)}"
         note += " The FC model is shared by non-IID MNIST and FMNIST."
     else:
-        key = {"A.2": "nonprivate_pct", "S5.2.e": "nonprivate_pct", "S5.1.a": "n_clients",
-               "S5.1.b": "clients_per_round_pct", "C.a": "rounds"}[nid]
+        key = {
+            "A.2": "nonprivate_pct",
+            "S5.2.e": "nonprivate_pct",
+            "S5.1.a": "n_clients",
+            "S5.1.b": "clients_per_round_pct",
+            "C.a": "rounds",
+        }[nid]
         exp, key = "noniid_mnist", f"setting.{key}"
         if nid in ("A.2", "S5.2.e", "C.a"):
             note += " Stated for all four experiments; registered once, on non-IID MNIST."
     value, unit = _number(printed)
     metric = r["metric"] if value else f"{r['metric']}: printed '{printed}'"
-    if key == "setting.model_is_cnn" and printed.strip() in ("CNN", "FC NN"):   # Table 5's model column, as a flag
+    if key == "setting.model_is_cnn" and printed.strip() in ("CNN", "FC NN"):  # Table 5's model column, as a flag
         value, unit = ("1" if printed.strip() == "CNN" else "0"), ""
         metric += " (1 = convolutional, 0 = fully connected)"
     if "merged" in printed:
         note += " Merged table cell (notes §7 #13)."
-    return [_row(**dict(base, metric=metric), value=value, unit=unit, experiment=f"fedhdp.{exp}", key=key,
-                 needs=NEEDS[exp], note=note, row="check")]
+    return [
+        _row(
+            **dict(base, metric=metric),
+            value=value,
+            unit=unit,
+            experiment=f"fedhdp.{exp}",
+            key=key,
+            needs=NEEDS[exp],
+            note=note,
+            row="check",
+        )
+    ]
 
 
 def source_id(registry_id: str) -> str:
     """The notes §5 id (',' written '_') a generated registry row comes from."""
-    if registry_id.startswith("X.F") and registry_id.endswith(".closed_forms"):   # a figure's implementation check
-        return registry_id[len("X."):-len(".closed_forms")]
+    if registry_id.startswith("X.F") and registry_id.endswith(".closed_forms"):  # a figure's implementation check
+        return registry_id[len("X.") : -len(".closed_forms")]
     for suffix in (".var", ".fmnist", ".femnist"):
         if registry_id.endswith(suffix) and not registry_id.startswith("T7."):
             return registry_id[: -len(suffix)]

@@ -18,8 +18,13 @@ from fedrepro.papers.histograms.pipeline import CLUSTERED, METHODS
 BASELINES = ("local", "fedavg", "fedavg_ft")
 OURS = ("alg2", "alg2_ft", "alg2_dimred", "alg2_dimred_ft")
 GAIN_AT_LEAST = 0.05
-CLAIMS = ("gains_at_least_5pct", "alg2_converges_ifca_does_not", "dimred_hurts_nonprivate_helps_private",
-          "private_not_better", "private_keeps_gains")   # the checks table1_claims returns
+CLAIMS = (
+    "gains_at_least_5pct",
+    "alg2_converges_ifca_does_not",
+    "dimred_hurts_nonprivate_helps_private",
+    "private_not_better",
+    "private_keeps_gains",
+)  # the checks table1_claims returns
 
 
 def _non_finite(kl: dict) -> list[str]:
@@ -37,10 +42,13 @@ def gains_over_baselines(kl: dict) -> Check:
     bad = _non_finite({"nonprivate": k})
     ours, base = min(OURS, key=k.get), min(BASELINES, key=k.get)
     gain = (k[base] - k[ours]) / k[base]
-    return Check(not bad and gain >= GAIN_AT_LEAST,
-                 f"non-private: best of Alg. 2 ({ours}) {k[ours]:.4f} vs best baseline ({base}) {k[base]:.4f}: "
-                 f"{100 * gain:.1f}% lower KL, need >= {100 * GAIN_AT_LEAST:g}% (Sec. 1)" + _not_finite_text(bad),
-                 100 * gain, 100 * GAIN_AT_LEAST)
+    return Check(
+        not bad and gain >= GAIN_AT_LEAST,
+        f"non-private: best of Alg. 2 ({ours}) {k[ours]:.4f} vs best baseline ({base}) {k[base]:.4f}: "
+        f"{100 * gain:.1f}% lower KL, need >= {100 * GAIN_AT_LEAST:g}% (Sec. 1)" + _not_finite_text(bad),
+        100 * gain,
+        100 * GAIN_AT_LEAST,
+    )
 
 
 def alg2_converges_ifca_does_not(kl: dict, diagnostics: dict, within: int) -> Check:
@@ -51,10 +59,12 @@ def alg2_converges_ifca_does_not(kl: dict, diagnostics: dict, within: int) -> Ch
     bad = _non_finite({"nonprivate": k})
     converged = bool(d["alg2"]["converged"]) and d["alg2"]["iterations"] <= within
     ifca_behind = k["ifca"] > k["alg2"]
-    return Check(not bad and converged and ifca_behind,
-                 f"non-private Alg. 2 {'converged' if d['alg2']['converged'] else 'still changing'} after "
-                 f"{d['alg2']['iterations']} iterations (need <= {within}); IFCA after {d['ifca']['iterations']}: "
-                 f"KL {k['ifca']:.4f} vs Alg. 2 {k['alg2']:.4f} (need IFCA higher)" + _not_finite_text(bad))
+    return Check(
+        not bad and converged and ifca_behind,
+        f"non-private Alg. 2 {'converged' if d['alg2']['converged'] else 'still changing'} after "
+        f"{d['alg2']['iterations']} iterations (need <= {within}); IFCA after {d['ifca']['iterations']}: "
+        f"KL {k['ifca']:.4f} vs Alg. 2 {k['alg2']:.4f} (need IFCA higher)" + _not_finite_text(bad),
+    )
 
 
 def dimred_hurts_nonprivate_helps_private(kl: dict) -> Check:
@@ -63,12 +73,17 @@ def dimred_hurts_nonprivate_helps_private(kl: dict) -> Check:
     privacy mechanisms": Alg. 2 + DimRed above Alg. 2 non-privately and below it privately, with and without FT."""
     bad = _non_finite(kl)
     pairs = [(regime, ft) for regime in ("nonprivate", "private") for ft in ("", "_ft")]
-    wrong = [f"{regime} alg2_dimred{ft} {kl[regime]['alg2_dimred' + ft]:.4f} vs alg2{ft} {kl[regime]['alg2' + ft]:.4f}"
-             for regime, ft in pairs
-             if (kl[regime]["alg2_dimred" + ft] > kl[regime]["alg2" + ft]) != (regime == "nonprivate")]
-    return Check(not bad and not wrong,
-                 "DimRed raises Alg. 2's KL non-privately and lowers it privately (with and without FT)"
-                 + (f"; not so: {'; '.join(wrong)}" if wrong else "") + _not_finite_text(bad))
+    wrong = [
+        f"{regime} alg2_dimred{ft} {kl[regime]['alg2_dimred' + ft]:.4f} vs alg2{ft} {kl[regime]['alg2' + ft]:.4f}"
+        for regime, ft in pairs
+        if (kl[regime]["alg2_dimred" + ft] > kl[regime]["alg2" + ft]) != (regime == "nonprivate")
+    ]
+    return Check(
+        not bad and not wrong,
+        "DimRed raises Alg. 2's KL non-privately and lowers it privately (with and without FT)"
+        + (f"; not so: {'; '.join(wrong)}" if wrong else "")
+        + _not_finite_text(bad),
+    )
 
 
 def private_not_better(kl: dict, se: dict, z: float) -> Check:
@@ -76,11 +91,13 @@ def private_not_better(kl: dict, se: dict, z: float) -> Check:
     its non-private KL by more than z standard errors. One-sided, so any implementation that only adds noise
     passes it, however broken (the substantive claim is :func:`private_keeps_gains`); a non-finite KL fails."""
     bad = _non_finite(kl)
-    better = [m for m in METHODS if m != "local"
-              and kl["private"][m] < kl["nonprivate"][m] - z * se["private"][m]]
-    return Check(not bad and not better,
-                 "every private method is no better than its non-private counterpart (within z SE)"
-                 + (f"; better: {', '.join(better)}" if better else "") + _not_finite_text(bad))
+    better = [m for m in METHODS if m != "local" and kl["private"][m] < kl["nonprivate"][m] - z * se["private"][m]]
+    return Check(
+        not bad and not better,
+        "every private method is no better than its non-private counterpart (within z SE)"
+        + (f"; better: {', '.join(better)}" if better else "")
+        + _not_finite_text(bad),
+    )
 
 
 def private_keeps_gains(kl: dict) -> Check:
@@ -93,10 +110,13 @@ def private_keeps_gains(kl: dict) -> Check:
     pairs = [(m, "local") for m in METHODS if m != "local" and k[m] < k["local"]]
     pairs += [(c + ft, "fedavg" + ft) for c in CLUSTERED for ft in ("", "_ft") if k[c + ft] < k["fedavg" + ft]]
     lost = [f"{m} {q[m]:.4f} >= {b} {q[b]:.4f}" for m, b in pairs if not q[m] < q[b]]
-    return Check(bool(pairs) and not bad and not lost,
-                 f"private KL keeps the {len(pairs)} non-private gains (over Local; clustering over FedAvg)"
-                 + (f"; lost: {'; '.join(lost)}" if lost else "") + _not_finite_text(bad)
-                 + ("" if pairs else "; no non-private gain to keep"))
+    return Check(
+        bool(pairs) and not bad and not lost,
+        f"private KL keeps the {len(pairs)} non-private gains (over Local; clustering over FedAvg)"
+        + (f"; lost: {'; '.join(lost)}" if lost else "")
+        + _not_finite_text(bad)
+        + ("" if pairs else "; no non-private gain to keep"),
+    )
 
 
 def table1_claims(kl: dict, se: dict, diagnostics: dict, p: dict) -> dict[str, Check]:

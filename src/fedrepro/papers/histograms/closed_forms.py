@@ -38,7 +38,7 @@ def expected_kl_finetuned(P: np.ndarray, alpha: float, m: int, R: np.ndarray, la
     if lam == 1.0:
         return cluster_model_risk(P, alpha, R)
     x = np.arange(m + 1)
-    pmf = betabinom.pmf(x[None, :], m, alpha * P[:, None], alpha * (1 - P[:, None]))      # (d, m + 1)
+    pmf = betabinom.pmf(x[None, :], m, alpha * P[:, None], alpha * (1 - P[:, None]))  # (d, m + 1)
     post = (alpha * P[:, None] + x[None, :]) / (alpha + m)
     with np.errstate(divide="ignore"):
         logest = np.log(lam * R[:, None] + (1 - lam) * x[None, :] / m)
@@ -58,8 +58,9 @@ def bayes_risk(P: np.ndarray, alpha: float, m: int) -> float:
     return expected_kl_finetuned(P, alpha, m, P, alpha / (alpha + m))
 
 
-def mixture_risk(centers: np.ndarray, weights: np.ndarray, alpha: float, m: int, R: np.ndarray | None,
-                 lam: float) -> float:
+def mixture_risk(
+    centers: np.ndarray, weights: np.ndarray, alpha: float, m: int, R: np.ndarray | None, lam: float
+) -> float:
     """Mixture average of :func:`expected_kl_finetuned` with each cluster's own fixed center R[k] (R None: the
     true centers), i.e. the n -> infinity risk of a pipeline that recovers the clusters exactly."""
     R = centers if R is None else np.broadcast_to(R, centers.shape)

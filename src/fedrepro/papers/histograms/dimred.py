@@ -25,7 +25,7 @@ def second_moment(S: np.ndarray, floor: float = 1e-12) -> tuple[np.ndarray, np.n
     w = 1.0 / np.sqrt(np.maximum(q, floor))
     M = np.zeros((d, d))
     for lo in range(0, n, CHUNK):
-        V = (np.asarray(S[lo:lo + CHUNK], dtype=np.float64) - q) * w
+        V = (np.asarray(S[lo : lo + CHUNK], dtype=np.float64) - q) * w
         M += V.T @ V
     return q, M / n
 
@@ -33,7 +33,7 @@ def second_moment(S: np.ndarray, floor: float = 1e-12) -> tuple[np.ndarray, np.n
 def _block_mean(S: np.ndarray) -> np.ndarray:
     tot = np.zeros(S.shape[1])
     for lo in range(0, S.shape[0], CHUNK):
-        tot += np.asarray(S[lo:lo + CHUNK], dtype=np.float64).sum(axis=0)
+        tot += np.asarray(S[lo : lo + CHUNK], dtype=np.float64).sum(axis=0)
     return tot / S.shape[0]
 
 

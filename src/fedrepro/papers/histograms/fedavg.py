@@ -15,8 +15,17 @@ def fedavg(S: np.ndarray) -> np.ndarray:
     return np.asarray(S, dtype=np.float64).mean(axis=0) if S.dtype != np.float64 else S.mean(axis=0)
 
 
-def private_fedavg(S: np.ndarray, epsilon: float, delta: float, clip: float | None, s: float, floor: float,
-                   rng: np.random.Generator, noise: bool = True) -> np.ndarray:
+def private_fedavg(
+    S: np.ndarray,
+    epsilon: float,
+    delta: float,
+    clip: float | None,
+    s: float,
+    floor: float,
+    rng: np.random.Generator,
+    noise: bool = True,
+) -> np.ndarray:
     """(d,) Algorithm 3 with a single cluster holding every user."""
-    return private_centering(S, np.zeros(S.shape[0], dtype=np.int64), 1, epsilon, delta, clip, s, floor, rng,
-                             noise=noise)[0]
+    return private_centering(
+        S, np.zeros(S.shape[0], dtype=np.int64), 1, epsilon, delta, clip, s, floor, rng, noise=noise
+    )[0]

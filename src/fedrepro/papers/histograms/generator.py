@@ -35,10 +35,10 @@ class Mixture:
 
 @dataclass(frozen=True)
 class Users:
-    clusters: np.ndarray      # (n,) true c_u
-    Q: np.ndarray             # (n, d) true histograms
-    train: np.ndarray         # (n, d) train token counts (int32)
-    test: np.ndarray | None   # (n, d) test token counts, or None
+    clusters: np.ndarray  # (n,) true c_u
+    Q: np.ndarray  # (n, d) true histograms
+    train: np.ndarray  # (n, d) train token counts (int32)
+    test: np.ndarray | None  # (n, d) test token counts, or None
 
 
 def make_centers(d: int, K: int, zipf: float, gamma: float, rng: np.random.Generator) -> np.ndarray:
@@ -47,8 +47,9 @@ def make_centers(d: int, K: int, zipf: float, gamma: float, rng: np.random.Gener
     return P / P.sum(axis=1, keepdims=True)
 
 
-def make_mixture(d: int, K: int, alpha: float, zipf: float, gamma: float, rng: np.random.Generator,
-                 weights: np.ndarray | None = None) -> Mixture:
+def make_mixture(
+    d: int, K: int, alpha: float, zipf: float, gamma: float, rng: np.random.Generator, weights: np.ndarray | None = None
+) -> Mixture:
     w = np.full(K, 1.0 / K) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
     return Mixture(make_centers(d, K, zipf, gamma, rng), w, float(alpha))
 
@@ -65,16 +66,15 @@ def multinomial_rows(m: int, Q: np.ndarray, rng: np.random.Generator) -> np.ndar
     return rng.multinomial(m, Q / Q.sum(axis=1, keepdims=True)).astype(np.int32)
 
 
-def sample_users(mix: Mixture, n: int, m: int, m_test: int, rng: np.random.Generator,
-                 dtype=np.float32) -> Users:
+def sample_users(mix: Mixture, n: int, m: int, m_test: int, rng: np.random.Generator, dtype=np.float32) -> Users:
     c = rng.choice(mix.K, size=n, p=mix.weights)
     Q = np.empty((n, mix.d), dtype=dtype)
     train = np.empty((n, mix.d), dtype=np.int32)
     test = np.empty((n, mix.d), dtype=np.int32) if m_test > 0 else None
     for lo in range(0, n, BLOCK):
-        q = dirichlet_rows(mix.alpha * mix.centers[c[lo:lo + BLOCK]], rng)
-        Q[lo:lo + BLOCK] = q
-        train[lo:lo + BLOCK] = multinomial_rows(m, q, rng)
+        q = dirichlet_rows(mix.alpha * mix.centers[c[lo : lo + BLOCK]], rng)
+        Q[lo : lo + BLOCK] = q
+        train[lo : lo + BLOCK] = multinomial_rows(m, q, rng)
         if test is not None:
-            test[lo:lo + BLOCK] = multinomial_rows(m_test, q, rng)
+            test[lo : lo + BLOCK] = multinomial_rows(m_test, q, rng)
     return Users(c, Q, train, test)

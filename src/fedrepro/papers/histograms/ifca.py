@@ -38,19 +38,29 @@ def softmax(theta: np.ndarray) -> np.ndarray:
 def _clipped_gradient_sums(S: np.ndarray, P: np.ndarray, labels: np.ndarray, K: int, clip: float) -> np.ndarray:
     out = np.zeros(P.shape)
     for lo in range(0, S.shape[0], CHUNK):
-        lab = labels[lo:lo + CHUNK]
-        g = P[lab] - np.asarray(S[lo:lo + CHUNK], dtype=np.float64)
+        lab = labels[lo : lo + CHUNK]
+        g = P[lab] - np.asarray(S[lo : lo + CHUNK], dtype=np.float64)
         norm = np.linalg.norm(g, axis=1, keepdims=True)
         g *= np.minimum(1.0, clip / np.maximum(norm, 1e-300))
         out += scatter_sum(g, lab, K)
     return out
 
 
-def ifca(S: np.ndarray, P0: np.ndarray, T: int, lr: float, floor: float, *, init_mix: float = 0.0,
-         private: bool = False,
-         epsilon: float | None = None, delta: float | None = None, clip: float | None = None,
-         rng: np.random.Generator | None = None,
-         on_iteration: Callable[[int, np.ndarray, np.ndarray], object] | None = None) -> LloydResult:
+def ifca(
+    S: np.ndarray,
+    P0: np.ndarray,
+    T: int,
+    lr: float,
+    floor: float,
+    *,
+    init_mix: float = 0.0,
+    private: bool = False,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    clip: float | None = None,
+    rng: np.random.Generator | None = None,
+    on_iteration: Callable[[int, np.ndarray, np.ndarray], object] | None = None,
+) -> LloydResult:
     K = P0.shape[0]
     d = P0.shape[1]
     theta = np.log(np.maximum((1 - init_mix) * P0 + init_mix / d, floor))

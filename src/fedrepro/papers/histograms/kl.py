@@ -31,8 +31,8 @@ def neg_entropy(S: np.ndarray) -> np.ndarray:
     """(n,) sum_i S_ui log S_ui with 0 log 0 = 0, in float64."""
     out = np.empty(S.shape[0])
     for lo in range(0, S.shape[0], CHUNK):
-        x = np.asarray(S[lo:lo + CHUNK], dtype=np.float64)
-        out[lo:lo + CHUNK] = np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0).sum(axis=1)
+        x = np.asarray(S[lo : lo + CHUNK], dtype=np.float64)
+        out[lo : lo + CHUNK] = np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0).sum(axis=1)
     return out
 
 
@@ -56,10 +56,11 @@ def kl_rows(Q: np.ndarray, R: np.ndarray) -> np.ndarray:
     """(n,) KL(Q_u || R_u) for two (n, d) arrays (R > 0 wherever Q > 0; else inf), chunked, float64."""
     out = np.empty(Q.shape[0])
     for lo in range(0, Q.shape[0], CHUNK):
-        q = np.asarray(Q[lo:lo + CHUNK], dtype=np.float64)
-        r = np.asarray(R[lo:lo + CHUNK], dtype=np.float64)
+        q = np.asarray(Q[lo : lo + CHUNK], dtype=np.float64)
+        r = np.asarray(R[lo : lo + CHUNK], dtype=np.float64)
         pos = q > 0
         with np.errstate(divide="ignore"):
-            out[lo:lo + CHUNK] = np.where(pos, q * (np.log(np.where(pos, q, 1.0)) - np.log(np.where(pos, r, 1.0))),
-                                          0.0).sum(axis=1)
+            out[lo : lo + CHUNK] = np.where(
+                pos, q * (np.log(np.where(pos, q, 1.0)) - np.log(np.where(pos, r, 1.0))), 0.0
+            ).sum(axis=1)
     return out

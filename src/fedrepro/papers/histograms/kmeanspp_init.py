@@ -26,8 +26,7 @@ def sampling_probabilities(score: np.ndarray, tau: float) -> np.ndarray:
     return w / w.sum()
 
 
-def kl_init(S: np.ndarray, K: int, tau: float, floor: float, rng: np.random.Generator,
-            return_index: bool = False):
+def kl_init(S: np.ndarray, K: int, tau: float, floor: float, rng: np.random.Generator, return_index: bool = False):
     """(K, d) initial centers (rows of S, float64); with ``return_index`` also the chosen row indices."""
     n = S.shape[0]
     h = neg_entropy(S)

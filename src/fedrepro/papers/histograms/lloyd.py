@@ -39,10 +39,10 @@ def mean_recenter(S: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
 
 @dataclass
 class LloydResult:
-    centers: np.ndarray          # (K, d)
-    labels: np.ndarray           # (n,)
-    objective: list[float]       # (1/n) sum_u min_k KL(Q^_u || P_k^(t)) for t = 0..iterations
-    changed: list[int]           # users whose assignment changed at each iteration
+    centers: np.ndarray  # (K, d)
+    labels: np.ndarray  # (n,)
+    objective: list[float]  # (1/n) sum_u min_k KL(Q^_u || P_k^(t)) for t = 0..iterations
+    changed: list[int]  # users whose assignment changed at each iteration
     iterations: int
     trace: list = field(default_factory=list)  # per-iteration values of ``on_iteration`` (if given)
 
@@ -70,9 +70,17 @@ class Assigner:
         return lab, obj
 
 
-def lloyd(S: np.ndarray, P0: np.ndarray, T: int, floor: float, *, recenter: Recenter = mean_recenter,
-          stop_when_stable: bool = True, keep: np.ndarray | None = None,
-          on_iteration: Callable[[int, np.ndarray, np.ndarray], object] | None = None) -> LloydResult:
+def lloyd(
+    S: np.ndarray,
+    P0: np.ndarray,
+    T: int,
+    floor: float,
+    *,
+    recenter: Recenter = mean_recenter,
+    stop_when_stable: bool = True,
+    keep: np.ndarray | None = None,
+    on_iteration: Callable[[int, np.ndarray, np.ndarray], object] | None = None,
+) -> LloydResult:
     K = P0.shape[0]
     assigner = Assigner(S, floor, keep)
     labels, obj = assigner(P0)

@@ -49,17 +49,29 @@ ALGO_PROPERTIES = {
     "local_beta": POSITIVE,
     "center_floor": NONNEG,
     "init_nonprivate": {"enum": ["train", "validation"]},
-    "dimred": {"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
-               "properties": {"keep_tokens": INT1, "threshold": POSITIVE}},
+    "dimred": {
+        "type": "object",
+        "additionalProperties": False,
+        "minProperties": 1,
+        "maxProperties": 1,
+        "properties": {"keep_tokens": INT1, "threshold": POSITIVE},
+    },
     "ifca_lr": POSITIVE,
     "ifca_init_mix": UNIT,
-    "private": {"type": "object", "additionalProperties": False,
-                "required": ["total_epsilon", "delta", "clip", "s", "ifca_clip"],
-                "properties": {"total_epsilon": POSITIVE, "delta": DELTA,
-                               "reading": {"enum": ["total", "per_step", "basic"]},
-                               # a list is tuned on the validation users (run_pipeline)
-                               "clip": {"oneOf": [POSITIVE, POSITIVE_LIST]}, "s": POSITIVE,
-                               "ifca_clip": {"oneOf": [POSITIVE, POSITIVE_LIST]}}},
+    "private": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["total_epsilon", "delta", "clip", "s", "ifca_clip"],
+        "properties": {
+            "total_epsilon": POSITIVE,
+            "delta": DELTA,
+            "reading": {"enum": ["total", "per_step", "basic"]},
+            # a list is tuned on the validation users (run_pipeline)
+            "clip": {"oneOf": [POSITIVE, POSITIVE_LIST]},
+            "s": POSITIVE,
+            "ifca_clip": {"oneOf": [POSITIVE, POSITIVE_LIST]},
+        },
+    },
     "regimes": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(REGIMES)}},
     "trace_users": INT1,
     "dtype": {"enum": ["float32", "float64"]},
@@ -69,13 +81,13 @@ ALGO_REQUIRED = ["K", "T", "tau", "lam", "local_beta", "center_floor", "dimred",
 
 @dataclass
 class HistData:
-    S: np.ndarray            # (n, d) train histograms x_u / m (float32)
-    counts: np.ndarray       # (n, d) train token counts
-    Qeval: np.ndarray        # (n, d) what estimates are scored against
-    Sval: np.ndarray         # (n_val, d) public validation proxy (Alg. 1 seeds in the private regime, DimRed)
+    S: np.ndarray  # (n, d) train histograms x_u / m (float32)
+    counts: np.ndarray  # (n, d) train token counts
+    Qeval: np.ndarray  # (n, d) what estimates are scored against
+    Sval: np.ndarray  # (n_val, d) public validation proxy (Alg. 1 seeds in the private regime, DimRed)
     truth: np.ndarray | None = None  # (n,) true clusters (synthetic only)
     tune_index: np.ndarray | None = None  # (n_tune,) rows of S of the validation users that score tuning
-    tune_eval: np.ndarray | None = None   # (n_tune, d) those users' held-out validation-token histograms
+    tune_eval: np.ndarray | None = None  # (n_tune, d) those users' held-out validation-token histograms
 
 
 class Evaluator:
@@ -94,17 +106,18 @@ class Evaluator:
         P = smooth(centers, self.floor)
         out = np.empty(len(labels))
         for lo in range(0, len(labels), CHUNK):
-            q = np.asarray(self.d.Qeval[lo:lo + CHUNK], dtype=np.float64)
-            est = self.lam * P[labels[lo:lo + CHUNK]] + (1 - self.lam) * np.asarray(self.d.S[lo:lo + CHUNK],
-                                                                                    dtype=np.float64)
-            out[lo:lo + CHUNK] = _cross(q, est)
+            q = np.asarray(self.d.Qeval[lo : lo + CHUNK], dtype=np.float64)
+            est = self.lam * P[labels[lo : lo + CHUNK]] + (1 - self.lam) * np.asarray(
+                self.d.S[lo : lo + CHUNK], dtype=np.float64
+            )
+            out[lo : lo + CHUNK] = _cross(q, est)
         return self.h - out
 
     def local(self) -> np.ndarray:
         out = np.empty(self.d.S.shape[0])
         for lo in range(0, self.d.S.shape[0], CHUNK):
-            q = np.asarray(self.d.Qeval[lo:lo + CHUNK], dtype=np.float64)
-            out[lo:lo + CHUNK] = _cross(q, local_estimate(self.d.counts[lo:lo + CHUNK], self.beta))
+            q = np.asarray(self.d.Qeval[lo : lo + CHUNK], dtype=np.float64)
+            out[lo : lo + CHUNK] = _cross(q, local_estimate(self.d.counts[lo : lo + CHUNK], self.beta))
         return self.h - out
 
 
@@ -139,6 +152,7 @@ def tuning_requested(p: dict) -> bool:
 @dataclass
 class Fit:
     """One method's centers and assignments for one candidate value of its tuned parameter."""
+
     value: float | None
     centers: np.ndarray
     labels: np.ndarray
@@ -169,8 +183,9 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
         return float(np.mean(h_tr - ll[np.arange(n_tr), labels[tr_idx]]))
 
     dcfg = p["dimred"]
-    keep = dr.select_tokens(dr.token_scores(data.Sval, K, floor), threshold=dcfg.get("threshold"),
-                            keep_tokens=dcfg.get("keep_tokens"))
+    keep = dr.select_tokens(
+        dr.token_scores(data.Sval, K, floor), threshold=dcfg.get("threshold"), keep_tokens=dcfg.get("keep_tokens")
+    )
     metrics, ses, diag, rows = {}, {}, {"dimred_kept_tokens": int(keep.size)}, []
     local_kl = ev.local()
     zero = np.zeros(S.shape[0], dtype=np.int64)
@@ -181,12 +196,16 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
             pr = p["private"]
             b = per_step_budget(pr["total_epsilon"], pr["delta"], T, pr.get("reading", "total"))
             eps, dlt = b.per_step_epsilon, b.per_step_delta
-            diag["private_budget"] = {"per_step_epsilon": eps, "per_step_delta": dlt, "sigma": b.sigma,
-                                      "total_epsilon": b.total_epsilon, "total_delta": b.total_delta}
+            diag["private_budget"] = {
+                "per_step_epsilon": eps,
+                "per_step_delta": dlt,
+                "sigma": b.sigma,
+                "total_epsilon": b.total_epsilon,
+                "total_delta": b.total_delta,
+            }
             init_src = data.Sval
             clips, ifca_clips = candidates(pr["clip"]), candidates(pr["ifca_clip"])
-            fits["fedavg"] = [Fit(c, private_fedavg(S, eps, dlt, c, pr["s"], floor, rng)[None, :], zero)
-                              for c in clips]
+            fits["fedavg"] = [Fit(c, private_fedavg(S, eps, dlt, c, pr["s"], floor, rng)[None, :], zero) for c in clips]
 
             def recenter_with(c):
                 return lambda S_, labels, K_: private_centering(S_, labels, K_, eps, dlt, c, pr["s"], floor, rng)
@@ -197,34 +216,62 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
 
             def recenter_with(c):
                 return mean_recenter
+
         P0 = kl_init(init_src, K, p["tau"], floor, rng)
         lloyd_runs = {
-            "alg2": lambda c: lloyd(S, P0, T, floor, recenter=recenter_with(c), stop_when_stable=not private,
-                                    on_iteration=trace),
-            "alg2_dimred": lambda c: lloyd(S, P0, T, floor, recenter=recenter_with(c), stop_when_stable=not private,
-                                           keep=keep, on_iteration=trace),
-            "ifca": lambda c: ifca(S, P0, T, p["ifca_lr"], floor, init_mix=p.get("ifca_init_mix", 0.0),
-                                   private=private, rng=rng, epsilon=eps if private else None,
-                                   delta=dlt if private else None, clip=c, on_iteration=trace),
+            "alg2": lambda c: lloyd(
+                S, P0, T, floor, recenter=recenter_with(c), stop_when_stable=not private, on_iteration=trace
+            ),
+            "alg2_dimred": lambda c: lloyd(
+                S, P0, T, floor, recenter=recenter_with(c), stop_when_stable=not private, keep=keep, on_iteration=trace
+            ),
+            "ifca": lambda c: ifca(
+                S,
+                P0,
+                T,
+                p["ifca_lr"],
+                floor,
+                init_mix=p.get("ifca_init_mix", 0.0),
+                private=private,
+                rng=rng,
+                epsilon=eps if private else None,
+                delta=dlt if private else None,
+                clip=c,
+                on_iteration=trace,
+            ),
         }
         for name, run in lloyd_runs.items():
-            fits[name] = [Fit(c, res.centers, res.labels, res)
-                          for c, res in ((c, run(c)) for c in (ifca_clips if name == "ifca" else clips))]
-        out, chosen, tuning = _select(fits, ev, _tuning_evaluator(data, p) if len(clips) + len(ifca_clips) > 2
-                                      else None)
+            fits[name] = [
+                Fit(c, res.centers, res.labels, res)
+                for c, res in ((c, run(c)) for c in (ifca_clips if name == "ifca" else clips))
+            ]
+        out, chosen, tuning = _select(
+            fits, ev, _tuning_evaluator(data, p) if len(clips) + len(ifca_clips) > 2 else None
+        )
         out["local"] = local_kl
         if tuning:
             diag.setdefault(regime, {})["tuning"] = tuning
         for name in CLUSTERED:
             fit = chosen[name]
-            d = {"iterations": fit.res.iterations, "final_objective": fit.res.objective[-1],
-                 "converged": bool(fit.res.changed) and fit.res.changed[-1] == 0}   # no assignment changed last
+            d = {
+                "iterations": fit.res.iterations,
+                "final_objective": fit.res.objective[-1],
+                "converged": bool(fit.res.changed) and fit.res.changed[-1] == 0,
+            }  # no assignment changed last
             if data.truth is not None:
                 d["misclustering"] = misclustering(data.truth, fit.labels, K)
             diag.setdefault(regime, {})[name] = d
             for t, (obj, ch, kl) in enumerate(zip(fit.res.objective, fit.res.changed, fit.res.trace)):
-                rows.append({"regime": regime, "method": name, "iteration": t, "objective": obj, "changed": ch,
-                             "kl_cluster_model": kl})
+                rows.append(
+                    {
+                        "regime": regime,
+                        "method": name,
+                        "iteration": t,
+                        "objective": obj,
+                        "changed": ch,
+                        "kl_cluster_model": kl,
+                    }
+                )
         metrics[regime] = {m: float(np.mean(out[m])) for m in METHODS}
         ses[regime] = {m: float(np.std(out[m], ddof=1) / np.sqrt(len(out[m]))) for m in METHODS}
     return metrics, ses, diag, rows
@@ -233,8 +280,10 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
 def _tuning_evaluator(data: HistData, p: dict) -> tuple[np.ndarray, Evaluator]:
     """(rows of the validation users, an Evaluator scoring their estimates against their validation tokens)."""
     if data.tune_index is None or data.tune_eval is None:
-        raise ConfigError("private.clip / private.ifca_clip: a list of candidates is tuned on validation users, "
-                          "but this data set has none; give one value, or validation users and tokens")
+        raise ConfigError(
+            "private.clip / private.ifca_clip: a list of candidates is tuned on validation users, "
+            "but this data set has none; give one value, or validation users and tokens"
+        )
     idx = data.tune_index
     sub = HistData(S=data.S[idx], counts=data.counts[idx], Qeval=data.tune_eval, Sval=data.Sval)
     return idx, Evaluator(sub, p["center_floor"], p["lam"], p["local_beta"])
@@ -257,11 +306,16 @@ def _select(fits: dict[str, list[Fit]], ev: Evaluator, tune: tuple[np.ndarray, E
                 idx, tev = tune
                 val = [float(np.mean(_estimate_kl(tev, f, ft, idx))) for f in cands]
                 best = int(np.argmin(val))
-                tuning[row] = {"candidates": [f.value for f in cands], "validation_kl": val,
-                               "kl": [float(np.mean(k)) for k in kls], "chosen": cands[best].value}
+                tuning[row] = {
+                    "candidates": [f.value for f in cands],
+                    "validation_kl": val,
+                    "kl": [float(np.mean(k)) for k in kls],
+                    "chosen": cands[best].value,
+                }
                 if name in CLUSTERED and ev.d.truth is not None and not ft:
-                    tuning[row]["misclustering"] = [misclustering(ev.d.truth, f.labels, f.centers.shape[0])
-                                                    for f in cands]
+                    tuning[row]["misclustering"] = [
+                        misclustering(ev.d.truth, f.labels, f.centers.shape[0]) for f in cands
+                    ]
             out[row] = kls[best]
             if not ft:
                 chosen[name] = cands[best]

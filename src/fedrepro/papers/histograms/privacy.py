@@ -52,8 +52,9 @@ def alg3_guarantee(epsilon: float, delta: float) -> tuple[float, float]:
 def advanced_composition(epsilons: Sequence[float], deltas: Sequence[float], delta_slack: float) -> tuple[float, float]:
     """Eq. (4), heterogeneous advanced composition: (eps, delta) of the composed mechanisms."""
     if len(epsilons) != len(deltas) or not epsilons:
-        raise PrivacyError(f"epsilons and deltas must be non-empty and of equal length, got "
-                           f"{len(epsilons)} and {len(deltas)}")
+        raise PrivacyError(
+            f"epsilons and deltas must be non-empty and of equal length, got {len(epsilons)} and {len(deltas)}"
+        )
     es = [check_positive(e, "epsilon_m") for e in epsilons]
     ds = [float(d) for d in deltas]
     if any(not 0 <= d < 1 for d in ds):
@@ -82,11 +83,11 @@ class PerStepBudget:
     """Alg. 3's (eps, delta) for a total budget under one reading; sigma = sqrt(2 ln(1.25/delta))/eps."""
 
     reading: str
-    per_step_epsilon: float      # Alg. 3's eps (each of its three mechanisms)
+    per_step_epsilon: float  # Alg. 3's eps (each of its three mechanisms)
     per_iteration_epsilon: float  # 3 eps: one iteration (Thm 3.1)
-    per_step_delta: float        # Alg. 3's delta
+    per_step_delta: float  # Alg. 3's delta
     sigma: float
-    total_epsilon: float         # the composition evaluated at per_step_epsilon (round trip)
+    total_epsilon: float  # the composition evaluated at per_step_epsilon (round trip)
     total_delta: float
 
     def to_dict(self) -> dict:
@@ -106,8 +107,14 @@ def per_step_budget(total_epsilon: float, delta: float, T: int, reading: str = "
         tot_eps, tot_delta = basic_composition([3 * eps] * T, [2 * step_delta] * T)
     else:
         step_delta = d / (2 * T + 1) if reading == "total" else d
-        eps, _, _ = solve_monotone(lambda e: thm31_total(min(e, 1 - 1e-15), step_delta, T)[0], target,
-                                   increasing=True, x0=0.1, rtol=1e-13, name="per-step epsilon")
+        eps, _, _ = solve_monotone(
+            lambda e: thm31_total(min(e, 1 - 1e-15), step_delta, T)[0],
+            target,
+            increasing=True,
+            x0=0.1,
+            rtol=1e-13,
+            name="per-step epsilon",
+        )
         tot_eps, tot_delta = thm31_total(eps, step_delta, T)
     if not eps < 1:
         raise PrivacyError(f"total_epsilon={total_epsilon!r} needs a per-step epsilon >= 1, outside Theorem 3.1")

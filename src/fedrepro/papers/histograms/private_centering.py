@@ -36,13 +36,23 @@ def cluster_sums(S: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
     """(K, d) sum of the rows of S in each cluster (float64), as one-hot products over user blocks."""
     out = np.zeros((K, S.shape[1]))
     for lo in range(0, S.shape[0], CHUNK):
-        out += scatter_sum(np.asarray(S[lo:lo + CHUNK], dtype=np.float64), labels[lo:lo + CHUNK], K)
+        out += scatter_sum(np.asarray(S[lo : lo + CHUNK], dtype=np.float64), labels[lo : lo + CHUNK], K)
     return out
 
 
-def private_centering(S: np.ndarray, labels: np.ndarray, K: int, epsilon: float, delta: float,
-                      clip: float | None, s: float, floor: float, rng: np.random.Generator, *,
-                      noise: bool = True) -> np.ndarray:
+def private_centering(
+    S: np.ndarray,
+    labels: np.ndarray,
+    K: int,
+    epsilon: float,
+    delta: float,
+    clip: float | None,
+    s: float,
+    floor: float,
+    rng: np.random.Generator,
+    *,
+    noise: bool = True,
+) -> np.ndarray:
     """(K, d) new centers from the users' histograms S (n, d) and their current clusters ``labels`` (n,)."""
     n, d = S.shape
     counts = np.bincount(labels, minlength=K).astype(np.float64)
@@ -61,8 +71,8 @@ def private_centering(S: np.ndarray, labels: np.ndarray, K: int, epsilon: float,
     bound = None if clip is None else clip / math.sqrt(d)
     b2 = np.zeros((K, d))
     for lo in range(0, n, CHUNK):
-        lab = labels[lo:lo + CHUNK]
-        r = (np.asarray(S[lo:lo + CHUNK], dtype=np.float64) - b1[lab]) / root[lab]
+        lab = labels[lo : lo + CHUNK]
+        r = (np.asarray(S[lo : lo + CHUNK], dtype=np.float64) - b1[lab]) / root[lab]
         if bound is not None:
             np.clip(r, -bound, bound, out=r)
         b2 += scatter_sum(r, lab, K)

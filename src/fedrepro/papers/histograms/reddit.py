@@ -64,9 +64,16 @@ def build_vocab(tokens: Mapping[str, list[str]], size: int) -> tuple[str, ...]:
     return tuple(t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size])
 
 
-def token_histograms(splits: Mapping[str, RedditSplit], *, vocab_size: int = 1000, train_tokens: int = 500,
-                     test_tokens: int = 2000, val_users: int = 5000, val_tokens: int = 1000,
-                     seed: int = 0) -> TokenHistograms:
+def token_histograms(
+    splits: Mapping[str, RedditSplit],
+    *,
+    vocab_size: int = 1000,
+    train_tokens: int = 500,
+    test_tokens: int = 2000,
+    val_users: int = 5000,
+    val_tokens: int = 1000,
+    seed: int = 0,
+) -> TokenHistograms:
     tokens = user_tokens(splits)
     vocab = build_vocab(tokens, vocab_size)
     ids = {t: i for i, t in enumerate(vocab)}
@@ -89,5 +96,11 @@ def token_histograms(splits: Mapping[str, RedditSplit], *, vocab_size: int = 100
         return np.bincount(owner * vocab_size + flat, minlength=len(rows) * vocab_size).reshape(len(rows), -1)
 
     everyone = np.arange(len(users))
-    return TokenHistograms(tuple(users), vocab, counts(everyone, 0, train_tokens),
-                           counts(everyone, train_tokens, need), val_index, counts(val_index, need, need + val_tokens))
+    return TokenHistograms(
+        tuple(users),
+        vocab,
+        counts(everyone, 0, train_tokens),
+        counts(everyone, train_tokens, need),
+        val_index,
+        counts(val_index, need, need + val_tokens),
+    )

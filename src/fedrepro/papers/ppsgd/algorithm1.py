@@ -15,16 +15,25 @@ import numpy as np
 from fedrepro.papers.ppsgd.stepsizes import clip_factors
 
 
-def alg1_step(w: np.ndarray, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, eta: float, alpha: float,
-              sigma_zeta: float, clip: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def alg1_step(
+    w: np.ndarray,
+    theta: np.ndarray,
+    X: np.ndarray,
+    Y: np.ndarray,
+    eta: float,
+    alpha: float,
+    sigma_zeta: float,
+    clip: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
     """One round: w (d, K), theta (N, d, K), X (N, d) one sample per user, Y (N, K). Returns new (w, theta)."""
     N = X.shape[0]
     resid = np.einsum("nd,ndk->nk", X, theta + w[None]) - Y
-    g = X[:, :, None] * resid[:, None, :]                        # (N, d, K): grad_w f_i = grad_theta f_i
+    g = X[:, :, None] * resid[:, None, :]  # (N, d, K): grad_w f_i = grad_theta f_i
     theta = theta - (eta / N) * g
     if alpha == 0:
         return w, theta
-    norms = np.sqrt((g ** 2).sum(axis=(1, 2)))
+    norms = np.sqrt((g**2).sum(axis=(1, 2)))
     mean_clipped = np.einsum("ndk,n->dk", g, clip_factors(norms, clip)) / N
     zeta = sigma_zeta * rng.standard_normal(w.shape) if sigma_zeta > 0 else 0.0
     return w - alpha * eta * (mean_clipped + zeta), theta

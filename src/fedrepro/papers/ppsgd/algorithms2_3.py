@@ -24,7 +24,7 @@ import numpy as np
 
 from fedrepro.papers.ppsgd.stepsizes import clip_factors
 
-VARIANTS = ("sum", "mean")     # Algorithm 2, Algorithm 3
+VARIANTS = ("sum", "mean")  # Algorithm 2, Algorithm 3
 
 
 def sample_users(n_users: int, q: float, rng: np.random.Generator) -> np.ndarray:
@@ -34,14 +34,15 @@ def sample_users(n_users: int, q: float, rng: np.random.Generator) -> np.ndarray
     return rng.random(n_users) < q
 
 
-def user_gradients(w: np.ndarray, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, counts: np.ndarray,
-                   variant: str) -> np.ndarray:
+def user_gradients(
+    w: np.ndarray, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, counts: np.ndarray, variant: str
+) -> np.ndarray:
     """(N, d, K) per-user gradients: sums (Alg. 2) or means (Alg. 3) over each user's first counts[i] rows of the
     padded minibatches X (N, m_max, d), Y (N, m_max, K)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     counts = np.asarray(counts)
-    valid = (np.arange(X.shape[1])[None, :] < counts[:, None]).astype(X.dtype)          # (N, m_max)
+    valid = (np.arange(X.shape[1])[None, :] < counts[:, None]).astype(X.dtype)  # (N, m_max)
     resid = (np.einsum("nmd,ndk->nmk", X, theta + w[None]) - Y) * valid[..., None]
     g = np.einsum("nmd,nmk->ndk", X, resid)
     if variant == "mean":
@@ -49,18 +50,30 @@ def user_gradients(w: np.ndarray, theta: np.ndarray, X: np.ndarray, Y: np.ndarra
     return g
 
 
-def alg23_step(w: np.ndarray, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, counts: np.ndarray,
-               sampled: np.ndarray, eta: float, alpha: float, q: float, sigma_zeta: float, clip: float,
-               rng: np.random.Generator, variant: str) -> tuple[np.ndarray, np.ndarray]:
+def alg23_step(
+    w: np.ndarray,
+    theta: np.ndarray,
+    X: np.ndarray,
+    Y: np.ndarray,
+    counts: np.ndarray,
+    sampled: np.ndarray,
+    eta: float,
+    alpha: float,
+    q: float,
+    sigma_zeta: float,
+    clip: float,
+    rng: np.random.Generator,
+    variant: str,
+) -> tuple[np.ndarray, np.ndarray]:
     """One round of Algorithm 2 (variant "sum") or 3 ("mean"). w (d, K), theta (N, d, K), padded minibatches
     X (N, m_max, d), Y (N, m_max, K) with counts (N,) valid rows (m_i), ``sampled`` (N,) bool. Returns (w, theta)."""
     N = theta.shape[0]
-    scale = q * (np.sum(counts) if variant == "sum" else N)           # q M (Alg. 2) or q N (Alg. 3)
+    scale = q * (np.sum(counts) if variant == "sum" else N)  # q M (Alg. 2) or q N (Alg. 3)
     g = user_gradients(w, theta, X, Y, counts, variant) * np.asarray(sampled, dtype=float)[:, None, None]
-    theta = theta - (eta / scale) * g                                  # unsampled users: g = 0, theta unchanged
+    theta = theta - (eta / scale) * g  # unsampled users: g = 0, theta unchanged
     if alpha == 0:
         return w, theta
-    norms = np.sqrt((g ** 2).sum(axis=(1, 2)))
-    clipped_sum = np.einsum("ndk,n->dk", g, clip_factors(norms, clip))   # each user's share has norm <= C
+    norms = np.sqrt((g**2).sum(axis=(1, 2)))
+    clipped_sum = np.einsum("ndk,n->dk", g, clip_factors(norms, clip))  # each user's share has norm <= C
     zeta = sigma_zeta * rng.standard_normal(w.shape) if sigma_zeta > 0 else 0.0
     return w - alpha * eta * (clipped_sum / scale + zeta), theta

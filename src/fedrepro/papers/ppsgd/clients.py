@@ -35,12 +35,12 @@ def load_partition(path, n_classes: int | None = None) -> Clients:
 
     ds = fedformat.load(path)
     o = ds.offsets("train")
-    K = n_classes or int(ds.labels[o[0]:].max()) + 1     # a digits-only partition of a 62-class source: 10
+    K = n_classes or int(ds.labels[o[0] :].max()) + 1  # a digits-only partition of a 62-class source: 10
 
     def split(name):
         o = ds.offsets(name)
-        x = np.asarray(ds.features[o[0]:o[-1]], dtype=np.float32).reshape(o[-1] - o[0], -1)
-        y = np.eye(K, dtype=np.float32)[ds.labels[o[0]:o[-1]]]
+        x = np.asarray(ds.features[o[0] : o[-1]], dtype=np.float32).reshape(o[-1] - o[0], -1)
+        y = np.eye(K, dtype=np.float32)[ds.labels[o[0] : o[-1]]]
         return x, y, o - o[0]
 
     xtr, ytr, otr = split("train")

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 
 FEATURES = 32
-W_SEED = 42          # [code] stax init with PRNGKey(42): the representation starts the same in every run
+W_SEED = 42  # [code] stax init with PRNGKey(42): the representation starts the same in every run
 
 
 def _glorot_normal(shape, fan_in, fan_out, gen):
@@ -49,15 +49,18 @@ def init_representation(pool_padding: str = "valid", seed: int = W_SEED) -> dict
     gen = torch.Generator().manual_seed(seed)
     flat = 32 * (5 * 5 if pool_padding == "same_second" else 4 * 4)
     W = {
-        "c1w": _glorot_normal((16, 1, 8, 8), 1 * 64, 16 * 64, gen), "c1b": torch.randn(16, generator=gen) * 1e-6,
-        "c2w": _glorot_normal((32, 16, 4, 4), 16 * 16, 32 * 16, gen), "c2b": torch.randn(32, generator=gen) * 1e-6,
-        "dw": _glorot_normal((flat, FEATURES), flat, FEATURES, gen), "db": torch.randn(FEATURES, generator=gen) * 1e-6,
+        "c1w": _glorot_normal((16, 1, 8, 8), 1 * 64, 16 * 64, gen),
+        "c1b": torch.randn(16, generator=gen) * 1e-6,
+        "c2w": _glorot_normal((32, 16, 4, 4), 16 * 16, 32 * 16, gen),
+        "c2b": torch.randn(32, generator=gen) * 1e-6,
+        "dw": _glorot_normal((flat, FEATURES), flat, FEATURES, gen),
+        "db": torch.randn(FEATURES, generator=gen) * 1e-6,
     }
     return W
 
 
 def _pool(h: torch.Tensor, same: bool) -> torch.Tensor:
-    if same:                                    # stride 1, window 2: pad one row/column at the end (TF/stax SAME)
+    if same:  # stride 1, window 2: pad one row/column at the end (TF/stax SAME)
         h = F.pad(h, (0, 1, 0, 1), value=-math.inf)
     return F.max_pool2d(h, 2, stride=1)
 
@@ -66,7 +69,7 @@ def features(W: dict, x: torch.Tensor, pool_padding: str = "valid") -> torch.Ten
     """Phi_W(x) for images x (..., 28, 28) -> (..., 32)."""
     lead = x.shape[:-2]
     h = x.reshape(-1, 1, 28, 28)
-    h = F.pad(h, (3, 3, 3, 3))                  # SAME for an 8x8 kernel, stride 2 on 28x28 (TF pads 3 / 3)
+    h = F.pad(h, (3, 3, 3, 3))  # SAME for an 8x8 kernel, stride 2 on 28x28 (TF pads 3 / 3)
     h = _pool(F.relu(F.conv2d(h, W["c1w"], W["c1b"], stride=2)), False)
     h = _pool(F.relu(F.conv2d(h, W["c2w"], W["c2b"], stride=2)), pool_padding == "same_second")
     h = F.relu(h.flatten(1) @ W["dw"] + W["db"])
@@ -81,8 +84,8 @@ def _loss(W, w, theta_i, x, y, pool_padding):
 @dataclass
 class CnnState:
     W: dict[str, torch.Tensor]
-    w: torch.Tensor          # (32, K)
-    theta: torch.Tensor      # (N, 32, K)
+    w: torch.Tensor  # (32, K)
+    theta: torch.Tensor  # (N, 32, K)
 
     def to(self, device) -> CnnState:
         return CnnState({k: v.to(device) for k, v in self.W.items()}, self.w.to(device), self.theta.to(device))
@@ -100,8 +103,18 @@ def user_gradients(state: CnnState, users: torch.Tensor, X: torch.Tensor, Y: tor
     return per_user(state.W, state.w, state.theta[users], X, Y, pool_padding)
 
 
-def round_step(state: CnnState, users: np.ndarray, X: torch.Tensor, Y: torch.Tensor, eta_w: float,
-               eta_theta: float, sigma: float, clip: float, gen: torch.Generator, pool_padding: str = "valid") -> dict:
+def round_step(
+    state: CnnState,
+    users: np.ndarray,
+    X: torch.Tensor,
+    Y: torch.Tensor,
+    eta_w: float,
+    eta_theta: float,
+    sigma: float,
+    clip: float,
+    gen: torch.Generator,
+    pool_padding: str = "valid",
+) -> dict:
     """One PPSGD-exp CNN round on distinct ``users`` (in place). Returns the users' joint (W, w) gradient norms."""
     users_t = torch.as_tensor(np.asarray(users, dtype=np.int64), device=state.w.device)
     L = len(users_t)
@@ -110,10 +123,11 @@ def round_step(state: CnnState, users: np.ndarray, X: torch.Tensor, Y: torch.Ten
     for g in gW.values():
         sq = sq + g.reshape(L, -1).pow(2).sum(dim=1)
     norms = sq.sqrt()
-    factor = 1.0 / torch.clamp(norms / clip, min=1.0)                # clip_C jointly over (W, w), per user
+    factor = 1.0 / torch.clamp(norms / clip, min=1.0)  # clip_C jointly over (W, w), per user
     if eta_theta != 0:
         state.theta[users_t] -= (L * eta_theta) * gth
     if eta_w != 0:
+
         def noisy_mean(g):
             s = torch.einsum("l...,l->...", g, factor)
             if sigma > 0:
@@ -126,12 +140,13 @@ def round_step(state: CnnState, users: np.ndarray, X: torch.Tensor, Y: torch.Ten
     return {"norms": norms}
 
 
-def accuracy(state: CnnState, x_test: torch.Tensor, y_test: torch.Tensor, user_of_row: torch.Tensor,
-             pool_padding: str = "valid") -> float:
+def accuracy(
+    state: CnnState, x_test: torch.Tensor, y_test: torch.Tensor, user_of_row: torch.Tensor, pool_padding: str = "valid"
+) -> float:
     """Pooled top-1 test accuracy, every row scored with its user's w + theta_i."""
     if len(x_test) == 0:
         return float("nan")
-    phi = torch.cat([features(state.W, x_test[i:i + 4096], pool_padding) for i in range(0, len(x_test), 4096)])
+    phi = torch.cat([features(state.W, x_test[i : i + 4096], pool_padding) for i in range(0, len(x_test), 4096)])
     pred = torch.einsum("rf,rfk->rk", phi, state.w + state.theta[user_of_row])
     hit = torch.gather(y_test, 1, pred.argmax(dim=1, keepdim=True))
     return float(hit.float().mean())

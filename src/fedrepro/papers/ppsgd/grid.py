@@ -71,22 +71,34 @@ def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOut
             else:
                 eps[its > 0] = [r.epsilon for r in epsilon_curve(sigma, q, counts, p["delta"], "opacus_rdp")]
         for j, a in enumerate(alphas):
-            block = acc[:, j * len(steps):(j + 1) * len(steps)]
+            block = acc[:, j * len(steps) : (j + 1) * len(steps)]
             for k, s in enumerate(steps):
-                rows.append(pd.DataFrame({"sigma": sigma, "alpha": a, "alpha_label": alpha_label(a), "step": s,
-                                          "iteration": its, "accuracy": block[:, k],
-                                          "epsilon": np.zeros(len(its)) if a == 0 else eps}))
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "sigma": sigma,
+                            "alpha": a,
+                            "alpha_label": alpha_label(a),
+                            "step": s,
+                            "iteration": its,
+                            "accuracy": block[:, k],
+                            "epsilon": np.zeros(len(its)) if a == 0 else eps,
+                        }
+                    )
+                )
             k_best = int(np.nanargmax(block[-1])) if np.isfinite(block[-1]).any() else 0
             final[(sigma, a)] = (float(block[-1, k_best]), steps[k_best], 0.0 if a == 0 else float(eps[-1]))
     history = pd.concat(rows, ignore_index=True)
 
     metrics: dict = {
-        "final_accuracy": {f"s{sigma_label(s)}": {alpha_label(a): final[(s, a)][0] for a in alphas}
-                           for s in p["sigmas"]},
-        "final_step": {f"s{sigma_label(s)}": {alpha_label(a): final[(s, a)][1] for a in alphas}
-                       for s in p["sigmas"]},
+        "final_accuracy": {
+            f"s{sigma_label(s)}": {alpha_label(a): final[(s, a)][0] for a in alphas} for s in p["sigmas"]
+        },
+        "final_step": {f"s{sigma_label(s)}": {alpha_label(a): final[(s, a)][1] for a in alphas} for s in p["sigmas"]},
         "final_epsilon": {f"s{sigma_label(s)}": float(max(final[(s, a)][2] for a in alphas)) for s in p["sigmas"]},
-        "n_users": N, "n_classes": K, "sampling_rate": q,
+        "n_users": N,
+        "n_classes": K,
+        "sampling_rate": q,
     }
     checks = {}
     want = p["checks"]
@@ -96,8 +108,10 @@ def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOut
         best = max(accs0, key=accs0.get)
         metrics["best_alpha_without_privacy"] = best
         checks["best_alpha_without_privacy"] = Check(
-            best == target, f"sigma = 0: best final accuracy (best step) at alpha Q = {alpha_label(best)}, paper: "
-            f"{alpha_label(target)}; " + ", ".join(f"{alpha_label(a)}: {v:.4f}" for a, v in accs0.items()))
+            best == target,
+            f"sigma = 0: best final accuracy (best step) at alpha Q = {alpha_label(best)}, paper: "
+            f"{alpha_label(target)}; " + ", ".join(f"{alpha_label(a)}: {v:.4f}" for a, v in accs0.items()),
+        )
     if want.get("personalized_dominates"):
         mid = [a for a in alphas if 0 < a < math.inf]
         parts, ok, strict = [], bool(mid) and 0 in alphas and math.inf in alphas, False
@@ -106,18 +120,24 @@ def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOut
                 break
             best_mid = max(final[(s, a)][0] for a in mid)
             local, glob = final[(s, 0.0)][0], final[(s, math.inf)][0]
-            ok &= max(best_mid, local) >= glob       # the frontier includes the local point ([code] epsmin)
+            ok &= max(best_mid, local) >= glob  # the frontier includes the local point ([code] epsmin)
             strict |= best_mid > max(local, glob)
             parts.append(f"sigma={s:g}: best intermediate {best_mid:.4f}, local {local:.4f}, global {glob:.4f}")
         checks["personalized_dominates"] = Check(
-            bool(ok and strict), "Fig. 2: best personalized (max of the best 0 < alpha Q < inf and local-only, best "
+            bool(ok and strict),
+            "Fig. 2: best personalized (max of the best 0 < alpha Q < inf and local-only, best "
             "step) >= global-only at every sigma > 0, and an intermediate alpha Q beats both at some sigma: "
-            + "; ".join(parts))
+            + "; ".join(parts),
+        )
     if want.get("beats_chance"):
         chance = 1.0 / K
-        worst = min((v for (s, a), (v, _, _) in final.items() if s == 0), default=-1.0)   # -1: no sigma = 0 run
-        checks["beats_chance"] = Check(worst > chance, f"every alpha at sigma = 0 beats chance {chance:.3f}: "
-                                       f"worst final accuracy {worst:.4f}", worst, chance)
+        worst = min((v for (s, a), (v, _, _) in final.items() if s == 0), default=-1.0)  # -1: no sigma = 0 run
+        checks["beats_chance"] = Check(
+            worst > chance,
+            f"every alpha at sigma = 0 beats chance {chance:.3f}: worst final accuracy {worst:.4f}",
+            worst,
+            chance,
+        )
     for s in p["sigmas"]:
         pts = [(final[(s, a)][2], final[(s, a)][0]) for a in alphas if a != 0]
         metrics.setdefault("pareto_size", {})[f"s{sigma_label(s)}"] = len(pareto(pts))

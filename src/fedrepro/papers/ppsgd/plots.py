@@ -24,8 +24,9 @@ def _mean_curve(histories: list[pd.DataFrame], sigma: float, alpha: float, col: 
     return parts[0]["iteration"].to_numpy(), np.mean([q[col].to_numpy() for q in parts], axis=0)
 
 
-def _curve_panels(spec: Mapping, histories: list[pd.DataFrame], col: str, ylabel: str, eps_col: str,
-                  log: bool, legend_loc: str) -> plt.Figure:
+def _curve_panels(
+    spec: Mapping, histories: list[pd.DataFrame], col: str, ylabel: str, eps_col: str, log: bool, legend_loc: str
+) -> plt.Figure:
     """One panel per sigma (``options.sigmas``, those present), one curve per alpha Q (``options.alphas``), mean
     over seeds; epsilon of the first alpha > 0 on a right axis (green dashed), as in the paper's Fig. 1."""
     h0 = histories[0]
@@ -62,15 +63,17 @@ def ppsgd_excess_risk(spec: Mapping, summary: dict, histories: list[pd.DataFrame
 
 def _best_over_steps(h: pd.DataFrame) -> pd.DataFrame:
     """Best test accuracy over steps at each (sigma, alpha, iteration): the official code's selection."""
-    return h.groupby(["sigma", "alpha", "iteration"], as_index=False).agg(accuracy=("accuracy", "max"),
-                                                                          epsilon=("epsilon", "max"))
+    return h.groupby(["sigma", "alpha", "iteration"], as_index=False).agg(
+        accuracy=("accuracy", "max"), epsilon=("epsilon", "max")
+    )
 
 
 @plot("ppsgd_accuracy")
 def ppsgd_accuracy(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) -> plt.Figure:
     """Fig. 1b/1c: test accuracy vs iterations, best step per evaluation, epsilon on the right axis."""
-    return _curve_panels(spec, [_best_over_steps(h) for h in histories], "accuracy", "test accuracy", "epsilon",
-                         False, "lower right")
+    return _curve_panels(
+        spec, [_best_over_steps(h) for h in histories], "accuracy", "test accuracy", "epsilon", False, "lower right"
+    )
 
 
 @plot("ppsgd_pareto")
@@ -96,8 +99,7 @@ def ppsgd_pareto(spec: Mapping, summary: dict, histories: list[pd.DataFrame]) ->
             ax.plot(g["epsilon"], g["accuracy"], color="lightgreen", lw=0.8, marker=".", ms=2)
     front = pareto([(e, acc) for e, acc in zip(pts[pts["alpha"] > 0]["epsilon"], pts[pts["alpha"] > 0]["accuracy"])])
     front = [(epsmin, local)] + [f for f in front if f[1] > local]
-    ax.plot([f[0] for f in front], [f[1] for f in front], "k-", lw=2, drawstyle="steps-post",
-            label="best personalized")
+    ax.plot([f[0] for f in front], [f[1] for f in front], "k-", lw=2, drawstyle="steps-post", label="best personalized")
     ax.set_xscale("log")
     ax.set_xlim(1000, epsmin)
     return finish_axes(ax, "privacy ε", "accuracy", spec["artifact"])

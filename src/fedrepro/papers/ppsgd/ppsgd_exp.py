@@ -65,8 +65,17 @@ def clipped_sum(grads: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]
     return np.einsum("ldkg,lg->dkg", grads, factors), norms
 
 
-def round_step(state: State, users: np.ndarray, X: np.ndarray, Y: np.ndarray, eta_w: np.ndarray,
-               eta_theta: np.ndarray, sigma: float, clip: float, rng: np.random.Generator) -> dict:
+def round_step(
+    state: State,
+    users: np.ndarray,
+    X: np.ndarray,
+    Y: np.ndarray,
+    eta_w: np.ndarray,
+    eta_theta: np.ndarray,
+    sigma: float,
+    clip: float,
+    rng: np.random.Generator,
+) -> dict:
     """One PPSGD-exp round on ``users`` (indices into theta, distinct), in place. Returns diagnostics: the users'
     gradient norms (L, G) and the fraction clipped.
 
@@ -79,11 +88,11 @@ def round_step(state: State, users: np.ndarray, X: np.ndarray, Y: np.ndarray, et
     eta_w = np.asarray(eta_w, dtype=float)
     eta_theta = np.asarray(eta_theta, dtype=float)
     everyone = L == state.theta.shape[0] and np.array_equal(users, np.arange(L))
-    theta_s = state.theta if everyone else state.theta[users]   # all users: a view, updated in place
+    theta_s = state.theta if everyone else state.theta[users]  # all users: a view, updated in place
     g = user_gradients(state.w, theta_s, X, Y)
-    total, norms = clipped_sum(g, clip)     # before theta moves: both steps use the pre-update (w, theta_i)
+    total, norms = clipped_sum(g, clip)  # before theta moves: both steps use the pre-update (w, theta_i)
     if np.any(eta_theta != 0):
-        g *= eta_theta.astype(g.dtype)      # g is not needed any more: scale it in place into the theta step
+        g *= eta_theta.astype(g.dtype)  # g is not needed any more: scale it in place into the theta step
         if everyone:
             state.theta -= g
         else:

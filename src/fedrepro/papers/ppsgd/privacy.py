@@ -33,25 +33,35 @@ def thm41_noise_std(epsilon: float, delta: float, n: int, N: int, clip: float, c
     """Theorem 4.1's sufficient sigma_zeta = c C sqrt(n log(1/delta)) / (N eps); c unspecified (default 1)."""
     e = check_positive(epsilon, "epsilon")
     d = check_delta(delta)
-    return (check_positive(c, "c") * check_positive(clip, "clip") * math.sqrt(check_steps(n, "n") * math.log(1 / d))
-            / (check_steps(N, "N") * e))
+    return (
+        check_positive(c, "c")
+        * check_positive(clip, "clip")
+        * math.sqrt(check_steps(n, "n") * math.log(1 / d))
+        / (check_steps(N, "N") * e)
+    )
 
 
 def thm51_noise_std(epsilon: float, delta: float, T: int, M: float, clip: float, c2: float = 1.0) -> float:
     """Theorem 5.1's sufficient sigma_zeta = c2 C sqrt(T log(1/delta)) / (M eps); c2 unspecified (default 1)."""
     e = check_positive(epsilon, "epsilon")
     d = check_delta(delta)
-    return (check_positive(c2, "c2") * check_positive(clip, "clip") * math.sqrt(check_steps(T, "T") * math.log(1 / d))
-            / (check_positive(M, "M") * e))
+    return (
+        check_positive(c2, "c2")
+        * check_positive(clip, "clip")
+        * math.sqrt(check_steps(T, "T") * math.log(1 / d))
+        / (check_positive(M, "M") * e)
+    )
 
 
 def thm51_applies(epsilon: float, q: float, T: int, c1: float = 1.0) -> bool:
     """Theorem 5.1's range condition eps < c1 q^2 T (c1 unspecified, default 1)."""
-    return check_positive(epsilon, "epsilon") < check_positive(c1, "c1") * check_sampling_rate(q, "q") ** 2 * \
-        check_steps(T, "T")
+    return check_positive(epsilon, "epsilon") < check_positive(c1, "c1") * check_sampling_rate(
+        q, "q"
+    ) ** 2 * check_steps(T, "T")
 
 
-def experiment_epsilon_curve(noise_multiplier: float, sample_rate: float, iterations: Sequence[int],
-                             delta: float) -> list[EpsilonResult]:
+def experiment_epsilon_curve(
+    noise_multiplier: float, sample_rate: float, iterations: Sequence[int], delta: float
+) -> list[EpsilonResult]:
     """eps after each count in `iterations`, opacus RDPAccountant stepped once per round (the paper's code)."""
     return epsilon_curve(noise_multiplier, sample_rate, iterations, delta, "opacus_rdp")

@@ -16,18 +16,25 @@ import numpy as np
 class BatchSampler:
     """Rounds of (users (L,), rows (L, m)) over users with ``counts`` training rows starting at ``starts``."""
 
-    def __init__(self, starts: np.ndarray, counts: np.ndarray, m: int, users_per_round: int, epochs: int,
-                 rng: np.random.Generator):
+    def __init__(
+        self,
+        starts: np.ndarray,
+        counts: np.ndarray,
+        m: int,
+        users_per_round: int,
+        epochs: int,
+        rng: np.random.Generator,
+    ):
         self.starts = np.asarray(starts, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         self.m, self.Q, self.rng = int(m), int(users_per_round), rng
-        self.nb = counts // self.m                                   # chunks per user per epoch
+        self.nb = counts // self.m  # chunks per user per epoch
         self.offsets = np.r_[0, np.cumsum(self.nb)]
         group = np.repeat(np.arange(len(counts)), self.nb)
-        local = np.arange(len(group)) - self.offsets[group]         # 0..nb_i-1 within each user
+        local = np.arange(len(group)) - self.offsets[group]  # 0..nb_i-1 within each user
         self.queue = np.empty((epochs, len(group)), dtype=np.int64)
         for e in range(epochs):
-            order = np.lexsort((rng.random(len(group)), group))     # grouped by user, random within a user
+            order = np.lexsort((rng.random(len(group)), group))  # grouped by user, random within a user
             self.queue[e] = local[order]
         self.total = self.nb * epochs
         self.ptr = np.zeros(len(counts), dtype=np.int64)
@@ -39,7 +46,7 @@ class BatchSampler:
         remaining = np.flatnonzero(self.ptr < self.total)
         if remaining.size == 0:
             raise StopIteration
-        users = self.rng.permutation(remaining)[:self.Q]
+        users = self.rng.permutation(remaining)[: self.Q]
         j = self.ptr[users]
         nb = self.nb[users]
         chunk = self.queue[j // nb, self.offsets[users] + j % nb]

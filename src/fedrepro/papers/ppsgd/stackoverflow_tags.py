@@ -46,8 +46,10 @@ def bag_of_words(tokens: Sequence[str], titles: Sequence[str], vocab: Sequence[s
             cols.append(j)
             data.append(counts[j] / len(words))
         indptr.append(len(cols))
-    return sp.csr_matrix((np.asarray(data, dtype=np.float32), np.asarray(cols, dtype=np.int64),
-                          np.asarray(indptr, dtype=np.int64)), shape=(len(tokens), len(vocab)))
+    return sp.csr_matrix(
+        (np.asarray(data, dtype=np.float32), np.asarray(cols, dtype=np.int64), np.asarray(indptr, dtype=np.int64)),
+        shape=(len(tokens), len(vocab)),
+    )
 
 
 def tag_matrix(tags: Sequence[str], tag_vocab: Sequence[str]) -> np.ndarray:
@@ -74,10 +76,17 @@ class TagPredictionClient:
     y_test: np.ndarray
 
 
-def tag_prediction_clients(train, test, word_counts: Mapping[str, int], tag_counts: Mapping[str, int],
-                           num_clients: int = 500, word_vocab_size: int = 5000, tag_vocab_size: int = 80,
-                           max_train_per_client: int = 500,
-                           rng: np.random.Generator | None = None) -> list[TagPredictionClient]:
+def tag_prediction_clients(
+    train,
+    test,
+    word_counts: Mapping[str, int],
+    tag_counts: Mapping[str, int],
+    num_clients: int = 500,
+    word_vocab_size: int = 5000,
+    tag_vocab_size: int = 80,
+    max_train_per_client: int = 500,
+    rng: np.random.Generator | None = None,
+) -> list[TagPredictionClient]:
     """PPSGD's Stack Overflow tag-prediction data (paper Sec. 6; [code] create_stackoverflow_data.py):
 
       * users: the first ``num_clients`` ids of the *test* split's sorted client ids;
@@ -95,8 +104,10 @@ def tag_prediction_clients(train, test, word_counts: Mapping[str, int], tag_coun
     vocab = list(word_counts)[:word_vocab_size]
     tag_vocab = list(tag_counts)[:tag_vocab_size]
     if len(vocab) < word_vocab_size or len(tag_vocab) < tag_vocab_size:
-        raise DataError(f"word/tag counts have {len(word_counts)}/{len(tag_counts)} entries, fewer than the "
-                        f"requested vocabularies {word_vocab_size}/{tag_vocab_size}")
+        raise DataError(
+            f"word/tag counts have {len(word_counts)}/{len(tag_counts)} entries, fewer than the "
+            f"requested vocabularies {word_vocab_size}/{tag_vocab_size}"
+        )
     ids = test.client_ids[:num_clients]
     if len(ids) < num_clients:
         raise DataError(f"the test split has {len(test.client_ids)} users, fewer than {num_clients}")
@@ -107,11 +118,13 @@ def tag_prediction_clients(train, test, word_counts: Mapping[str, int], tag_coun
         tr = train.client(cid, limit=max_train_per_client)
         order = np.arange(len(tr)) if rng is None else rng.permutation(len(tr))
         te = test.client(cid)
-        out.append(TagPredictionClient(
-            client_id=cid,
-            x_train=bag_of_words([tr.tokens[i] for i in order], [tr.title[i] for i in order], vocab),
-            y_train=tag_matrix([tr.tags[i] for i in order], tag_vocab),
-            x_test=bag_of_words(te.tokens, te.title, vocab),
-            y_test=tag_matrix(te.tags, tag_vocab),
-        ))
+        out.append(
+            TagPredictionClient(
+                client_id=cid,
+                x_train=bag_of_words([tr.tokens[i] for i in order], [tr.title[i] for i in order], vocab),
+                y_train=tag_matrix([tr.tags[i] for i in order], tag_vocab),
+                x_test=bag_of_words(te.tokens, te.title, vocab),
+                y_test=tag_matrix(te.tags, tag_vocab),
+            )
+        )
     return out

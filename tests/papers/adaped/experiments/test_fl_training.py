@@ -18,11 +18,22 @@ def partition_dir(tmp_path_factory):
 
 
 def params(**over):
-    p = {"partition": "p", "model": {"name": "mlp", "in_features": 64, "hidden": [16]}, "epochs": 3,
-         "iters_per_epoch": 4, "batch_size": "auto", "tau": 2, "lr_decay": 0.99, "eval_every": 2, "threads": 1,
-         "methods": {"fedavg": {"algorithm": "fedavg", "lr": [0.05, 0.2]},
-                     "adaped": {"algorithm": "adaped", "lr": 0.2, "options": {"psi0": 3.5, "psi_min": 0.5}}},
-         "checks": {"beats_chance": ["fedavg", "adaped"], "curve": ["adaped"]}}
+    p = {
+        "partition": "p",
+        "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
+        "epochs": 3,
+        "iters_per_epoch": 4,
+        "batch_size": "auto",
+        "tau": 2,
+        "lr_decay": 0.99,
+        "eval_every": 2,
+        "threads": 1,
+        "methods": {
+            "fedavg": {"algorithm": "fedavg", "lr": [0.05, 0.2]},
+            "adaped": {"algorithm": "adaped", "lr": 0.2, "options": {"psi0": 3.5, "psi_min": 0.5}},
+        },
+        "checks": {"beats_chance": ["fedavg", "adaped"], "curve": ["adaped"]},
+    }
     p.update(over)
     return p
 
@@ -50,10 +61,14 @@ def test_methods_lr_grid_and_checks(partition_dir):
 
 
 def test_private_methods_get_noise_from_the_privacy_module(partition_dir):
-    p = params(privacy={"epsilons": [2.0, 20.0], "delta": 1e-5, "clip": 0.5},
-               methods={"dp_fedavg": {"algorithm": "fedavg", "lr": 0.2, "private": True},
-                        "dp_adaped": {"algorithm": "adaped", "lr": 0.2, "private": True}},
-               checks={"curve": ["dp_adaped"]})
+    p = params(
+        privacy={"epsilons": [2.0, 20.0], "delta": 1e-5, "clip": 0.5},
+        methods={
+            "dp_fedavg": {"algorithm": "fedavg", "lr": 0.2, "private": True},
+            "dp_adaped": {"algorithm": "adaped", "lr": 0.2, "private": True},
+        },
+        checks={"curve": ["dp_adaped"]},
+    )
     out = run(p, partition_dir)
     noise = out.metrics["noise"]
     for method, terms in (("dp_fedavg", 1), ("dp_adaped", 2)):
@@ -71,21 +86,32 @@ def test_private_methods_get_noise_from_the_privacy_module(partition_dir):
 def test_server_side_dp_fedavg_is_calibrated_by_the_library(partition_dir):
     from fedrepro.privacy import calibrate_noise_multiplier, compute_epsilon
 
-    p = params(privacy={"epsilons": [5.0], "delta": 1e-5, "clip": 0.5, "noise_from": "thm5"}, checks={},
-               methods={"dp_fedavg_server": {"algorithm": "dp_fedavg_server", "lr": 0.2, "private": True}})
+    p = params(
+        privacy={"epsilons": [5.0], "delta": 1e-5, "clip": 0.5, "noise_from": "thm5"},
+        checks={},
+        methods={"dp_fedavg_server": {"algorithm": "dp_fedavg_server", "lr": 0.2, "private": True}},
+    )
     rec = run(p, partition_dir).metrics["noise"]["dp_fedavg_server"]["eps_5p00"]
     z = calibrate_noise_multiplier(5.0, 1e-5, 6, 1.0, "rdp").noise_multiplier
     assert rec["z"] == pytest.approx(z) and rec["noise_from"] == "rdp"  # Thm 5 does not describe this mechanism
     assert rec["epsilon_library_rdp"] == pytest.approx(compute_epsilon(z, 1.0, 6, 1e-5, "rdp").epsilon)
 
 
-@pytest.mark.parametrize("over, match", [
-    ({"methods": {"x": {"algorithm": "fedavg", "lr": 0.1, "private": True}}}, "needs params.privacy"),
-    ({"methods": {"x": {"algorithm": "pfedme", "lr": 0.1, "private": True}},
-      "privacy": {"epsilons": [1.0], "delta": 1e-5, "clip": 1.0}}, "no accountant for algorithm 'pfedme'"),
-    ({"checks": {"curve": ["nope"]}}, r"params.checks.curve: unknown methods \['nope'\]"),
-    ({"batch_size": "auto", "iters_per_epoch": None}, "batch_size=auto needs params.iters_per_epoch"),
-])
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"methods": {"x": {"algorithm": "fedavg", "lr": 0.1, "private": True}}}, "needs params.privacy"),
+        (
+            {
+                "methods": {"x": {"algorithm": "pfedme", "lr": 0.1, "private": True}},
+                "privacy": {"epsilons": [1.0], "delta": 1e-5, "clip": 1.0},
+            },
+            "no accountant for algorithm 'pfedme'",
+        ),
+        ({"checks": {"curve": ["nope"]}}, r"params.checks.curve: unknown methods \['nope'\]"),
+        ({"batch_size": "auto", "iters_per_epoch": None}, "batch_size=auto needs params.iters_per_epoch"),
+    ],
+)
 def test_config_errors_name_the_key(partition_dir, over, match):
     p = params(**over)
     if p.get("iters_per_epoch") is None:
@@ -106,10 +132,13 @@ def test_psi_and_curve_checks_can_fail():
 
     def hist(psi, acc):
         return [{"psi": p, "test_acc": a} for p, a in zip(psi, acc)]
+
     acc = [0.5, 0.7, 0.8]
     down, valley, up = (3.0, 2.5, 2.0), (3.0, 2.0, 2.6), (3.6, 3.8, 4.0)
-    cases = {"psi_decreases": {down: True, valley: True, up: False},
-             "psi_decreases_then_increases": {down: False, valley: True, up: False}}
+    cases = {
+        "psi_decreases": {down: True, valley: True, up: False},
+        "psi_decreases_then_increases": {down: False, valley: True, up: False},
+    }
     for name, expect in cases.items():
         for path, ok in expect.items():
             assert _check(name, "a", {None: (hist(path, acc), 3.5, 0.0)}, 10)[0] is ok, (name, path)

@@ -24,9 +24,9 @@ YEARS = [2000, 2004, 2008, 2012, 2016, 2020]
 
 # Hand-read from the fixture: Republican plurality per county and election 2000..2020.
 EXPECTED = {
-    1001: [1, 1, 1, 1, 1, 1],   # Autauga AL
-    4013: [1, 1, 1, 1, 1, 0],   # Maricopa AZ
-    6037: [0, 0, 0, 0, 0, 0],   # Los Angeles CA
+    1001: [1, 1, 1, 1, 1, 1],  # Autauga AL
+    4013: [1, 1, 1, 1, 1, 0],  # Maricopa AZ
+    6037: [0, 0, 0, 0, 0, 0],  # Los Angeles CA
     12103: [0, 1, 0, 0, 1, 1],  # Pinellas FL (2004 and 2020 by a few hundred votes)
     13067: [1, 1, 1, 1, 0, 0],  # Cobb GA: 2020 only by mode; the Republican wins ELECTION DAY but loses the sum
     18167: [1, 1, 0, 0, 1, 1],  # Vigo IN
@@ -34,11 +34,17 @@ EXPECTED = {
 
 
 def _cfg(tmp_path: Path, mirror: Path) -> dict:
-    return validate_global({
-        "scale": "quick", "seeds": {"quick": [0], "paper": [0]}, "results_dir": str(tmp_path / "results"),
-        "figures_dir": str(tmp_path / "figures"), "logs_dir": str(tmp_path / "logs"),
-        "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)}, "papers": {"adaped": "config/adaped.yaml"},
-    })
+    return validate_global(
+        {
+            "scale": "quick",
+            "seeds": {"quick": [0], "paper": [0]},
+            "results_dir": str(tmp_path / "results"),
+            "figures_dir": str(tmp_path / "figures"),
+            "logs_dir": str(tmp_path / "logs"),
+            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)},
+            "papers": {"adaped": "config/adaped.yaml"},
+        }
+    )
 
 
 @pytest.fixture
@@ -63,19 +69,41 @@ def test_parser_outcomes_on_fixture():
 
 
 def _rows(fips, year, rows):
-    return [dict(year=year, state="GEORGIA", state_po="GA", county_name="X", county_fips=fips, office="US PRESIDENT",
-                 candidate=c, party=p, candidatevotes=v, totalvotes=0, version=20220315, mode=md)
-            for c, p, v, md in rows]
+    return [
+        dict(
+            year=year,
+            state="GEORGIA",
+            state_po="GA",
+            county_name="X",
+            county_fips=fips,
+            office="US PRESIDENT",
+            candidate=c,
+            party=p,
+            candidatevotes=v,
+            totalvotes=0,
+            version=20220315,
+            mode=md,
+        )
+        for c, p, v, md in rows
+    ]
 
 
 def test_total_row_is_not_double_counted_with_its_modes(tmp_path):
     # county 1: TOTAL rows for both and a mode breakdown of the Republican TOTAL. Summing everything would give
     # R = 200 > D = 120; the TOTAL rule gives R = 100 < D = 120.
-    both = [("R", "REPUBLICAN", 100, "TOTAL"), ("R", "REPUBLICAN", 60, "ELECTION DAY"), ("R", "REPUBLICAN", 40,
-            "ABSENTEE"), ("D", "DEMOCRAT", 120, "TOTAL")]
+    both = [
+        ("R", "REPUBLICAN", 100, "TOTAL"),
+        ("R", "REPUBLICAN", 60, "ELECTION DAY"),
+        ("R", "REPUBLICAN", 40, "ABSENTEE"),
+        ("D", "DEMOCRAT", 120, "TOTAL"),
+    ]
     # county 2: modes only, summed: R = 30 + 30 > D = 50 although D wins the larger single mode
-    modes = [("R", "REPUBLICAN", 30, "ELECTION DAY"), ("R", "REPUBLICAN", 30, "ABSENTEE"),
-             ("D", "DEMOCRAT", 45, "ABSENTEE"), ("D", "DEMOCRAT", 5, "ELECTION DAY")]
+    modes = [
+        ("R", "REPUBLICAN", 30, "ELECTION DAY"),
+        ("R", "REPUBLICAN", 30, "ABSENTEE"),
+        ("D", "DEMOCRAT", 45, "ABSENTEE"),
+        ("D", "DEMOCRAT", 5, "ELECTION DAY"),
+    ]
     # county 3: a tie is not a Republican win; an NA-vote row is ignored
     tie = [("R", "REPUBLICAN", 10, "TOTAL"), ("D", "DEMOCRAT", 10, "TOTAL"), ("G", "GREEN", None, "TOTAL")]
     rows = []
@@ -137,8 +165,11 @@ def test_political_kind_through_the_mirror(mirrored):
 
 def test_political_kind_needs_its_dataset():
     with pytest.raises(DataError, match=DS):
-        get_kind("political_bernoulli").fn({"years": YEARS, "minus_one": True, "centre": "mu_i"},
-                                           np.random.default_rng(0), RunContext("adaped.political", 0))
+        get_kind("political_bernoulli").fn(
+            {"years": YEARS, "minus_one": True, "centre": "mu_i"},
+            np.random.default_rng(0),
+            RunContext("adaped.political", 0),
+        )
 
 
 def test_missing_file_names_file_and_url(tmp_path):

@@ -38,10 +38,12 @@ def test_lemma1_and_baselines(n, rho, a2, t2, g2):
     grid = np.linspace(0, 3, 300001)
     v = pe.server_variance(grid, n, rho, sc, g2)
     assert grid[v.argmin()] == pytest.approx(rs, abs=2e-5)
-    assert float(pe.server_variance(rs, n, rho, sc, g2)) == pytest.approx(pe.server_variance_opt(n, rho, sc, g2),
-                                                                         rel=1e-12)
-    assert float(pe.server_variance(1.0, n, rho, sc, g2)) == pytest.approx(pe.server_variance_hdp(n, rho, sc, g2),
-                                                                          rel=1e-12)
+    assert float(pe.server_variance(rs, n, rho, sc, g2)) == pytest.approx(
+        pe.server_variance_opt(n, rho, sc, g2), rel=1e-12
+    )
+    assert float(pe.server_variance(1.0, n, rho, sc, g2)) == pytest.approx(
+        pe.server_variance_hdp(n, rho, sc, g2), rel=1e-12
+    )
     gaps = pe.lemma2_gaps(n, rho, sc, g2)
     opt = pe.server_variance_opt(n, rho, sc, g2)
     assert gaps["hdp_minus_opt"] == pytest.approx(pe.server_variance_hdp(n, rho, sc, g2) - opt, rel=1e-10)
@@ -92,7 +94,8 @@ def test_theorem3_lambda_star_is_the_argmin_and_bayes_optimal(n, rho, a2, t2, g2
         assert grid[np.argmin(pe.local_mse(grid, *setup, a2, t2))] == pytest.approx(lam, rel=1e-3)
         assert pe.local_mse_argmin(*setup, a2, t2) == pytest.approx(lam, rel=1e-10)
         assert float(pe.local_mse(lam, *setup, a2, t2)) == pytest.approx(
-            pe.bayes_local_variance(n, rho, a2, t2, g2, private), rel=1e-10)
+            pe.bayes_local_variance(n, rho, a2, t2, g2, private), rel=1e-10
+        )
     # Algorithm 1 read literally (own noisy psi in the global model): a slightly different optimum (notes §7 #3)
     lit = pe.local_mse_argmin(*pe.client_setup(n, rho, r, a2, t2, g2, True, "included"), a2, t2)
     assert lit < lp
@@ -115,14 +118,16 @@ def test_lemma7_one_step_client_update():
     assert theta_k == pytest.approx((phi_hat + lam * g) / (1 + lam))
 
 
-@pytest.mark.parametrize("n1,n2,g1,g2,a2,t2", [(1, 19, 0.0, 1.0, 0.05, 1.0), (5, 15, 0.3, 2.0, 1.0, 0.5),
-                                              (30, 70, 0.1, 0.5, 2.0, 1.0)])
+@pytest.mark.parametrize(
+    "n1,n2,g1,g2,a2,t2", [(1, 19, 0.0, 1.0, 0.05, 1.0), (5, 15, 0.3, 2.0, 1.0, 0.5), (30, 70, 0.1, 0.5, 2.0, 1.0)]
+)
 def test_linear_regression_two_level_closed_forms(n1, n2, g1, g2, a2, t2):
     counts, gam = [n1, n2], [g1, g2]
     r = lr.r_star_levels(counts, gam, a2, t2)
     assert lr.server_variance(counts, gam, r, a2, t2) == pytest.approx(lr.server_variance_opt(counts, gam, a2, t2))
     assert lr.server_variance_opt(counts, gam, a2, t2) == pytest.approx(
-        lr.server_variance_opt_two_level(n1, n2, g1, g2, a2, t2), rel=1e-12)
+        lr.server_variance_opt_two_level(n1, n2, g1, g2, a2, t2), rel=1e-12
+    )
     for ratio in (0.5 * r[1], 2 * r[1]):
         assert lr.server_variance(counts, gam, [1, ratio], a2, t2) > lr.server_variance_opt(counts, gam, a2, t2)
     for level, lam in enumerate(lr.lambda_star_two_level(n1, n2, g1, g2, a2, t2)):
@@ -132,7 +137,8 @@ def test_linear_regression_two_level_closed_forms(n1, n2, g1, g2, a2, t2):
     # point estimation is the special case gamma_1 = 0 (App. B)
     if g1 == 0:
         assert lr.lambda_star_two_level(n1, n2, 0, g2, a2, t2)[1] == pytest.approx(
-            pe.lambda_p_star(n1 + n2, n1 / (n1 + n2), a2, t2, g2), rel=1e-12)
+            pe.lambda_p_star(n1 + n2, n1 / (n1 + n2), a2, t2, g2), rel=1e-12
+        )
 
 
 def test_three_levels_general_lambda_star():
@@ -141,7 +147,8 @@ def test_three_levels_general_lambda_star():
     for level in range(3):
         setup = lr.level_setup(counts, gam, r, a2, t2, level, "excluded")
         assert lr.lambda_star_levels(counts, gam, a2, t2, level) == pytest.approx(
-            pe.local_mse_argmin(*setup, a2, t2), rel=1e-10)
+            pe.local_mse_argmin(*setup, a2, t2), rel=1e-10
+        )
 
 
 def test_linear_regression_loss_matches_monte_carlo():
@@ -152,8 +159,7 @@ def test_linear_regression_loss_matches_monte_carlo():
     assert _z_ok(out["loss"], out["se"], cf)
     assert out["alpha2_mc"] == pytest.approx(beta2 / n_s, rel=0.05)
     F = lr.designs(4, n_s, d, np.random.default_rng(0))
-    np.testing.assert_allclose(np.einsum("jsa,jsb->jab", F, F), np.broadcast_to(n_s * np.eye(d), (4, d, d)),
-                               atol=1e-10)
+    np.testing.assert_allclose(np.einsum("jsa,jsb->jab", F, F), np.broadcast_to(n_s * np.eye(d), (4, d, d)), atol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------------- kinds
@@ -162,10 +168,19 @@ def _run(kind, params, seed=0):
 
 
 def test_fig1_kind_small():
-    p = {"N": 20, "rho": 0.1, "n_s": 3, "alpha_share": 0.3, "trials": 3000, "fwer": 0.001,
-         "r_grid": {"start": 0, "stop": 1, "num": 11},
-         "panels": [{"name": "a", "curves": [{"sigma_c2": 2.0, "gamma2": 0.5}]},
-                    {"name": "b", "curves": [{"sigma_c2": 0.5, "gamma2": 3.0}]}]}
+    p = {
+        "N": 20,
+        "rho": 0.1,
+        "n_s": 3,
+        "alpha_share": 0.3,
+        "trials": 3000,
+        "fwer": 0.001,
+        "r_grid": {"start": 0, "stop": 1, "num": 11},
+        "panels": [
+            {"name": "a", "curves": [{"sigma_c2": 2.0, "gamma2": 0.5}]},
+            {"name": "b", "curves": [{"sigma_c2": 0.5, "gamma2": 3.0}]},
+        ],
+    }
     out = _run("fedhdp_server_variance", p)
     assert all(c.passed for c in out.checks.values()), {k: c.detail for k, c in out.checks.items()}
     assert out.metrics["a.sc2_g0.5"]["r_star"] == pytest.approx(pe.r_star(20, 0.1, 2.0, 0.5))
@@ -174,26 +189,54 @@ def test_fig1_kind_small():
 
 @pytest.mark.parametrize("model", ["point", "linreg"])
 def test_opt_out_kind_small(model):
-    p = {"model": model, "N": 12, "n_np": 2, "alpha2": 0.5, "tau2": 0.8, "gamma2": 0.7, "n_s": 4, "d": 2,
-         "lam_grid": {"start": 0.01, "stop": 10, "num": 6, "log": True}, "trials": 1500, "fwer": 0.001}
+    p = {
+        "model": model,
+        "N": 12,
+        "n_np": 2,
+        "alpha2": 0.5,
+        "tau2": 0.8,
+        "gamma2": 0.7,
+        "n_s": 4,
+        "d": 2,
+        "lam_grid": {"start": 0.01, "stop": 10, "num": 6, "log": True},
+        "trials": 1500,
+        "fwer": 0.001,
+    }
     out = _run("fedhdp_opt_out", p)
     assert all(c.passed for c in out.checks.values()), {k: c.detail for k, c in out.checks.items()}
     assert set(out.history["panel"]) == {"hdp", "fedhdp"} and len(out.history) == 24
 
 
 def test_fig4_kind_small():
-    p = {"N": 20, "sigma_c2": 1.0, "gamma2": 2.0, "alpha_share": 0.5, "n_s": 2, "n_np_step": 4, "trials": 2000,
-         "fwer": 0.001, "claim": {"rho": 0.05, "min_ratio": 2.0}}
+    p = {
+        "N": 20,
+        "sigma_c2": 1.0,
+        "gamma2": 2.0,
+        "alpha_share": 0.5,
+        "n_s": 2,
+        "n_np_step": 4,
+        "trials": 2000,
+        "fwer": 0.001,
+        "claim": {"rho": 0.05, "min_ratio": 2.0},
+    }
     out = _run("fedhdp_server_variance_vs_rho", p)
     assert all(c.passed for c in out.checks.values()), {k: c.detail for k, c in out.checks.items()}
 
 
 def test_table2_kind_flags_only_the_inconsistent_cell():
-    p = {"points": [{"N": 20, "alpha2": 4.0, "tau2": 1.0, "gamma2": 0.5, "rho": 0.05},
-                    {"N": 50, "alpha2": 0.3, "tau2": 2.0, "gamma2": 3.0, "rho": 0.1}],
-         "lemma2_limit_N": 10**8, "lemma2_rel_tol": 1e-4, "mc_point": {"N": 20, "alpha2": 4.0, "gamma2": 1.0},
-         "trials": 2000, "n_s": 2, "fwer": 0.001,
-         "examples": {"e": {"N": 20, "rho": 0.05, "alpha2": 1.0, "tau2": 1.0, "gamma2": 4.0}}}
+    p = {
+        "points": [
+            {"N": 20, "alpha2": 4.0, "tau2": 1.0, "gamma2": 0.5, "rho": 0.05},
+            {"N": 50, "alpha2": 0.3, "tau2": 2.0, "gamma2": 3.0, "rho": 0.1},
+        ],
+        "lemma2_limit_N": 10**8,
+        "lemma2_rel_tol": 1e-4,
+        "mc_point": {"N": 20, "alpha2": 4.0, "gamma2": 1.0},
+        "trials": 2000,
+        "n_s": 2,
+        "fwer": 0.001,
+        "examples": {"e": {"N": 20, "rho": 0.05, "alpha2": 1.0, "tau2": 1.0, "gamma2": 4.0}},
+    }
     out = _run("fedhdp_table2", p)
     failed = {k for k, c in out.checks.items() if not c.passed}
     assert failed == {"table2_hom_data_hom_priv"}
@@ -218,17 +261,54 @@ def test_theory_experiments_in_config_validate():
 def test_plots_render_from_kind_histories():
     from fedrepro.plots import get_plot
 
-    fig1 = _run("fedhdp_server_variance", {"N": 10, "rho": 0.1, "n_s": 2, "alpha_share": 0.5, "trials": 300,
-                                           "fwer": 0.001, "r_grid": {"start": 0, "stop": 1, "num": 5},
-                                           "panels": [{"name": "l", "curves": [{"sigma_c2": 1.0, "gamma2": 0.5}]}]})
-    opt = _run("fedhdp_opt_out", {"model": "point", "N": 10, "n_np": 1, "alpha2": 1.0, "tau2": 1.0, "gamma2": 1.0,
-                                  "n_s": 2, "lam_grid": {"start": 0.01, "stop": 10, "num": 4, "log": True},
-                                  "trials": 300, "fwer": 0.001})
-    rho = _run("fedhdp_server_variance_vs_rho", {"N": 10, "sigma_c2": 1.0, "gamma2": 1.0, "alpha_share": 0.5,
-                                                 "n_s": 2, "n_np_step": 3, "trials": 300, "fwer": 0.001,
-                                                 "claim": {"rho": 0.1, "min_ratio": 1.0}})
-    for name, out in (("fedhdp_server_variance_vs_r", fig1), ("fedhdp_opt_out", opt),
-                      ("fedhdp_server_variance_vs_rho", rho)):
-        fig = get_plot(name)({"artifact": "Figure", "options": {"N": 10, "rho": 0.1, "logy": True}}, {},
-                             [out.history, out.history])
+    fig1 = _run(
+        "fedhdp_server_variance",
+        {
+            "N": 10,
+            "rho": 0.1,
+            "n_s": 2,
+            "alpha_share": 0.5,
+            "trials": 300,
+            "fwer": 0.001,
+            "r_grid": {"start": 0, "stop": 1, "num": 5},
+            "panels": [{"name": "l", "curves": [{"sigma_c2": 1.0, "gamma2": 0.5}]}],
+        },
+    )
+    opt = _run(
+        "fedhdp_opt_out",
+        {
+            "model": "point",
+            "N": 10,
+            "n_np": 1,
+            "alpha2": 1.0,
+            "tau2": 1.0,
+            "gamma2": 1.0,
+            "n_s": 2,
+            "lam_grid": {"start": 0.01, "stop": 10, "num": 4, "log": True},
+            "trials": 300,
+            "fwer": 0.001,
+        },
+    )
+    rho = _run(
+        "fedhdp_server_variance_vs_rho",
+        {
+            "N": 10,
+            "sigma_c2": 1.0,
+            "gamma2": 1.0,
+            "alpha_share": 0.5,
+            "n_s": 2,
+            "n_np_step": 3,
+            "trials": 300,
+            "fwer": 0.001,
+            "claim": {"rho": 0.1, "min_ratio": 1.0},
+        },
+    )
+    for name, out in (
+        ("fedhdp_server_variance_vs_r", fig1),
+        ("fedhdp_opt_out", opt),
+        ("fedhdp_server_variance_vs_rho", rho),
+    ):
+        fig = get_plot(name)(
+            {"artifact": "Figure", "options": {"N": 10, "rho": 0.1, "logy": True}}, {}, [out.history, out.history]
+        )
         assert fig.axes

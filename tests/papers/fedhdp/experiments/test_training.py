@@ -23,7 +23,7 @@ def _images(rng, labels):
     x = rng.integers(0, 40, (len(labels), 8, 8)).astype(np.uint8)
     for c in range(4):
         r, q = divmod(c, 2)
-        x[labels == c, 4 * r:4 * r + 4, 4 * q:4 * q + 4] += 200
+        x[labels == c, 4 * r : 4 * r + 4, 4 * q : 4 * q + 4] += 200
     return x
 
 
@@ -32,8 +32,9 @@ def _write(path, meta):
     classes = [rng.choice(4, 2, replace=False) for _ in range(M)]
     ytr = np.concatenate([rng.choice(c, 30) for c in classes])
     yte = np.concatenate([rng.choice(c, 10 + i) for i, c in enumerate(classes)])  # unequal test sizes
-    part = Partition("test", {"seed": 0}, M, np.repeat(np.arange(M), 30),
-                     np.repeat(np.arange(M), [10 + i for i in range(M)]), meta)
+    part = Partition(
+        "test", {"seed": 0}, M, np.repeat(np.arange(M), 30), np.repeat(np.arange(M), [10 + i for i in range(M)]), meta
+    )
     return fedformat.write(path, part, _images(rng, ytr), ytr, _images(rng, yte), yte)
 
 
@@ -48,12 +49,26 @@ def pdir_plain(tmp_path_factory):
 
 
 def params(**over):
-    p = {"partition": "p", "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
-         "methods": {"nonprivate_ditto": {"algorithm": "nonprivate"}, "dp_fedavg_ditto": {"algorithm": "dp_fedavg"},
-                     "hdp_fedavg_ditto": {"algorithm": "hdp_fedavg"}, "fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}},
-         "lams": [0.005, 0.25], "rounds": 4, "local_epochs": 1, "batch_size": 10, "lr": 0.2, "sampling_rate": 0.6,
-         "clip": {"init": 1.0}, "privacy": {"noise_multiplier_eff": 0.5, "count_std": 1.0, "delta": 1e-4},
-         "threads": 1, "checks": {"beats_chance": ["nonprivate_ditto"], "np_ge_p_global": ["fedhdp_r_0_1"]}}
+    p = {
+        "partition": "p",
+        "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
+        "methods": {
+            "nonprivate_ditto": {"algorithm": "nonprivate"},
+            "dp_fedavg_ditto": {"algorithm": "dp_fedavg"},
+            "hdp_fedavg_ditto": {"algorithm": "hdp_fedavg"},
+            "fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1},
+        },
+        "lams": [0.005, 0.25],
+        "rounds": 4,
+        "local_epochs": 1,
+        "batch_size": 10,
+        "lr": 0.2,
+        "sampling_rate": 0.6,
+        "clip": {"init": 1.0},
+        "privacy": {"noise_multiplier_eff": 0.5, "count_std": 1.0, "delta": 1e-4},
+        "threads": 1,
+        "checks": {"beats_chance": ["nonprivate_ditto"], "np_ge_p_global": ["fedhdp_r_0_1"]},
+    }
     p.update(over)
     return p
 
@@ -64,16 +79,30 @@ def run(p, path, seed=0):
     return run_kind("fedhdp_training", p, "fedhdp.test", {"p": path}, seed)
 
 
-FULL = {"acc_g", "acc_g_p", "acc_g_np", "acc_l_p", "acc_l_np", "d_g", "d_l",
-        "acc_g_p_var", "acc_g_np_var", "acc_l_p_var", "acc_l_np_var"}
+FULL = {
+    "acc_g",
+    "acc_g_p",
+    "acc_g_np",
+    "acc_l_p",
+    "acc_l_np",
+    "d_g",
+    "d_l",
+    "acc_g_p_var",
+    "acc_g_np_var",
+    "acc_l_p_var",
+    "acc_l_np_var",
+}
 
 
 def test_metric_keys_and_privacy(pdir):
     from fedrepro.learning.adaptive_clip import update_noise_multiplier
     from fedrepro.privacy import compute_epsilon
 
-    checks = {"beats_chance": ["nonprivate_ditto"], "np_ge_p_global": ["fedhdp_r_0_1"],
-              "acc_g_ge_dp_fedavg": ["fedhdp_r_0_1", "dp_fedavg_ditto"]}
+    checks = {
+        "beats_chance": ["nonprivate_ditto"],
+        "np_ge_p_global": ["fedhdp_r_0_1"],
+        "acc_g_ge_dp_fedavg": ["fedhdp_r_0_1", "dp_fedavg_ditto"],
+    }
     out = run(params(checks=checks), pdir)
     m = out.metrics
     assert lam_key(0.005) == "lam0.005" and lam_key(0.25) == "lam0.25" and lam_key(1.0) == "lam1"
@@ -131,13 +160,16 @@ def test_opt_out_from_partition_or_drawn_once(pdir, pdir_plain):
     assert out.metrics["n_opt_out"] == 2 and np.isfinite(out.metrics["lam0.25"]["fedhdp_r_0_1"]["acc_g_np"])
 
 
-@pytest.mark.parametrize("over,match", [
-    ({"methods": {"f": {"algorithm": "fedhdp"}}}, "needs r"),
-    ({"methods": {"h": {"algorithm": "hdp_fedavg", "r": 0.5}}}, "only fedhdp"),
-    ({"privacy": {"noise_multiplier_eff": 3.0, "count_std": 1.0, "delta": 1e-4}}, "params.privacy"),
-    ({"checks": {"beats_chance": ["nope"]}}, "unknown methods"),
-    ({"partition": "other"}, "must be listed"),
-])
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        ({"methods": {"f": {"algorithm": "fedhdp"}}}, "needs r"),
+        ({"methods": {"h": {"algorithm": "hdp_fedavg", "r": 0.5}}}, "only fedhdp"),
+        ({"privacy": {"noise_multiplier_eff": 3.0, "count_std": 1.0, "delta": 1e-4}}, "params.privacy"),
+        ({"checks": {"beats_chance": ["nope"]}}, "unknown methods"),
+        ({"partition": "other"}, "must be listed"),
+    ],
+)
 def test_config_errors(pdir, over, match):
     with pytest.raises(ConfigError, match=match):
         run(params(**over), pdir)
@@ -152,8 +184,13 @@ def test_config_entries_follow_the_naming_contract():
     cfg = load_global()
     parts = yaml.safe_load((REPO_ROOT / "config" / "partitions.yaml").read_text())["partitions"]
     doc = load_paper(cfg, "fedhdp")
-    expected = {"noniid_mnist": "mnist", "skewed_mnist": "mnist", "fmnist": "tff_emnist_digits",
-                "femnist": "tff_emnist", "x_femnist_sample": "leaf_femnist_sf005"}
+    expected = {
+        "noniid_mnist": "mnist",
+        "skewed_mnist": "mnist",
+        "fmnist": "tff_emnist_digits",
+        "femnist": "tff_emnist",
+        "x_femnist_sample": "leaf_femnist_sf005",
+    }
     for name, dataset in expected.items():
         entry = doc["experiments"][name]
         assert entry["kind"] == "fedhdp_training"
@@ -163,18 +200,25 @@ def test_config_entries_follow_the_naming_contract():
             assert parts[exp.params["partition"]]["dataset"] == dataset
             methods = exp.params["methods"]
             assert {"nonprivate_ditto", "dp_fedavg_ditto", "hdp_fedavg_ditto"} <= set(methods)
-            assert all(spec["algorithm"] == "fedhdp" and k == "fedhdp_r_" + f"{spec['r']:g}".replace(".", "_")
-                       for k, spec in methods.items() if k.startswith("fedhdp"))
+            assert all(
+                spec["algorithm"] == "fedhdp" and k == "fedhdp_r_" + f"{spec['r']:g}".replace(".", "_")
+                for k, spec in methods.items()
+                if k.startswith("fedhdp")
+            )
 
 
 def test_differences_and_settings(pdir):
-    diffs = {"table4.fedhdp_r_0_1.d_l": ["lam0.005.fedhdp_r_0_1.acc_l_np", "lam0.25.fedhdp_r_0_1.acc_l_p"],
-             "derived.gain": ["lam0.25.fedhdp_r_0_1.acc_g", "lam0.25.dp_fedavg_ditto.acc_g"]}
+    diffs = {
+        "table4.fedhdp_r_0_1.d_l": ["lam0.005.fedhdp_r_0_1.acc_l_np", "lam0.25.fedhdp_r_0_1.acc_l_p"],
+        "derived.gain": ["lam0.25.fedhdp_r_0_1.acc_g", "lam0.25.dp_fedavg_ditto.acc_g"],
+    }
     m = run(params(differences=diffs, rounds=2), pdir).metrics
     assert m["table4"]["fedhdp_r_0_1"]["d_l"] == pytest.approx(
-        m["lam0.005"]["fedhdp_r_0_1"]["acc_l_np"] - m["lam0.25"]["fedhdp_r_0_1"]["acc_l_p"])
+        m["lam0.005"]["fedhdp_r_0_1"]["acc_l_np"] - m["lam0.25"]["fedhdp_r_0_1"]["acc_l_p"]
+    )
     assert m["derived"]["gain"] == pytest.approx(
-        m["lam0.25"]["fedhdp_r_0_1"]["acc_g"] - m["lam0.25"]["dp_fedavg_ditto"]["acc_g"])
+        m["lam0.25"]["fedhdp_r_0_1"]["acc_g"] - m["lam0.25"]["dp_fedavg_ditto"]["acc_g"]
+    )
     s = m["setting"]
     assert s["n_clients"] == M and s["clients_per_round_pct"] == pytest.approx(60.0)
     assert s["nonprivate_pct"] == pytest.approx(20.0) and s["n_labels"] == 4 and s["rounds"] == 2
@@ -189,7 +233,20 @@ def test_table6_layer_sizes():
     from fedrepro.papers.fedhdp.experiments.training import layer_sizes
 
     assert layer_sizes(build_model("mlp", in_features=784, n_classes=10, hidden=[50])) == {
-        "layer1": 784, "layer2": 784, "layer3": 50, "layer4": 10}
+        "layer1": 784,
+        "layer2": 784,
+        "layer3": 50,
+        "layer4": 10,
+    }
     assert layer_sizes(build_model("fedhdp_cnn", n_classes=62)) == {  # Table 6: 28x28x16, 14x14x16, ... 62
-        "layer1": 784, "layer2": 28 * 28 * 16, "layer3": 14 * 14 * 16, "layer4": 14 * 14 * 32, "layer5": 7 * 7 * 32,
-        "layer6": 1568, "layer7": 1568, "layer8": 128, "layer9": 128, "layer10": 62}
+        "layer1": 784,
+        "layer2": 28 * 28 * 16,
+        "layer3": 14 * 14 * 16,
+        "layer4": 14 * 14 * 32,
+        "layer5": 7 * 7 * 32,
+        "layer6": 1568,
+        "layer7": 1568,
+        "layer8": 128,
+        "layer9": 128,
+        "layer10": 62,
+    }

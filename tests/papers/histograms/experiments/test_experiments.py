@@ -17,12 +17,35 @@ from fedrepro.papers.histograms.reddit import TokenHistograms
 
 ROOT = REPO_ROOT
 CFG = load_global()
-ALGO = {"K": 3, "T": 10, "tau": 0.5, "lam": 0.3, "local_beta": 0.5, "center_floor": 1e-12,
-        "dimred": {"keep_tokens": 15}, "ifca_lr": 5.0, "ifca_init_mix": 0.5,
-        "private": {"total_epsilon": 15.0, "delta": 1e-10, "clip": 1.0, "s": 1e-3, "ifca_clip": 1.0},
-        "regimes": ["nonprivate", "private"], "trace_users": 200, "dtype": "float64"}
-SMALL = dict(ALGO, n_users=1500, d=100, clusters=3, alpha=40.0, m=50, zipf=1.0, gamma=2.0, n_val=300, m_val=200,
-             z=4, near_oracle_rtol=0.05)
+ALGO = {
+    "K": 3,
+    "T": 10,
+    "tau": 0.5,
+    "lam": 0.3,
+    "local_beta": 0.5,
+    "center_floor": 1e-12,
+    "dimred": {"keep_tokens": 15},
+    "ifca_lr": 5.0,
+    "ifca_init_mix": 0.5,
+    "private": {"total_epsilon": 15.0, "delta": 1e-10, "clip": 1.0, "s": 1e-3, "ifca_clip": 1.0},
+    "regimes": ["nonprivate", "private"],
+    "trace_users": 200,
+    "dtype": "float64",
+}
+SMALL = dict(
+    ALGO,
+    n_users=1500,
+    d=100,
+    clusters=3,
+    alpha=40.0,
+    m=50,
+    zipf=1.0,
+    gamma=2.0,
+    n_val=300,
+    m_val=200,
+    z=4,
+    near_oracle_rtol=0.05,
+)
 
 
 def _flat(d, prefix=""):
@@ -47,8 +70,13 @@ def test_synthetic_run_produces_every_registered_key_and_the_papers_ordering():
             assert r["key"] in flat, r["id"]
     for regime in ("nonprivate", "private"):
         assert set(out.metrics["kl"][regime]) == set(METHODS)
-    for name in ("ordering_nonprivate", "clustering_beats_fedavg_nonprivate", "finetuning_helps_nonprivate",
-                 "local_matches_closed_form", "lloyd_objective_monotone"):
+    for name in (
+        "ordering_nonprivate",
+        "clustering_beats_fedavg_nonprivate",
+        "finetuning_helps_nonprivate",
+        "local_matches_closed_form",
+        "lloyd_objective_monotone",
+    ):
         assert out.checks[name].passed, out.checks[name].detail
     assert out.metrics["kl"]["private"]["local"] == out.metrics["kl"]["nonprivate"]["local"]
     h = out.history
@@ -61,13 +89,15 @@ def _token_histograms(seed=0, n=800, d=80, m=50, m_test=400, n_val=200):
     u = sample_users(mix, n, m, m_test, rng, dtype=np.float64)
     val_index = np.sort(rng.choice(n, n_val, replace=False))
     val = sample_users(mix, n_val, 200, 0, rng).train
-    return TokenHistograms(tuple(f"u{i}" for i in range(n)), tuple(f"t{i}" for i in range(d)), u.train, u.test,
-                           val_index, val)
+    return TokenHistograms(
+        tuple(f"u{i}" for i in range(n)), tuple(f"t{i}" for i in range(d)), u.train, u.test, val_index, val
+    )
 
 
 def test_table1_produces_exactly_the_registered_keys():
-    p = dict(ALGO, vocab_size=80, train_tokens=50, test_tokens=400, val_users=200, val_tokens=200, split_seed=0,
-             runs=2, z=4)
+    p = dict(
+        ALGO, vocab_size=80, train_tokens=50, test_tokens=400, val_users=200, val_tokens=200, split_seed=0, runs=2, z=4
+    )
     out = run_table1(histogram_data(_token_histograms(), p), p, np.random.default_rng(1))
     flat = _flat(out.metrics)
     rows = _registry("histograms.table1")
@@ -99,8 +129,10 @@ def test_config_entries_validate(scale):
 
 
 # Table 1's printed numbers (Setlur et al.), the private checks' reference case: both must hold on them
-TABLE1 = {"nonprivate": dict(zip(METHODS, (5.093, 1.054, 1.036, 0.971, 0.930, 0.912, 0.875, 0.883, 0.868))),
-          "private": dict(zip(METHODS, (5.093, 1.115, 1.110, 0.990, 1.053, 0.958, 0.948, 0.904, 0.951)))}
+TABLE1 = {
+    "nonprivate": dict(zip(METHODS, (5.093, 1.054, 1.036, 0.971, 0.930, 0.912, 0.875, 0.883, 0.868))),
+    "private": dict(zip(METHODS, (5.093, 1.115, 1.110, 0.990, 1.053, 0.958, 0.948, 0.904, 0.951))),
+}
 ZERO_SE = {r: dict.fromkeys(METHODS, 0.0) for r in TABLE1}
 
 
@@ -163,8 +195,17 @@ def test_a_list_of_clips_is_tuned_on_validation_users():
 
 
 def test_table1_validation_users_score_the_tuning():
-    p = dict(ALGO, vocab_size=80, train_tokens=50, test_tokens=400, val_users=200, val_tokens=200, split_seed=0,
-             runs=1, max_users=500)
+    p = dict(
+        ALGO,
+        vocab_size=80,
+        train_tokens=50,
+        test_tokens=400,
+        val_users=200,
+        val_tokens=200,
+        split_seed=0,
+        runs=1,
+        max_users=500,
+    )
     hist = _token_histograms()
     data = histogram_data(hist, p)
     assert np.all(data.tune_index < 500) and len(data.tune_index) == np.count_nonzero(hist.val_index < 500)
@@ -189,8 +230,9 @@ def test_the_sentences_hold_on_table1_and_fail_when_they_must():
     assert not dimred_hurts_nonprivate_helps_private(_with("nonprivate", alg2_dimred=0.90)).passed
     assert not dimred_hurts_nonprivate_helps_private(_with("private", alg2_dimred_ft=0.96)).passed
     # convergence within T iterations, IFCA's centers worse
-    diag = {"nonprivate": {"alg2": {"converged": True, "iterations": 12}, "ifca": {"converged": False,
-                                                                                   "iterations": 50}}}
+    diag = {
+        "nonprivate": {"alg2": {"converged": True, "iterations": 12}, "ifca": {"converged": False, "iterations": 50}}
+    }
     assert alg2_converges_ifca_does_not(TABLE1, diag, 50).passed
     late = {"nonprivate": dict(diag["nonprivate"], alg2={"converged": True, "iterations": 51})}
     assert not alg2_converges_ifca_does_not(TABLE1, late, 50).passed

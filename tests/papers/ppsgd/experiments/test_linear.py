@@ -25,8 +25,8 @@ def test_sampler_visits_every_full_chunk_once_per_epoch():
             seen[u].append(int((r[0] - starts[u]) // 10))
     for u, c in enumerate(counts):
         nb = c // 10
-        assert sorted(seen[u]) == sorted(list(range(nb)) * 2)     # each chunk once per epoch; tail rows unused
-        assert sorted(seen[u][:nb]) == list(range(nb))             # the first epoch's chunks come first
+        assert sorted(seen[u]) == sorted(list(range(nb)) * 2)  # each chunk once per epoch; tail rows unused
+        assert sorted(seen[u][:nb]) == list(range(nb))  # the first epoch's chunks come first
     assert n_rounds >= math.ceil(sum(c // 10 for c in counts) * 2 / 3)
 
 
@@ -45,8 +45,7 @@ def _clients(rng, n=6, d=5, k=3, n_train=30, n_test=7):
         xs.append(x[:n_train]), ys.append(y[:n_train]), xt.append(x[n_train:]), yt.append(y[n_train:])
     off_tr = np.arange(n + 1) * n_train
     off_te = np.arange(n + 1) * n_test
-    return Clients(np.concatenate(xs), np.concatenate(ys), off_tr, np.concatenate(xt), np.concatenate(yt),
-                       off_te)
+    return Clients(np.concatenate(xs), np.concatenate(ys), off_tr, np.concatenate(xt), np.concatenate(yt), off_te)
 
 
 def test_accuracy_matches_per_row_loop():
@@ -66,13 +65,21 @@ def test_accuracy_matches_per_row_loop():
 def test_tiny_training_learns_and_alpha_limits_hold():
     rng = np.random.default_rng(1)
     cl = _clients(rng)
-    p = {"m": 5, "users_per_round": 3, "epochs": 3, "clip": 10.0, "target_offset": 0.1, "eval_every": 4,
-         "chunk": 2, "dtype": "float64"}
+    p = {
+        "m": 5,
+        "users_per_round": 3,
+        "epochs": 3,
+        "clip": 10.0,
+        "target_offset": 0.1,
+        "eval_every": 4,
+        "chunk": 2,
+        "dtype": "float64",
+    }
     from fedrepro.papers.ppsgd.stepsizes import step_size_arrays
 
     ew, et = step_size_arrays([0.05, 0.05, 0.05], [0, 1, math.inf])
     its, acc, rounds = lin.train(cl, p, 0.0, ew, et, seed=0)
     assert its[0] == 0 and np.all(np.diff(its) == 4)
     assert acc.shape == (len(its), 3)
-    assert np.all(acc[-1] > 0.6)          # well-separated clusters: every alpha learns
-    assert 36 <= rounds < 6 * 6 * 3      # 108 batches, <= 3 per round (tail rounds may have fewer users)
+    assert np.all(acc[-1] > 0.6)  # well-separated clusters: every alpha learns
+    assert 36 <= rounds < 6 * 6 * 3  # 108 batches, <= 3 per round (tail rounds may have fewer users)

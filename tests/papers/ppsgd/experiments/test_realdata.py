@@ -31,19 +31,19 @@ def _emnist_partition(emnist_mirror, monkeypatch, tmp_path, n_clients=2):
     fetch(cfg, em.DIGITS_ID, offline=True)
     spec = dict(load_partitions(load_global())[PART])
     assert spec["dataset"] == em.DIGITS_ID and spec["scheme"] == "natural"
-    spec["params"] = {**spec["params"], "n_clients": n_clients}      # the fixture has 3 writers, not 1000
+    spec["params"] = {**spec["params"], "n_clients": n_clients}  # the fixture has 3 writers, not 1000
     return prepare(cfg, PART, spec, tmp_path / PART)
 
 
 def test_emnist_first_writers_partition_keeps_tff_order_and_split(emnist_mirror, monkeypatch, tmp_path):
     out = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
     ds = fedformat.load(out)
-    first_two = sorted(EMNIST_CLIENTS)[:2]                            # TFF lists client ids sorted
+    first_two = sorted(EMNIST_CLIENTS)[:2]  # TFF lists client ids sorted
     assert ds.client_meta("writer").tolist() == first_two
     tr, te = ds.offsets("train"), ds.offsets("test")
     assert np.diff(tr).tolist() == [EMNIST_CLIENTS[c][0] for c in first_two]
     assert np.diff(te).tolist() == [EMNIST_CLIENTS[c][1] for c in first_two]
-    assert ds.features.shape[1:] == (28, 28) and float(ds.features.max()) == 1.0   # pixels as shipped
+    assert ds.features.shape[1:] == (28, 28) and float(ds.features.max()) == 1.0  # pixels as shipped
 
 
 def _assert_grid(acc: dict, sigmas: set, alphas: set) -> None:
@@ -59,8 +59,7 @@ def _run(exp_id, overrides, ctx_kw):
 
 def test_fig1c_linear_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, tmp_path):
     part = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
-    out = _run("ppsgd.fig1c_emnist", {"m": 1, "users_per_round": 2, "eval_every": 2},
-               {"partitions": {PART: part}})
+    out = _run("ppsgd.fig1c_emnist", {"m": 1, "users_per_round": 2, "eval_every": 2}, {"partitions": {PART: part}})
     _assert_grid(out.metrics["final_accuracy"], {"s0", "s3"}, {"0", "1", "inf"})
     assert out.metrics["n_users"] == 2 and out.metrics["n_classes"] == 10
     assert out.metrics["final_epsilon"]["s0"] == math.inf and 0 < out.metrics["final_epsilon"]["s3"] < math.inf
@@ -76,17 +75,26 @@ def test_fig1b_runs_on_stackoverflow_h5(so_mirror, monkeypatch):
     files = {so.H5_ID: dataset_files(cfg, so.H5_ID), so.COUNTS_ID: dataset_files(cfg, so.COUNTS_ID)}
     exp = resolve_experiment(load_global(), "ppsgd.fig1b_stackoverflow", "quick")
     assert set(exp.datasets) == set(files)
-    out = _run("ppsgd.fig1b_stackoverflow",
-               {"n_users": 2, "word_vocab_size": 3, "tag_vocab_size": 2, "max_train_per_client": 4, "m": 1,
-                "users_per_round": 1, "eval_every": 1}, {"data": files})
+    out = _run(
+        "ppsgd.fig1b_stackoverflow",
+        {
+            "n_users": 2,
+            "word_vocab_size": 3,
+            "tag_vocab_size": 2,
+            "max_train_per_client": 4,
+            "m": 1,
+            "users_per_round": 1,
+            "eval_every": 1,
+        },
+        {"data": files},
+    )
     _assert_grid(out.metrics["final_accuracy"], {"s0", "s1"}, {"0", "1", "10", "inf"})
     assert out.metrics["n_classes"] == 2
-    assert "best_alpha_without_privacy" in out.checks                 # the claim is evaluated (its value is data's)
+    assert "best_alpha_without_privacy" in out.checks  # the claim is evaluated (its value is data's)
 
 
 def test_fig1d_cnn_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, tmp_path, one_thread):
     part = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
-    out = _run("ppsgd.fig1d_emnist_cnn", {"m": 1, "users_per_round": 2, "eval_every": 2},
-               {"partitions": {PART: part}})
+    out = _run("ppsgd.fig1d_emnist_cnn", {"m": 1, "users_per_round": 2, "eval_every": 2}, {"partitions": {PART: part}})
     _assert_grid(out.metrics["final_accuracy"], {"s0", "s3"}, {"0", "1", "inf"})
     assert out.metrics["n_classes"] == 10 and set(out.checks) == {"beats_chance", "local_poor"}

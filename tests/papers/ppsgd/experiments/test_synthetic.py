@@ -11,10 +11,25 @@ from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.experiments import synthetic as syn
 
 SMALL = {
-    "n_users": 30, "d": 8, "n_personal": 2, "theta0_std": 10.0, "personal_std": 0.01, "noise_std": 0.01, "m": 10,
-    "niter": 25, "steps": [0.1, 0.5], "alphas": [0, 1, ".inf"], "sigmas": [0, 100.0], "clip": 1.0,
-    "delta": 1e-4, "accountants": ["opacus_rdp", "rdp"], "eps_every": 10, "select": "min_over_steps_per_iteration",
-    "crossing": {"sigmas": [100.0], "window": [1, 25]}, "z": 4, "dtype": "float64",
+    "n_users": 30,
+    "d": 8,
+    "n_personal": 2,
+    "theta0_std": 10.0,
+    "personal_std": 0.01,
+    "noise_std": 0.01,
+    "m": 10,
+    "niter": 25,
+    "steps": [0.1, 0.5],
+    "alphas": [0, 1, ".inf"],
+    "sigmas": [0, 100.0],
+    "clip": 1.0,
+    "delta": 1e-4,
+    "accountants": ["opacus_rdp", "rdp"],
+    "eps_every": 10,
+    "select": "min_over_steps_per_iteration",
+    "crossing": {"sigmas": [100.0], "window": [1, 25]},
+    "z": 4,
+    "dtype": "float64",
 }
 
 
@@ -23,8 +38,9 @@ def test_risk_at_init_equals_closed_form_per_user_loop():
     theta0, theta_star, lam = syn.draw_problem(SMALL, rng)
     state = ppsgd_exp.State.zeros(SMALL["n_users"], SMALL["d"], 1, 3)
     r = syn.excess_risk(state.w, state.theta, theta_star, lam)
-    by_hand = np.mean([sum(theta_star[i, k] ** 2 / (k + 1) for k in range(SMALL["d"]))
-                       for i in range(SMALL["n_users"])])
+    by_hand = np.mean(
+        [sum(theta_star[i, k] ** 2 / (k + 1) for k in range(SMALL["d"])) for i in range(SMALL["n_users"])]
+    )
     np.testing.assert_allclose(r, by_hand, rtol=1e-12)
     assert syn.init_risk_closed_form(theta_star, lam) == pytest.approx(by_hand, rel=1e-12)
 
@@ -79,7 +95,7 @@ def test_small_run_checks_metrics_and_history():
     assert set(h["alpha_label"]) == {"0", "1", "inf"}
     assert len(h) == 2 * 3 * (SMALL["niter"] + 1)
     local = h[h["alpha"] == 0]
-    assert (local["epsilon_opacus_rdp"] == 0).all()           # alpha = 0 spends no privacy
+    assert (local["epsilon_opacus_rdp"] == 0).all()  # alpha = 0 spends no privacy
     priv = h[(h["alpha"] == 1) & (h["sigma"] == 100.0)].sort_values("iteration")
     e = priv["epsilon_opacus_rdp"].to_numpy()
     assert e[0] == 0 and np.all(np.diff(e) > 0)
@@ -99,29 +115,29 @@ def test_misscaled_generator_fails_the_expectation_check():
     theta0, theta_star, lam = syn.draw_problem(p, rng)
     r0 = syn.init_risk_closed_form(theta_star, lam)
     wrong = syn.expected_init_risk(theta0, lam, p["n_personal"], 0.01)
-    se = (theta_star ** 2 @ lam).std(ddof=1) / math.sqrt(p["n_users"])
+    se = (theta_star**2 @ lam).std(ddof=1) / math.sqrt(p["n_users"])
     assert abs(r0 - wrong) > 4 * se
 
 
 def test_fig1a_text_claim_checks():
     global_fastest_early, global_stops_improving = syn.global_fastest_early, syn.global_stops_improving
     t = np.arange(101, dtype=float)
-    glob = 100 * np.exp(-t / 5) + 1.0          # fast, then a plateau at 1
-    pers = 100 * np.exp(-t / 20) + 0.01        # slower, lower floor
+    glob = 100 * np.exp(-t / 5) + 1.0  # fast, then a plateau at 1
+    pers = 100 * np.exp(-t / 20) + 0.01  # slower, lower floor
     best = {(0.0, math.inf): glob, (0.0, 1.0): pers, (0.0, 0.0): pers + 5}
     assert global_fastest_early(best, [0.0, 1.0, math.inf], [0.0], 10).passed
-    assert not global_fastest_early(best, [0.0, 1.0, math.inf], [0.0], 100).passed   # late: personalized lower
+    assert not global_fastest_early(best, [0.0, 1.0, math.inf], [0.0], 100).passed  # late: personalized lower
     assert global_stops_improving(best, [0.0, 1.0, math.inf], 1.0).passed
-    best[(0.0, math.inf)] = 100 * np.exp(-t / 5)                                        # no plateau within reach
+    best[(0.0, math.inf)] = 100 * np.exp(-t / 5)  # no plateau within reach
     assert not global_stops_improving(best, [0.0, 1.0, math.inf], 0.0).passed
 
 
 def test_dominates_from_needs_local_below_through_the_end():
     local = np.array([9.0, 8, 5, 2, 1, 0.5])
     others = np.array([[9.0, 4, 6, 1, 3, 2], [9.0, 9, 9, 9, 9, 9]])
-    assert syn.first_crossing(local, others) == 2          # below at t = 2, above again at t = 3
-    assert syn.dominates_from(local, others) == 4          # below at every t >= 4
-    others[0, -1] = 0.1                                    # above at the last iteration: never dominates
+    assert syn.first_crossing(local, others) == 2  # below at t = 2, above again at t = 3
+    assert syn.dominates_from(local, others) == 4  # below at every t >= 4
+    others[0, -1] = 0.1  # above at the last iteration: never dominates
     assert syn.dominates_from(local, others) is None
     assert syn.dominates_from(np.zeros(4), np.ones((2, 4))) == 1
 
@@ -129,10 +145,14 @@ def test_dominates_from_needs_local_below_through_the_end():
 def test_compare_alphas_restricts_the_claims_to_the_plotted_curves():
     t = np.arange(31, dtype=float)
     glob = 100 * np.exp(-t / 5) + 1.0
-    best = {(0.0, math.inf): glob, (0.0, 30.0): glob - 0.5, (0.0, 1.0): 100 * np.exp(-t / 20) + 0.01,
-            (0.0, 0.0): 100 * np.exp(-t / 25)}
+    best = {
+        (0.0, math.inf): glob,
+        (0.0, 30.0): glob - 0.5,
+        (0.0, 1.0): 100 * np.exp(-t / 20) + 0.01,
+        (0.0, 0.0): 100 * np.exp(-t / 25),
+    }
     alphas = [0.0, 1.0, 30.0, math.inf]
-    assert not syn.global_fastest_early(best, alphas, [0.0], 10).passed                 # alpha 30 is lower
+    assert not syn.global_fastest_early(best, alphas, [0.0], 10).passed  # alpha 30 is lower
     plotted = syn.compared_alphas({"compare_alphas": [0, 1, ".inf"]}, alphas)
     assert plotted == [0.0, 1.0, math.inf]
     assert syn.global_fastest_early(best, plotted, [0.0], 10).passed
@@ -146,33 +166,46 @@ def test_stall_requires_global_to_have_stopped_improving():
     still_falling = 100 * np.exp(-t / 50) + 0.5
     best = {(0.0, math.inf): still_falling, (0.0, 1.0): 100 * np.exp(-t / 10) + 0.01}
     alphas = [0.0, 1.0, math.inf]
-    assert syn.global_stops_improving(best, alphas, 0.5).passed                          # later-better part only
+    assert syn.global_stops_improving(best, alphas, 0.5).passed  # later-better part only
     stall = {"window": 20, "max_drop": 0.1}
-    assert not syn.global_stops_improving(best, alphas, 0.5, stall).passed              # still 32% lower
+    assert not syn.global_stops_improving(best, alphas, 0.5, stall).passed  # still 32% lower
     c = syn.global_stops_improving(best, alphas, 0.5, stall)
-    assert c.value / c.tolerance > 3                          # its distance for forensics: a 32% drop vs 10% allowed
-    best[(0.0, math.inf)] = 100 * np.exp(-t / 5) + 0.5                                  # flat at 0.5 by the end
+    assert c.value / c.tolerance > 3  # its distance for forensics: a 32% drop vs 10% allowed
+    best[(0.0, math.inf)] = 100 * np.exp(-t / 5) + 0.5  # flat at 0.5 by the end
     c = syn.global_stops_improving(best, alphas, 0.5, stall)
     assert c.passed and c.value / c.tolerance < 1
 
 
 def test_small_run_with_the_claim_readings():
-    p = dict(SMALL, alphas=[0, 1, 3, ".inf"], compare_alphas=[0, 1, ".inf"], stall={"window": 5, "max_drop": 0.5},
-             crossing={"sigmas": [100.0], "window": [1, 25], "rule": "dominates_from"})
+    p = dict(
+        SMALL,
+        alphas=[0, 1, 3, ".inf"],
+        compare_alphas=[0, 1, ".inf"],
+        stall={"window": 5, "max_drop": 0.5},
+        crossing={"sigmas": [100.0], "window": [1, 25], "rule": "dominates_from"},
+    )
     out = get_kind("ppsgd_synthetic").fn(p, np.random.default_rng(0), RunContext("ppsgd.t", 0))
     assert "3" not in out.checks["local_overtakes_joint_at_large_noise"].detail.split("curve (")[1].split(";")[0]
     assert "need < 50%" in out.checks["global_stops_improving_without_noise"].detail
     with pytest.raises(ConfigError):
-        get_kind("ppsgd_synthetic").fn(dict(p, compare_alphas=[0, 10]), np.random.default_rng(0),
-                                       RunContext("ppsgd.t", 0))
+        get_kind("ppsgd_synthetic").fn(
+            dict(p, compare_alphas=[0, 10]), np.random.default_rng(0), RunContext("ppsgd.t", 0)
+        )
 
 
 def test_the_crossing_check_states_its_distance_to_the_window():
     p = dict(SMALL, crossing={"sigmas": [100.0], "window": [1, 25], "rule": "dominates_from"})
-    c = get_kind("ppsgd_synthetic").fn(p, np.random.default_rng(0), RunContext("ppsgd.t", 0)).checks[
-        "local_overtakes_joint_at_large_noise"]
+    c = (
+        get_kind("ppsgd_synthetic")
+        .fn(p, np.random.default_rng(0), RunContext("ppsgd.t", 0))
+        .checks["local_overtakes_joint_at_large_noise"]
+    )
     assert (c.expected, c.tolerance) == (13.0, 12.0) and (abs(c.value - 13) <= 12) == c.passed
-    far = get_kind("ppsgd_synthetic").fn(dict(p, crossing=dict(p["crossing"], window=[200, 300])),
-                                         np.random.default_rng(0), RunContext("ppsgd.t", 0)).checks[
-        "local_overtakes_joint_at_large_noise"]
+    far = (
+        get_kind("ppsgd_synthetic")
+        .fn(
+            dict(p, crossing=dict(p["crossing"], window=[200, 300])), np.random.default_rng(0), RunContext("ppsgd.t", 0)
+        )
+        .checks["local_overtakes_joint_at_large_noise"]
+    )
     assert not far.passed and abs(far.value - far.expected) > far.tolerance

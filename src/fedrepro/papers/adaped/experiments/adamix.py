@@ -24,8 +24,26 @@ from fedrepro.papers.adaped import adamix_marginal as amm
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["m", "d", "n_values", "mu", "sigma_theta2", "noise_var", "k", "rounds", "local_steps", "lr",
-                 "step_rule", "em_iters", "reg_covar", "loss", "init", "gmm_n_init", "z", "cos_min"],
+    "required": [
+        "m",
+        "d",
+        "n_values",
+        "mu",
+        "sigma_theta2",
+        "noise_var",
+        "k",
+        "rounds",
+        "local_steps",
+        "lr",
+        "step_rule",
+        "em_iters",
+        "reg_covar",
+        "loss",
+        "init",
+        "gmm_n_init",
+        "z",
+        "cos_min",
+    ],
     "properties": {
         "m": INT2,
         "d": INT1,
@@ -89,21 +107,42 @@ def _recovery_check(fits: dict[int, am.GMM], mu: np.ndarray, cos_min: float) -> 
         ok &= hit
         worst = min(worst, float(c.min()))
         parts.append(f"n={n}: cos {np.round(c, 5).tolist()} (components {best.tolist()}){'' if hit else ' FAIL'}")
-    return Check(bool(ok), f"fitted GMM means vs +/-mu, need cos > {cos_min} with distinct components: "
-                 + "; ".join(parts), worst, cos_min)
+    return Check(
+        bool(ok),
+        f"fitted GMM means vs +/-mu, need cos > {cos_min} with distinct components: " + "; ".join(parts),
+        worst,
+        cos_min,
+    )
 
 
-@experiment_kind("adamix_linreg", SCHEMA,
-                 metrics=("mse.*",),
-                 checks=("adamix_improves_on_local_at_every_n", "gmm_recovers_component_means", "local_mse_matches_closed_form",
-                         "marginal_em_reaches_oracle"))
+@experiment_kind(
+    "adamix_linreg",
+    SCHEMA,
+    metrics=("mse.*",),
+    checks=(
+        "adamix_improves_on_local_at_every_n",
+        "gmm_recovers_component_means",
+        "local_mse_matches_closed_form",
+        "marginal_em_reaches_oracle",
+    ),
+)
 def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     m, d = p["m"], p["d"]
     mu = np.full(d, float(p["mu"]))
-    cfg = am.AdaMixConfig(k=p["k"], rounds=p["rounds"], local_steps=p["local_steps"], lr=p["lr"],
-                          step_rule=p["step_rule"], em_iters=p["em_iters"], reg_covar=p["reg_covar"],
-                          loss=p["loss"], noise_var=p["noise_var"], init=p["init"], n_init=p["gmm_n_init"],
-                          gmm_warm_start=p.get("gmm_warm_start", True))
+    cfg = am.AdaMixConfig(
+        k=p["k"],
+        rounds=p["rounds"],
+        local_steps=p["local_steps"],
+        lr=p["lr"],
+        step_rule=p["step_rule"],
+        em_iters=p["em_iters"],
+        reg_covar=p["reg_covar"],
+        loss=p["loss"],
+        noise_var=p["noise_var"],
+        init=p["init"],
+        n_init=p["gmm_n_init"],
+        gmm_warm_start=p.get("gmm_warm_start", True),
+    )
     theta, _ = am.draw_mixture_models(m, mu, p["sigma_theta2"], rng)
     err_local, err_mix, fits, rows = {}, {}, {}, []
     variants, oracle, err_me, me_rows = p.get("variants", []), {}, {}, []
@@ -113,11 +152,18 @@ def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         scale = am.loss_scale(cfg.loss, cfg.noise_var, n)
 
         def record(t, th, g, n=n, X=X, Y=Y, scale=scale):
-            row = {"n": n, "round": t, "mse_adamix": float(_mse(th, theta).mean()),
-                   "objective": float(am.objective(th, X, Y, g, scale).mean())}
+            row = {
+                "n": n,
+                "round": t,
+                "mse_adamix": float(_mse(th, theta).mean()),
+                "objective": float(am.objective(th, X, Y, g, scale).mean()),
+            }
             for l in range(len(g.weights)):
-                row |= {f"weight_{l}": float(g.weights[l]), f"mean_norm_{l}": float(np.linalg.norm(g.means[l])),
-                        f"sigma_{l}": float(math.sqrt(g.var[l]))}
+                row |= {
+                    f"weight_{l}": float(g.weights[l]),
+                    f"mean_norm_{l}": float(np.linalg.norm(g.means[l])),
+                    f"sigma_{l}": float(math.sqrt(g.var[l])),
+                }
             rows.append(row)
 
         th, fits[n] = am.adamix(X, Y, cfg, rng, record)
@@ -125,12 +171,24 @@ def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         oracle[n] = amm.oracle_mse(X, p["sigma_theta2"], p["noise_var"])
         if "marginal_em" in variants:
             # Alg. 1's P^0 from a spawned generator: the paper procedure's random stream is that of a run without it
-            server = am.GMMServer(cfg.k, cfg.em_iters, cfg.reg_covar, int(rng.spawn(1)[0].integers(2**31 - 1)),
-                                  cfg.n_init, cfg.gmm_warm_start)
+            server = am.GMMServer(
+                cfg.k,
+                cfg.em_iters,
+                cfg.reg_covar,
+                int(rng.spawn(1)[0].integers(2**31 - 1)),
+                cfg.n_init,
+                cfg.gmm_warm_start,
+            )
 
             def record_me(t, th, g, n=n):
-                me_rows.append({"n": n, "round": t, "mse_marginal_em": float(_mse(th, theta).mean()),
-                                **{f"marginal_em_sigma_{l}": float(math.sqrt(g.var[l])) for l in range(len(g.var))}})
+                me_rows.append(
+                    {
+                        "n": n,
+                        "round": t,
+                        "mse_marginal_em": float(_mse(th, theta).mean()),
+                        **{f"marginal_em_sigma_{l}": float(math.sqrt(g.var[l])) for l in range(len(g.var))},
+                    }
+                )
 
             th, _ = amm.marginal_em(X, Y, server.fit(am.min_norm_ls(X, Y)), p["noise_var"], cfg.rounds, record_me)
             err_me[n] = _mse(th, theta)
@@ -140,13 +198,19 @@ def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
     checks = {
         "local_mse_matches_closed_form": _local_check(err_local, p, float(mu @ mu) + d * p["sigma_theta2"]),
         "adamix_improves_on_local_at_every_n": Check(
-            all(better.values()), "AdaMix vs local MSE: " + "; ".join(
-                f"n={n}: {mse_mix[n]:.4f} vs {mse_local[n]:.4f}" for n in p["n_values"])),
+            all(better.values()),
+            "AdaMix vs local MSE: "
+            + "; ".join(f"n={n}: {mse_mix[n]:.4f} vs {mse_local[n]:.4f}" for n in p["n_values"]),
+        ),
         "gmm_recovers_component_means": _recovery_check(fits, mu, p["cos_min"]),
     }
-    metrics = {"mse": {"local": {f"n{n}": v for n, v in mse_local.items()},
-                       "adamix": {f"n{n}": v for n, v in mse_mix.items()},
-                       "oracle": {f"n{n}": float(v.mean()) for n, v in oracle.items()}}}
+    metrics = {
+        "mse": {
+            "local": {f"n{n}": v for n, v in mse_local.items()},
+            "adamix": {f"n{n}": v for n, v in mse_mix.items()},
+            "oracle": {f"n{n}": float(v.mean()) for n, v in oracle.items()},
+        }
+    }
     history = pd.DataFrame(rows)
     if err_me:
         metrics["mse"]["marginal_em"] = {f"n{n}": float(e.mean()) for n, e in err_me.items()}
@@ -165,5 +229,6 @@ def _oracle_check(errs: dict[int, np.ndarray], oracle: dict[int, np.ndarray], p:
         hit = abs(float(diff.mean())) <= tol
         ok &= hit
         parts.append(f"n={n}: {e.mean():.4f} vs oracle {oracle[n].mean():.4f} (tol {tol:.4f}){'' if hit else ' FAIL'}")
-    return Check(bool(ok), "marginal-likelihood EM vs the oracle-component posterior (Thm 7, eq. 48): "
-                 + "; ".join(parts))
+    return Check(
+        bool(ok), "marginal-likelihood EM vs the oracle-component posterior (Thm 7, eq. 48): " + "; ".join(parts)
+    )

@@ -32,8 +32,20 @@ PRIORS = ("normal", "uniform", "spike3", "beta")
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["m", "n", "reps", "normal_mean", "normal_std", "normal_support", "spikes", "beta_alpha",
-                 "beta_beta", "minus_one", "centre", "z"],
+    "required": [
+        "m",
+        "n",
+        "reps",
+        "normal_mean",
+        "normal_std",
+        "normal_support",
+        "spikes",
+        "beta_alpha",
+        "beta_beta",
+        "minus_one",
+        "centre",
+        "z",
+    ],
     "properties": {
         "m": INT3,
         "n": INT1,
@@ -95,17 +107,41 @@ def prior_moments(name: str, p: dict) -> tuple[float, float]:
 def _within(name: str, errs: np.ndarray, expected: float, z: float) -> Check:
     value, se = float(errs.mean()), float(errs.std(ddof=1) / math.sqrt(errs.size))
     ok = abs(value - expected) <= z * se
-    return Check(ok, f"{name}: MC {value:.6g} vs closed form {expected:.6g} (|diff| {abs(value - expected):.3g}, "
-                     f"{z} SE = {z * se:.3g})", value, expected, z * se)
+    return Check(
+        ok,
+        f"{name}: MC {value:.6g} vs closed form {expected:.6g} (|diff| {abs(value - expected):.3g}, "
+        f"{z} SE = {z * se:.3g})",
+        value,
+        expected,
+        z * se,
+    )
 
 
 def _gain(mse_local: float, mse_pers: float) -> float:
     return 100.0 * (mse_local - mse_pers) / mse_local
 
 
-@experiment_kind("bernoulli_synthetic", SCHEMA,
-                 metrics=("a_hat_mean.*", "beta_known_prior.*", "gain_pct.*", "gain_pct_limit.*", "mse_local.*", "mse_personalized.*"),
-                 checks=("*_eq6_matches_large_m_limit", "*_local_matches_closed_form", "*_mse_decrease_matches_large_m_limit", "beta_eq6_not_below_bayes_risk", "beta_known_prior_matches_bayes_risk", "beta_within_thm3_bound", "claim_less_spread_more_gain"))
+@experiment_kind(
+    "bernoulli_synthetic",
+    SCHEMA,
+    metrics=(
+        "a_hat_mean.*",
+        "beta_known_prior.*",
+        "gain_pct.*",
+        "gain_pct_limit.*",
+        "mse_local.*",
+        "mse_personalized.*",
+    ),
+    checks=(
+        "*_eq6_matches_large_m_limit",
+        "*_local_matches_closed_form",
+        "*_mse_decrease_matches_large_m_limit",
+        "beta_eq6_not_below_bayes_risk",
+        "beta_known_prior_matches_bayes_risk",
+        "beta_within_thm3_bound",
+        "claim_less_spread_more_gain",
+    ),
+)
 def bernoulli_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     m, n, reps, z = p["m"], p["n"], p["reps"], p["z"]
     metrics: dict = {k: {} for k in ("gain_pct", "mse_local", "mse_personalized", "gain_pct_limit", "a_hat_mean")}
@@ -121,10 +157,20 @@ def bernoulli_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         err_pers = (est["p_hat"] - theta) ** 2
         for r in range(reps):
             ml, mp = float(err_loc[r].mean()), float(err_pers[r].mean())
-            rows.append({"prior": prior, "rep": r, "mse_local": ml, "mse_personalized": mp, "gain_pct": _gain(ml, mp),
-                         "a_hat_mean": float(est["a_hat"][r].mean()), "a_hat_min": float(est["a_hat"][r].min()),
-                         "a_hat_max": float(est["a_hat"][r].max()), "mu_hat_mean": float(est["mu_hat"][r].mean()),
-                         "sigma2_hat_mean": float(est["sigma2_hat"][r].mean())})
+            rows.append(
+                {
+                    "prior": prior,
+                    "rep": r,
+                    "mse_local": ml,
+                    "mse_personalized": mp,
+                    "gain_pct": _gain(ml, mp),
+                    "a_hat_mean": float(est["a_hat"][r].mean()),
+                    "a_hat_min": float(est["a_hat"][r].min()),
+                    "a_hat_max": float(est["a_hat"][r].max()),
+                    "mu_hat_mean": float(est["mu_hat"][r].mean()),
+                    "sigma2_hat_mean": float(est["sigma2_hat"][r].mean()),
+                }
+            )
         ml, mp = float(err_loc.mean()), float(err_pers.mean())
         mu, var = prior_moments(prior, p)
         variances[prior] = var
@@ -134,35 +180,51 @@ def bernoulli_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         metrics["mse_personalized"][prior] = mp
         metrics["gain_pct_limit"][prior] = lim["gain_pct"]
         metrics["a_hat_mean"][prior] = float(est["a_hat"].mean())
-        checks[f"{prior}_local_matches_closed_form"] = _within(f"{prior} local MSE vs E p(1-p)/n", err_loc.ravel(),
-                                                               lim["mse_local"], z)
+        checks[f"{prior}_local_matches_closed_form"] = _within(
+            f"{prior} local MSE vs E p(1-p)/n", err_loc.ravel(), lim["mse_local"], z
+        )
         checks[f"{prior}_eq6_matches_large_m_limit"] = _within(
-            f"{prior} eq. (6) MSE vs its large-m limit (a_inf = {lim['a']:.4f})", err_pers.ravel(),
-            lim["mse_personalized"], z)
+            f"{prior} eq. (6) MSE vs its large-m limit (a_inf = {lim['a']:.4f})",
+            err_pers.ravel(),
+            lim["mse_personalized"],
+            z,
+        )
         checks[f"{prior}_mse_decrease_matches_large_m_limit"] = _within(
-            f"{prior} paired MSE_local - MSE_eq6 vs its large-m limit", (err_loc - err_pers).ravel(),
-            lim["mse_local"] - lim["mse_personalized"], z)
+            f"{prior} paired MSE_local - MSE_eq6 vs its large-m limit",
+            (err_loc - err_pers).ravel(),
+            lim["mse_local"] - lim["mse_personalized"],
+            z,
+        )
         if prior == "beta":
             al, be = p["beta_alpha"], p["beta_beta"]
             err_bayes = (b.posterior_mean(zs, n, al, be) - theta) ** 2
             risk = b.bayes_risk_posterior_mean(n, al, be)
-            metrics["beta_known_prior"] = {"mse": float(err_bayes.mean()), "bayes_risk": risk,
-                                           "gain_pct": _gain(ml, float(err_bayes.mean()))}
-            checks["beta_known_prior_matches_bayes_risk"] = _within("Beta: eq. (31) MSE vs its Bayes risk",
-                                                                    err_bayes.ravel(), risk, z)
+            metrics["beta_known_prior"] = {
+                "mse": float(err_bayes.mean()),
+                "bayes_risk": risk,
+                "gain_pct": _gain(ml, float(err_bayes.mean())),
+            }
+            checks["beta_known_prior_matches_bayes_risk"] = _within(
+                "Beta: eq. (31) MSE vs its Bayes risk", err_bayes.ravel(), risk, z
+            )
             diff = (err_pers - err_bayes).ravel()
             se = float(diff.std(ddof=1) / math.sqrt(diff.size))
             checks["beta_eq6_not_below_bayes_risk"] = Check(
                 float(diff.mean()) >= -z * se,
                 f"Beta: eq. (6) MSE - known-prior (Bayes) MSE = {diff.mean():.3g} (must be >= -{z} SE = {-z * se:.3g})",
-                float(diff.mean()), 0.0, z * se)
+                float(diff.mean()),
+                0.0,
+                z * se,
+            )
             bound = b.thm3_bound(est["a_hat"], n, al, be, m)
-            checks["beta_within_thm3_bound"] = Check(mp <= bound, f"Beta: eq. (6) MSE {mp:.6g} <= Thm 3 bound "
-                                                                  f"{bound:.6g}", mp, bound)
+            checks["beta_within_thm3_bound"] = Check(
+                mp <= bound, f"Beta: eq. (6) MSE {mp:.6g} <= Thm 3 bound {bound:.6g}", mp, bound
+            )
     by_spread = sorted(PRIORS, key=lambda k: variances[k])
     gains = [metrics["gain_pct"][k] for k in by_spread]
     checks["claim_less_spread_more_gain"] = Check(
         bool(np.all(np.diff(gains) < 0)),
         "App. K claim 'less spread out priors give a larger MSE gap': priors by increasing variance "
-        + ", ".join(f"{k} (var {variances[k]:.4f}): {metrics['gain_pct'][k]:.2f}%" for k in by_spread))
+        + ", ".join(f"{k} (var {variances[k]:.4f}): {metrics['gain_pct'][k]:.2f}%" for k in by_spread),
+    )
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks)

@@ -41,8 +41,18 @@ from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
 from fedrepro.progress import RoundProgress
 
 # The algorithms (fedrepro.learning.algorithms, by Algorithm.name) this kind trains: the methods of AdaPeD's tables.
-ALGORITHMS = ("local", "fedavg", "fedavg_ft", "dp_fedavg_server", "adaped", "adaped_unsampled", "pfedme", "perfedavg",
-              "quped", "fml")
+ALGORITHMS = (
+    "local",
+    "fedavg",
+    "fedavg_ft",
+    "dp_fedavg_server",
+    "adaped",
+    "adaped_unsampled",
+    "pfedme",
+    "perfedavg",
+    "quped",
+    "fml",
+)
 SELECTION = ("final_test", "final_train_loss")
 CHECKS = ("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases")
 CURVE_SLACK = 2.0  # points of accuracy the last evaluation may sit below the run's best and still be "converged"
@@ -54,9 +64,12 @@ SCHEMA = {
     "properties": {
         **SETUP_PROPERTIES,
         "methods": {
-            "type": "object", "minProperties": 1,
+            "type": "object",
+            "minProperties": 1,
             "additionalProperties": {
-                "type": "object", "additionalProperties": False, "required": ["algorithm", "lr"],
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["algorithm", "lr"],
                 "properties": {
                     "algorithm": {"enum": list(ALGORITHMS)},
                     "lr": {"oneOf": [POSITIVE, {"type": "array", "minItems": 1, "items": POSITIVE}]},
@@ -66,12 +79,21 @@ SCHEMA = {
             },
         },
         "privacy": {
-            "type": "object", "additionalProperties": False, "required": ["epsilons", "delta", "clip"],
-            "properties": {"epsilons": POSITIVE_LIST, "delta": DELTA, "clip": POSITIVE,
-                           "noise_from": {"enum": list(NOISE_FROM)}},
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["epsilons", "delta", "clip"],
+            "properties": {
+                "epsilons": POSITIVE_LIST,
+                "delta": DELTA,
+                "clip": POSITIVE,
+                "noise_from": {"enum": list(NOISE_FROM)},
+            },
         },
-        "checks": {"type": "object", "propertyNames": {"enum": list(CHECKS)},
-                   "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
+        "checks": {
+            "type": "object",
+            "propertyNames": {"enum": list(CHECKS)},
+            "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        },
         "epochs": POSITIVE,
         "tau": INT1,
         "batch_size": {"oneOf": [INT1, {"const": "auto"}]},
@@ -102,15 +124,19 @@ def _validate(p: dict, ctx: RunContext) -> None:
     if p["batch_size"] == "auto" and "iters_per_epoch" not in p:
         raise ConfigError(f"{ctx.exp_id}: params.batch_size=auto needs params.iters_per_epoch")
     if p["partition"] not in ctx.partitions:
-        raise ConfigError(f"{ctx.exp_id}: params.partition={p['partition']!r} must be listed in the experiment's "
-                          f"partitions ({sorted(ctx.partitions)})")
+        raise ConfigError(
+            f"{ctx.exp_id}: params.partition={p['partition']!r} must be listed in the experiment's "
+            f"partitions ({sorted(ctx.partitions)})"
+        )
     for name, spec in p["methods"].items():
         if spec.get("private"):
             if "privacy" not in p:
                 raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.private needs params.privacy")
             if spec["algorithm"] not in TERMS:
-                raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.private: no accountant for algorithm "
-                                  f"{spec['algorithm']!r} (private algorithms: {sorted(TERMS)})")
+                raise ConfigError(
+                    f"{ctx.exp_id}: params.methods.{name}.private: no accountant for algorithm "
+                    f"{spec['algorithm']!r} (private algorithms: {sorted(TERMS)})"
+                )
     for check, names in (p.get("checks") or {}).items():
         unknown = sorted(set(names) - set(p["methods"]))
         if unknown:
@@ -118,6 +144,7 @@ def _validate(p: dict, ctx: RunContext) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ checks
+
 
 def _psi_path(hist: list[dict], psi0: float) -> np.ndarray:
     return np.array([psi0] + [h["psi"] for h in hist])
@@ -130,11 +157,14 @@ def _check(name: str, method: str, runs: dict, n_classes: int) -> tuple[bool, st
         accs = {k: 100 * h[-1]["test_acc"] for k, (h, *_) in runs.items()}
         return all(a > chance + 5 for a in accs.values()), f"{method}: final acc {_fmt(accs)} vs chance {chance:.1f}"
     if name == "curve":
-        rise = {k: (100 * h[0]["test_acc"], 100 * h[-1]["test_acc"], 100 * max(e["test_acc"] for e in h))
-                for k, (h, *_) in runs.items()}
+        rise = {
+            k: (100 * h[0]["test_acc"], 100 * h[-1]["test_acc"], 100 * max(e["test_acc"] for e in h))
+            for k, (h, *_) in runs.items()
+        }
         ok = all(last >= first and last >= top - CURVE_SLACK for first, last, top in rise.values())
         detail = f"{method}: first -> last (best) eval acc " + ", ".join(
-            f"{_k(k)}{a:.1f}->{b:.1f} ({c:.1f})" for k, (a, b, c) in rise.items())
+            f"{_k(k)}{a:.1f}->{b:.1f} ({c:.1f})" for k, (a, b, c) in rise.items()
+        )
         if len(runs) > 1:
             keys = sorted(runs, key=lambda k: runs[k][2])  # by epsilon
             lo, hi = 100 * runs[keys[0]][0][-1]["test_acc"], 100 * runs[keys[-1]][0][-1]["test_acc"]
@@ -146,11 +176,14 @@ def _check(name: str, method: str, runs: dict, n_classes: int) -> tuple[bool, st
         raise ConfigError(f"params.checks.{name}: method {method} has no psi")
     if name == "psi_decreases":
         ok = all(path[-1] < path[0] for path in paths.values())
-        return ok, f"{method}: psi " + ", ".join(f"{_k(k)}{v[0]:.3f}->min {v.min():.3f}->{v[-1]:.3f}"
-                                                 for k, v in paths.items())
+        return ok, f"{method}: psi " + ", ".join(
+            f"{_k(k)}{v[0]:.3f}->min {v.min():.3f}->{v[-1]:.3f}" for k, v in paths.items()
+        )
     ok = all(0 < int(path.argmin()) < len(path) - 1 and path[-1] > path.min() + 1e-6 for path in paths.values())
-    return ok, f"{method}: psi " + ", ".join(f"{_k(k)}{v[0]:.3f}->min {v.min():.3f} (eval {int(v.argmin())}/"
-                                             f"{len(v) - 1})->{v[-1]:.3f}" for k, v in paths.items())
+    return ok, f"{method}: psi " + ", ".join(
+        f"{_k(k)}{v[0]:.3f}->min {v.min():.3f} (eval {int(v.argmin())}/{len(v) - 1})->{v[-1]:.3f}"
+        for k, v in paths.items()
+    )
 
 
 def _k(key: str | None) -> str:
@@ -163,9 +196,26 @@ def _fmt(values: dict) -> str:
 
 # ------------------------------------------------------------------------------------------------------ kind
 
-@experiment_kind("fl_training", SCHEMA,
-                 metrics=("acc.*", "acc_weighted.*", "lr.*", "final_train_loss.*", "psi.*", "noise.*", "n_clients", "clients_per_round", "rounds", "iters_per_epoch", "batch_size", "n_params"),
-                 checks=("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases"))
+
+@experiment_kind(
+    "fl_training",
+    SCHEMA,
+    metrics=(
+        "acc.*",
+        "acc_weighted.*",
+        "lr.*",
+        "final_train_loss.*",
+        "psi.*",
+        "noise.*",
+        "n_clients",
+        "clients_per_round",
+        "rounds",
+        "iters_per_epoch",
+        "batch_size",
+        "n_params",
+    ),
+    checks=("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases"),
+)
 def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import n_rounds, train
@@ -179,12 +229,19 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     wd = p.get("weight_decay", 1e-4)
     median_train = float(np.median(ds.counts("train")))
     # "vary the batch size so that each epoch consists of 60 iterations" (Sec. 4): B = ceil(median n_i / iters)
-    batch = (max(1, int(np.ceil(median_train / p["iters_per_epoch"]))) if p["batch_size"] == "auto"
-             else p["batch_size"])
+    batch = max(1, int(np.ceil(median_train / p["iters_per_epoch"]))) if p["batch_size"] == "auto" else p["batch_size"]
     iters = p.get("iters_per_epoch") or max(1, int(np.ceil(median_train / batch)))
-    schedule = dict(batch_size=batch, epochs=p["epochs"], tau=p["tau"], clients_per_round=K,
-                    lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=iters, seed=seed,
-                    eval_every=p.get("eval_every", 10), device=data.device)
+    schedule = dict(
+        batch_size=batch,
+        epochs=p["epochs"],
+        tau=p["tau"],
+        clients_per_round=K,
+        lr_decay=p.get("lr_decay", 1.0),
+        iters_per_epoch=iters,
+        seed=seed,
+        eval_every=p.get("eval_every", 10),
+        device=data.device,
+    )
     rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
     priv = p.get("privacy") or {}
 
@@ -195,28 +252,65 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
         options = dict(spec.get("options") or {})
         settings = [(None, None)]
         if spec.get("private"):
-            settings = [(eps_key(e), plan_noise(spec["algorithm"], e, K=K, m=m, rounds=rounds, delta=priv["delta"],
-                                                clip=priv["clip"], noise_from=priv.get("noise_from", "thm5")))
-                        for e in priv["epsilons"]]
+            settings = [
+                (
+                    eps_key(e),
+                    plan_noise(
+                        spec["algorithm"],
+                        e,
+                        K=K,
+                        m=m,
+                        rounds=rounds,
+                        delta=priv["delta"],
+                        clip=priv["clip"],
+                        noise_from=priv.get("noise_from", "thm5"),
+                    ),
+                )
+                for e in priv["epsilons"]
+            ]
         for key, plan in settings:
             extra = plan.mechanism(spec["algorithm"]) if plan else {}
             runs = []
             for lr in grid:
                 algo = build_algorithm(spec["algorithm"], options | extra, wd)
                 label = f"{name}{'' if key is None else ' ' + key} lr={lr:g}"
-                runs.append((lr, train(algo, data, factory, lr=lr, **schedule, callback=RoundProgress(label),
-                                       checkpoint=run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, seed, label,
-                                                                   p.get("checkpoint_every", 10), ctx.clock))))
+                runs.append(
+                    (
+                        lr,
+                        train(
+                            algo,
+                            data,
+                            factory,
+                            lr=lr,
+                            **schedule,
+                            callback=RoundProgress(label),
+                            checkpoint=run_checkpointer(
+                                ctx.checkpoint_dir, ctx.exp_id, p, seed, label, p.get("checkpoint_every", 10), ctx.clock
+                            ),
+                        ),
+                    )
+                )
             lr, hist = _pick(runs, p.get("select", "final_test"))
             for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
-                rows += [dict(h, method=name, lr_grid=lr_run, selected=lr_run == lr,
-                              **({"epsilon": plan.epsilon} if plan else {})) for h in hist_run]
+                rows += [
+                    dict(
+                        h,
+                        method=name,
+                        lr_grid=lr_run,
+                        selected=lr_run == lr,
+                        **({"epsilon": plan.epsilon} if plan else {}),
+                    )
+                    for h in hist_run
+                ]
             last = hist[-1]
             psi0 = getattr(algo, "psi0", None)
             selected.setdefault(name, {})[key] = (hist, psi0, plan.epsilon if plan else 0.0)
-            for metric, value in (("acc", 100.0 * last["test_acc"]),
-                                  ("acc_weighted", 100.0 * last["test_acc_weighted"]),
-                                  ("lr", lr), ("final_train_loss", last["train_loss"])):
+            for metric, value in (
+                ("acc", 100.0 * last["test_acc"]),
+                ("acc_weighted", 100.0 * last["test_acc_weighted"]),
+                ("lr", lr),
+                ("final_train_loss", last["train_loss"]),
+            ):
                 _put(metrics, metric, name, key, value)
             if "psi" in last:
                 _put(metrics, "psi", name, key, last["psi"])
@@ -232,10 +326,13 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     accountant = None
     if "noise" in metrics:
         first = next(iter(next(iter(metrics["noise"].values())).values()))
-        accountant = {"name": "noise per method and epsilon in metrics.noise (noise_from thm5: Ozkara et al. Thm 5 + "
-                              "Lemma 1; rdp/pld: dp-accounting calibration); epsilon_library_rdp: dp-accounting RDP "
-                              "epsilon of the noise used",
-                      "version": _library_version(), "delta": first["delta"]}
+        accountant = {
+            "name": "noise per method and epsilon in metrics.noise (noise_from thm5: Ozkara et al. Thm 5 + "
+            "Lemma 1; rdp/pld: dp-accounting calibration); epsilon_library_rdp: dp-accounting RDP "
+            "epsilon of the noise used",
+            "version": _library_version(),
+            "delta": first["delta"],
+        }
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
 
 

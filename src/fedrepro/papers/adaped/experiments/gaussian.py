@@ -14,8 +14,21 @@ from fedrepro.papers.adaped import gaussian as g
 DP_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["m", "n", "d", "sigma_theta", "sigma_x", "mu", "r", "delta", "eps0", "reps", "a_rule",
-                 "recover_rel_tol", "z"],
+    "required": [
+        "m",
+        "n",
+        "d",
+        "sigma_theta",
+        "sigma_x",
+        "mu",
+        "r",
+        "delta",
+        "eps0",
+        "reps",
+        "a_rule",
+        "recover_rel_tol",
+        "z",
+    ],
     "properties": {
         "m": INT3,
         "n": INT1,
@@ -26,9 +39,9 @@ DP_SCHEMA = {
         "r": NONNEG,
         "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "eps0": {"type": "array", "minItems": 2, "items": POSITIVE},
-        "reps": INT0,    # 0: the exact closed forms only (no Monte Carlo checks)
+        "reps": INT0,  # 0: the exact closed forms only (no Monte Carlo checks)
         "a_rule": {"enum": ["eq5", "nonprivate"]},
-        "b_rule": {"enum": list(g.B_RULES)},           # the projection bound b: Thm 2's (default) or the proof's c2
+        "b_rule": {"enum": list(g.B_RULES)},  # the projection bound b: Thm 2's (default) or the proof's c2
         "recover_rel_tol": POSITIVE,
         "z": POSITIVE,
     },
@@ -40,8 +53,14 @@ def _mc_check(name: str, errs: np.ndarray, expected: float, z: float) -> Check:
     value = float(errs.mean())
     se = float(errs.std(ddof=1) / math.sqrt(errs.size))
     ok = abs(value - expected) <= z * se
-    return Check(ok, f"{name}: MC {value:.6g} vs closed form {expected:.6g} (|diff| {abs(value - expected):.3g}, "
-                     f"{z} SE = {z * se:.3g})", value, expected, z * se)
+    return Check(
+        ok,
+        f"{name}: MC {value:.6g} vs closed form {expected:.6g} (|diff| {abs(value - expected):.3g}, "
+        f"{z} SE = {z * se:.3g})",
+        value,
+        expected,
+        z * se,
+    )
 
 
 def _dp_standard_error(errs, a, st, sx, n, m, d, sq, reps) -> float:
@@ -56,9 +75,18 @@ def _dp_standard_error(errs, a, st, sx, n, m, d, sq, reps) -> float:
     return math.sqrt(shared + float(np.var(errs)) / (m * reps))
 
 
-@experiment_kind("gaussian_dp_estimation", DP_SCHEMA,
-                 metrics=("a_personalized", "closed_form_*", "mse_*", "projection_bound_b", "recover.*"),
-                 checks=("dp_decreases_with_eps0", "dp_matches_closed_form", "dp_recovers_personalized_at_max_eps0", "local_flat_matches_closed_form", "personalized_flat_matches_closed_form"))
+@experiment_kind(
+    "gaussian_dp_estimation",
+    DP_SCHEMA,
+    metrics=("a_personalized", "closed_form_*", "mse_*", "projection_bound_b", "recover.*"),
+    checks=(
+        "dp_decreases_with_eps0",
+        "dp_matches_closed_form",
+        "dp_recovers_personalized_at_max_eps0",
+        "local_flat_matches_closed_form",
+        "personalized_flat_matches_closed_form",
+    ),
+)
 def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Monte Carlo of the three estimators (``reps`` datasets; 0: closed forms only) beside their exact MSEs: Thm 1
     for local / personalized, :func:`gaussian.mse_dp_exact` (eq. (19) with the projection) for the DP one. The
@@ -88,24 +116,38 @@ def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -
     if mc:
         err_local, err_pers = np.concatenate(err_local), np.concatenate(err_pers)
         err_dp = {e: np.concatenate(v) for e, v in err_dp.items()}
-    rows = [{"eps0": e, "sigma_q": sq, "a": weight[e],
-             "mse_dp": float(err_dp[e].mean()) if mc else exact[e], "mse_dp_closed_form": exact[e],
-             "mse_dp_eq19": g.mse_shrinkage(weight[e], st, sx, n, m, sq, d),
-             "mse_local": float(err_local.mean()) if mc else cf_local,
-             "mse_personalized": float(err_pers.mean()) if mc else cf_pers} for e, sq in noise]
+    rows = [
+        {
+            "eps0": e,
+            "sigma_q": sq,
+            "a": weight[e],
+            "mse_dp": float(err_dp[e].mean()) if mc else exact[e],
+            "mse_dp_closed_form": exact[e],
+            "mse_dp_eq19": g.mse_shrinkage(weight[e], st, sx, n, m, sq, d),
+            "mse_local": float(err_local.mean()) if mc else cf_local,
+            "mse_personalized": float(err_pers.mean()) if mc else cf_pers,
+        }
+        for e, sq in noise
+    ]
     hist = pd.DataFrame(rows)
     checks = {}
     if mc:
         checks["local_flat_matches_closed_form"] = _mc_check("local", err_local, cf_local, p["z"])
         checks["personalized_flat_matches_closed_form"] = _mc_check("personalized", err_pers, cf_pers, p["z"])
-        dp_ok = [abs(r["mse_dp"] - r["mse_dp_closed_form"]) <= p["z"] * _dp_standard_error(
-            err_dp[r["eps0"]], r["a"], st, sx, n, m, d, r["sigma_q"], p["reps"]) for r in rows]
+        dp_ok = [
+            abs(r["mse_dp"] - r["mse_dp_closed_form"])
+            <= p["z"] * _dp_standard_error(err_dp[r["eps0"]], r["a"], st, sx, n, m, d, r["sigma_q"], p["reps"])
+            for r in rows
+        ]
         checks["dp_matches_closed_form"] = Check(
-            all(dp_ok), f"DP MSE vs its exact form (eq. (19) with the projection on [-{b:.4g}, {b:.4g}]) at "
-                        f"eps0={p['eps0']}: within {p['z']} SE at {sum(dp_ok)}/{len(dp_ok)} points")
+            all(dp_ok),
+            f"DP MSE vs its exact form (eq. (19) with the projection on [-{b:.4g}, {b:.4g}]) at "
+            f"eps0={p['eps0']}: within {p['z']} SE at {sum(dp_ok)}/{len(dp_ok)} points",
+        )
     cf = np.array([exact[e] for e in p["eps0"]])
-    checks["dp_decreases_with_eps0"] = Check(bool(np.all(np.diff(cf) < 0)),
-                                             f"DP MSE (exact) across eps0: {np.round(cf * 100, 4).tolist()} (x1e-2)")
+    checks["dp_decreases_with_eps0"] = Check(
+        bool(np.all(np.diff(cf) < 0)), f"DP MSE (exact) across eps0: {np.round(cf * 100, 4).tolist()} (x1e-2)"
+    )
     checks["dp_recovers_personalized_at_max_eps0"], recover = _recovers(p, b, noise[-1], cf[-1], cf_pers, a_np)
     metrics = {
         "mse_local_e2": 100 * (float(err_local.mean()) if mc else cf_local),
@@ -118,9 +160,12 @@ def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -
         "closed_form_dp_e2": {f"{e:g}": 100 * exact[e] for e in p["eps0"]},
         "recover": recover,
     }
-    return RunOutput(metrics=metrics, history=hist, checks=checks,
-                     accountant={"name": "closed form: Gaussian LDP mechanism, Ozkara et al. Thm 2.2 (eq. 24)",
-                                 "version": "paper"})
+    return RunOutput(
+        metrics=metrics,
+        history=hist,
+        checks=checks,
+        accountant={"name": "closed form: Gaussian LDP mechanism, Ozkara et al. Thm 2.2 (eq. 24)", "version": "paper"},
+    )
 
 
 def _recovers(p: dict, b: float, last: tuple[float, float], dp: float, pers: float, a_np: float) -> tuple[Check, dict]:
@@ -132,11 +177,16 @@ def _recovers(p: dict, b: float, last: tuple[float, float], dp: float, pers: flo
     gap = dp / pers - 1
     need = g.largest_recovering_sigma_q((1 + p["recover_rel_tol"]) * pers, st, sx, n, m, p["mu"], b, p["a_rule"], d)
     ratio = sq / need if need > 0 else math.inf
-    check = Check(gap <= p["recover_rel_tol"],
-                  f"at eps0={e:g} the DP MSE (exact) is {dp * 100:.4f}e-2 vs personalized {pers * 100:.4f}e-2 "
-                  f"({gap:+.1%}; claim holds if within {p['recover_rel_tol']:.0%}); that needs sigma_q <= "
-                  f"{need:.3g}, the mechanism's sigma_q is {sq:.3g} ({ratio:.3g}x) at b = {b:.4g}, "
-                  f"delta = {p['delta']:g}", gap, 0.0, p["recover_rel_tol"])
+    check = Check(
+        gap <= p["recover_rel_tol"],
+        f"at eps0={e:g} the DP MSE (exact) is {dp * 100:.4f}e-2 vs personalized {pers * 100:.4f}e-2 "
+        f"({gap:+.1%}; claim holds if within {p['recover_rel_tol']:.0%}); that needs sigma_q <= "
+        f"{need:.3g}, the mechanism's sigma_q is {sq:.3g} ({ratio:.3g}x) at b = {b:.4g}, "
+        f"delta = {p['delta']:g}",
+        gap,
+        0.0,
+        p["recover_rel_tol"],
+    )
     return check, {"gap": gap, "sigma_q_needed": need, "sigma_q": sq, "sigma_q_ratio": ratio}
 
 
@@ -144,16 +194,12 @@ REMARK1_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["m", "n", "sigma_x2", "sigma_theta2"],
-    "properties": {"m": INT2, "n": INT1, "sigma_x2": POSITIVE,
-                   "sigma_theta2": NONNEG},
+    "properties": {"m": INT2, "n": INT1, "sigma_x2": POSITIVE, "sigma_theta2": NONNEG},
 }
 
 
-@experiment_kind("gaussian_remark1", REMARK1_SCHEMA,
-                 metrics=("a", "ratio"),
-                 checks=())
+@experiment_kind("gaussian_remark1", REMARK1_SCHEMA, metrics=("a", "ratio"), checks=())
 def gaussian_remark1(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     ratio = g.remark1_ratio(p["m"], p["n"], p["sigma_x2"], p["sigma_theta2"])
     a = p["sigma_theta2"] / (p["sigma_theta2"] + p["sigma_x2"] / p["n"])
-    return RunOutput(metrics={"ratio": ratio, "a": a},
-                     history=pd.DataFrame([{**p, "a": a, "ratio": ratio}]))
+    return RunOutput(metrics={"ratio": ratio, "a": a}, history=pd.DataFrame([{**p, "a": a, "ratio": ratio}]))

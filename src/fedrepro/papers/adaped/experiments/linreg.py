@@ -37,8 +37,20 @@ from fedrepro.papers.adaped import linreg as lr
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["m", "n", "d", "sigma_theta2", "sigma_x2", "mu_std", "x_var", "local_estimator",
-                 "fedavg_estimator", "alg4", "z", "stationary_rel_tol"],
+    "required": [
+        "m",
+        "n",
+        "d",
+        "sigma_theta2",
+        "sigma_x2",
+        "mu_std",
+        "x_var",
+        "local_estimator",
+        "fedavg_estimator",
+        "alg4",
+        "z",
+        "stationary_rel_tol",
+    ],
     "properties": {
         "m": INT2,
         "n": INT1,
@@ -69,10 +81,14 @@ SCHEMA = {
         # which estimator "personalized regression" in the printed gains is: Alg. 4 (parameters unknown) or eq. (47)
         # (the known-parameter estimator the next sentence compares Alg. 4 with); alternating by default
         "personalized": {"enum": ["alternating", "known"]},
-        "stationary_search": {"type": "boolean"},   # false: skip the (costly) stationary-point check
+        "stationary_search": {"type": "boolean"},  # false: skip the (costly) stationary-point check
         # the registry rows of the printed gains (vs local, vs FedAvg): checked against the model's own bounds
-        "printed": {"type": "object", "additionalProperties": False, "required": ["gain_vs_local", "gain_vs_fedavg"],
-                    "properties": {"gain_vs_local": {"type": "string"}, "gain_vs_fedavg": {"type": "string"}}},
+        "printed": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["gain_vs_local", "gain_vs_fedavg"],
+            "properties": {"gain_vs_local": {"type": "string"}, "gain_vs_fedavg": {"type": "string"}},
+        },
     },
 }
 
@@ -83,14 +99,21 @@ def _mc_check(name: str, errs: np.ndarray, exact: np.ndarray, z: float) -> Check
     value, expected = float(errs.mean()), float(exact.mean())
     se = float(diff.std(ddof=1) / math.sqrt(diff.size))
     ok = abs(value - expected) <= z * se
-    return Check(ok, f"{name}: MC {value:.6g} vs exact {expected:.6g} (|diff| {abs(value - expected):.3g}, "
-                     f"{z} SE = {z * se:.3g})", value, expected, z * se)
+    return Check(
+        ok,
+        f"{name}: MC {value:.6g} vs exact {expected:.6g} (|diff| {abs(value - expected):.3g}, {z} SE = {z * se:.3g})",
+        value,
+        expected,
+        z * se,
+    )
 
 
 def _stationary_check(res: lr.Alg4Result, points: list[lr.Stationary], theta_true: np.ndarray, tol: float) -> Check:
     mse = lambda th: float(((th - theta_true) ** 2).sum(axis=1).mean())  # noqa: E731
-    alg = (f"Alg. 4 after {res.iterations} it.{' (diverged)' if res.diverged else ''}: s_x^2={res.sigma_x2:.4g}, "
-           f"s_theta^2={res.sigma_theta2:.4g}, MSE {mse(res.theta):.4g}")
+    alg = (
+        f"Alg. 4 after {res.iterations} it.{' (diverged)' if res.diverged else ''}: s_x^2={res.sigma_x2:.4g}, "
+        f"s_theta^2={res.sigma_theta2:.4g}, MSE {mse(res.theta):.4g}"
+    )
     if not points:
         return Check(False, f"(54) has no interior stationary point in the searched range; {alg}")
 
@@ -100,11 +123,18 @@ def _stationary_check(res: lr.Alg4Result, points: list[lr.Stationary], theta_tru
 
     best = min(points, key=dist)
     dev = dist(best)
-    pts = "; ".join(f"lam={p.lam:.4g} s_x^2={p.sigma_x2:.4g} s_theta^2={p.sigma_theta2:.4g} MSE {mse(p.theta):.4g} "
-                    f"slope {p.slope:.3g} ({'attracting' if abs(p.slope) < 1 else 'saddle: GD leaves it'})"
-                    for p in points)
-    return Check(dev <= tol, f"{alg}; relative distance {dev:.3g} to the nearest interior stationary point of (54) "
-                             f"[{pts}]", dev, 0.0, tol)
+    pts = "; ".join(
+        f"lam={p.lam:.4g} s_x^2={p.sigma_x2:.4g} s_theta^2={p.sigma_theta2:.4g} MSE {mse(p.theta):.4g} "
+        f"slope {p.slope:.3g} ({'attracting' if abs(p.slope) < 1 else 'saddle: GD leaves it'})"
+        for p in points
+    )
+    return Check(
+        dev <= tol,
+        f"{alg}; relative distance {dev:.3g} to the nearest interior stationary point of (54) [{pts}]",
+        dev,
+        0.0,
+        tol,
+    )
 
 
 _POPULATIONS: OrderedDict[str, tuple] = OrderedDict()
@@ -126,8 +156,9 @@ def _population(p: dict, rng: np.random.Generator) -> tuple[lr.Data, lr.Spectrum
     return _POPULATIONS[key]
 
 
-def printed_gains_checks(gain_local: tuple[float, float], gain_fedavg: tuple[float, float], mse: dict,
-                         floor: float) -> dict[str, Check]:
+def printed_gains_checks(
+    gain_local: tuple[float, float], gain_fedavg: tuple[float, float], mse: dict, floor: float
+) -> dict[str, Check]:
     """The printed gains (value, printed ±) of "personalized regression" vs local and vs FedAvg regression, against
     what the stated model allows (the paper against itself: consistency rows). Each printed value may sit anywhere
     within twice its ± (the report's tolerance).
@@ -140,17 +171,26 @@ def printed_gains_checks(gain_local: tuple[float, float], gain_fedavg: tuple[flo
     """
     (gl, pl), (gf, pf) = gain_local, gain_fedavg
     bound = lr.mmse_gain_bound_pct(mse["known"], mse["fedavg"])
-    mmse = Check(gf - 2 * pf <= bound,
-                 f"printed gain vs FedAvg {gf:g} ± {pf:g} vs the most any personalized estimator can gain over this "
-                 f"FedAvg (eq. (47), the MMSE estimator: 100 (1 - {mse['known']:.4g} / {mse['fedavg']:.4g})) = "
-                 f"{bound:.3g}%", gf, bound, 2 * pf if pf > 0 else 1e-9)
+    mmse = Check(
+        gf - 2 * pf <= bound,
+        f"printed gain vs FedAvg {gf:g} ± {pf:g} vs the most any personalized estimator can gain over this "
+        f"FedAvg (eq. (47), the MMSE estimator: 100 (1 - {mse['known']:.4g} / {mse['fedavg']:.4g})) = "
+        f"{bound:.3g}%",
+        gf,
+        bound,
+        2 * pf if pf > 0 else 1e-9,
+    )
     lo = (1 - (gl + 2 * pl) / 100) / (1 - (gf - 2 * pf) / 100)
     most = mse["fedavg"] / floor if floor > 0 else math.inf
-    order = Check(lo <= most,
-                  f"printed gains {gl:g} ± {pl:g} (vs local) and {gf:g} ± {pf:g} (vs FedAvg) imply MSE_FedAvg / "
-                  f"MSE_local >= {lo:.3g}; any local estimator's MSE is >= the null-space floor {floor:.4g}, so the "
-                  f"ratio is at most {mse['fedavg']:.4g} / {floor:.4g} = {most:.3g} (eq. (52) local: "
-                  f"{mse['fedavg'] / mse['local']:.3g})", lo, most)
+    order = Check(
+        lo <= most,
+        f"printed gains {gl:g} ± {pl:g} (vs local) and {gf:g} ± {pf:g} (vs FedAvg) imply MSE_FedAvg / "
+        f"MSE_local >= {lo:.3g}; any local estimator's MSE is >= the null-space floor {floor:.4g}, so the "
+        f"ratio is at most {mse['fedavg']:.4g} / {floor:.4g} = {most:.3g} (eq. (52) local: "
+        f"{mse['fedavg'] / mse['local']:.3g})",
+        lo,
+        most,
+    )
     return {"printed_fedavg_gain_within_mmse_bound": mmse, "printed_gain_ordering_possible": order}
 
 
@@ -175,39 +215,73 @@ def printed_inputs(p: dict, cfg, exp_id: str) -> dict:
     return {"printed": _printed(p, cfg, exp_id)} if "printed" in p else {}
 
 
-@experiment_kind("personalized_linreg", SCHEMA,
-                 metrics=("alt_vs_known_increase_pct", "gain_vs_fedavg_pct", "gain_vs_local_pct", "mse.*", "bound.*"),
-                 checks=("alg4_reaches_stationary_point", "known_mse_matches_trace", "local_mse_matches_eq53",
-                         "printed_fedavg_gain_within_mmse_bound", "printed_gain_ordering_possible"),
-                 reads=printed_inputs)
+@experiment_kind(
+    "personalized_linreg",
+    SCHEMA,
+    metrics=("alt_vs_known_increase_pct", "gain_vs_fedavg_pct", "gain_vs_local_pct", "mse.*", "bound.*"),
+    checks=(
+        "alg4_reaches_stationary_point",
+        "known_mse_matches_trace",
+        "local_mse_matches_eq53",
+        "printed_fedavg_gain_within_mmse_bound",
+        "printed_gain_ordering_possible",
+    ),
+    reads=printed_inputs,
+)
 def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     st2, sx2 = p["sigma_theta2"], p["sigma_x2"]
     data, spec, pooled = _population(p, rng)
     err = lambda th: ((th - data.theta) ** 2).sum(axis=1)  # noqa: E731  per-client squared error, (m,)
 
-    known = spec.posterior(data.mu, sx2 / st2)                                # eq. (47)
-    local = lr.local_estimate(spec, p["local_estimator"], p.get("local_ridge", 0.0),
-                              marginal_lam=sx2 / (st2 + p["mu_std"] ** 2))    # eq. (52) or a probe
-    fed = pooled if p["fedavg_estimator"] == "pooled_ls" else lr.fedavg_estimate(data.X, data.Y, p["fedavg_estimator"],
-                                                                                 local)
+    known = spec.posterior(data.mu, sx2 / st2)  # eq. (47)
+    local = lr.local_estimate(
+        spec, p["local_estimator"], p.get("local_ridge", 0.0), marginal_lam=sx2 / (st2 + p["mu_std"] ** 2)
+    )  # eq. (52) or a probe
+    fed = (
+        pooled
+        if p["fedavg_estimator"] == "pooled_ls"
+        else lr.fedavg_estimate(data.X, data.Y, p["fedavg_estimator"], local)
+    )
     a = p["alg4"]
     rec = max(1, a["T"] // a.get("history_points", 100))
-    res = lr.alg4(data.X, data.Y, a["T"], a["eta"], step=a["step"], init_theta=a["init_theta"],
-                  init_sigma_x2=a["init_sigma_x2"], init_sigma_theta2=a["init_sigma_theta2"], record_every=rec,
-                  theta_true=data.theta, spec=spec)
+    res = lr.alg4(
+        data.X,
+        data.Y,
+        a["T"],
+        a["eta"],
+        step=a["step"],
+        init_theta=a["init_theta"],
+        init_sigma_x2=a["init_sigma_x2"],
+        init_sigma_theta2=a["init_sigma_theta2"],
+        record_every=rec,
+        theta_true=data.theta,
+        spec=spec,
+    )
     e_known, e_local, e_fed, e_alt = err(known), err(local), err(fed[None, :]), err(res.theta)
 
-    checks = {"known_mse_matches_trace": _mc_check("known-prior eq. (47) vs Tr(M^-1) eq. (48)", e_known,
-                                                   spec.trace_inv_M(st2, sx2), p["z"])}
+    checks = {
+        "known_mse_matches_trace": _mc_check(
+            "known-prior eq. (47) vs Tr(M^-1) eq. (48)", e_known, spec.trace_inv_M(st2, sx2), p["z"]
+        )
+    }
     if p["local_estimator"] == "pinv":
-        checks["local_mse_matches_eq53"] = _mc_check("local eq. (52) vs exact conditional MSE (eq. 53 + pinv bias)",
-                                                     e_local, spec.local_pinv_mse(data.theta, sx2), p["z"])
+        checks["local_mse_matches_eq53"] = _mc_check(
+            "local eq. (52) vs exact conditional MSE (eq. 53 + pinv bias)",
+            e_local,
+            spec.local_pinv_mse(data.theta, sx2),
+            p["z"],
+        )
     if p.get("stationary_search", True):
         checks["alg4_reaches_stationary_point"] = _stationary_check(
-            res, lr.stationary_points(data.X, data.Y, spec), data.theta, p["stationary_rel_tol"])
+            res, lr.stationary_points(data.X, data.Y, spec), data.theta, p["stationary_rel_tol"]
+        )
 
-    mse = {"local": float(e_local.mean()), "fedavg": float(e_fed.mean()), "known": float(e_known.mean()),
-           "alternating": float(e_alt.mean())}
+    mse = {
+        "local": float(e_local.mean()),
+        "fedavg": float(e_fed.mean()),
+        "known": float(e_known.mean()),
+        "alternating": float(e_alt.mean()),
+    }
     floor = lr.null_space_floor(data.mu, st2, p["n"])
     if "printed" in p:
         if ctx.config is None:
@@ -221,8 +295,10 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         "gain_vs_local_pct": pct(mse["local"], pers),
         "gain_vs_fedavg_pct": pct(mse["fedavg"], pers),
         "alt_vs_known_increase_pct": -pct(mse["known"], mse["alternating"]),
-        "bound": {"gain_vs_fedavg_max_pct": lr.mmse_gain_bound_pct(mse["known"], mse["fedavg"]),
-                  "gain_vs_local_max_pct": lr.mmse_gain_bound_pct(mse["known"], mse["local"]),
-                  "local_mse_floor": floor},
+        "bound": {
+            "gain_vs_fedavg_max_pct": lr.mmse_gain_bound_pct(mse["known"], mse["fedavg"]),
+            "gain_vs_local_max_pct": lr.mmse_gain_bound_pct(mse["known"], mse["local"]),
+            "local_mse_floor": floor,
+        },
     }
     return RunOutput(metrics=metrics, history=pd.DataFrame(res.history), checks=checks)

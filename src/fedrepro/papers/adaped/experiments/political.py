@@ -44,16 +44,27 @@ def cross_validate(outcomes: np.ndarray, minus_one: bool = True, centre: str = "
         est = b.loo_estimate(xbar, T - 1, minus_one=minus_one, centre=centre)
         mse_loc = float(np.mean((xbar - y[:, k]) ** 2))
         mse_pers = float(np.mean((est["p_hat"] - y[:, k]) ** 2))
-        rows.append({"fold": k, "mse_local": mse_loc, "mse_personalized": mse_pers,
-                     "gain_pct": 100.0 * (mse_loc - mse_pers) / mse_loc if mse_loc > 0 else float("nan"),
-                     "a_hat_mean": float(est["a_hat"].mean()), "mu_hat_mean": float(est["mu_hat"].mean()),
-                     "sigma2_hat_mean": float(est["sigma2_hat"].mean()), "republican_share": float(y[:, k].mean())})
+        rows.append(
+            {
+                "fold": k,
+                "mse_local": mse_loc,
+                "mse_personalized": mse_pers,
+                "gain_pct": 100.0 * (mse_loc - mse_pers) / mse_loc if mse_loc > 0 else float("nan"),
+                "a_hat_mean": float(est["a_hat"].mean()),
+                "mu_hat_mean": float(est["mu_hat"].mean()),
+                "sigma2_hat_mean": float(est["sigma2_hat"].mean()),
+                "republican_share": float(y[:, k].mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-@experiment_kind("political_bernoulli", SCHEMA,
-                 metrics=("gain_pct", "gain_pct_fold_std", "m", "mse_local", "mse_personalized", "data.*"),
-                 checks=("personalized_beats_local_every_fold",))
+@experiment_kind(
+    "political_bernoulli",
+    SCHEMA,
+    metrics=("gain_pct", "gain_pct_fold_std", "m", "mse_local", "mse_personalized", "data.*"),
+    checks=("personalized_beats_local_every_fold",),
+)
 def political_bernoulli(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     files = ctx.data.get(DATASET)
     if not files:
@@ -70,7 +81,11 @@ def political_bernoulli(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         "mse_personalized": float(hist["mse_personalized"].mean()),
         "data": dict(data.stats),
     }
-    checks = {"personalized_beats_local_every_fold": Check(
-        bool(np.all(gains > 0)), "Sec. 4 claim: eq. (6) has lower MSE than the local mean in every fold; per-fold "
-        "gains (%): " + ", ".join(f"{y}: {g:.2f}" for y, g in zip(hist["held_out_year"], gains)))}
+    checks = {
+        "personalized_beats_local_every_fold": Check(
+            bool(np.all(gains > 0)),
+            "Sec. 4 claim: eq. (6) has lower MSE than the local mean in every fold; per-fold "
+            "gains (%): " + ", ".join(f"{y}: {g:.2f}" for y, g in zip(hist["held_out_year"], gains)),
+        )
+    }
     return RunOutput(metrics=metrics, history=hist, checks=checks)

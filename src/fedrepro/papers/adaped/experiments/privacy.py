@@ -22,14 +22,35 @@ ADAPED_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["K", "m", "T_over_tau", "delta", "targets"],
-    "properties": {"K": INT1, "m": INT1, "T_over_tau": INT1, "delta": DELTA, "targets": POSITIVE_LIST,
-                   "tau": INT1, "accountant": {"enum": list(ACCOUNTANTS)}},
+    "properties": {
+        "K": INT1,
+        "m": INT1,
+        "T_over_tau": INT1,
+        "delta": DELTA,
+        "targets": POSITIVE_LIST,
+        "tau": INT1,
+        "accountant": {"enum": list(ACCOUNTANTS)},
+    },
 }
 
 
-@experiment_kind("adaped_thm5", ADAPED_SCHEMA, deterministic=True, stage="privacy",
-                 metrics=("z.*", "slope.*", "order.*", "epsilon_library.*", "ratio.*", "z_library.*", "epsilon_library_triangle.*", "ratio_triangle.*"),
-                 checks=("thm5_lemma1_round_trip", "thm5_not_below_library"))
+@experiment_kind(
+    "adaped_thm5",
+    ADAPED_SCHEMA,
+    deterministic=True,
+    stage="privacy",
+    metrics=(
+        "z.*",
+        "slope.*",
+        "order.*",
+        "epsilon_library.*",
+        "ratio.*",
+        "z_library.*",
+        "epsilon_library_triangle.*",
+        "ratio_triangle.*",
+    ),
+    checks=("thm5_lemma1_round_trip", "thm5_not_below_library"),
+)
 def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Noise ratio z for each printed epsilon by Thm 5 + Lemma 1 (equal z for mu and psi), and the library epsilon
     of the same mechanism at that z (paper's sensitivity; triangle-inequality sensitivity when tau is given)."""
@@ -45,8 +66,15 @@ def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
         eps_back, lam = adaped.thm5_epsilon(z, K, m, rounds, delta)
         lib = adaped.library_epsilon(z, K, m, rounds, delta, accountant=acc)
         first = first or lib
-        row = {"target_epsilon": target, "z": z, "slope": adaped.thm5_slope(K, m, rounds, z), "lambda": lam,
-               "epsilon_thm5": eps_back, "epsilon_library": lib.epsilon, "library_order": lib.optimal_order}
+        row = {
+            "target_epsilon": target,
+            "z": z,
+            "slope": adaped.thm5_slope(K, m, rounds, z),
+            "lambda": lam,
+            "epsilon_thm5": eps_back,
+            "epsilon_library": lib.epsilon,
+            "library_order": lib.optimal_order,
+        }
         metrics["z"][key], metrics["slope"][key], metrics["order"][key] = z, row["slope"], lam
         metrics["epsilon_library"][key], metrics["ratio"][key] = lib.epsilon, target / lib.epsilon
         # the noise the library would need for the same epsilon (configured by epsilon; the solved sigma recorded)
@@ -62,16 +90,25 @@ def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
             conservative.append(target >= tri.epsilon)
         rows.append(row)
     checks = {
-        "thm5_lemma1_round_trip": Check(max(round_trip) <= ROUND_TRIP_RTOL,
-                                        f"Thm 5 + Lemma 1 at the solved z gives back each target (max rel. error "
-                                        f"{max(round_trip):.2g})", max(round_trip), 0.0, ROUND_TRIP_RTOL),
-        "thm5_not_below_library": Check(all(conservative),
-                                        f"printed epsilon >= {acc} epsilon of the same mechanism for every target "
-                                        f"and sensitivity reading ({sum(conservative)}/{len(conservative)})"),
+        "thm5_lemma1_round_trip": Check(
+            max(round_trip) <= ROUND_TRIP_RTOL,
+            f"Thm 5 + Lemma 1 at the solved z gives back each target (max rel. error {max(round_trip):.2g})",
+            max(round_trip),
+            0.0,
+            ROUND_TRIP_RTOL,
+        ),
+        "thm5_not_below_library": Check(
+            all(conservative),
+            f"printed epsilon >= {acc} epsilon of the same mechanism for every target "
+            f"and sensitivity reading ({sum(conservative)}/{len(conservative)})",
+        ),
     }
-    accountant = {"name": "closed form: Ozkara et al. Thm 5 + Lemma 1 (real lambda > 1), beside "
-                          f"{first.accountant} ({first.library})",
-                  "version": f"paper; {first.library} {first.library_version}", "library": first.to_dict()}
+    accountant = {
+        "name": "closed form: Ozkara et al. Thm 5 + Lemma 1 (real lambda > 1), beside "
+        f"{first.accountant} ({first.library})",
+        "version": f"paper; {first.library} {first.library_version}",
+        "library": first.to_dict(),
+    }
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks, accountant=accountant)
 
 
@@ -79,15 +116,22 @@ LDP_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["eps0", "delta"],
-    "properties": {"eps0": POSITIVE_LIST, "delta": DELTA,
-                   "accountants": {"type": "array", "minItems": 1, "uniqueItems": True,
-                                   "items": {"enum": list(ACCOUNTANTS)}}},
+    "properties": {
+        "eps0": POSITIVE_LIST,
+        "delta": DELTA,
+        "accountants": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(ACCOUNTANTS)}},
+    },
 }
 
 
-@experiment_kind("adaped_ldp", LDP_SCHEMA, deterministic=True, stage="privacy",
-                 metrics=("epsilon_*.*", "ratio_*.*"),
-                 checks=("thm22_is_valid",))
+@experiment_kind(
+    "adaped_ldp",
+    LDP_SCHEMA,
+    deterministic=True,
+    stage="privacy",
+    metrics=("epsilon_*.*", "ratio_*.*"),
+    checks=("thm22_is_valid",),
+)
 def adaped_ldp(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Sec. 2.1's Gaussian LDP mechanism (Thm 2.2's sigma_q for each eps0) beside the epsilon the library accountants
     certify for the same noise at the same delta."""
@@ -102,15 +146,26 @@ def adaped_ldp(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
             first = first or lib
             tightest = min(tightest, lib.epsilon)
             metrics[f"epsilon_{a}"][key], metrics[f"ratio_{a}"][key] = lib.epsilon, e0 / lib.epsilon
-            rows.append({"eps0": e0, "accountant": a, "noise_multiplier": lib.noise_multiplier,
-                         "epsilon_library": lib.epsilon})
+            rows.append(
+                {"eps0": e0, "accountant": a, "noise_multiplier": lib.noise_multiplier, "epsilon_library": lib.epsilon}
+            )
         valid.append(tightest <= e0)
     # Every accountant is an upper bound; the mechanism is (eps, delta)-DP for the smallest of them. (RDP over the
     # default orders has a floor, ~0.11 at delta = 1e-5, above the smallest eps0.)
-    checks = {"thm22_is_valid": Check(all(valid), f"smallest library epsilon <= eps0 for every eps0 "
-                                                  f"({sum(valid)}/{len(valid)}): Thm 2.2's sigma_q is sufficient")}
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks,
-                     accountant={"name": "closed form: Ozkara et al. Thm 2.2 (sigma_q), beside "
-                                         f"{', '.join(accs)}", "version": f"paper; {first.library} "
-                                                                           f"{first.library_version}",
-                                 "library": first.to_dict()})
+    checks = {
+        "thm22_is_valid": Check(
+            all(valid),
+            f"smallest library epsilon <= eps0 for every eps0 "
+            f"({sum(valid)}/{len(valid)}): Thm 2.2's sigma_q is sufficient",
+        )
+    }
+    return RunOutput(
+        metrics=metrics,
+        history=pd.DataFrame(rows),
+        checks=checks,
+        accountant={
+            "name": f"closed form: Ozkara et al. Thm 2.2 (sigma_q), beside {', '.join(accs)}",
+            "version": f"paper; {first.library} {first.library_version}",
+            "library": first.to_dict(),
+        },
+    )

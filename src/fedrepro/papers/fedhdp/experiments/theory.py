@@ -25,9 +25,12 @@ from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE, UNIT
 from fedrepro.papers.fedhdp import linear_regression as lr
 from fedrepro.papers.fedhdp import point_estimation as pe
 
-GRID = {"type": "object", "additionalProperties": False, "required": ["start", "stop", "num"],
-        "properties": {"start": {"type": "number"}, "stop": {"type": "number"}, "num": INT2,
-                       "log": {"type": "boolean"}}}
+GRID = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["start", "stop", "num"],
+    "properties": {"start": {"type": "number"}, "stop": {"type": "number"}, "num": INT2, "log": {"type": "boolean"}},
+}
 FWER = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 0.5}
 
 
@@ -45,9 +48,14 @@ def _agreement(name: str, mc: np.ndarray, se: np.ndarray, cf: np.ndarray, z: flo
     zs = np.abs(mc - cf) / np.maximum(se, 1e-300)
     worst = int(np.argmax(zs))
     ok = bool(np.all(zs <= z))
-    return Check(ok, f"{name}: Monte Carlo vs closed form at {zs.size} grid points, max |diff|/SE = {zs[worst]:.2f} "
-                     f"(MC {mc.flat[worst]:.6g} vs {cf.flat[worst]:.6g}), threshold z = {z:.2f}",
-                 float(zs[worst]), 0.0, z)
+    return Check(
+        ok,
+        f"{name}: Monte Carlo vs closed form at {zs.size} grid points, max |diff|/SE = {zs[worst]:.2f} "
+        f"(MC {mc.flat[worst]:.6g} vs {cf.flat[worst]:.6g}), threshold z = {z:.2f}",
+        float(zs[worst]),
+        0.0,
+        z,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ Figure 1
@@ -56,21 +64,45 @@ SERVER_VARIANCE_SCHEMA = {
     "additionalProperties": False,
     "required": ["N", "rho", "n_s", "alpha_share", "panels", "r_grid", "trials", "fwer"],
     "properties": {
-        "N": INT2, "rho": UNIT, "n_s": INT1,
+        "N": INT2,
+        "rho": UNIT,
+        "n_s": INT1,
         "alpha_share": UNIT,
-        "panels": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "additionalProperties": False, "required": ["name", "curves"],
-            "properties": {"name": {"type": "string"}, "curves": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "additionalProperties": False, "required": ["sigma_c2", "gamma2"],
-                "properties": {"sigma_c2": POSITIVE, "gamma2": POSITIVE}}}}}},
-        "r_grid": GRID, "trials": INT2, "fwer": FWER,
+        "panels": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "curves"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "curves": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["sigma_c2", "gamma2"],
+                            "properties": {"sigma_c2": POSITIVE, "gamma2": POSITIVE},
+                        },
+                    },
+                },
+            },
+        },
+        "r_grid": GRID,
+        "trials": INT2,
+        "fwer": FWER,
     },
 }
 
 
-@experiment_kind("fedhdp_server_variance", SERVER_VARIANCE_SCHEMA,
-                 metrics=("left.*", "right.*"),
-                 checks=("lemma1_r_star_minimizes", "mc_matches_closed_form", "mc_r_star_beats_fedavg"))
+@experiment_kind(
+    "fedhdp_server_variance",
+    SERVER_VARIANCE_SCHEMA,
+    metrics=("left.*", "right.*"),
+    checks=("lemma1_r_star_minimizes", "mc_matches_closed_form", "mc_r_star_beats_fedavg"),
+)
 def fedhdp_server_variance(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     n, rho = p["N"], p["rho"]
     n_np, n_p = pe.split(n, rho)
@@ -91,27 +123,52 @@ def fedhdp_server_variance(p: dict, rng: np.random.Generator, ctx: RunContext) -
         rs, vopt = pe.r_star(n, rho, sc2, g2), pe.server_variance_opt(n, rho, sc2, g2)
         # Lemma 1: r* minimizes sigma_s^2(r) over [0, 1] and sigma_s^2(r*) is eq. (13)
         vf = pe.server_variance(fine, n, rho, sc2, g2)
-        lemma1_ok.append(abs(float(pe.server_variance(rs, n, rho, sc2, g2)) - vopt) <= 1e-12 * vopt
-                         and vf.min() >= vopt * (1 - 1e-12) and abs(fine[vf.argmin()] - rs) <= 1e-5)
+        lemma1_ok.append(
+            abs(float(pe.server_variance(rs, n, rho, sc2, g2)) - vopt) <= 1e-12 * vopt
+            and vf.min() >= vopt * (1 - 1e-12)
+            and abs(fine[vf.argmin()] - rs) <= 1e-5
+        )
         at_star = pe.aggregate(sim["psi"], n_np, [rs, 1.0])
         diff = at_star[:, 1] ** 2 - at_star[:, 0] ** 2  # paired: FedAvg weights minus r*
         beats_ok.append(diff.mean() > z * diff.std(ddof=1) / math.sqrt(diff.size))
-        details.append(f"sigma_c2={sc2:g}, gamma2={g2:g}: r*={rs:.4g}, opt {vopt:.4g}, MC(r*) "
-                       f"{np.mean(at_star[:, 0] ** 2):.4g}, MC(r=1) {np.mean(at_star[:, 1] ** 2):.4g}")
+        details.append(
+            f"sigma_c2={sc2:g}, gamma2={g2:g}: r*={rs:.4g}, opt {vopt:.4g}, MC(r*) "
+            f"{np.mean(at_star[:, 0] ** 2):.4g}, MC(r=1) {np.mean(at_star[:, 1] ** 2):.4g}"
+        )
         label = f"{panel}.sc{sc2:g}_g{g2:g}"
-        metrics[label] = {"r_star": rs, "var_opt": vopt, "var_opt_mc": float(np.mean(at_star[:, 0] ** 2)),
-                          "var_fedavg": float(pe.server_variance(1.0, n, rho, sc2, g2))}
+        metrics[label] = {
+            "r_star": rs,
+            "var_opt": vopt,
+            "var_opt_mc": float(np.mean(at_star[:, 0] ** 2)),
+            "var_fedavg": float(pe.server_variance(1.0, n, rho, sc2, g2)),
+        }
         for i in range(r.size):
-            rows.append({"panel": panel, "sigma_c2": sc2, "gamma2": g2, "r": r[i], "var_mc": mc[i], "se": se[i],
-                         "var_closed_form": cf[i], "r_star": rs, "var_opt": vopt})
+            rows.append(
+                {
+                    "panel": panel,
+                    "sigma_c2": sc2,
+                    "gamma2": g2,
+                    "r": r[i],
+                    "var_mc": mc[i],
+                    "se": se[i],
+                    "var_closed_form": cf[i],
+                    "r_star": rs,
+                    "var_opt": vopt,
+                }
+            )
         mcs.append(mc), ses.append(se), cfs.append(cf)
     checks = {
-        "mc_matches_closed_form": _agreement("sigma_s^2(r), all curves", np.concatenate(mcs), np.concatenate(ses),
-                                             np.concatenate(cfs), z),
-        "lemma1_r_star_minimizes": Check(all(lemma1_ok), f"r* of Lemma 1 is the minimizer of the closed form over "
-                                         f"[0,1] and attains eq. (13) for {sum(lemma1_ok)}/{len(lemma1_ok)} curves"),
-        "mc_r_star_beats_fedavg": Check(all(beats_ok), "simulated sigma_s^2 at r* below r = 1 (paired, z SE): "
-                                        + "; ".join(details)),
+        "mc_matches_closed_form": _agreement(
+            "sigma_s^2(r), all curves", np.concatenate(mcs), np.concatenate(ses), np.concatenate(cfs), z
+        ),
+        "lemma1_r_star_minimizes": Check(
+            all(lemma1_ok),
+            f"r* of Lemma 1 is the minimizer of the closed form over "
+            f"[0,1] and attains eq. (13) for {sum(lemma1_ok)}/{len(lemma1_ok)} curves",
+        ),
+        "mc_r_star_beats_fedavg": Check(
+            all(beats_ok), "simulated sigma_s^2 at r* below r = 1 (paired, z SE): " + "; ".join(details)
+        ),
     }
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks)
 
@@ -123,16 +180,23 @@ OPT_OUT_SCHEMA = {
     "required": ["model", "N", "n_np", "alpha2", "tau2", "gamma2", "n_s", "lam_grid", "trials", "fwer"],
     "properties": {
         "model": {"enum": ["point", "linreg"]},
-        "N": INT2, "n_np": INT1,
-        "alpha2": POSITIVE, "tau2": POSITIVE, "gamma2": POSITIVE,
-        "n_s": INT1, "d": INT1,
-        "lam_grid": GRID, "trials": INT2, "fwer": FWER,
+        "N": INT2,
+        "n_np": INT1,
+        "alpha2": POSITIVE,
+        "tau2": POSITIVE,
+        "gamma2": POSITIVE,
+        "n_s": INT1,
+        "d": INT1,
+        "lam_grid": GRID,
+        "trials": INT2,
+        "fwer": FWER,
     },
 }
 
 
-def _opt_out_case(p: dict, n_np: int, private: bool, ratio_mode: str, lam: np.ndarray,
-                  rng: np.random.Generator) -> dict:
+def _opt_out_case(
+    p: dict, n_np: int, private: bool, ratio_mode: str, lam: np.ndarray, rng: np.random.Generator
+) -> dict:
     """One curve: c_k's error vs lam in a federation with n_np non-private clients (c_k private or not)."""
     n, a2, t2, g2 = p["N"], p["alpha2"], p["tau2"], p["gamma2"]
     counts, gam = [n_np, n - n_np], [0.0, g2]
@@ -144,7 +208,7 @@ def _opt_out_case(p: dict, n_np: int, private: bool, ratio_mode: str, lam: np.nd
         scale, loss = 1, mc["mse"]
         setup = pe.client_setup(n, rho, r, a2, t2, g2, private)
         setup_49 = pe.client_setup(n, rho, r, a2, t2, g2, private, own_noise="excluded")
-        lam_star = (pe.lambda_p_star(n, rho, a2, t2, g2) if private else pe.lambda_np_star(a2, t2))
+        lam_star = pe.lambda_p_star(n, rho, a2, t2, g2) if private else pe.lambda_np_star(a2, t2)
     else:
         d, beta2 = p["d"], a2 * p["n_s"]  # alpha2 = beta2 / n_s (eq. 19)
         ratios = np.array([1.0, 1.0]) if ratio_mode == "hdp" else lr.r_star_levels(counts, gam, a2, t2)
@@ -155,15 +219,31 @@ def _opt_out_case(p: dict, n_np: int, private: bool, ratio_mode: str, lam: np.nd
         setup_49 = lr.level_setup(counts, gam, ratios, a2, t2, level, own_noise="excluded")
         lam_star = lr.lambda_star_two_level(n_np, n - n_np, 0.0, g2, a2, t2)[level]
     cf = scale * pe.local_mse(lam, *setup, a2, t2)
-    return {"mc": loss, "se": mc["se"], "cf": cf, "r": r, "lam_argmin": pe.local_mse_argmin(*setup, a2, t2),
-            "lam_argmin_eq49": pe.local_mse_argmin(*setup_49, a2, t2), "lam_star": lam_star,
-            "min_cf": scale * float(pe.local_mse(pe.local_mse_argmin(*setup, a2, t2), *setup, a2, t2)),
-            "cf_at_star": scale * float(pe.local_mse(lam_star, *setup, a2, t2))}
+    return {
+        "mc": loss,
+        "se": mc["se"],
+        "cf": cf,
+        "r": r,
+        "lam_argmin": pe.local_mse_argmin(*setup, a2, t2),
+        "lam_argmin_eq49": pe.local_mse_argmin(*setup_49, a2, t2),
+        "lam_star": lam_star,
+        "min_cf": scale * float(pe.local_mse(pe.local_mse_argmin(*setup, a2, t2), *setup, a2, t2)),
+        "cf_at_star": scale * float(pe.local_mse(lam_star, *setup, a2, t2)),
+    }
 
 
-@experiment_kind("fedhdp_opt_out", OPT_OUT_SCHEMA,
-                 metrics=("fedhdp.*", "hdp.*"),
-                 checks=("fedhdp_beats_hdp", "lam_np_at_least_lam_p", "lam_star_is_bayes_optimal_eq49", "mc_matches_closed_form", "opting_out_helps"))
+@experiment_kind(
+    "fedhdp_opt_out",
+    OPT_OUT_SCHEMA,
+    metrics=("fedhdp.*", "hdp.*"),
+    checks=(
+        "fedhdp_beats_hdp",
+        "lam_np_at_least_lam_p",
+        "lam_star_is_bayes_optimal_eq49",
+        "mc_matches_closed_form",
+        "opting_out_helps",
+    ),
+)
 def fedhdp_opt_out(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["model"] == "linreg" and "d" not in p:
         raise ValueError("fedhdp_opt_out: model linreg needs d")
@@ -177,36 +257,54 @@ def fedhdp_opt_out(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         for sc, (n_np, private) in scenarios.items():
             out = _opt_out_case(p, n_np, private, panel, lam, rng)
             res[panel, sc] = out
-            metrics[f"{panel}.{sc}"] = {k: out[k] for k in ("r", "lam_argmin", "lam_argmin_eq49", "min_cf",
-                                                            "cf_at_star")}
+            metrics[f"{panel}.{sc}"] = {
+                k: out[k] for k in ("r", "lam_argmin", "lam_argmin_eq49", "min_cf", "cf_at_star")
+            }
             metrics[f"{panel}.{sc}"]["lam_star"] = out["lam_star"]
             for i in range(lam.size):
-                rows.append({"panel": panel, "scenario": sc, "lam": lam[i], "loss_mc": out["mc"][i],
-                             "se": out["se"][i], "loss_closed_form": out["cf"][i], "r": out["r"],
-                             "lam_marker": out["lam_star"] if panel == "fedhdp" else out["lam_argmin"]})
+                rows.append(
+                    {
+                        "panel": panel,
+                        "scenario": sc,
+                        "lam": lam[i],
+                        "loss_mc": out["mc"][i],
+                        "se": out["se"][i],
+                        "loss_closed_form": out["cf"][i],
+                        "r": out["r"],
+                        "lam_marker": out["lam_star"] if panel == "fedhdp" else out["lam_argmin"],
+                    }
+                )
     allv = lambda k: np.concatenate([v[k] for v in res.values()])  # noqa: E731
     fp, fo = res["fedhdp", "private"], res["fedhdp", "opted_out"]
     eq = "(50)" if p["model"] == "linreg" else "(17)/(18)"
     eq_ok = all(math.isclose(v["lam_star"], v["lam_argmin_eq49"], rel_tol=1e-9) for v in (fp, fo))
     checks = {
-        "mc_matches_closed_form": _agreement("c_k loss vs lam, 2 panels x 2 scenarios", allv("mc"), allv("se"),
-                                             allv("cf"), z),
+        "mc_matches_closed_form": _agreement(
+            "c_k loss vs lam, 2 panels x 2 scenarios", allv("mc"), allv("se"), allv("cf"), z
+        ),
         "lam_star_is_bayes_optimal_eq49": Check(
-            eq_ok, f"FedHDP panel: eq. {eq} lam* = {fp['lam_star']:.6g} (private), {fo['lam_star']:.6g} (opted "
-                   f"out) vs argmin of the closed form with c_k's own contribution noise-free (eq. 49): "
-                   f"{fp['lam_argmin_eq49']:.6g}, {fo['lam_argmin_eq49']:.6g}; Algorithm 1 read literally (own "
-                   f"noisy psi_k in the global model) gives {fp['lam_argmin']:.6g} for the private client"),
+            eq_ok,
+            f"FedHDP panel: eq. {eq} lam* = {fp['lam_star']:.6g} (private), {fo['lam_star']:.6g} (opted "
+            f"out) vs argmin of the closed form with c_k's own contribution noise-free (eq. 49): "
+            f"{fp['lam_argmin_eq49']:.6g}, {fo['lam_argmin_eq49']:.6g}; Algorithm 1 read literally (own "
+            f"noisy psi_k in the global model) gives {fp['lam_argmin']:.6g} for the private client",
+        ),
         "opting_out_helps": Check(
             all(res[pn, "opted_out"]["min_cf"] < res[pn, "private"]["min_cf"] for pn in ("hdp", "fedhdp")),
-            "min over lam of c_k's loss, private -> opted out: " + "; ".join(
+            "min over lam of c_k's loss, private -> opted out: "
+            + "; ".join(
                 f"{pn}: {res[pn, 'private']['min_cf']:.4g} -> {res[pn, 'opted_out']['min_cf']:.4g}"
-                for pn in ("hdp", "fedhdp"))),
+                for pn in ("hdp", "fedhdp")
+            ),
+        ),
         "fedhdp_beats_hdp": Check(
             all(res["fedhdp", s]["min_cf"] < res["hdp", s]["min_cf"] for s in scenarios),
-            "min over lam, HDP-FedAvg+Ditto vs FedHDP: " + "; ".join(
-                f"{s}: {res['hdp', s]['min_cf']:.4g} vs {res['fedhdp', s]['min_cf']:.4g}" for s in scenarios)),
-        "lam_np_at_least_lam_p": Check(fo["lam_star"] >= fp["lam_star"],
-                                       f"lam*_np = {fo['lam_star']:.6g} >= lam*_p = {fp['lam_star']:.6g}"),
+            "min over lam, HDP-FedAvg+Ditto vs FedHDP: "
+            + "; ".join(f"{s}: {res['hdp', s]['min_cf']:.4g} vs {res['fedhdp', s]['min_cf']:.4g}" for s in scenarios),
+        ),
+        "lam_np_at_least_lam_p": Check(
+            fo["lam_star"] >= fp["lam_star"], f"lam*_np = {fo['lam_star']:.6g} >= lam*_p = {fp['lam_star']:.6g}"
+        ),
     }
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks)
 
@@ -217,17 +315,30 @@ VS_RHO_SCHEMA = {
     "additionalProperties": False,
     "required": ["N", "sigma_c2", "gamma2", "alpha_share", "n_s", "n_np_step", "trials", "fwer", "claim"],
     "properties": {
-        "N": INT2, "sigma_c2": POSITIVE, "gamma2": POSITIVE, "alpha_share": UNIT, "n_s": INT1,
-        "n_np_step": INT1, "trials": INT2, "fwer": FWER,
-        "claim": {"type": "object", "additionalProperties": False, "required": ["rho", "min_ratio"],
-                  "properties": {"rho": UNIT, "min_ratio": POSITIVE}},
+        "N": INT2,
+        "sigma_c2": POSITIVE,
+        "gamma2": POSITIVE,
+        "alpha_share": UNIT,
+        "n_s": INT1,
+        "n_np_step": INT1,
+        "trials": INT2,
+        "fwer": FWER,
+        "claim": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["rho", "min_ratio"],
+            "properties": {"rho": UNIT, "min_ratio": POSITIVE},
+        },
     },
 }
 
 
-@experiment_kind("fedhdp_server_variance_vs_rho", VS_RHO_SCHEMA,
-                 metrics=("ratio_at_claim_rho", "ratio_at_smallest_rho", "smallest_rho"),
-                 checks=("closed_forms_agree", "fedhdp_below_fedavg", "large_gain_at_small_rho", "mc_matches_closed_form"))
+@experiment_kind(
+    "fedhdp_server_variance_vs_rho",
+    VS_RHO_SCHEMA,
+    metrics=("ratio_at_claim_rho", "ratio_at_smallest_rho", "smallest_rho"),
+    checks=("closed_forms_agree", "fedhdp_below_fedavg", "large_gain_at_small_rho", "mc_matches_closed_form"),
+)
 def fedhdp_server_variance_vs_rho(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     n, sc2, g2 = p["N"], p["sigma_c2"], p["gamma2"]
     alpha2, tau2 = p["alpha_share"] * sc2, (1 - p["alpha_share"]) * sc2
@@ -247,30 +358,51 @@ def fedhdp_server_variance_vs_rho(p: dict, rng: np.random.Generator, ctx: RunCon
         cf = np.array([float(pe.server_variance(r, n, k / n, sc2, g2)) for r, k in zip(rs, ks)])
         mcs.append(mc), ses.append(se), cfs.append(cf)
         for i, k in enumerate(ks):
-            rows.append({"method": method, "rho": k / n, "n_np": int(k), "r": rs[i], "var_mc": mc[i], "se": se[i],
-                         "var_closed_form": cf[i]})
+            rows.append(
+                {
+                    "method": method,
+                    "rho": k / n,
+                    "n_np": int(k),
+                    "r": rs[i],
+                    "var_mc": mc[i],
+                    "se": se[i],
+                    "var_closed_form": cf[i],
+                }
+            )
     fedavg_cf, opt_cf = cfs
     lemma = np.array([pe.server_variance_opt(n, k / n, sc2, g2) for k in ks])
     hdp = np.array([pe.server_variance_hdp(n, k / n, sc2, g2) for k in ks])
     rc = p["claim"]["rho"]
     ratio = pe.server_variance_hdp(n, rc, sc2, g2) / pe.server_variance_opt(n, rc, sc2, g2)
     checks = {
-        "mc_matches_closed_form": _agreement("sigma_s^2 vs rho, FedAvg and FedHDP", np.concatenate(mcs),
-                                             np.concatenate(ses), np.concatenate(cfs), _z(p["fwer"], 2 * ks.size)),
-        "closed_forms_agree": Check(bool(np.allclose(opt_cf, lemma, rtol=1e-12) and np.allclose(fedavg_cf, hdp,
-                                                                                               rtol=1e-12)),
-                                    "C1 at r* equals eq. (13) and C1 at r = 1 equals sigma_c2/N + (1-rho)^2 gamma2 "
-                                    "at every rho"),
-        "fedhdp_below_fedavg": Check(bool(np.all(opt_cf < fedavg_cf)), "FedHDP (r*) strictly below the FedAvg "
-                                     f"aggregator at all {ks.size} values of rho in (0, 1)"),
-        "large_gain_at_small_rho": Check(bool(ratio >= p["claim"]["min_ratio"]),
-                                         f"App. B: 'a large gain even if a small percentage of clients opt out': "
-                                         f"FedAvg / FedHDP variance ratio at rho = {rc:g}: {ratio:.3g} (claim read as "
-                                         f">= {p['claim']['min_ratio']:g}); at the smallest rho of the grid "
-                                         f"({ks[0] / n:g}): {fedavg_cf[0] / opt_cf[0]:.3g}"),
+        "mc_matches_closed_form": _agreement(
+            "sigma_s^2 vs rho, FedAvg and FedHDP",
+            np.concatenate(mcs),
+            np.concatenate(ses),
+            np.concatenate(cfs),
+            _z(p["fwer"], 2 * ks.size),
+        ),
+        "closed_forms_agree": Check(
+            bool(np.allclose(opt_cf, lemma, rtol=1e-12) and np.allclose(fedavg_cf, hdp, rtol=1e-12)),
+            "C1 at r* equals eq. (13) and C1 at r = 1 equals sigma_c2/N + (1-rho)^2 gamma2 at every rho",
+        ),
+        "fedhdp_below_fedavg": Check(
+            bool(np.all(opt_cf < fedavg_cf)),
+            f"FedHDP (r*) strictly below the FedAvg aggregator at all {ks.size} values of rho in (0, 1)",
+        ),
+        "large_gain_at_small_rho": Check(
+            bool(ratio >= p["claim"]["min_ratio"]),
+            f"App. B: 'a large gain even if a small percentage of clients opt out': "
+            f"FedAvg / FedHDP variance ratio at rho = {rc:g}: {ratio:.3g} (claim read as "
+            f">= {p['claim']['min_ratio']:g}); at the smallest rho of the grid "
+            f"({ks[0] / n:g}): {fedavg_cf[0] / opt_cf[0]:.3g}",
+        ),
     }
-    metrics = {"ratio_at_claim_rho": float(ratio), "ratio_at_smallest_rho": float(fedavg_cf[0] / opt_cf[0]),
-               "smallest_rho": float(ks[0] / n)}
+    metrics = {
+        "ratio_at_claim_rho": float(ratio),
+        "ratio_at_smallest_rho": float(fedavg_cf[0] / opt_cf[0]),
+        "smallest_rho": float(ks[0] / n),
+    }
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks)
 
 
@@ -280,16 +412,36 @@ TABLE2_SCHEMA = {
     "additionalProperties": False,
     "required": ["points", "lemma2_limit_N", "lemma2_rel_tol", "mc_point", "trials", "n_s", "fwer", "examples"],
     "properties": {
-        "points": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "additionalProperties": False, "required": ["N", "alpha2", "tau2", "gamma2", "rho"],
-            "properties": {"N": INT2, "alpha2": POSITIVE, "tau2": POSITIVE, "gamma2": POSITIVE, "rho": UNIT}}},
-        "lemma2_limit_N": INT2, "lemma2_rel_tol": POSITIVE,
-        "mc_point": {"type": "object", "additionalProperties": False, "required": ["N", "alpha2", "gamma2"],
-                     "properties": {"N": INT2, "alpha2": POSITIVE, "gamma2": POSITIVE}},
-        "trials": INT2, "n_s": INT1, "fwer": FWER,
-        "examples": {"type": "object", "additionalProperties": {
-            "type": "object", "additionalProperties": False, "required": ["N", "rho", "alpha2", "tau2", "gamma2"],
-            "properties": {"N": INT2, "rho": UNIT, "alpha2": POSITIVE, "tau2": NONNEG, "gamma2": POSITIVE}}},
+        "points": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["N", "alpha2", "tau2", "gamma2", "rho"],
+                "properties": {"N": INT2, "alpha2": POSITIVE, "tau2": POSITIVE, "gamma2": POSITIVE, "rho": UNIT},
+            },
+        },
+        "lemma2_limit_N": INT2,
+        "lemma2_rel_tol": POSITIVE,
+        "mc_point": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["N", "alpha2", "gamma2"],
+            "properties": {"N": INT2, "alpha2": POSITIVE, "gamma2": POSITIVE},
+        },
+        "trials": INT2,
+        "n_s": INT1,
+        "fwer": FWER,
+        "examples": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["N", "rho", "alpha2", "tau2", "gamma2"],
+                "properties": {"N": INT2, "rho": UNIT, "alpha2": POSITIVE, "tau2": NONNEG, "gamma2": POSITIVE},
+            },
+        },
     },
 }
 
@@ -299,16 +451,35 @@ def _argmin(n, rho, a2, t2, g2, private, own="excluded"):
     return pe.local_mse_argmin(*pe.client_setup(n, rho, r, a2, t2, g2, private, own), a2, t2)
 
 
-@experiment_kind("fedhdp_table2", TABLE2_SCHEMA,
-                 metrics=("examples.*", "mc_hom_priv.*"),
-                 checks=("eq18_equals_eq79", "lemma1_optimum", "lemma2_gaps_and_limits", "table2_het_data_hom_priv", "table2_het_data_no_priv", "table2_hom_data_hom_priv", "table2_hom_data_no_priv", "table2_hom_priv_eq18", "table2_hom_priv_mc_prefers_eq18", "theorem3_bayes_optimal"))
+@experiment_kind(
+    "fedhdp_table2",
+    TABLE2_SCHEMA,
+    metrics=("examples.*", "mc_hom_priv.*"),
+    checks=(
+        "eq18_equals_eq79",
+        "lemma1_optimum",
+        "lemma2_gaps_and_limits",
+        "table2_het_data_hom_priv",
+        "table2_het_data_no_priv",
+        "table2_hom_data_hom_priv",
+        "table2_hom_data_no_priv",
+        "table2_hom_priv_eq18",
+        "table2_hom_priv_mc_prefers_eq18",
+        "theorem3_bayes_optimal",
+    ),
+)
 def fedhdp_table2(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Table 2 entries as checks of the printed formula against eq. (17)/(18) and against the independent argmin of
     the exact MSE (eq. 49 convention), at every parameter point; plus Lemma 1/2, Theorem 3 and eq. (79)."""
     pts = p["points"]
     rel = lambda x, y: math.isclose(x, y, rel_tol=1e-9)  # noqa: E731
-    rows, det = [], {k: [] for k in ("hom_np", "hom_p_printed", "hom_p_eq18", "het_np", "het_p", "thm3", "eq79",
-                                     "lemma1", "lemma2")}
+    rows, det = (
+        [],
+        {
+            k: []
+            for k in ("hom_np", "hom_p_printed", "hom_p_eq18", "het_np", "het_p", "thm3", "eq79", "lemma1", "lemma2")
+        },
+    )
     for q in pts:
         n, a2, t2, g2, rho = q["N"], q["alpha2"], q["tau2"], q["gamma2"], q["rho"]
         # Homogeneous data, no privacy (tau2 = 0, rho = 1): FedAvg, lam*_np = inf
@@ -319,12 +490,14 @@ def fedhdp_table2(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         det["hom_p_printed"].append(rel(1 / g2, am))
         det["hom_p_eq18"].append(rel(eq18, am) and rel(eq18, a2 / g2))
         # Heterogeneous data, no privacy (rho = 1): lam*_np = alpha2/tau2
-        det["het_np"].append(rel(a2 / t2, _argmin(n, 1.0, a2, t2, g2, False))
-                             and rel(a2 / t2, pe.lambda_np_star(a2, t2)))
+        det["het_np"].append(
+            rel(a2 / t2, _argmin(n, 1.0, a2, t2, g2, False)) and rel(a2 / t2, pe.lambda_np_star(a2, t2))
+        )
         # Heterogeneous data, homogeneous privacy (rho = 0): printed N a2 / (N t2 + (1 - rho) N g2)
         printed = n * a2 / (n * t2 + (1 - 0.0) * n * g2)
-        det["het_p"].append(rel(printed, _argmin(n, 0.0, a2, t2, g2, True))
-                            and rel(printed, pe.lambda_p_star(n, 0.0, a2, t2, g2)))
+        det["het_p"].append(
+            rel(printed, _argmin(n, 0.0, a2, t2, g2, True)) and rel(printed, pe.lambda_p_star(n, 0.0, a2, t2, g2))
+        )
         # Theorem 3 at the point's own rho (0 < rho < 1): (17)/(18) are the argmin and reach the Bayes variance
         if 0 < rho < 1:
             lp, lnp = pe.lambda_p_star(n, rho, a2, t2, g2), pe.lambda_np_star(a2, t2)
@@ -337,18 +510,31 @@ def fedhdp_table2(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
             det["eq79"].append(rel(lp, pe.lambda_p_star_eq79(n, rho, a2, t2, g2)))
             vopt = pe.server_variance_opt(n, rho, a2 + t2, g2)
             grid = np.linspace(0, 1, 100001)
-            det["lemma1"].append(rel(float(pe.server_variance(r, n, rho, a2 + t2, g2)), vopt)
-                                 and pe.server_variance(grid, n, rho, a2 + t2, g2).min() >= vopt * (1 - 1e-12))
+            det["lemma1"].append(
+                rel(float(pe.server_variance(r, n, rho, a2 + t2, g2)), vopt)
+                and pe.server_variance(grid, n, rho, a2 + t2, g2).min() >= vopt * (1 - 1e-12)
+            )
             gaps = pe.lemma2_gaps(n, rho, a2 + t2, g2)
             hdp, dp = pe.server_variance_hdp(n, rho, a2 + t2, g2), pe.server_variance_dp(n, rho, a2 + t2, g2)
             lim = pe.lemma2_gaps(p["lemma2_limit_N"], rho, a2 + t2, g2)
             tol = p["lemma2_rel_tol"]
-            det["lemma2"].append(rel(gaps["hdp_minus_opt"], hdp - vopt) and rel(gaps["dp_minus_opt"], dp - vopt)
-                                 and rel(gaps["dp_minus_hdp"], dp - hdp)
-                                 and math.isclose(lim["hdp_minus_opt"], (1 - rho) ** 2 * g2, rel_tol=tol)
-                                 and math.isclose(lim["dp_minus_opt"], (1 - rho) * g2, rel_tol=tol))
-        rows.append({**q, "lam_p_eq18": pe.lambda_p_star(n, rho, a2, t2, g2), "lam_np_eq17": a2 / t2,
-                     "lam_hom_priv_eq18": eq18, "lam_hom_priv_printed": 1 / g2, "lam_hom_priv_argmin": am})
+            det["lemma2"].append(
+                rel(gaps["hdp_minus_opt"], hdp - vopt)
+                and rel(gaps["dp_minus_opt"], dp - vopt)
+                and rel(gaps["dp_minus_hdp"], dp - hdp)
+                and math.isclose(lim["hdp_minus_opt"], (1 - rho) ** 2 * g2, rel_tol=tol)
+                and math.isclose(lim["dp_minus_opt"], (1 - rho) * g2, rel_tol=tol)
+            )
+        rows.append(
+            {
+                **q,
+                "lam_p_eq18": pe.lambda_p_star(n, rho, a2, t2, g2),
+                "lam_np_eq17": a2 / t2,
+                "lam_hom_priv_eq18": eq18,
+                "lam_hom_priv_printed": 1 / g2,
+                "lam_hom_priv_argmin": am,
+            }
+        )
 
     def verdict(key, text):
         v = det[key]
@@ -361,36 +547,52 @@ def fedhdp_table2(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
     mc = _mc_pair(m, lam_pair, p, rng)
     z = _z(p["fwer"], 1)
     checks = {
-        "table2_hom_data_no_priv": verdict("hom_np", "tau2 = 0, rho = 1: eq. (17) and the exact argmin are infinite "
-                                                     "(FedAvg without personalization), as printed"),
-        "table2_hom_data_hom_priv": verdict("hom_p_printed", "tau2 = 0, rho = 0: printed lam*_p = 1/gamma2 equals "
-                                                             "the exact argmin"),
-        "table2_hom_priv_eq18": verdict("hom_p_eq18", "tau2 = 0, rho = 0: eq. (18) = alpha2/gamma2 = the exact "
-                                                      "argmin"),
-        "table2_het_data_no_priv": verdict("het_np", "tau2 > 0, rho = 1: printed alpha2/tau2 equals eq. (17) and the "
-                                                     "exact argmin"),
-        "table2_het_data_hom_priv": verdict("het_p", "tau2 > 0, rho = 0: printed N alpha2/(N tau2 + (1-rho) N "
-                                                     "gamma2) equals eq. (18) and the exact argmin"),
-        "theorem3_bayes_optimal": verdict("thm3", "Theorem 3: eqs. (17)/(18) minimize the exact MSE and attain the "
-                                                  "Bayes error (46)"),
+        "table2_hom_data_no_priv": verdict(
+            "hom_np",
+            "tau2 = 0, rho = 1: eq. (17) and the exact argmin are infinite "
+            "(FedAvg without personalization), as printed",
+        ),
+        "table2_hom_data_hom_priv": verdict(
+            "hom_p_printed", "tau2 = 0, rho = 0: printed lam*_p = 1/gamma2 equals the exact argmin"
+        ),
+        "table2_hom_priv_eq18": verdict("hom_p_eq18", "tau2 = 0, rho = 0: eq. (18) = alpha2/gamma2 = the exact argmin"),
+        "table2_het_data_no_priv": verdict(
+            "het_np", "tau2 > 0, rho = 1: printed alpha2/tau2 equals eq. (17) and the exact argmin"
+        ),
+        "table2_het_data_hom_priv": verdict(
+            "het_p",
+            "tau2 > 0, rho = 0: printed N alpha2/(N tau2 + (1-rho) N gamma2) equals eq. (18) and the exact argmin",
+        ),
+        "theorem3_bayes_optimal": verdict(
+            "thm3", "Theorem 3: eqs. (17)/(18) minimize the exact MSE and attain the Bayes error (46)"
+        ),
         "eq18_equals_eq79": verdict("eq79", "eq. (18) equals eq. (79)"),
         "lemma1_optimum": verdict("lemma1", "Lemma 1: sigma_s^2(r*) equals eq. (13) and is the minimum over [0,1]"),
-        "lemma2_gaps_and_limits": verdict("lemma2", f"Lemma 2: gaps (14)-(16) equal the differences of the "
-                                                    f"variances, and at N = {p['lemma2_limit_N']:g} they are within "
-                                                    f"{p['lemma2_rel_tol']:g} (rel.) of (1-rho)^2 gamma2 and "
-                                                    f"(1-rho) gamma2"),
+        "lemma2_gaps_and_limits": verdict(
+            "lemma2",
+            f"Lemma 2: gaps (14)-(16) equal the differences of the "
+            f"variances, and at N = {p['lemma2_limit_N']:g} they are within "
+            f"{p['lemma2_rel_tol']:g} (rel.) of (1-rho)^2 gamma2 and "
+            f"(1-rho) gamma2",
+        ),
         "table2_hom_priv_mc_prefers_eq18": Check(
             bool(mc["diff"] > z * mc["diff_se"]),
             f"Monte Carlo, N={m['N']}, alpha2={m['alpha2']:g}, gamma2={m['gamma2']:g}, tau2=0, rho=0: MSE at printed "
             f"1/gamma2 = {1 / m['gamma2']:.4g}: {mc['mse'][0]:.6g}; at eq. (18) alpha2/gamma2 = "
             f"{lam_pair[1]:.4g}: {mc['mse'][1]:.6g}; paired difference {mc['diff']:.4g} (z SE = "
-            f"{z * mc['diff_se']:.3g})"),
+            f"{z * mc['diff_se']:.3g})",
+        ),
     }
-    metrics = {"mc_hom_priv": {"mse_printed_lam": float(mc["mse"][0]), "mse_eq18_lam": float(mc["mse"][1])},
-               "examples": {name: {"lam_p_star": pe.lambda_p_star(e["N"], e["rho"], e["alpha2"], e["tau2"],
-                                                                  e["gamma2"]),
-                                   "r_star": pe.r_star(e["N"], e["rho"], e["alpha2"] + e["tau2"], e["gamma2"])}
-                            for name, e in p["examples"].items()}}
+    metrics = {
+        "mc_hom_priv": {"mse_printed_lam": float(mc["mse"][0]), "mse_eq18_lam": float(mc["mse"][1])},
+        "examples": {
+            name: {
+                "lam_p_star": pe.lambda_p_star(e["N"], e["rho"], e["alpha2"], e["tau2"], e["gamma2"]),
+                "r_star": pe.r_star(e["N"], e["rho"], e["alpha2"] + e["tau2"], e["gamma2"]),
+            }
+            for name, e in p["examples"].items()
+        },
+    }
     return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks)
 
 

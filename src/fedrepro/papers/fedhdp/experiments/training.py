@@ -60,16 +60,33 @@ CHECKS = ("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["partition", "model", "methods", "lams", "rounds", "local_epochs", "batch_size", "lr",
-                 "sampling_rate", "clip", "privacy"],
+    "required": [
+        "partition",
+        "model",
+        "methods",
+        "lams",
+        "rounds",
+        "local_epochs",
+        "batch_size",
+        "lr",
+        "sampling_rate",
+        "clip",
+        "privacy",
+    ],
     "properties": {
         **SETUP_PROPERTIES,
         "methods": {
-            "type": "object", "minProperties": 1,
+            "type": "object",
+            "minProperties": 1,
             "additionalProperties": {
-                "type": "object", "additionalProperties": False, "required": ["algorithm"],
-                "properties": {"algorithm": {"enum": list(ALGORITHMS)}, "r": NONNEG,
-                               "clip_nonprivate": {"type": "boolean"}},
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["algorithm"],
+                "properties": {
+                    "algorithm": {"enum": list(ALGORITHMS)},
+                    "r": NONNEG,
+                    "clip_nonprivate": {"type": "boolean"},
+                },
             },
         },
         "lams": {"type": "array", "minItems": 1, "uniqueItems": True, "items": NONNEG},
@@ -80,19 +97,34 @@ SCHEMA = {
         "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "lr_decay_every": INT1,
         "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "clip": {"type": "object", "additionalProperties": False, "required": ["init"],
-                 "properties": {"init": POSITIVE, "quantile": UNIT, "lr": NONNEG}},
-        "privacy": {
-            "type": "object", "additionalProperties": False, "required": ["noise_multiplier_eff", "delta"],
-            "properties": {"noise_multiplier_eff": NONNEG, "delta": DELTA, "count_std": NONNEG,
-                           "count_std_per_client": NONNEG, "accountant": {"enum": ["rdp", "pld"]}},
+        "clip": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["init"],
+            "properties": {"init": POSITIVE, "quantile": UNIT, "lr": NONNEG},
         },
-        "opt_out": {"type": "object", "additionalProperties": False,
-                    "properties": {"fraction": UNIT, "seed": INT0}},
-        "checks": {"type": "object", "propertyNames": {"enum": list(CHECKS)},
-                   "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
-        "differences": {"type": "object", "additionalProperties": {
-            "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}}},
+        "privacy": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["noise_multiplier_eff", "delta"],
+            "properties": {
+                "noise_multiplier_eff": NONNEG,
+                "delta": DELTA,
+                "count_std": NONNEG,
+                "count_std_per_client": NONNEG,
+                "accountant": {"enum": ["rdp", "pld"]},
+            },
+        },
+        "opt_out": {"type": "object", "additionalProperties": False, "properties": {"fraction": UNIT, "seed": INT0}},
+        "checks": {
+            "type": "object",
+            "propertyNames": {"enum": list(CHECKS)},
+            "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        },
+        "differences": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}},
+        },
         "weight_decay": NONNEG,
         "eval_every": INT1,
     },
@@ -106,8 +138,10 @@ def lam_key(lam: float) -> str:
 
 def _validate(p: dict, ctx: RunContext) -> None:
     if p["partition"] not in ctx.partitions:
-        raise ConfigError(f"{ctx.exp_id}: params.partition={p['partition']!r} must be listed in the experiment's "
-                          f"partitions ({sorted(ctx.partitions)})")
+        raise ConfigError(
+            f"{ctx.exp_id}: params.partition={p['partition']!r} must be listed in the experiment's "
+            f"partitions ({sorted(ctx.partitions)})"
+        )
     for name, spec in p["methods"].items():
         if spec["algorithm"] == "fedhdp" and "r" not in spec:
             raise ConfigError(f"{ctx.exp_id}: params.methods.{name}: algorithm fedhdp needs r")
@@ -147,8 +181,9 @@ def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, c
     return build_algorithm("hdp_fedavg", **kw) if alg == "hdp_fedavg" else build_algorithm("fedhdp", r=spec["r"], **kw)
 
 
-def client_metrics(acc_g: np.ndarray, acc_l: list[np.ndarray], counts: np.ndarray, private: np.ndarray,
-                   groups: tuple[str, ...]) -> list[dict[str, float]]:
+def client_metrics(
+    acc_g: np.ndarray, acc_l: list[np.ndarray], counts: np.ndarray, private: np.ndarray, groups: tuple[str, ...]
+) -> list[dict[str, float]]:
     """Table 3/4 metrics per lambda from per-client accuracies in [0, 1] (nan for clients without test data).
     ``groups``: which client groups the method has ("p", "np")."""
     has = counts > 0
@@ -189,9 +224,18 @@ def schedule_of(p: dict, ds, seed: int, device) -> tuple[dict, int, int]:
     K = max(1, round(p["sampling_rate"] * ds.n_clients))
     iters = max(1, int(np.ceil(float(np.median(ds.counts("train"))) / p["batch_size"])))
     tau = max(1, int(round(p["local_epochs"] * iters)))
-    schedule = dict(batch_size=p["batch_size"], rounds=p["rounds"], tau=tau, clients_per_round=K, lr=p["lr"],
-                    lr_decay=p.get("lr_decay", 1.0), iters_per_epoch=tau * p.get("lr_decay_every", p["rounds"]),
-                    seed=seed, eval_every=p.get("eval_every", p["rounds"]), device=device)
+    schedule = dict(
+        batch_size=p["batch_size"],
+        rounds=p["rounds"],
+        tau=tau,
+        clients_per_round=K,
+        lr=p["lr"],
+        lr_decay=p.get("lr_decay", 1.0),
+        iters_per_epoch=tau * p.get("lr_decay_every", p["rounds"]),
+        seed=seed,
+        eval_every=p.get("eval_every", p["rounds"]),
+        device=device,
+    )
     return schedule, K, iters
 
 
@@ -212,8 +256,9 @@ def noise_of(p: dict, K: int, m: int, exp_id: str) -> Noise:
     return Noise(z_eff, z_count, z_update, clip, q, eps)
 
 
-def train_methods(p: dict, ctx: RunContext, data, factory, schedule: dict, private: np.ndarray, noise: Noise,
-                  counts: np.ndarray) -> tuple[dict, dict, list[dict]]:
+def train_methods(
+    p: dict, ctx: RunContext, data, factory, schedule: dict, private: np.ndarray, noise: Noise, counts: np.ndarray
+) -> tuple[dict, dict, list[dict]]:
     """Train every method; returns (metrics per lambda block and method, Table 3/4 metrics per method and lambda,
     history rows)."""
     from fedrepro.learning.checkpoint import run_checkpointer
@@ -225,8 +270,9 @@ def train_methods(p: dict, ctx: RunContext, data, factory, schedule: dict, priva
     rows, per_method = [], {}
     for name, spec in p["methods"].items():
         algo = build(spec, private, lams, noise.z_update, noise.clip, p.get("weight_decay", 0.0))
-        ckpt = run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name,
-                                p.get("checkpoint_every", 10), ctx.clock)
+        ckpt = run_checkpointer(
+            ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p.get("checkpoint_every", 10), ctx.clock
+        )
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
         models = algo.final_models()
@@ -234,8 +280,7 @@ def train_methods(p: dict, ctx: RunContext, data, factory, schedule: dict, priva
         acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
         groups = {"nonprivate": ("np",), "dp_fedavg": ("p",)}.get(spec["algorithm"], ("p", "np"))
         # metrics per group use the method's own notion of private: nonprivate = nobody, dp_fedavg = everybody
-        group_private = {"nonprivate": np.zeros(m, bool), "dp_fedavg": np.ones(m, bool)}.get(spec["algorithm"],
-                                                                                             private)
+        group_private = {"nonprivate": np.zeros(m, bool), "dp_fedavg": np.ones(m, bool)}.get(spec["algorithm"], private)
         per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
         for lam, vals in zip(lams, per_lam):
             metrics[lam_key(lam)][name] = vals
@@ -245,18 +290,27 @@ def train_methods(p: dict, ctx: RunContext, data, factory, schedule: dict, priva
     return metrics, per_method, rows
 
 
-def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_classes: int,
-               noise: Noise) -> dict:
+def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_classes: int, noise: Noise) -> dict:
     """The run's inputs as Tables 5-7 print them (the registry compares them)."""
     from torch import nn
 
     return {
-        "n_clients": m, "clients_per_round_pct": 100.0 * K / m, "nonprivate_pct": 100.0 * n_opt_out / m,
-        "rounds": p["rounds"], "n_labels": n_classes, "batch_size": p["batch_size"], "local_epochs": p["local_epochs"],
-        "lr": p["lr"], "lr_decay": p.get("lr_decay", 1.0), "clip_init": noise.clip["init"],
-        "clip_lr": noise.clip["lr"], "target_unclipped_quantile": noise.clip["quantile"],
-        "effective_noise_multiplier": noise.z_eff, "model": layer_sizes(model, feature_shape),
-        "model_is_cnn": float(any(isinstance(mod, nn.Conv2d) for mod in model.modules()))}
+        "n_clients": m,
+        "clients_per_round_pct": 100.0 * K / m,
+        "nonprivate_pct": 100.0 * n_opt_out / m,
+        "rounds": p["rounds"],
+        "n_labels": n_classes,
+        "batch_size": p["batch_size"],
+        "local_epochs": p["local_epochs"],
+        "lr": p["lr"],
+        "lr_decay": p.get("lr_decay", 1.0),
+        "clip_init": noise.clip["init"],
+        "clip_lr": noise.clip["lr"],
+        "target_unclipped_quantile": noise.clip["quantile"],
+        "effective_noise_multiplier": noise.z_eff,
+        "model": layer_sizes(model, feature_shape),
+        "model_is_cnn": float(any(isinstance(mod, nn.Conv2d) for mod in model.modules())),
+    }
 
 
 def add_differences(metrics: dict, differences: dict, exp_id: str) -> None:
@@ -264,8 +318,9 @@ def add_differences(metrics: dict, differences: dict, exp_id: str) -> None:
     for out_key, (a, b) in differences.items():
         flat = flatten(metrics)
         if a not in flat or b not in flat:
-            raise ConfigError(f"{exp_id}: params.differences.{out_key}: {a if a not in flat else b!r} is not a "
-                              "metric of this run")
+            raise ConfigError(
+                f"{exp_id}: params.differences.{out_key}: {a if a not in flat else b!r} is not a metric of this run"
+            )
         node = metrics
         *head, last = out_key.split(".")
         for part in head:
@@ -281,17 +336,39 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
             if len(dp_names) != 1:
                 raise ConfigError(f"{exp_id}: params.checks.{check} needs exactly one dp_fedavg method")
             ref = per_method[dp_names[0]][0]["acc_g"]
-            results = [(per_method[n][0]["acc_g"] >= ref, f"{n}: Acc_g {per_method[n][0]['acc_g']:.2f} vs "
-                        f"{dp_names[0]} {ref:.2f}") for n in names]
+            results = [
+                (
+                    per_method[n][0]["acc_g"] >= ref,
+                    f"{n}: Acc_g {per_method[n][0]['acc_g']:.2f} vs {dp_names[0]} {ref:.2f}",
+                )
+                for n in names
+            ]
         else:
             results = [_check(check, n, per_method[n][0], n_classes) for n in names]
         checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
     return checks
 
 
-@experiment_kind("fedhdp_training", SCHEMA,
-                 metrics=("lam*.*", "final_clip.*", "skipped_rounds.*", "privacy.*", "setting.*", "derived.*", "table*.*", "n_clients", "n_opt_out", "clients_per_round", "local_steps", "iters_per_epoch", "n_params"),
-                 checks=("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg"))
+@experiment_kind(
+    "fedhdp_training",
+    SCHEMA,
+    metrics=(
+        "lam*.*",
+        "final_clip.*",
+        "skipped_rounds.*",
+        "privacy.*",
+        "setting.*",
+        "derived.*",
+        "table*.*",
+        "n_clients",
+        "n_opt_out",
+        "clients_per_round",
+        "local_steps",
+        "iters_per_epoch",
+        "n_params",
+    ),
+    checks=("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg"),
+)
 def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.models import n_params
 
@@ -302,27 +379,45 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     opt_out, _ = opt_out_mask(ds, opt.get("fraction", 0.05), opt.get("seed", 0))
     schedule, K, iters = schedule_of(p, ds, int(rng.integers(2**31)), data.device)
     noise = noise_of(p, K, m, ctx.exp_id)
-    metrics, per_method, rows = train_methods(p, ctx, data, factory, schedule, ~opt_out, noise,
-                                              ds.counts("test").astype(np.float64))
+    metrics, per_method, rows = train_methods(
+        p, ctx, data, factory, schedule, ~opt_out, noise, ds.counts("test").astype(np.float64)
+    )
     n_classes = int(model_kw["n_classes"])
-    metrics["privacy"] = {"noise_multiplier_eff": noise.z_eff, "noise_multiplier_update": noise.z_update,
-                          "count_std": noise.z_count, "sampling_rate": noise.sampling_rate, "rounds": p["rounds"],
-                          "delta": p["privacy"]["delta"],
-                          **({"epsilon": noise.epsilon.epsilon} if noise.epsilon else {})}
-    model = factory()   # one instance for what the settings read off the model
-    metrics.update(n_clients=m, n_opt_out=int(opt_out.sum()), clients_per_round=K, local_steps=schedule["tau"],
-                   iters_per_epoch=iters, n_params=n_params(model))
+    metrics["privacy"] = {
+        "noise_multiplier_eff": noise.z_eff,
+        "noise_multiplier_update": noise.z_update,
+        "count_std": noise.z_count,
+        "sampling_rate": noise.sampling_rate,
+        "rounds": p["rounds"],
+        "delta": p["privacy"]["delta"],
+        **({"epsilon": noise.epsilon.epsilon} if noise.epsilon else {}),
+    }
+    model = factory()  # one instance for what the settings read off the model
+    metrics.update(
+        n_clients=m,
+        n_opt_out=int(opt_out.sum()),
+        clients_per_round=K,
+        local_steps=schedule["tau"],
+        iters_per_epoch=iters,
+        n_params=n_params(model),
+    )
     metrics["setting"] = setting_of(p, model, data.feature_shape, m, K, int(opt_out.sum()), n_classes, noise)
     add_differences(metrics, p.get("differences") or {}, ctx.exp_id)
     accountant = None
     if noise.epsilon is not None:
         eps = noise.epsilon
-        accountant = {"name": f"{eps.accountant} (z_eff {noise.z_eff}, q {noise.sampling_rate:.4g}, {p['rounds']} "
-                              "rounds; private group)",
-                      "version": f"{eps.library} {eps.library_version}", "delta": p["privacy"]["delta"]}
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks_of(p, per_method, n_classes,
-                                                                                   ctx.exp_id),
-                     accountant=accountant)
+        accountant = {
+            "name": f"{eps.accountant} (z_eff {noise.z_eff}, q {noise.sampling_rate:.4g}, {p['rounds']} "
+            "rounds; private group)",
+            "version": f"{eps.library} {eps.library_version}",
+            "delta": p["privacy"]["delta"],
+        }
+    return RunOutput(
+        metrics=metrics,
+        history=pd.DataFrame(rows),
+        checks=checks_of(p, per_method, n_classes, ctx.exp_id),
+        accountant=accountant,
+    )
 
 
 def layer_sizes(model, feature_shape=(1, 28, 28)) -> dict[str, int]:
@@ -338,8 +433,12 @@ def layer_sizes(model, feature_shape=(1, 28, 28)) -> dict[str, int]:
     with torch.no_grad():
         if isinstance(model, MLP) and len(model.hidden) == 1:
             h = F.relu(model.hidden[0](x.flatten(1)))
-            return {"layer1": x.numel(), "layer2": x.flatten(1).shape[1], "layer3": h.shape[1],
-                    "layer4": model.out(h).shape[1]}
+            return {
+                "layer1": x.numel(),
+                "layer2": x.flatten(1).shape[1],
+                "layer3": h.shape[1],
+                "layer4": model.out(h).shape[1],
+            }
         if isinstance(model, FedHDPCNN):
             c1 = F.relu(model.conv1(x))
             p1 = F.max_pool2d(c1, 2)
@@ -356,7 +455,10 @@ def _check(name: str, method: str, m: dict, n_classes: int) -> tuple[bool, str]:
         chance = 100.0 / n_classes
         local = [m[k] for k in ("acc_l_p", "acc_l_np") if k in m]
         ok = m["acc_g"] > chance + 5 and all(a > chance + 5 for a in local)
-        return ok, f"{method}: Acc_g {m['acc_g']:.1f}, Acc_l {', '.join(f'{a:.1f}' for a in local)} vs chance {chance:.1f}"
+        return (
+            ok,
+            f"{method}: Acc_g {m['acc_g']:.1f}, Acc_l {', '.join(f'{a:.1f}' for a in local)} vs chance {chance:.1f}",
+        )
     kind = "g" if name == "np_ge_p_global" else "l"
     if f"acc_{kind}_p" not in m or f"acc_{kind}_np" not in m:
         raise ConfigError(f"params.checks.{name}: method {method} has no private/non-private split")

@@ -44,11 +44,20 @@ from fedrepro.papers.histograms.pipeline import (
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["n_users", "d", "clusters", "alpha", "m", "zipf", "gamma", "n_val", "m_val", "z",
-                 "near_oracle_rtol"] + ALGO_REQUIRED,
+    "required": ["n_users", "d", "clusters", "alpha", "m", "zipf", "gamma", "n_val", "m_val", "z", "near_oracle_rtol"]
+    + ALGO_REQUIRED,
     "properties": {
-        "n_users": INT2, "d": INT2, "clusters": INT1, "alpha": POSITIVE, "m": INT1, "zipf": NONNEG,
-        "gamma": NONNEG, "n_val": INT2, "m_val": INT1, "z": POSITIVE, "near_oracle_rtol": NONNEG,
+        "n_users": INT2,
+        "d": INT2,
+        "clusters": INT1,
+        "alpha": POSITIVE,
+        "m": INT1,
+        "zipf": NONNEG,
+        "gamma": NONNEG,
+        "n_val": INT2,
+        "m_val": INT1,
+        "z": POSITIVE,
+        "near_oracle_rtol": NONNEG,
         **ALGO_PROPERTIES,
     },
 }
@@ -69,11 +78,20 @@ def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
     }
 
 
-@experiment_kind("histograms_synthetic", SCHEMA,
-                 metrics=("kl.*", "kl_se.*", "reference.*", "diagnostics.*"),
-                 checks=("alg2_ft_near_oracle", "clustering_beats_fedavg_nonprivate", "finetuning_helps_nonprivate",
-                         "lloyd_objective_monotone", "local_matches_closed_form", "ordering_nonprivate",
-                         *CLAIMS))
+@experiment_kind(
+    "histograms_synthetic",
+    SCHEMA,
+    metrics=("kl.*", "kl_se.*", "reference.*", "diagnostics.*"),
+    checks=(
+        "alg2_ft_near_oracle",
+        "clustering_beats_fedavg_nonprivate",
+        "finetuning_helps_nonprivate",
+        "lloyd_objective_monotone",
+        "local_matches_closed_form",
+        "ordering_nonprivate",
+        *CLAIMS,
+    ),
+)
 def histograms_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     with threadpool_limits(limits=1, user_api="blas"):
         return _run(p, rng)
@@ -106,37 +124,65 @@ def _run(p: dict, rng: np.random.Generator) -> RunOutput:
         checks["ordering_nonprivate"] = Check(
             k["alg2_ft"] < k["fedavg_ft"] < k["local"],
             f"non-private KL: Alg. 2 + FT {k['alg2_ft']:.4f} < FedAvg + FT {k['fedavg_ft']:.4f} < Local "
-            f"{k['local']:.4f} (the paper's ordering)")
+            f"{k['local']:.4f} (the paper's ordering)",
+        )
         checks["clustering_beats_fedavg_nonprivate"] = Check(
             k["alg2"] < k["fedavg"] and k["alg2_ft"] < k["fedavg_ft"],
             f"Alg. 2 {k['alg2']:.4f} < FedAvg {k['fedavg']:.4f}; Alg. 2 + FT {k['alg2_ft']:.4f} < FedAvg + FT "
-            f"{k['fedavg_ft']:.4f}")
+            f"{k['fedavg_ft']:.4f}",
+        )
         checks["finetuning_helps_nonprivate"] = Check(
             all(k[f"{m}_ft"] < k[m] for m in ("fedavg", "ifca", "alg2_dimred", "alg2")),
-            "FT lowers KL for " + ", ".join(f"{m}: {k[m]:.4f} -> {k[m + '_ft']:.4f}"
-                                           for m in ("fedavg", "ifca", "alg2_dimred", "alg2")))
+            "FT lowers KL for "
+            + ", ".join(f"{m}: {k[m]:.4f} -> {k[m + '_ft']:.4f}" for m in ("fedavg", "ifca", "alg2_dimred", "alg2")),
+        )
         tol = z * s["local"]
         checks["local_matches_closed_form"] = Check(
             abs(k["local"] - ref["local"]) <= tol,
             f"Local (additive smoothing = FT of the uniform histogram) {k['local']:.5f} vs closed form "
-            f"{ref['local']:.5f} within {z} SE ({tol:.2g})", k["local"], ref["local"], tol)
+            f"{ref['local']:.5f} within {z} SE ({tol:.2g})",
+            k["local"],
+            ref["local"],
+            tol,
+        )
         tol = z * s["alg2_ft"] + p["near_oracle_rtol"] * ref["oracle_ft"]
         checks["alg2_ft_near_oracle"] = Check(
             abs(k["alg2_ft"] - ref["oracle_ft"]) <= tol,
             f"Alg. 2 + FT {k['alg2_ft']:.5f} vs the oracle centers fine-tuned with lambda = {p['lam']} "
             f"{ref['oracle_ft']:.5f} (Bayes risk {ref['bayes']:.5f}) within {z} SE + {p['near_oracle_rtol']:g} "
-            f"relative ({tol:.2g})", k["alg2_ft"], ref["oracle_ft"], tol)
+            f"relative ({tol:.2g})",
+            k["alg2_ft"],
+            ref["oracle_ft"],
+            tol,
+        )
         obj = np.array([r["objective"] for r in rows if r["regime"] == "nonprivate" and r["method"] == "alg2"])
         rise = float(np.max(np.diff(obj))) if len(obj) > 1 else 0.0
         checks["lloyd_objective_monotone"] = Check(
             rise <= 1e-9 * abs(obj[0]),
             f"non-private Alg. 2 objective (1/n) sum_u min_k KL(Q^_u || P_k) over {len(obj) - 1} iterations: "
-            f"{obj[0]:.5f} -> {obj[-1]:.5f}, largest increase {rise:.2g}", rise, 0.0, 1e-9 * abs(obj[0]))
-    checks.update(table1_claims(kl, se, diag, p))   # Table 1's sentences on the generative model
+            f"{obj[0]:.5f} -> {obj[-1]:.5f}, largest increase {rise:.2g}",
+            rise,
+            0.0,
+            1e-9 * abs(obj[0]),
+        )
+    checks.update(table1_claims(kl, se, diag, p))  # Table 1's sentences on the generative model
 
-    metrics = {"kl": kl, "kl_se": se, "reference": ref, "diagnostics": diag,
-               "seconds": {"generate": t_gen, "pipeline": t_run}}
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks,
-                     accountant={"name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for "
-                                         "Alg. 3's per-step budget; classical Gaussian mechanism",
-                                 "version": "paper"} if "private" in kl else None)
+    metrics = {
+        "kl": kl,
+        "kl_se": se,
+        "reference": ref,
+        "diagnostics": diag,
+        "seconds": {"generate": t_gen, "pipeline": t_run},
+    }
+    return RunOutput(
+        metrics=metrics,
+        history=pd.DataFrame(rows),
+        checks=checks,
+        accountant={
+            "name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for "
+            "Alg. 3's per-step budget; classical Gaussian mechanism",
+            "version": "paper",
+        }
+        if "private" in kl
+        else None,
+    )

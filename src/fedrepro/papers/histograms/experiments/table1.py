@@ -34,8 +34,15 @@ SCHEMA = {
     "required": ["vocab_size", "train_tokens", "test_tokens", "val_users", "val_tokens", "split_seed", "runs", "z"]
     + ALGO_REQUIRED,
     "properties": {
-        "vocab_size": INT1, "train_tokens": INT1, "test_tokens": INT1, "val_users": INT1, "val_tokens": INT1,
-        "split_seed": INT0, "runs": INT1, "max_users": INT1, "z": POSITIVE,
+        "vocab_size": INT1,
+        "train_tokens": INT1,
+        "test_tokens": INT1,
+        "val_users": INT1,
+        "val_tokens": INT1,
+        "split_seed": INT0,
+        "runs": INT1,
+        "max_users": INT1,
+        "z": POSITIVE,
         **ALGO_PROPERTIES,
     },
 }
@@ -73,19 +80,38 @@ def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
     metrics["diagnostics_last_run"] = diag
     # the paper's sentences on the run means (SE over runs); a method converged only if it did in every run
     se = {g: {m: sd / np.sqrt(p["runs"]) for m, sd in v.items()} for g, v in metrics["kl_std"].items()}
-    over_runs = {g: {m: {"converged": all(d[g][m]["converged"] for d in diags),
-                         "iterations": max(d[g][m]["iterations"] for d in diags)} for m in ("alg2", "ifca")}
-                 for g in diag if g in ("nonprivate", "private")}
+    over_runs = {
+        g: {
+            m: {
+                "converged": all(d[g][m]["converged"] for d in diags),
+                "iterations": max(d[g][m]["iterations"] for d in diags),
+            }
+            for m in ("alg2", "ifca")
+        }
+        for g in diag
+        if g in ("nonprivate", "private")
+    }
     checks = table1_claims(metrics["kl"], se, over_runs, p)
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows), checks=checks,
-                     accountant={"name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for "
-                                         "Alg. 3's per-step budget; classical Gaussian mechanism",
-                                 "version": "paper"} if "private" in p["regimes"] else None)
+    return RunOutput(
+        metrics=metrics,
+        history=pd.DataFrame(rows),
+        checks=checks,
+        accountant={
+            "name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for "
+            "Alg. 3's per-step budget; classical Gaussian mechanism",
+            "version": "paper",
+        }
+        if "private" in p["regimes"]
+        else None,
+    )
 
 
-@experiment_kind("histograms_table1", SCHEMA,
-                 metrics=("kl.*", "kl_std.*", "kl_ci95.*", "n_users", "n_val_users", "diagnostics_last_run.*"),
-                 checks=CLAIMS)
+@experiment_kind(
+    "histograms_table1",
+    SCHEMA,
+    metrics=("kl.*", "kl_std.*", "kl_ci95.*", "n_users", "n_val_users", "diagnostics_last_run.*"),
+    checks=CLAIMS,
+)
 def histograms_table1(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.data.leaf import load_reddit
     from fedrepro.papers.histograms.reddit import token_histograms
@@ -93,8 +119,14 @@ def histograms_table1(p: dict, rng: np.random.Generator, ctx: RunContext) -> Run
     files = ctx.data.get(DATASET)
     if not files:
         raise DataError(f"{ctx.exp_id}: needs dataset {DATASET!r} (declare it under datasets:)")
-    hist = token_histograms(load_reddit(files[0]), vocab_size=p["vocab_size"], train_tokens=p["train_tokens"],
-                            test_tokens=p["test_tokens"], val_users=p["val_users"], val_tokens=p["val_tokens"],
-                            seed=p["split_seed"])
+    hist = token_histograms(
+        load_reddit(files[0]),
+        vocab_size=p["vocab_size"],
+        train_tokens=p["train_tokens"],
+        test_tokens=p["test_tokens"],
+        val_users=p["val_users"],
+        val_tokens=p["val_tokens"],
+        seed=p["split_seed"],
+    )
     with threadpool_limits(limits=1, user_api="blas"):
         return run_table1(histogram_data(hist, p), p, rng)

@@ -28,10 +28,24 @@ from fedrepro.papers.ppsgd.sampler import BatchSampler
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["data", "m", "users_per_round", "epochs", "steps", "alphas", "sigmas", "clip", "delta",
-                 "target_offset", "eval_every", "select", "pool_padding", "checks"],
+    "required": [
+        "data",
+        "m",
+        "users_per_round",
+        "epochs",
+        "steps",
+        "alphas",
+        "sigmas",
+        "clip",
+        "delta",
+        "target_offset",
+        "eval_every",
+        "select",
+        "pool_padding",
+        "checks",
+    ],
     "properties": {
-        "data": {"type": "string", "minLength": 1},      # a partition name
+        "data": {"type": "string", "minLength": 1},  # a partition name
         "n_classes": INT1,
         "m": INT1,
         "users_per_round": INT1,
@@ -43,17 +57,24 @@ SCHEMA = {
         "select": {"enum": ["max_test_accuracy_over_steps"]},
         "pool_padding": {"enum": ["valid", "same_second"]},
         "threads": INT1,
-        "device": {"enum": ["auto", "cpu", "cuda"]},   # auto: cuda when torch sees a GPU, else cpu
+        "device": {"enum": ["auto", "cpu", "cuda"]},  # auto: cuda when torch sees a GPU, else cpu
         "checks": {
-            "type": "object", "additionalProperties": False,
-            "properties": {"beats_chance": {"type": "boolean"}, "personalized_dominates": {"type": "boolean"},
-                           "local_poor": {"type": "boolean"}}},
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "beats_chance": {"type": "boolean"},
+                "personalized_dominates": {"type": "boolean"},
+                "local_poor": {"type": "boolean"},
+            },
+        },
     },
 }
 
 
 def _images(x: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.array(x, dtype=np.float32)).reshape(*x.shape[:-1], 28, 28)   # a copy: memmaps are read-only
+    return torch.from_numpy(np.array(x, dtype=np.float32)).reshape(
+        *x.shape[:-1], 28, 28
+    )  # a copy: memmaps are read-only
 
 
 def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.ndarray, seed: int) -> tuple:
@@ -64,12 +85,13 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
     x_test = _images(cl.x_test).to(dev)
     y_test = torch.from_numpy(cl.y_test.astype(np.int64)).to(dev)
     user_of_row = torch.from_numpy(np.repeat(np.arange(cl.n_users), np.diff(cl.test_off))).to(dev)
-    x_train = _images(cl.x_train).to(dev)                   # once: every configuration indexes the same rows
+    x_train = _images(cl.x_train).to(dev)  # once: every configuration indexes the same rows
     y_train = torch.from_numpy(cl.y_train - p["target_offset"]).to(dev)
     accs, its, rounds = [], [], 0
     for g in range(len(eta_w)):
-        sampler = BatchSampler(cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"],
-                               np.random.default_rng([seed, 0]))           # the same batches for every config
+        sampler = BatchSampler(
+            cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"], np.random.default_rng([seed, 0])
+        )  # the same batches for every config
         state = cnn.init_state(cl.n_users, K, np.random.default_rng([seed, 2]), p["pool_padding"]).to(dev)
         gen = torch.Generator(device=dev).manual_seed(int(np.random.default_rng([seed, 1, g]).integers(2**62)))
         its_g, acc_g, t = [], [], 0
@@ -83,24 +105,40 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
             idx = torch.from_numpy(rows.ravel()).to(dev)
             X = x_train[idx].reshape(*rows.shape, 28, 28)
             Y = y_train[idx].reshape(*rows.shape, K)
-            cnn.round_step(state, users, X, Y, float(eta_w[g]), float(eta_theta[g]), sigma, p["clip"], gen,
-                           p["pool_padding"])
+            cnn.round_step(
+                state, users, X, Y, float(eta_w[g]), float(eta_theta[g]), sigma, p["clip"], gen, p["pool_padding"]
+            )
             t += 1
         its, rounds = its_g, t
         accs.append(acc_g)
     return np.array(its), np.array(accs, dtype=float).T, rounds
 
 
-@experiment_kind("ppsgd_cnn", SCHEMA, stage="estimate",
-                 metrics=("final_accuracy.*", "final_epsilon.*", "final_step.*", "n_classes", "n_users", "pareto_size.*", "sampling_rate", "best_alpha_without_privacy"),
-                 checks=("beats_chance", "local_poor", "personalized_dominates", "best_alpha_without_privacy"))
+@experiment_kind(
+    "ppsgd_cnn",
+    SCHEMA,
+    stage="estimate",
+    metrics=(
+        "final_accuracy.*",
+        "final_epsilon.*",
+        "final_step.*",
+        "n_classes",
+        "n_users",
+        "pareto_size.*",
+        "sampling_rate",
+        "best_alpha_without_privacy",
+    ),
+    checks=("beats_chance", "local_poor", "personalized_dominates", "best_alpha_without_privacy"),
+)
 def ppsgd_cnn(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["data"] not in ctx.partitions:
         raise DataError(f"{ctx.exp_id}: partition {p['data']!r} not built (declare `partitions: [{p['data']}]`)")
     cl = load_partition(ctx.partitions[p["data"]], p.get("n_classes"))
     if cl.x_train.shape[1] != 28 * 28:
-        raise DataError(f"{ctx.exp_id}: the CNN takes 28x28 images, partition {p['data']!r} has "
-                        f"{cl.x_train.shape[1]} features per row")
+        raise DataError(
+            f"{ctx.exp_id}: the CNN takes 28x28 images, partition {p['data']!r} has "
+            f"{cl.x_train.shape[1]} features per row"
+        )
     prev = torch.get_num_threads()
     torch.set_num_threads(p.get("threads", 1))
     try:
@@ -120,6 +158,11 @@ def local_poor(final_accuracy: dict) -> Check:
         return Check(False, "needs sigma = 0 with alpha = 0 and some alpha > 0 in the grid")
     others = {a: v for a, v in s0.items() if a != "0"}
     worst_other = min(others.values())
-    return Check(s0["0"] < worst_other,
-                 f"sigma = 0: local-only {s0['0']:.4f} vs the worst alpha > 0 {worst_other:.4f} ("
-                 + ", ".join(f"alpha Q {a}: {v:.4f}" for a, v in others.items()) + ")", s0["0"], worst_other)
+    return Check(
+        s0["0"] < worst_other,
+        f"sigma = 0: local-only {s0['0']:.4f} vs the worst alpha > 0 {worst_other:.4f} ("
+        + ", ".join(f"alpha Q {a}: {v:.4f}" for a, v in others.items())
+        + ")",
+        s0["0"],
+        worst_other,
+    )

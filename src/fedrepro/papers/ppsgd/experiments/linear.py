@@ -33,11 +33,26 @@ SO = "tff_stackoverflow"
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["data", "m", "users_per_round", "epochs", "steps", "alphas", "sigmas", "clip", "delta",
-                 "target_offset", "eval_every", "select", "chunk", "dtype", "checks"],
+    "required": [
+        "data",
+        "m",
+        "users_per_round",
+        "epochs",
+        "steps",
+        "alphas",
+        "sigmas",
+        "clip",
+        "delta",
+        "target_offset",
+        "eval_every",
+        "select",
+        "chunk",
+        "dtype",
+        "checks",
+    ],
     "properties": {
-        "data": {"type": "string", "minLength": 1},     # a partition name, or tff_stackoverflow
-        "n_users": INT1,                                 # Stack Overflow only
+        "data": {"type": "string", "minLength": 1},  # a partition name, or tff_stackoverflow
+        "n_users": INT1,  # Stack Overflow only
         "word_vocab_size": INT1,
         "tag_vocab_size": INT1,
         "max_train_per_client": INT1,
@@ -46,16 +61,20 @@ SCHEMA = {
         "epochs": INT1,
         **GRID_PROPERTIES,
         "target_offset": {"type": "number"},
-        "n_classes": INT1,                               # default: largest label + 1 of the partition
+        "n_classes": INT1,  # default: largest label + 1 of the partition
         "eval_every": INT1,
         "max_rounds": INT1,
         "select": {"enum": ["max_test_accuracy_over_steps"]},
         "chunk": INT1,
         "checks": {
-            "type": "object", "additionalProperties": False,
-            "properties": {"best_alpha_without_privacy": ALPHA,
-                           "personalized_dominates": {"type": "boolean"},
-                           "beats_chance": {"type": "boolean"}}},
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "best_alpha_without_privacy": ALPHA,
+                "personalized_dominates": {"type": "boolean"},
+                "beats_chance": {"type": "boolean"},
+            },
+        },
     },
 }
 
@@ -67,11 +86,17 @@ def load_stackoverflow(files, p: dict, rng: np.random.Generator) -> Clients:
     from fedrepro.papers.ppsgd.stackoverflow_tags import tag_prediction_clients
 
     train, test = so.open_split(files, "train"), so.open_split(files, "test")
-    clients = tag_prediction_clients(train, test, so.load_word_counts(files), so.load_tag_counts(files),
-                                     num_clients=p.get("n_users", 500),
-                                     word_vocab_size=p.get("word_vocab_size", 5000),
-                                     tag_vocab_size=p.get("tag_vocab_size", 80),
-                                     max_train_per_client=p.get("max_train_per_client", 500), rng=rng)
+    clients = tag_prediction_clients(
+        train,
+        test,
+        so.load_word_counts(files),
+        so.load_tag_counts(files),
+        num_clients=p.get("n_users", 500),
+        word_vocab_size=p.get("word_vocab_size", 5000),
+        tag_vocab_size=p.get("tag_vocab_size", 80),
+        max_train_per_client=p.get("max_train_per_client", 500),
+        rng=rng,
+    )
 
     def stack(xs, ys):
         off = np.r_[0, np.cumsum([y.shape[0] for y in ys])]
@@ -91,7 +116,7 @@ def accuracy(cl: Clients, state: ppsgd_exp.State) -> np.ndarray:
         return np.full(G, np.nan)
     sizes = np.diff(cl.test_off)
     if hasattr(cl.x_test, "toarray"):
-        for i in np.flatnonzero(sizes):        # sparse (Stack Overflow): per user, at evaluation only
+        for i in np.flatnonzero(sizes):  # sparse (Stack Overflow): per user, at evaluation only
             s = slice(cl.test_off[i], cl.test_off[i + 1])
             pred = cl.x_test[s] @ (state.w + state.theta[i]).reshape(d, K * G)
             arg = np.asarray(pred).reshape(-1, K, G).argmax(axis=1)
@@ -99,13 +124,13 @@ def accuracy(cl: Clients, state: ppsgd_exp.State) -> np.ndarray:
         return hits / n
     width = int(sizes.max())
     j = np.arange(width)
-    for lo in range(0, cl.n_users, 64):        # blocks of users: padded rows, one batched product per block
+    for lo in range(0, cl.n_users, 64):  # blocks of users: padded rows, one batched product per block
         u = np.arange(lo, min(lo + 64, cl.n_users))
         mask = j[None, :] < sizes[u, None]
         rows = np.where(mask, cl.test_off[u, None] + j[None, :], 0)
         x = np.asarray(cl.x_test[rows.ravel()], dtype=state.w.dtype).reshape(len(u), width, d)
         V = (state.theta[u] + state.w[None]).reshape(len(u), d, K * G)
-        arg = (x @ V).reshape(len(u), width, K, G).argmax(axis=2)                     # (B, width, G)
+        arg = (x @ V).reshape(len(u), width, K, G).argmax(axis=2)  # (B, width, G)
         y = cl.y_test[rows.ravel()].reshape(len(u), width, K)
         hit = np.take_along_axis(y[:, :, :, None], arg[:, :, None, :], axis=2)[:, :, 0, :]
         hits += (hit * mask[:, :, None]).sum(axis=(0, 1))
@@ -121,11 +146,14 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
     its = []
     acc_chunks = []
     rounds = 0
-    for lo in range(0, len(eta_w), p["chunk"]):  # diverging steps (e.g. 0.01 on raw pixels) give inf/nan, never selected
+    for lo in range(
+        0, len(eta_w), p["chunk"]
+    ):  # diverging steps (e.g. 0.01 on raw pixels) give inf/nan, never selected
         sl = slice(lo, lo + p["chunk"])
         # the same batch sequence for every chunk (common random numbers over the grid); own noise per chunk
-        sampler = BatchSampler(cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"],
-                               np.random.default_rng([seed, 0]))
+        sampler = BatchSampler(
+            cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"], np.random.default_rng([seed, 0])
+        )
         noise_rng = np.random.default_rng([seed, 1, lo])
         state = ppsgd_exp.State.zeros(cl.n_users, d, K, len(eta_w[sl]), dtype=dtype)
         its_c, accs_c, t = [], [], 0
@@ -146,9 +174,22 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
     return np.array(its), np.concatenate(acc_chunks, axis=1), rounds
 
 
-@experiment_kind("ppsgd_linear", SCHEMA, stage="estimate",
-                 metrics=("final_accuracy.*", "final_epsilon.*", "final_step.*", "n_classes", "n_users", "pareto_size.*", "sampling_rate", "best_alpha_without_privacy"),
-                 checks=("beats_chance", "personalized_dominates", "best_alpha_without_privacy"))
+@experiment_kind(
+    "ppsgd_linear",
+    SCHEMA,
+    stage="estimate",
+    metrics=(
+        "final_accuracy.*",
+        "final_epsilon.*",
+        "final_step.*",
+        "n_classes",
+        "n_users",
+        "pareto_size.*",
+        "sampling_rate",
+        "best_alpha_without_privacy",
+    ),
+    checks=("beats_chance", "personalized_dominates", "best_alpha_without_privacy"),
+)
 def ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2
     # shared cores spin-wait (measured 15x slower under load)

@@ -17,15 +17,30 @@ PPSGD_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["epsilons", "delta", "n", "N", "T", "M", "q", "clip"],
-    "properties": {"epsilons": POSITIVE_LIST, "delta": DELTA, "n": INT1, "N": INT1, "T": INT1, "M": POSITIVE,
-                   "q": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "clip": POSITIVE,
-                   "c": POSITIVE, "c1": POSITIVE, "c2": POSITIVE},
+    "properties": {
+        "epsilons": POSITIVE_LIST,
+        "delta": DELTA,
+        "n": INT1,
+        "N": INT1,
+        "T": INT1,
+        "M": POSITIVE,
+        "q": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "clip": POSITIVE,
+        "c": POSITIVE,
+        "c1": POSITIVE,
+        "c2": POSITIVE,
+    },
 }
 
 
-@experiment_kind("ppsgd_theorems", PPSGD_SCHEMA, deterministic=True, stage="privacy",
-                 metrics=("thm41_sigma_zeta.*", "thm51_applies.*", "thm51_epsilon_limit", "thm51_sigma_zeta.*"),
-                 checks=())
+@experiment_kind(
+    "ppsgd_theorems",
+    PPSGD_SCHEMA,
+    deterministic=True,
+    stage="privacy",
+    metrics=("thm41_sigma_zeta.*", "thm51_applies.*", "thm51_epsilon_limit", "thm51_sigma_zeta.*"),
+    checks=(),
+)
 def ppsgd_theorems(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Thm 4.1 / 5.1 sufficient noise std sigma_zeta per epsilon, with the unspecified constants c, c1, c2 (default
     1): orders of magnitude only, not comparable with any printed number."""
@@ -41,6 +56,12 @@ def ppsgd_theorems(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         metrics["thm51_applies"][k] = float(ok)
         rows.append({"epsilon": e, "thm41_sigma_zeta": s41, "thm51_sigma_zeta": s51, "thm51_applies": ok})
     metrics["thm51_epsilon_limit"] = c1 * p["q"] ** 2 * p["T"]
-    return RunOutput(metrics=metrics, history=pd.DataFrame(rows),
-                     accountant={"name": f"closed form: Bietti et al. Thms 4.1/5.1 with c={c:g}, c1={c1:g}, "
-                                         f"c2={c2:g} (unspecified in the paper)", "version": "paper"})
+    return RunOutput(
+        metrics=metrics,
+        history=pd.DataFrame(rows),
+        accountant={
+            "name": f"closed form: Bietti et al. Thms 4.1/5.1 with c={c:g}, c1={c1:g}, "
+            f"c2={c2:g} (unspecified in the paper)",
+            "version": "paper",
+        },
+    )

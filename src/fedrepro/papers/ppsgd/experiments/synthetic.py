@@ -35,9 +35,27 @@ CROSSING_RULES = ("first", "dominates_from")
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["n_users", "d", "n_personal", "theta0_std", "personal_std", "noise_std", "m", "niter", "steps",
-                 "alphas", "sigmas", "clip", "delta", "accountants", "eps_every", "select",
-                 "crossing", "z", "dtype"],
+    "required": [
+        "n_users",
+        "d",
+        "n_personal",
+        "theta0_std",
+        "personal_std",
+        "noise_std",
+        "m",
+        "niter",
+        "steps",
+        "alphas",
+        "sigmas",
+        "clip",
+        "delta",
+        "accountants",
+        "eps_every",
+        "select",
+        "crossing",
+        "z",
+        "dtype",
+    ],
     "properties": {
         "n_users": INT2,
         "d": INT1,
@@ -52,21 +70,32 @@ SCHEMA = {
         "eps_every": INT1,
         "select": {"enum": list(SELECT)},
         "crossing": {
-            "type": "object", "additionalProperties": False, "required": ["sigmas", "window"],
-            "properties": {"sigmas": {"type": "array", "items": NONNEG},
-                           "mode": {"enum": ["all", "any"]},  # every judged sigma, or at least one, inside window
-                           # first: first iteration alpha = 0 is below every compared curve (default); dominates_from:
-                           # the iteration from which it stays below them through niter
-                           "rule": {"enum": list(CROSSING_RULES)},
-                           "window": {"type": "array", "minItems": 2, "maxItems": 2, "items": INT1}}},
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["sigmas", "window"],
+            "properties": {
+                "sigmas": {"type": "array", "items": NONNEG},
+                "mode": {"enum": ["all", "any"]},  # every judged sigma, or at least one, inside window
+                # first: first iteration alpha = 0 is below every compared curve (default); dominates_from:
+                # the iteration from which it stays below them through niter
+                "rule": {"enum": list(CROSSING_RULES)},
+                "window": {"type": "array", "minItems": 2, "maxItems": 2, "items": INT1},
+            },
+        },
         "z": POSITIVE,
-        "early_iteration": INT1,   # the "initial iterations" at which global learning should be fastest
+        "early_iteration": INT1,  # the "initial iterations" at which global learning should be fastest
         # the curves the claims compare (default: every alpha of the run); Fig. 1a plots only some of them
         "compare_alphas": {"type": "array", "minItems": 2, "items": ALPHA},
         # "stops improving": alpha = inf's risk falls by less than max_drop over its last `window` iterations
-        "stall": {"type": "object", "additionalProperties": False, "required": ["window", "max_drop"],
-                  "properties": {"window": INT1, "max_drop": {"type": "number", "exclusiveMinimum": 0,
-                                                               "exclusiveMaximum": 1}}},
+        "stall": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["window", "max_drop"],
+            "properties": {
+                "window": INT1,
+                "max_drop": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            },
+        },
     },
 }
 
@@ -76,7 +105,7 @@ def draw_problem(p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndar
     d, N = p["d"], p["n_users"]
     theta0 = p["theta0_std"] * rng.standard_normal(d)
     mask = np.zeros(d)
-    mask[d - p["n_personal"]:] = 1.0
+    mask[d - p["n_personal"] :] = 1.0
     theta_star = theta0[None, :] + p["personal_std"] * rng.standard_normal((N, d)) * mask
     lam = 1.0 / np.arange(1, d + 1)
     return theta0, theta_star, lam
@@ -92,22 +121,29 @@ def excess_risk(w: np.ndarray, theta: np.ndarray, theta_star: np.ndarray, lam: n
 
 def init_risk_closed_form(theta_star: np.ndarray, lam: np.ndarray) -> float:
     """R(0, 0) = (1/N) sum_i sum_k theta*_ik^2 lambda_k."""
-    return float((theta_star ** 2 @ lam).mean())
+    return float((theta_star**2 @ lam).mean())
 
 
 def expected_init_risk(theta0: np.ndarray, lam: np.ndarray, n_personal: int, personal_std: float) -> float:
     """E[R(0,0) | theta_0] = sum_k theta0_k^2 lambda_k + personal_std^2 sum_{last n_personal k} lambda_k."""
-    return float(theta0 ** 2 @ lam + personal_std ** 2 * lam[len(lam) - n_personal:].sum())
+    return float(theta0**2 @ lam + personal_std**2 * lam[len(lam) - n_personal :].sum())
 
 
 def global_floor(theta_star: np.ndarray, lam: np.ndarray) -> float:
     """min_w R(w, 0) = (1/N) sum_i ||theta_i* - mean theta*||^2_Sigma (the alpha = inf plateau, notes §8.5)."""
     c = theta_star - theta_star.mean(axis=0)
-    return float((c ** 2 @ lam).mean())
+    return float((c**2 @ lam).mean())
 
 
-def train_grid(p: dict, sigma: float, theta_star: np.ndarray, lam: np.ndarray, eta_w: np.ndarray,
-               eta_theta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def train_grid(
+    p: dict,
+    sigma: float,
+    theta_star: np.ndarray,
+    lam: np.ndarray,
+    eta_w: np.ndarray,
+    eta_theta: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """(niter + 1, G) excess risk of every configuration at iterations 0..niter for one sigma."""
     N, d, m = theta_star.shape[0], p["d"], p["m"]
     dtype = np.dtype(p["dtype"])
@@ -159,8 +195,11 @@ def _epsilons(p: dict, sigma: float) -> dict[str, np.ndarray]:
     for acc in p["accountants"]:
         e = np.full(T + 1, np.nan)
         e[0] = 0.0
-        counts = list(range(1, T + 1)) if acc == "opacus_rdp" else sorted(
-            set(range(p["eps_every"], T + 1, p["eps_every"])) | {T})
+        counts = (
+            list(range(1, T + 1))
+            if acc == "opacus_rdp"
+            else sorted(set(range(p["eps_every"], T + 1, p["eps_every"])) | {T})
+        )
         if sigma == 0:
             e[counts] = np.inf
         else:
@@ -170,9 +209,26 @@ def _epsilons(p: dict, sigma: float) -> dict[str, np.ndarray]:
     return out
 
 
-@experiment_kind("ppsgd_synthetic", SCHEMA,
-                 metrics=("crossing_iteration.*", "final_epsilon.*", "final_excess_risk.*", "final_excess_risk_per_coord.*", "global_floor.*", "init_risk.*", "train_seconds.*"),
-                 checks=("global_fastest_early", "global_stops_improving_without_noise", "init_risk_matches_closed_form", "init_risk_matches_expectation", "local_overtakes_joint_at_large_noise"))
+@experiment_kind(
+    "ppsgd_synthetic",
+    SCHEMA,
+    metrics=(
+        "crossing_iteration.*",
+        "final_epsilon.*",
+        "final_excess_risk.*",
+        "final_excess_risk_per_coord.*",
+        "global_floor.*",
+        "init_risk.*",
+        "train_seconds.*",
+    ),
+    checks=(
+        "global_fastest_early",
+        "global_stops_improving_without_noise",
+        "init_risk_matches_closed_form",
+        "init_risk_matches_expectation",
+        "local_overtakes_joint_at_large_noise",
+    ),
+)
 def ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2
     # shared cores spin-wait (measured 15x slower under load)
@@ -198,13 +254,19 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
         eps = _epsilons(p, sigma)
         eps_at[sigma] = eps
         for j, a in enumerate(alphas):
-            block = risk[:, j * len(steps):(j + 1) * len(steps)]
+            block = risk[:, j * len(steps) : (j + 1) * len(steps)]
             curve, idx = select_over_steps(block, p["select"])
             best[(sigma, a)] = curve
             local = a == 0
-            frame = {"sigma": sigma, "alpha": a, "alpha_label": alpha_label(a), "iteration": np.arange(T + 1),
-                     "excess_risk": curve, "excess_risk_per_coord": curve / d,
-                     "step": np.asarray(steps)[idx]}
+            frame = {
+                "sigma": sigma,
+                "alpha": a,
+                "alpha_label": alpha_label(a),
+                "iteration": np.arange(T + 1),
+                "excess_risk": curve,
+                "excess_risk_per_coord": curve / d,
+                "step": np.asarray(steps)[idx],
+            }
             for acc, e in eps.items():
                 frame[f"epsilon_{acc}"] = np.zeros(T + 1) if local else e
             rows.append(pd.DataFrame(frame))
@@ -215,22 +277,30 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
     # ---- checks
     r0 = init_risk_closed_form(theta_star, lam)
     floor = global_floor(theta_star, lam)
-    per_user0 = theta_star ** 2 @ lam
+    per_user0 = theta_star**2 @ lam
     measured0 = {k: float(v[0]) for k, v in best.items()}
     worst0 = max(abs(v - r0) for v in measured0.values())
-    tol0 = 100 * float(np.finfo(np.dtype(p["dtype"])).eps) * r0    # rounding of the training dtype
+    tol0 = 100 * float(np.finfo(np.dtype(p["dtype"])).eps) * r0  # rounding of the training dtype
     cond = expected_init_risk(theta0, lam, p["n_personal"], p["personal_std"])
     se = float(per_user0.std(ddof=1) / math.sqrt(len(per_user0)))
     tol_cond = p["z"] * se + 1e-9 * cond
     checks = {
         "init_risk_matches_closed_form": Check(
-            worst0 <= tol0, f"excess risk at w = theta = 0, every (sigma, alpha) curve, vs (1/N) sum_i "
-            f"||theta_i*||^2_Sigma = {r0:.6g}: max abs diff {worst0:.3g} ({p['dtype']})", max(measured0.values()), r0,
-            tol0),
+            worst0 <= tol0,
+            f"excess risk at w = theta = 0, every (sigma, alpha) curve, vs (1/N) sum_i "
+            f"||theta_i*||^2_Sigma = {r0:.6g}: max abs diff {worst0:.3g} ({p['dtype']})",
+            max(measured0.values()),
+            r0,
+            tol0,
+        ),
         "init_risk_matches_expectation": Check(
-            abs(r0 - cond) <= tol_cond, f"R(0,0) = {r0:.6g} vs E[R(0,0) | theta_0] = sum_k theta0_k^2/k + "
+            abs(r0 - cond) <= tol_cond,
+            f"R(0,0) = {r0:.6g} vs E[R(0,0) | theta_0] = sum_k theta0_k^2/k + "
             f"s^2 sum_(personal k) 1/k = {cond:.6g} within {p['z']} SE ({tol_cond:.3g}) of the personal draws",
-            r0, cond, tol_cond),
+            r0,
+            cond,
+            tol_cond,
+        ),
     }
     window = p["crossing"]["window"]
     rule = p["crossing"].get("rule", "first")
@@ -250,39 +320,57 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
         at = [float(c) if c is not None else float(T + 1) for c in judged.values()]
         nearest = (min if mode_any else max)(at, key=lambda c: abs(c - centre))
         checks["local_overtakes_joint_at_large_noise"] = Check(
-            ok, ("first iteration where" if rule == "first" else "iteration from which (through the end)") +
-            f" alpha_c = 0 has lower excess risk than every compared alpha_c > 0 curve "
+            ok,
+            ("first iteration where" if rule == "first" else "iteration from which (through the end)")
+            + f" alpha_c = 0 has lower excess risk than every compared alpha_c > 0 curve "
             f"({', '.join(alpha_label(a) for a in compared if a > 0)}; best over steps), need within "
-            f"[{window[0]}, {window[1]}] (paper: 'after about 200 iterations'): " + "; ".join(
-                f"sigma={s:g}: {c if c is not None else 'never'}" for s, c in judged.items()), nearest, centre, half)
+            f"[{window[0]}, {window[1]}] (paper: 'after about 200 iterations'): "
+            + "; ".join(f"sigma={s:g}: {c if c is not None else 'never'}" for s, c in judged.items()),
+            nearest,
+            centre,
+            half,
+        )
     else:
         checks["local_overtakes_joint_at_large_noise"] = Check(
-            False, "no crossing computed: needs alpha_c = 0 and some alpha_c > 0 and crossing.sigmas within sigmas")
+            False, "no crossing computed: needs alpha_c = 0 and some alpha_c > 0 and crossing.sigmas within sigmas"
+        )
 
     if "early_iteration" in p and math.inf in compared and len(compared) > 1:
-        checks["global_fastest_early"] = global_fastest_early(best, compared, p["sigmas"],
-                                                              min(p["early_iteration"], T))
+        checks["global_fastest_early"] = global_fastest_early(best, compared, p["sigmas"], min(p["early_iteration"], T))
     if 0.0 in p["sigmas"] and math.inf in compared and any(0 < a < math.inf for a in compared):
         checks["global_stops_improving_without_noise"] = global_stops_improving(best, compared, floor, p.get("stall"))
 
     # ---- metrics
     metrics: dict = {
-        "init_risk": {"measured": measured0[next(iter(measured0))], "closed_form": r0, "expected_given_theta0": cond,
-                      "per_coord": r0 / d},
+        "init_risk": {
+            "measured": measured0[next(iter(measured0))],
+            "closed_form": r0,
+            "expected_given_theta0": cond,
+            "per_coord": r0 / d,
+        },
         "global_floor": {"closed_form": floor, "per_coord": floor / d},
-        "crossing_iteration": {f"s{sigma_label(s)}": (float(c) if c is not None else None)
-                               for s, c in crossings.items()},
-        "final_excess_risk": {f"s{sigma_label(s)}": {alpha_label(a): float(best[(s, a)][-1]) for a in alphas}
-                              for s in p["sigmas"]},
-        "final_excess_risk_per_coord": {f"s{sigma_label(s)}": {alpha_label(a): float(best[(s, a)][-1] / d)
-                                                               for a in alphas} for s in p["sigmas"]},
-        "final_epsilon": {f"s{sigma_label(s)}": {acc: float(e[-1]) for acc, e in eps_at[s].items()}
-                          for s in p["sigmas"]},
+        "crossing_iteration": {
+            f"s{sigma_label(s)}": (float(c) if c is not None else None) for s, c in crossings.items()
+        },
+        "final_excess_risk": {
+            f"s{sigma_label(s)}": {alpha_label(a): float(best[(s, a)][-1]) for a in alphas} for s in p["sigmas"]
+        },
+        "final_excess_risk_per_coord": {
+            f"s{sigma_label(s)}": {alpha_label(a): float(best[(s, a)][-1] / d) for a in alphas} for s in p["sigmas"]
+        },
+        "final_epsilon": {
+            f"s{sigma_label(s)}": {acc: float(e[-1]) for acc, e in eps_at[s].items()} for s in p["sigmas"]
+        },
         "train_seconds": timing,
     }
     # a crossing that happens in some seeds only is a result (None: alpha = 0 never crosses within niter)
-    return RunOutput(metrics=metrics, history=pd.concat(rows, ignore_index=True), checks=checks,
-                     accountant=accountant, undefined_ok=("crossing_iteration.*",))
+    return RunOutput(
+        metrics=metrics,
+        history=pd.concat(rows, ignore_index=True),
+        checks=checks,
+        accountant=accountant,
+        undefined_ok=("crossing_iteration.*",),
+    )
 
 
 def compared_alphas(p: dict, alphas: list[float], exp_id: str = "ppsgd_synthetic") -> list[float]:
@@ -292,8 +380,10 @@ def compared_alphas(p: dict, alphas: list[float], exp_id: str = "ppsgd_synthetic
     chosen = [parse_alpha(a) for a in p["compare_alphas"]]
     missing = [alpha_label(a) for a in chosen if a not in alphas]
     if missing:
-        raise ConfigError(f"{exp_id}: params.compare_alphas {missing} are not in params.alphas "
-                          f"{[alpha_label(a) for a in alphas]}: add them to alphas or drop them from compare_alphas")
+        raise ConfigError(
+            f"{exp_id}: params.compare_alphas {missing} are not in params.alphas "
+            f"{[alpha_label(a) for a in alphas]}: add them to alphas or drop them from compare_alphas"
+        )
     return chosen
 
 
@@ -322,9 +412,11 @@ def global_stops_improving(best: dict, alphas: list[float], floor: float, stall:
     drop = 1.0 - g[-1] / g[-1 - last] if g[-1 - last] > 0 else 0.0
     ok = bool(finite[a_best] < g[-1]) and (stall is None or drop < stall["max_drop"])
     need = f" (need < {100 * stall['max_drop']:.0f}%)" if stall else ""
-    detail = (f"sigma = 0, final excess risk: alpha = inf {g[-1]:.4g} (global floor {floor:.3g}, {100 * drop:.1f}% "
-              f"lower than {last} iterations before{need}) vs best finite alpha Q {alpha_label(a_best)} "
-              f"{finite[a_best]:.4g}")
-    if stall:   # distance: alpha = inf's last drop over the allowed one (a failed comparison of the ends adds >= 1)
+    detail = (
+        f"sigma = 0, final excess risk: alpha = inf {g[-1]:.4g} (global floor {floor:.3g}, {100 * drop:.1f}% "
+        f"lower than {last} iterations before{need}) vs best finite alpha Q {alpha_label(a_best)} "
+        f"{finite[a_best]:.4g}"
+    )
+    if stall:  # distance: alpha = inf's last drop over the allowed one (a failed comparison of the ends adds >= 1)
         return Check(ok, detail, float(max(drop, 0.0)), 0.0, float(stall["max_drop"]))
     return Check(ok, detail, float(finite[a_best]), float(g[-1]))
