@@ -1,5 +1,5 @@
-"""PPSGD synthetic (Fig. 1a of Bietti et al. 2022): fedrepro's vectorized ``fedrepro.papers.ppsgd.ppsgd_exp`` vs a faithful
-re-implementation of the official code's numpy loop. Not a test; results go to benchmarks/results/ppsgd.json.
+"""PPSGD synthetic (Fig. 1a of Bietti et al. 2022): fedrepro's vectorized ``fedrepro.papers.ppsgd.ppsgd_exp`` vs a
+faithful re-implementation of the official code's numpy loop. Not a test; results go to benchmarks/results/ppsgd.json.
 
 The official code (github.com/albietz/ppsgd, ``main_synthetic.py::training_priv``; notes ppsgd.md §2.4) runs one
 call per grid configuration (step, alpha_c, sigma, C); each call loops over iterations, draws a fresh batch
@@ -338,8 +338,8 @@ def main() -> None:
             )
 
     out = {
-        "benchmark": "PPSGD synthetic (Fig. 1a): fedrepro.papers.ppsgd.ppsgd_exp (vectorized over users and grid) vs the "
-        "official code's numpy loop (one training_priv call per configuration)",
+        "benchmark": "PPSGD synthetic (Fig. 1a): fedrepro.papers.ppsgd.ppsgd_exp (vectorized over users and grid) "
+        "vs the official code's numpy loop (one training_priv call per configuration)",
         "setting": {
             **{k: v for k, v in PROBLEM.items()},
             "niter": args.niter,

@@ -4,12 +4,12 @@ import os
 import pytest
 from hypothesis import settings
 
+from fedrepro.config import load_global
+
 # CI explores a fixed set of examples (reproducible failures); locally hypothesis keeps searching new ones.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
-
-from fedrepro.config import load_global
 
 
 @pytest.fixture()

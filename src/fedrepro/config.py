@@ -234,7 +234,8 @@ def resolve_experiment(
 def run_scale(entry: Mapping, mode: str) -> str:
     """The scale (quick | paper) an experiment runs at under ``mode``: ``default`` takes the experiment's
     ``default_scale`` (quick when unset); an experiment without quick overrides runs at paper scale under every mode,
-    so its runs, seeds and verdicts are the paper scale's (quick would repeat the paper's settings under a quick label)."""
+    so its runs, seeds and verdicts are the paper scale's (quick would repeat the paper's settings under a quick
+    label)."""
     if mode not in MODES:
         raise ConfigError(f"scale: {mode!r} is not one of {', '.join(MODES)}")
     scale = entry.get("default_scale", "quick") if mode == "default" else mode

@@ -24,8 +24,8 @@ def write_project(tmp: Path) -> Path:
                         "scheme": "natural",
                         "params": {},
                         "seed": 0,
-                        "description": "test stand-in: synthetic 8x8 quadrant images written by the test (the dataset field only "
-                        "satisfies the schema; the partition is never built from it)",
+                        "description": "test stand-in: synthetic 8x8 quadrant images written by the test (the "
+                        "dataset field only satisfies the schema; the partition is never built from it)",
                     }
                 }
             }

@@ -39,10 +39,7 @@ except FedreproError as exc:
 
 # Jobs call `python -m fedrepro`: make `python` the interpreter running Snakemake (e.g. .venv/bin/snakemake
 # without an activated venv). With --use-conda the rule's environment is activated after this and wins.
-os.environ["PATH"] = (
-    f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-)
-
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def P(pattern, /, **fields):
@@ -56,9 +53,7 @@ def P(pattern, /, **fields):
 # does not rerun finished experiments. The CLI merges dicts into config/config.yaml, so only_papers names the
 # papers this invocation builds.
 _CLI_SETTINGS = {
-    k: CFG[k]
-    for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir")
-    if k in CFG
+    k: CFG[k] for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir") if k in CFG
 }
 _CLI_SETTINGS["only_papers"] = list(CFG["papers"])
 os.environ["FEDREPRO_WORKFLOW_CONFIG"] = json.dumps(_CLI_SETTINGS)
@@ -82,10 +77,7 @@ def run_files(paper, exp, scale=None):
     run_seeds = seeds(scale, paper, exp)
     if EXPERIMENTS[f"{paper}.{exp}"].deterministic:
         run_seeds = run_seeds[:1]
-    return [
-        P("run_file", paper=paper, exp=exp, scale=scale, seed=s, file="metrics.json")
-        for s in run_seeds
-    ]
+    return [P("run_file", paper=paper, exp=exp, scale=scale, seed=s, file="metrics.json") for s in run_seeds]
 
 
 def summary_file(paper, exp):
@@ -94,23 +86,14 @@ def summary_file(paper, exp):
 
 
 def runnable_summaries(paper):
-    return [
-        summary_file(paper, e.name)
-        for e in EXPERIMENTS.values()
-        if e.paper == paper and runnable(e.id)
-    ]
+    return [summary_file(paper, e.name) for e in EXPERIMENTS.values() if e.paper == paper and runnable(e.id)]
 
 
 def runnable_runs(paper):
     """Every seed's run of the runnable experiments. Asked for by the default target itself: Snakemake does not
     rebuild a missing input of a job whose outputs are up to date, so with only the summaries asked for, a deleted
     seed (metrics.json) would go unnoticed."""
-    return [
-        f
-        for e in EXPERIMENTS.values()
-        if e.paper == paper and runnable(e.id)
-        for f in run_files(paper, e.name)
-    ]
+    return [f for e in EXPERIMENTS.values() if e.paper == paper and runnable(e.id) for f in run_files(paper, e.name)]
 
 
 def left_out_by_data():
@@ -169,9 +152,7 @@ def table_files(paper):
 def experiment_inputs(wildcards):
     """Verified datasets and built partitions an experiment reads."""
     exp = EXPERIMENTS[f"{wildcards.paper}.{wildcards.exp}"]
-    return [P("dataset_stamp", dataset=d) for d in exp.datasets] + [
-        P("partition", name=p) for p in exp.partitions
-    ]
+    return [P("dataset_stamp", dataset=d) for d in exp.datasets] + [P("partition", name=p) for p in exp.partitions]
 
 
 # Fixed resources of the small jobs (aggregate_seeds, figure, table, privacy_tables, privacy_figure, report,
@@ -208,9 +189,7 @@ def resolved_params(wildcards):
 # Only configured figures match rule figure (figures/data/*.png and privacy_epsilon belong to other rules).
 _FIGURES = {p: sorted((doc.get("figures") or {})) for p, doc in PAPERS.items()}
 FIGURE_PAPERS = "|".join(p for p, figs in _FIGURES.items() if figs) or "(?!)"
-FIGURE_NAMES = (
-    "|".join(sorted({f for figs in _FIGURES.values() for f in figs})) or "(?!)"
-)
+FIGURE_NAMES = "|".join(sorted({f for figs in _FIGURES.values() for f in figs})) or "(?!)"
 
 
 def figure_inputs(wildcards):
@@ -223,9 +202,7 @@ def figure_inputs(wildcards):
 
 def available_partitions():
     """Partitions whose dataset is available here."""
-    return [
-        name for name, spec in PARTITIONS.items() if is_available(CFG, spec["dataset"])
-    ]
+    return [name for name, spec in PARTITIONS.items() if is_available(CFG, spec["dataset"])]
 
 
 def partition_plots():
@@ -244,11 +221,7 @@ CURVE_KINDS = ("privacy_curve", "privacy_grid")
 
 def privacy_summaries(paper):
     """Summaries of the paper's privacy-stage experiments (accounting; no datasets, always runnable)."""
-    return [
-        summary_file(paper, e.name)
-        for e in EXPERIMENTS.values()
-        if e.paper == paper and e.stage == "privacy"
-    ]
+    return [summary_file(paper, e.name) for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"]
 
 
 def privacy_outputs():
@@ -256,18 +229,11 @@ def privacy_outputs():
     epsilon curves."""
     out = []
     for paper in PAPERS:
-        exps = [
-            e for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"
-        ]
+        exps = [e for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"]
         if exps:
-            out += [
-                P("privacy_table", paper=paper, name=f) for f in ("epsilon", "curves")
-            ]
+            out += [P("privacy_table", paper=paper, name=f) for f in ("epsilon", "curves")]
         if any(e.kind in CURVE_KINDS for e in exps):
-            out += [
-                P("figure", paper=paper, fig="privacy_epsilon", ext=ext)
-                for ext in ("pdf", "png")
-            ]
+            out += [P("figure", paper=paper, fig="privacy_epsilon", ext=ext) for ext in ("pdf", "png")]
     return out
 
 
@@ -277,10 +243,7 @@ def all_outputs(wildcards=None):
     out = []
     for paper in PAPERS:
         out += (
-            runnable_runs(paper)
-            + runnable_summaries(paper)
-            + figure_files(paper, "pdf")
-            + figure_files(paper, "png")
+            runnable_runs(paper) + runnable_summaries(paper) + figure_files(paper, "pdf") + figure_files(paper, "png")
         )
         out += table_files(paper)
     partitions = [P("partition", name=name) for name in available_partitions()]

@@ -30,9 +30,7 @@ rule run_experiment:
 
 rule aggregate_seeds:
     input:
-        runs=lambda wildcards: run_files(
-            wildcards.paper, wildcards.exp, wildcards.scale
-        ),
+        runs=lambda wildcards: run_files(wildcards.paper, wildcards.exp, wildcards.scale),
     output:
         summary=P("summary"),
     log:

@@ -19,8 +19,7 @@ rule privacy_tables:
         scale=SCALE,
         outdir=lambda wildcards, output: Path(output.epsilon).parent,
     shell:
-        "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir} --scale {params.scale} "
-        "> {log} 2>&1"
+        "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir} --scale {params.scale} " "> {log} 2>&1"
 
 
 rule privacy_figure:

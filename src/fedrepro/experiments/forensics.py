@@ -14,9 +14,9 @@ plus, over all rows, the readings that reproduce every row at once (``joint``). 
 (every combination is one reading) or a list of such mappings (the union of their readings: sub-grids where an axis
 matters only under some value of another). An axis may set several parameters together: its key joins their
 dotted keys with commas and each value lists theirs (``"r,mu": [[0, 0], [1, 1]]`` reads mu = r). A reading that
-resolves to the parameters of an earlier one (the config's values, typically) is that reading and is counted once. A row whose cause was this
-project's own implementation says so with ``implementation_fix`` (the fix and the test that pins it), and a
-deviation the paper causes itself with ``paper_issue`` (listed under "Paper issues found").
+resolves to the parameters of an earlier one (the config's values, typically) is that reading and is counted once. A row
+whose cause was this project's own implementation says so with ``implementation_fix`` (the fix and the test that pins
+it), and a deviation the paper causes itself with ``paper_issue`` (listed under "Paper issues found").
 
 Resumable: each (resolved parameters, seed) result is kept in the run's checkpoint directory until the run
 completes, so a killed sweep continues where it stopped. The report links each row to its forensic conclusion (check

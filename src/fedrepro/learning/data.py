@@ -9,8 +9,9 @@ Feature conversion: uint8 -> float32 / 255, other dtypes -> float32 unchanged. `
 the mean and divides by the standard deviation of all training features (two scalars, like torchvision's
 ``Normalize((0.1307,), (0.3081,))`` for MNIST; GAP: the paper states no normalization). The two scalars are a
 dataset-level constant computed once from the pooled training split; no test data enters them. Without it, LEAF
-FEMNIST (white background = 1.0, mean ~0.95) sits on SGD's initial plateau for hundreds of steps. Feature shape: (H, W) images get a channel axis (1, H, W); other shapes are kept
-unless ``feature_shape`` is given (e.g. ``(1, 28, 28)`` for FEMNIST's flat 784-vectors).
+FEMNIST (white background = 1.0, mean ~0.95) sits on SGD's initial plateau for hundreds of steps. Feature shape: (H, W)
+images get a channel axis (1, H, W); other shapes are kept unless ``feature_shape`` is given (e.g. ``(1, 28, 28)`` for
+FEMNIST's flat 784-vectors).
 
 Minibatches (GAP: the paper says only "batch size so that each epoch consists of 60 iterations"): every local
 iteration draws B distinct rows of each selected client uniformly (independent across iterations), with

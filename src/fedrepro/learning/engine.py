@@ -120,7 +120,7 @@ class Algorithm(ABC):
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> Any:
         """Initial state (holds ``net``, stacked parameters and ``generator`` for any noise)."""
 
-    def start_round(self, state: Any, selected: Tensor) -> None:
+    def start_round(self, state: Any, selected: Tensor) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """Server broadcast to the clients selected for this synchronization period."""
 
     @abstractmethod
@@ -131,7 +131,7 @@ class Algorithm(ABC):
         """One local iteration of the clients not selected in this period (only if ``steps_unsampled``)."""
         raise NotImplementedError(f"{type(self).__name__} sets steps_unsampled but has no unsampled_step")
 
-    def sync(self, state: Any, selected: Tensor) -> None:
+    def sync(self, state: Any, selected: Tensor) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """Server aggregation at the end of a synchronization period."""
 
     @abstractmethod

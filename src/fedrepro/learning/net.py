@@ -61,7 +61,7 @@ class Net:
         if self.vectorize:
             return torch.vmap(fn, chunk_size=self.chunk_size)(*args)
         leaves, _ = tree_flatten(args)
-        outs = [fn(*tree_map(lambda a: a[i], args)) for i in range(leaves[0].shape[0])]
+        outs = [fn(*tree_map(lambda a, i=i: a[i], args)) for i in range(leaves[0].shape[0])]
         flat, spec = zip(*(tree_flatten(o) for o in outs))
         return tree_unflatten([torch.stack(col) for col in zip(*flat)], spec[0])
 

@@ -250,6 +250,7 @@ def write_tables(
 
         csv_path, md_path = out_dir / f"{lay.name}.csv", out_dir / f"{lay.name}.md"
         atomic_write(csv_path, write_csv)
-        atomic_write(md_path, lambda p, text="\n".join(md): p.write_text(text, encoding="utf-8"))
+        text = "\n".join(md)
+        atomic_write(md_path, lambda p, text=text: p.write_text(text, encoding="utf-8"))
         written += [csv_path, md_path]
     return written

@@ -101,7 +101,7 @@ def _brute_force(x, n, minus_one, centre):
     mu = np.array([sum(x[l] for l in range(m) if l != i) / (m - 1) for i in range(m)])
     s2 = np.empty(m)
     for i in range(m):
-        c = (lambda l: mu[l]) if centre == "mu_l" else (lambda l: mu[i])
+        c = (lambda l: mu[l]) if centre == "mu_l" else (lambda l, i=i: mu[i])
         s2[i] = sum((x[l] - c(l)) ** 2 for l in range(m) if l != i) / (m - 2)
     a = np.empty(m)
     for i in range(m):

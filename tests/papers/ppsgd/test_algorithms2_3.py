@@ -1,5 +1,5 @@
-"""Algorithms 2 and 3 (fedrepro.papers.ppsgd.algorithms2_3): reductions to Algorithm 1, the sum/mean relation, the alpha = 0 limit,
-unsampled users, per-user sensitivity and the sampling rate."""
+"""Algorithms 2 and 3 (fedrepro.papers.ppsgd.algorithms2_3): reductions to Algorithm 1, the sum/mean relation, the alpha
+= 0 limit, unsampled users, per-user sensitivity and the sampling rate."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
-"""Fig. 1d's CNN PPSGD (fedrepro.papers.ppsgd.cnn): architecture, vmapped per-user gradients vs a loop, the alpha limits,
-the factor L on the theta step, and the joint clipping of (W, w)."""
+"""Fig. 1d's CNN PPSGD (fedrepro.papers.ppsgd.cnn): architecture, vmapped per-user gradients vs a loop, the alpha
+limits, the factor L on the theta step, and the joint clipping of (W, w)."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
-"""PPSGD-exp (fedrepro.papers.ppsgd.ppsgd_exp): the code's step-size map, the alpha limits, per-user sensitivity, and one round
-against a hand-written per-user reference."""
+"""PPSGD-exp (fedrepro.papers.ppsgd.ppsgd_exp): the code's step-size map, the alpha limits, per-user sensitivity, and
+one round against a hand-written per-user reference."""
 
 import math
 

@@ -17,7 +17,8 @@ E-step from its own data (per component l):
 
 and the server's M-step is
 
-    p_l = mean_i r_il,   mu_l = sum_i r_il m_il / sum_i r_il,   s_l = sum_i r_il (||m_il - mu_l||^2 + t_il) / (d sum_i r_il).
+    p_l = mean_i r_il,   mu_l = sum_i r_il m_il / sum_i r_il,
+    s_l = sum_i r_il (||m_il - mu_l||^2 + t_il) / (d sum_i r_il).
 
 The personalized model is the posterior mean theta_i = sum_l r_il m_il: under the true prior it is the Bayes
 estimator, and with the component known it is Thm 7's eq. (47), whose expected error given X_i is eq. (48)

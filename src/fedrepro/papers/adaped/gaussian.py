@@ -40,7 +40,8 @@ B_RULES = ("theorem", "proof_c2")
 
 def projection_bound(r: float, sigma_theta: float, sigma_x: float, m: int, n: int, rule: str = "theorem") -> float:
     """The projection bound b of the LDP mechanism. theorem: b = r + s_theta L + (s_x/sqrt(n)) L, L = sqrt(log(m^2 n))
-    (Thm 2); proof_c2: App. B.2.1's c2 = sqrt(s_theta^2 log(m^2 n) / n) in place of s_theta L, i.e. s_theta L / sqrt(n)."""
+    (Thm 2); proof_c2: App. B.2.1's c2 = sqrt(s_theta^2 log(m^2 n) / n) in place of s_theta L, i.e. s_theta L /
+    sqrt(n)."""
     if rule not in B_RULES:
         raise ValueError(f"projection bound rule {rule!r}: one of {', '.join(B_RULES)}")
     L = math.sqrt(math.log(m * m * n))

@@ -162,7 +162,8 @@ def null_space_floor(mu: np.ndarray, sigma_theta2: float, n: int) -> float:
     """The smallest expected MSE of any estimator of theta_i from client i's data alone (given mu's law is centred
     at 0), for isotropic X_i with n < d: nothing about theta_i is learnt in the (d - n)-dim null space of X_i, a
     uniformly random subspace, so E||P_null theta_i||^2 = (d - n)/d (||mu||^2 + d s_theta^2) is lost (0 when n >= d).
-    Averaged over mu ~ N(0, mu_std^2 I) it is (d - n)(mu_std^2 + s_theta^2) (App. K: 0.80 at d = 50, 1.80 at d = 100)."""
+    Averaged over mu ~ N(0, mu_std^2 I) it is (d - n)(mu_std^2 + s_theta^2) (App. K: 0.80 at d = 50, 1.80 at d =
+    100)."""
     d = mu.shape[0]
     return max(d - n, 0) / d * (float(mu @ mu) + d * sigma_theta2)
 
@@ -200,7 +201,8 @@ def fedavg_estimate(
 
 
 def objective(X, Y, theta, mu, sigma_x2: float, sigma_theta2: float) -> float:
-    """Eq. (54): (nm/2)log(2 pi s_x^2) + sum (Y-X theta)^2/(2 s_x^2) + (md/2)log(2 pi s_th^2) + sum||th-mu||^2/(2 s_th^2)."""
+    """Eq. (54): (nm/2)log(2 pi s_x^2) + sum (Y-X theta)^2/(2 s_x^2) + (md/2)log(2 pi s_th^2) + sum||th-mu||^2/(2
+    s_th^2)."""
     rss = ((Y - _matvec(X, theta)) ** 2).sum(axis=1)
     return _objective_from(rss, theta, mu, sigma_x2, sigma_theta2, X.shape[1], X.shape[2])
 

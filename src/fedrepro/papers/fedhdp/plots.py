@@ -13,7 +13,8 @@ from fedrepro.plots import finish_axes, plot
 
 
 def _pooled(histories: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
-    """Mean over seeds of the numeric columns (the MC estimates among them) and the pooled SE (each seed is an independent set of trials)."""
+    """Mean over seeds of the numeric columns (the MC estimates among them) and the pooled SE (each seed is an
+    independent set of trials)."""
     cat = pd.concat(histories, ignore_index=True)
     g = cat.groupby(keys, sort=False)
     out = g.mean(numeric_only=True)

@@ -8,7 +8,8 @@ Gaps (notes G12), each a parameter: the threshold is not reported, so either ``t
 the d' tokens with the largest max_j |v_j[x]|) is given; "for any v" is read as the max over the k vectors; the
 reduced histograms are renormalised and used only for the assignment KL, while re-centering (mean or Alg. 3) stays
 on the full vocabulary so estimates need no back-projection (:mod:`fedrepro.papers.histograms.lloyd`). Under the model
-only K - 1 of the top-k directions carry signal (notes C4; :func:`fedrepro.papers.histograms.closed_forms.second_moment`).
+only K - 1 of the top-k directions carry signal (notes C4;
+:func:`fedrepro.papers.histograms.closed_forms.second_moment`).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ seed 42 (JAX's PRNG bits cannot be reproduced in torch); w ~ N(0, 1/32) as the c
 at 0); theta_i = 0.
 
 Configurations of the (step, alpha) grid are independent trainings;
-:func:`fedrepro.papers.ppsgd.experiments.cnn.train_cnn` runs them one after another on the same batch sequence, each with
-its own noise stream.
+:func:`fedrepro.papers.ppsgd.experiments.cnn.train_cnn` runs them one after another on the same batch sequence, each
+with its own noise stream.
 """
 
 from __future__ import annotations

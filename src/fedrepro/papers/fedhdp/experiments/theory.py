@@ -7,8 +7,8 @@ Kinds
   fedhdp_server_variance_vs_rho  Fig. 4: sigma_s^2 vs rho_np, FedAvg aggregator (r = 1) vs FedHDP (r = r*)
   fedhdp_table2                  Table 2's four special cases, Lemma 1/2, Theorem 3, eqs. (17)/(18)/(79)
 
-Closed forms live in fedrepro.papers.fedhdp; every Monte Carlo curve is compared with its closed form at every grid point,
-within z standard errors where z controls the family-wise error of all the comparisons of a run (Bonferroni,
+Closed forms live in fedrepro.papers.fedhdp; every Monte Carlo curve is compared with its closed form at every grid
+point, within z standard errors where z controls the family-wise error of all the comparisons of a run (Bonferroni,
 `fwer`), so a correct implementation fails a run with probability below `fwer`.
 """
 

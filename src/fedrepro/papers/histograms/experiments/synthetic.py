@@ -2,8 +2,9 @@
 
 The paper has no synthetic experiment; this one is an extra beyond it. A mixture of K Dirichlets Dir(alpha P_k)
 (:mod:`fedrepro.papers.histograms.generator`), n users with m train tokens, a public validation proxy of n_val further
-users with m_val tokens, and the nine Table 1 methods in both privacy regimes (:mod:`fedrepro.papers.histograms.pipeline`),
-scored by KL(Q_u || estimate_u) against the TRUE histograms Q_u (the paper's objective, Sec. 2).
+users with m_val tokens, and the nine Table 1 methods in both privacy regimes
+(:mod:`fedrepro.papers.histograms.pipeline`), scored by KL(Q_u || estimate_u) against the TRUE histograms Q_u (the
+paper's objective, Sec. 2).
 
 Closed forms (notes C5), the n -> infinity risks of estimators with fixed centers: the Bayes risk (Lemma 2.2), the
 oracle clusters fine-tuned with the run's lambda, FedAvg's mixture mean with and without FT, and Local (additive

@@ -4,9 +4,9 @@ ppsgd.md E2/E3).
 Data: a partition (config/partitions.yaml, e.g. TFF EMNIST digits' first 1000 writers) or TFF Stack Overflow via
 :func:`fedrepro.papers.ppsgd.stackoverflow_tags.tag_prediction_clients` (5000-word bag of words, 80 tags). Targets
 are the one-hot / multi-hot labels minus ``target_offset`` ([code]: 0.9 / -0.1), no bias. Training: PPSGD-exp
-(:mod:`fedrepro.papers.ppsgd.ppsgd_exp`) with the official code's sampler (:mod:`fedrepro.papers.ppsgd.sampler`): Q users per round,
-m rows each, ``epochs`` passes. Every (step, alpha_c) configuration of the grid is trained on the same batch
-sequence (``chunk`` configurations at a time, vectorized), once per sigma. Evaluation every ``eval_every``
+(:mod:`fedrepro.papers.ppsgd.ppsgd_exp`) with the official code's sampler (:mod:`fedrepro.papers.ppsgd.sampler`): Q
+users per round, m rows each, ``epochs`` passes. Every (step, alpha_c) configuration of the grid is trained on the same
+batch sequence (``chunk`` configurations at a time, vectorized), once per sigma. Evaluation every ``eval_every``
 iterations, before that iteration's update ([code]): top-1 test accuracy pooled over all test rows of all users,
 each user scored with w + theta_i (a hit when the argmax class is among the row's labels).
 

@@ -2,9 +2,10 @@
 
 N users, d coordinates; theta_0 ~ N(0, theta0_std^2 I); user i's optimum theta_i* equals theta_0 except on the last
 ``n_personal`` coordinates, which get + N(0, personal_std^2); x ~ N(0, diag(1/k)); y = theta_i*^T x + N(0, tau^2).
-Every round all N users (q = 1) draw m fresh samples and take one PPSGD-exp step (:mod:`fedrepro.papers.ppsgd.ppsgd_exp`).
-The metric is the closed-form excess risk R = (1/N) sum_i ||w + theta_i - theta_i*||^2_Sigma (the paper's formula;
-the official code plots R / d, recorded beside it), at the last iterate, at every iteration.
+Every round all N users (q = 1) draw m fresh samples and take one PPSGD-exp step
+(:mod:`fedrepro.papers.ppsgd.ppsgd_exp`). The metric is the closed-form excess risk R = (1/N) sum_i ||w + theta_i -
+theta_i*||^2_Sigma (the paper's formula; the official code plots R / d, recorded beside it), at the last iterate, at
+every iteration.
 
 One run trains the whole (step x alpha_c) grid at once (vectorized over the grid and the users, sharing one data
 stream: common random numbers, each configuration with its own DP noise), once per sigma, and selects over the
@@ -374,7 +375,8 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
 
 
 def compared_alphas(p: dict, alphas: list[float], exp_id: str = "ppsgd_synthetic") -> list[float]:
-    """The alphas the claim checks compare: ``compare_alphas`` (each must be in ``alphas``) or every alpha of the run."""
+    """The alphas the claim checks compare: ``compare_alphas`` (each must be in ``alphas``) or every alpha of the
+    run."""
     if "compare_alphas" not in p:
         return alphas
     chosen = [parse_alpha(a) for a in p["compare_alphas"]]
