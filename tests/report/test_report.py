@@ -6,41 +6,18 @@ import json
 import math
 
 import pytest
+from report_fixture import target as fixture_target
 
 from fedrepro.aggregate import summarize
 from fedrepro.cli import main
 from fedrepro.errors import ResultError
 from fedrepro.report import verdict as v
-from fedrepro.report.registry import Target
 from fedrepro.report.status import Calibration, evaluate
 
 
 def target(**kw):
-    base = dict(
-        paper="adaped",
-        id="X",
-        artifact="Table 3",
-        table_row="r",
-        table_col="c",
-        setting="",
-        metric="MSE",
-        unit="",
-        value=10.0,
-        value_text="10.00",
-        pm=0.1,
-        pm_text="0.10",
-        pm_reading="se",
-        runs=None,
-        tolerance=0.005,
-        experiment="adaped.remark1",
-        key="mse",
-        row="printed",
-        ci=True,
-        needs="",
-        note="",
-    )
-    base.update(kw)
-    return Target(**base)
+    """The shared fixture's target, in Remark 1's experiment with neutral cell labels unless given."""
+    return fixture_target(**{"table_row": "r", "table_col": "c", "experiment": "adaped.remark1", **kw})
 
 
 def summary(mean, std=0.0, n=5, checks=None, scale="paper", deterministic=False):
