@@ -168,12 +168,16 @@ n_jobs=$(find "$T/slurm/logs" -name '*.log' | wc -l)
 n_sbatch=$(find "$T/slurm/slurm_logs" -name '*.log' | wc -l)
 echo "jobs: $n_jobs, SLURM jobs: $n_sbatch"
 [ "$n_jobs" -ge 6 ] && [ "$n_sbatch" = "$n_jobs" ] || { echo "expected every job (>= 6) to run under SLURM"; exit 1; }
-# The rules' declared resources reached sbatch (finished jobs stay visible for MinJobAge): run_experiment's quick
-# defaults from config/config.yaml (2000 MB, 30 min), the small rules' fixed ones (1000 MB, 15 min), 1 CPU each.
+# The rules' declared resources reached sbatch (finished jobs stay visible for MinJobAge): run_experiment's defaults
+# from config/config.yaml for the scale the job runs at (quick: 2000 MB, 30 min; paper: 4000 MB, 8 h -- an experiment
+# without quick overrides runs at paper scale under every mode), the small rules' fixed ones (1000 MB, 15 min), 1 CPU
+# each.
 squeue --states=all -h -o "%k|%m|%l|%C" | sort | uniq -c
 bad=$(squeue --states=all -h -o "%k|%m|%l|%C" | awk -F'|' '
-  $1 ~ /^rule_run_experiment_/ { if ($2 != "2000M" || $3 != "30:00" || $4 != 1) print }
-  $1 !~ /^rule_run_experiment_/ { if ($2 != "1000M" || $3 != "15:00" || $4 != 1) print }')
+  $1 ~ /^rule_run_experiment_.*_quick_/ { if ($2 != "2000M" || $3 != "30:00" || $4 != 1) print; next }
+  $1 ~ /^rule_run_experiment_.*_paper_/ { if ($2 != "4000M" || $3 != "8:00:00" || $4 != 1) print; next }
+  $1 ~ /^rule_run_experiment_/ { print; next }
+  { if ($2 != "1000M" || $3 != "15:00" || $4 != 1) print }')
 [ -z "$bad" ] || { echo "jobs submitted with other resources than declared: $bad"; exit 1; }
 slurm_done=$(date +%s)
 
