@@ -32,6 +32,12 @@ from fedrepro.privacy.solve import solve_monotone
 from fedrepro.privacy.validation import check_delta, check_positive, check_steps
 
 READINGS = ("total", "per_step", "basic")
+# what a private run's metrics.json names as its accountant (the paper's closed forms; no library applies)
+ACCOUNTANT = {
+    "name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for Alg. 3's per-step budget; "
+    "classical Gaussian mechanism",
+    "version": "paper",
+}
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:

@@ -41,6 +41,7 @@ from fedrepro.papers.histograms.pipeline import (
     run_pipeline,
     tuning_requested,
 )
+from fedrepro.papers.histograms.privacy import ACCOUNTANT
 
 SCHEMA = {
     "type": "object",
@@ -179,11 +180,5 @@ def _run(p: dict, rng: np.random.Generator) -> RunOutput:
         metrics=metrics,
         history=pd.DataFrame(rows),
         checks=checks,
-        accountant={
-            "name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for "
-            "Alg. 3's per-step budget; classical Gaussian mechanism",
-            "version": "paper",
-        }
-        if "private" in kl
-        else None,
+        accountant=ACCOUNTANT if "private" in kl else None,
     )

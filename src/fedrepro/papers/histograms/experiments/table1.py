@@ -25,6 +25,7 @@ from fedrepro.papers.histograms.pipeline import (
     HistData,
     run_pipeline,
 )
+from fedrepro.papers.histograms.privacy import ACCOUNTANT
 
 DATASET = "reddit"
 
@@ -96,13 +97,7 @@ def run_table1(data: HistData, p: dict, rng: np.random.Generator) -> RunOutput:
         metrics=metrics,
         history=pd.DataFrame(rows),
         checks=checks,
-        accountant={
-            "name": "closed form: Setlur et al. Thm 3.1 + advanced composition (eq. 4) for "
-            "Alg. 3's per-step budget; classical Gaussian mechanism",
-            "version": "paper",
-        }
-        if "private" in p["regimes"]
-        else None,
+        accountant=ACCOUNTANT if "private" in p["regimes"] else None,
     )
 
 
