@@ -1,6 +1,7 @@
-"""The engine's batched formulation of the CNNs (fedrepro.learning.batched_cnn): im2col + matmul equals
-F.conv2d and its gradients, pool-then-ReLU equals ReLU-then-pool with ties, the logits equal the module's forward,
-and every algorithm's history is the same with and without vmap on a CNN."""
+"""The engine's batched formulation of the CNNs (fedrepro.learning.batched_cnn): the hand-written forward and
+backward equal the module's forward and autograd (with pooling ties and padding), the fused cross-entropy gradient
+and the vmapped logits equal the module under the transforms, and every algorithm's history is the same with and
+without vmap on a CNN."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from learning_helpers import assert_batched_equals_loop, make_quadrants, small_cnn
 from torch import nn
+from torch.func import functional_call, grad, grad_and_value
 from torch.nn import functional as F
 
 from fedrepro.learning import batched_cnn, engine
@@ -30,82 +32,136 @@ from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def batch_last(x: torch.Tensor) -> torch.Tensor:
-    return x.permute(1, 2, 3, 0)
+MODELS = {
+    "lenet5": (LeNet5, (1, 28, 28)),
+    "cifar10_cnn": (lambda: LeNet5(3, 10, 32), (3, 32, 32)),
+    "cifar100_cnn": (Cifar100CNN, (3, 32, 32)),
+    "fedhdp_cnn": (FedHDPCNN, (1, 28, 28)),  # padded 3x3 convolutions
+    "odd": (lambda: FedHDPCNN(n_classes=5, input_hw=9), (1, 9, 9)),  # pooling drops a row and a column
+}
+
+
+def clients(model: nn.Module, shape, k: int = 5, b: int = 4, seed: int = 0):
+    """Float64 parameters of ``k`` clients near ``model``'s, images with flat (tied) regions, labels."""
+    g = torch.Generator().manual_seed(seed)
+    model = model.double()
+    params = {
+        name: v.detach().expand(k, *v.shape) + 0.05 * torch.randn(k, *v.shape, generator=g, dtype=torch.float64)
+        for name, v in model.named_parameters()
+    }
+    x = torch.randn(k, b, *shape, generator=g, dtype=torch.float64)
+    x[:, :, :, : shape[1] // 3] = 0.0  # a flat region: bias-only outputs, ties in the pooling windows
+    y = torch.randint(0, model.fc_layers and getattr(model, model.fc_layers[-1]).out_features, (k, b), generator=g)
+    return model, params, x, y
+
+
+def module_logits_and_grads(model, params, x, dlogits):
+    """The reference: the module's forward per client and its autograd parameter gradient for ``dlogits``."""
+    out, pull = torch.func.vjp(lambda p: torch.vmap(lambda q, xb: functional_call(model, q, (xb,)))(p, x), params)
+    return out, pull(dlogits)[0]
+
+
+def assert_forward_backward_equal_module(model, params, x, forward=None, backward=None):
+    forward, backward = forward or batched_cnn.forward, backward or batched_cnn.backward
+    dlogits = torch.randn(*x.shape[:2], getattr(model, model.fc_layers[-1]).out_features, dtype=x.dtype)
+    ref, ref_grads = module_logits_and_grads(model, params, x, dlogits)
+    logits, saved = forward(model, params, x)
+    grads = backward(model, params, saved, dlogits, tuple(x.shape[2:]))
+    torch.testing.assert_close(logits, ref, rtol=0, atol=1e-12)
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(grads[name], g, rtol=0, atol=1e-12, msg=name)
 
 
 # ------------------------------------------------------------------------------------------- building blocks
 
 
-@pytest.mark.parametrize("channels, kernel, padding", [(1, (5, 5), (0, 0)), (3, (3, 2), (1, 0)), (4, (3, 3), (1, 1))])
-def test_conv2d_and_its_gradients_equal_torch(channels, kernel, padding):
-    torch.manual_seed(0)
-    x = torch.randn(5, channels, 9, 8, dtype=torch.float64)
-    w = torch.randn(6, channels, *kernel, dtype=torch.float64)
-    b = torch.randn(6, dtype=torch.float64)
-    g = torch.randn_like(F.conv2d(x, w, b, padding=padding))
+@pytest.mark.parametrize("name", list(MODELS))
+def test_forward_and_backward_equal_the_module(name):
+    """Logits and every parameter's gradient equal the module's forward and autograd (float64), with ties."""
+    factory, shape = MODELS[name]
+    assert_forward_backward_equal_module(*clients(factory(), shape)[:3])
 
-    def ours(x, w, b):
-        return batched_cnn.conv2d(batch_last(x).contiguous(), w, b, padding).permute(3, 0, 1, 2)
 
-    def torchs(x, w, b):
-        return F.conv2d(x, w, b, padding=padding)
+def _rolled_pool_indices(model, params, saved, dlogits, feature_shape):
+    """A backward that sends each pooling window's gradient to the neighbouring window's maximum."""
+    saved = [s.roll(1, -1) if s.dtype == torch.int64 else s for s in saved]
+    return batched_cnn.backward(model, params, saved, dlogits, feature_shape)
 
-    out, vjp_ours = torch.func.vjp(ours, x, w, b)
-    ref, vjp_ref = torch.func.vjp(torchs, x, w, b)
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
-    for a, r in zip(vjp_ours(g), vjp_ref(g)):  # d/dx is col2im (Im2col.backward), d/dw and d/db the matmul's
-        torch.testing.assert_close(a, r, rtol=0, atol=1e-12)
-    # the same under vmap over 3 "clients" with their own weights
-    xs, ws, bs = (
-        torch.randn(3, *x.shape, dtype=x.dtype),
-        torch.randn(3, *w.shape, dtype=w.dtype),
-        torch.randn(3, 6, dtype=b.dtype),
+
+def _flipped_kernel_data_gradient(model, params, saved, dlogits, feature_shape):
+    """A backward whose data gradient of conv2 uses the flipped kernel (convolution instead of correlation)."""
+    return batched_cnn.backward(
+        model, {**params, "conv2.weight": params["conv2.weight"].flip(-1, -2)}, saved, dlogits, feature_shape
     )
-    gs = torch.randn(3, *g.shape, dtype=g.dtype)
-    batched = torch.func.vjp(torch.vmap(ours), xs, ws, bs)[1](gs)
-    for i in range(3):
-        for a, r in zip(batched, torch.func.vjp(torchs, xs[i], ws[i], bs[i])[1](gs[i])):
-            torch.testing.assert_close(a[i], r, rtol=0, atol=1e-12)
 
 
-def test_im2col_gradient_is_checked():
-    """gradcheck of Im2col.backward (col2im) against finite differences; and a wrong col2im fails it."""
-    h = torch.randn(2, 6, 5, 3, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: batched_cnn.Im2col.apply(t, 3, 2), (h,))
-
-    class Broken(batched_cnn.Im2col):
-        @staticmethod
-        def backward(ctx, grad_cols):
-            grad_h, _, _ = batched_cnn.Im2col.backward(ctx, grad_cols)
-            return grad_h.roll(1, dims=1), None, None  # the slice-adds one row off
-
-    assert not torch.autograd.gradcheck(lambda t: Broken.apply(t, 3, 2), (h,), raise_exception=False)
+@pytest.mark.parametrize("wrong", [_rolled_pool_indices, _flipped_kernel_data_gradient])
+def test_forward_backward_check_fails_on_a_wrong_backward(wrong):
+    """The comparison above catches a backward that routes the pooling gradient to the wrong element, or forms
+    a convolution's data gradient with the kernel the wrong way round."""
+    model, params, x, _ = clients(FedHDPCNN(), (1, 28, 28))
+    with pytest.raises(AssertionError):
+        assert_forward_backward_equal_module(model, params, x, backward=wrong)
 
 
-def test_pool_before_relu_is_relu_before_pool_with_ties():
-    """Same values and the same gradient element, including ties at a positive value (a flat image region gives
-    bias-only outputs) and windows whose max is <= 0."""
-    z = torch.tensor(
-        [
-            [
-                [
-                    [0.5, 0.5, -1.0, -2.0, 0.0, 0.3],
-                    [0.5, 0.2, -3.0, -1.0, 0.0, 0.3],
-                    [0.0, -1.0, 2.0, 1.0, 0.7, 0.7],
-                    [-0.0, 0.0, 2.0, 2.0, 0.7, 0.7],
-                ]
-            ]
-        ],
-        dtype=torch.float64,
-    )  # (B=1, C=1, 4, 6)
-    z = torch.cat([z, -z.flip(-1)], 1)  # two channels
-    g = torch.arange(1.0, 1 + 2 * 2 * 3, dtype=z.dtype).view(1, 2, 2, 3)
-    ref, ref_vjp = torch.func.vjp(lambda t: F.max_pool2d(F.relu(t), 2), z)
-    ours, ours_vjp = torch.func.vjp(lambda t: batched_cnn.max_pool_relu(batch_last(t), 2).permute(3, 0, 1, 2), z)
-    assert torch.equal(ours, ref)
-    assert torch.equal(ours_vjp(g)[0], ref_vjp(g)[0])
-    assert ours_vjp(g)[0].count_nonzero() == 6  # the windows with a positive max, one element each
+@pytest.mark.parametrize("chunk", [1, 2, None])
+def test_ce_grads_equal_grad_of_the_cross_entropy(chunk):
+    """The fused path, in chunks of clients (None: the default bound), equals vmap(grad_and_value(CE))."""
+    model, params, x, y = clients(LeNet5(), (1, 28, 28), k=5)
+    ref, ref_loss = torch.vmap(grad_and_value(lambda p, xb, yb: F.cross_entropy(functional_call(model, p, (xb,)), yb)))(
+        params, x, y
+    )
+    grads, losses = batched_cnn.ce_grads(model, params, x, y, chunk)
+    torch.testing.assert_close(losses, ref_loss, rtol=0, atol=1e-12)
+    for name, g in ref.items():
+        torch.testing.assert_close(grads[name], g, rtol=0, atol=1e-12, msg=name)
+
+
+def test_logits_under_the_transforms():
+    """``logits`` (the autograd.Function with vmap rules) under vmap(grad), vmap with chunks, vjp with data shared
+    by every client (unmapped), plain autograd on one client; a second derivative is refused."""
+    model, params, x, y = clients(FedHDPCNN(), (1, 28, 28), k=4)
+
+    def ce(forward):
+        return lambda p, xb, yb: F.cross_entropy(forward(model, p, xb), yb)
+
+    module = lambda m, p, xb: functional_call(m, p, (xb,))  # noqa: E731
+    ref = torch.vmap(grad(ce(module)))(params, x, y)
+    for chunk in (None, 3):
+        got = torch.vmap(grad(ce(batched_cnn.logits)), chunk_size=chunk)(params, x, y)
+        for name in ref:
+            torch.testing.assert_close(got[name], ref[name], rtol=0, atol=1e-12)
+
+    def pulled(forward):
+        def client(p):
+            out, pull = torch.func.vjp(lambda q: forward(model, q, x[0]), p)
+            return pull(torch.ones_like(out))[0]
+
+        return torch.vmap(client)(params)
+
+    got, want = pulled(batched_cnn.logits), pulled(module)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-12)
+
+    one = {k: v[0].clone().requires_grad_(True) for k, v in params.items()}
+    F.cross_entropy(batched_cnn.logits(model, one, x[0]), y[0]).backward()
+    for name in ref:
+        torch.testing.assert_close(one[name].grad, ref[name][0], rtol=0, atol=1e-12)
+
+    first = {k: v[0] for k, v in params.items()}
+    loss = ce(batched_cnn.logits)
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        grad(lambda p: grad(loss)(p, x[0], y[0])["fc2.weight"].sum())(first)
+
+
+def test_workspace_reuses_and_grows():
+    ws = batched_cnn.Workspace()
+    like = torch.zeros(1)
+    a = ws("cols0", (2, 3), like)
+    assert ws("cols0", (3, 2), like).data_ptr() == a.data_ptr()  # the same memory, another shape
+    assert ws("cols0", (4, 4), like).shape == (4, 4)  # grown
+    assert ws("z0", (2, 3), like).data_ptr() != ws("cols0", (2, 3), like).data_ptr()
+    assert ws("cols0", (2,), torch.zeros(1, dtype=torch.float64)).dtype == torch.float64
 
 
 @pytest.mark.parametrize(
@@ -123,6 +179,10 @@ def test_logits_equal_the_module(model, shape):
     x = torch.rand(7, *shape)
     params = dict(model.named_parameters())
     torch.testing.assert_close(batched_cnn.logits(model, params, x), model(x), rtol=0, atol=2e-5)
+    batched = batched_cnn.forward(
+        model, {k: v.detach()[None].expand(2, *v.shape) for k, v in params.items()}, x.expand(2, *x.shape)
+    )[0]
+    torch.testing.assert_close(batched, model(x).detach().expand(2, *batched.shape[1:]), rtol=0, atol=2e-5)
     assert batched_cnn.supports(model)
 
 
@@ -146,18 +206,24 @@ def test_supports_only_what_it_computes():
 
 
 def test_net_switches_formulation(monkeypatch):
-    """The batched formulation runs only under vectorize=True; the loop runs the module's forward."""
+    """The batched formulation runs only under vectorize=True (the fused cross-entropy gradient for
+    client_grads / client_sgd, the vmapped logits for everything else); the loop runs the module's forward."""
     calls = []
-    real = batched_cnn.logits
-    monkeypatch.setattr(batched_cnn, "logits", lambda *a: calls.append(1) or real(*a))
+    for fn in ("logits", "ce_grads"):
+        real = getattr(batched_cnn, fn)
+        monkeypatch.setattr(batched_cnn, fn, lambda *a, fn=fn, real=real: calls.append(fn) or real(*a))
     net = Net(small_cnn())
     params = net.replicate(2)
     x, y = torch.rand(2, 3, 1, 8, 8), torch.zeros(2, 3, dtype=torch.long)
     engine.client_grads(net, params, x, y)
-    assert calls == [1]
+    engine.client_sgd(net, params, x, y, 0.1)
+    net.map(lambda p, xb: net.logits(p, xb), params, x)
+    assert calls == ["ce_grads", "ce_grads", "logits"]
     net.vectorize = False
     engine.client_grads(net, params, x, y)
-    assert calls == [1]
+    engine.client_sgd(net, params, x, y, 0.1)
+    net.map(lambda p, xb: net.logits(p, xb), params, x)
+    assert calls == ["ce_grads", "ce_grads", "logits"]
 
 
 def test_train_gemm_switch(quadrants):
@@ -209,13 +275,27 @@ def test_every_algorithm_batched_equals_loop_on_a_cnn(quadrants, name):
     assert_batched_equals_loop(ALGORITHMS[name], quadrants, small_cnn, clients_per_round=4, lr=LR.get(name, 0.2))
 
 
-def test_batched_equals_loop_fails_when_the_formulations_differ(quadrants, monkeypatch):
-    """The check above can fail: a formulation that drops the last bias is caught."""
-    real = batched_cnn.logits
+@pytest.mark.parametrize("broken", ["logits", "ce_grads"])
+def test_batched_equals_loop_fails_when_the_formulations_differ(quadrants, monkeypatch, broken):
+    """The check above can fail: a formulation that drops the last bias (logits) or its gradient (ce_grads) is
+    caught, each on an algorithm that uses it."""
+    if broken == "logits":
+        real = batched_cnn.logits
 
-    def wrong(model, params, x):
-        return real(model, params, x) - params[f"{model.fc_layers[-1]}.bias"]
+        def wrong(model, params, x):
+            return real(model, params, x) - params[f"{model.fc_layers[-1]}.bias"]
 
-    monkeypatch.setattr(batched_cnn, "logits", wrong)
+        monkeypatch.setattr(batched_cnn, "logits", wrong)
+        algorithm = AdaPeD(psi0=1.0)
+    else:
+        real = batched_cnn.ce_grads
+
+        def wrong(model, params, x, y, chunk=None):
+            grads, losses = real(model, params, x, y, chunk)
+            grads[f"{model.fc_layers[-1]}.bias"].zero_()
+            return grads, losses
+
+        monkeypatch.setattr(batched_cnn, "ce_grads", wrong)
+        algorithm = FedAvg()
     with pytest.raises(AssertionError):
-        assert_batched_equals_loop(FedAvg(), quadrants, small_cnn, clients_per_round=4)
+        assert_batched_equals_loop(algorithm, quadrants, small_cnn, clients_per_round=4)

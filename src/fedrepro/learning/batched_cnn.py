@@ -1,29 +1,44 @@
-"""The engine's client-batched formulation of the CNNs (:class:`fedrepro.learning.models.ConvNet`): the same
-function as the module's forward, written so that ``torch.vmap`` over clients turns it into batched matrix products.
+"""The engine's client-batched CNN (:class:`fedrepro.learning.models.ConvNet`): the module's function and its
+parameter gradient written out as batched matrix products over clients, forward and backward by hand.
 
-Why: under ``vmap``, ``F.conv2d`` with per-client weights becomes one grouped convolution (groups = clients), and
-oneDNN runs that, forward and backward, at about the cost of the clients' convolutions one by one. Here each
-convolution is im2col + one matrix product per client, which ``vmap`` batches into ``bmm`` over clients.
+Why: under ``vmap``, ``F.conv2d`` with per-client weights becomes one grouped convolution (groups = clients) that
+oneDNN runs at about the cost of the clients' convolutions one by one, and autograd under ``vmap`` adds a copy or
+a fill for most ops. Here every convolution is im2col + one ``baddbmm`` over the clients, the backward is four
+``bmm`` per layer, and nothing else touches the data but the pooling, the ReLU masks and the im2col copies
+(benchmarks/RESULTS.md has the per-op profile).
 
-One client's activations are kept batch-last, (C, H, W, B):
-- im2col of a k x k convolution (stride 1) is one copy of a strided view, (C, H, W, B) -> (C k k, Ho Wo B), its
-  rows in the weight's (c, kh, kw) order and its columns in (oh, ow, b) order, so the convolution is
-  ``bias + W (O, C k k) @ cols`` -> (O, Ho, Wo, B), again batch-last. The copy reads contiguous runs of Wo * B
-  floats. Its gradient (col2im) is k * k slice-adds (:class:`Im2col`); the data's own gradient is never formed.
-  Zero padding is ``F.pad`` of H and W first.
-- a (C, H, W, B) tensor is an (N = C, C = B, H, W) tensor in channels-last memory, where ``F.max_pool2d`` has a
-  vectorized kernel (its channels-first kernel is ~8x slower on these shapes).
+Layout: one client's activations are batch-last, (C, H, W, B); a batch of clients adds a leading axis.
+- im2col of a k x k convolution (stride 1) is one copy of a strided view, (K, C, H, W, B) -> (K, C k k, Ho Wo B),
+  rows in the weight's (c, kh, kw) order, columns in (oh, ow, b) order, so the convolution is
+  ``bias + W (K, O, C k k) @ cols`` -> (K, O, Ho, Wo, B), batch-last again. Its adjoint (col2im, the data's
+  gradient of every convolution but the first) is k * k slice-adds. Zero padding is ``F.pad`` of H and W first.
+- a (K O, H, W, B) tensor is a (N = K O, C = B, H, W) tensor in channels-last memory, where
+  ``max_pool2d_with_indices`` (and its backward) has a vectorized kernel.
 - max-pool runs before the ReLU: relu(max(z)) = max(relu(z)), and the gradient reaches the same element. If the
-  window's max is > 0, both pick the first maximal element (the positive ones are unchanged by the ReLU); if not,
+  window's max is > 0 both pick the first maximal element (the positive ones are unchanged by the ReLU); if not,
   the ReLU's gradient is 0 on both sides. It halves the ReLU's work and the pooling indices are the same.
-- flatten in (c, h, w) order is a reshape to (C H W, B); the fully connected layers are ``bias + W @ h`` and the
-  logits are the transpose, (B, n_classes).
+- flatten in (c, h, w) order is a reshape to (K, C H W, B); the fully connected layers are ``bias + W @ h``, and
+  the logits are the transpose, (K, B, n_classes).
 
-The numbers differ from ``F.conv2d``'s by float32 summation order only (tests: the gradients of both, and the
-engine's histories of every algorithm with and without ``vmap``).
+Two entry points share :func:`forward` and :func:`backward`:
+- :func:`ce_grads`: every client's cross-entropy gradient on its minibatch, in chunks of clients small enough for
+  the chunk's forward and backward to stay in cache (:data:`CHUNK_BYTES`), the large buffers reused from chunk to
+  chunk (:class:`Workspace`). The engine's ``client_grads`` / ``client_sgd`` (FedAvg, Local, Ditto, Per-FedAvg,
+  the DP baselines) take this path.
+- :func:`logits`: one client's logits as an ``autograd.Function`` whose ``vmap`` rule runs :func:`forward` for
+  all mapped clients at once and whose backward is a second Function, batched the same way, running
+  :func:`backward`. Algorithms with their own losses (AdaPeD, pFedMe, QuPeD, FML) call it through ``Net.logits``
+  under ``vmap`` with ``grad`` / ``vjp`` unchanged. First derivatives only: differentiating the gradient again
+  raises.
+
+The numbers differ from ``F.conv2d``'s by float32 summation order only (tests: forward and gradients against the
+module in float64, and the engine's histories of every algorithm with and without ``vmap``).
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -32,52 +47,241 @@ from torch.nn import functional as F
 from fedrepro.learning.models import ConvNet
 
 Params = dict[str, Tensor]
+#: (name, shape, like) -> an uninitialized tensor of ``shape`` with ``like``'s dtype and device
+Alloc = Callable[[str, tuple[int, ...], Tensor], Tensor]
 
 
-class Im2col(torch.autograd.Function):
-    """(C, H, W, B) -> (C kh kw, Ho Wo B): the columns of a stride-1 convolution with a (kh, kw) kernel."""
+def _fresh(name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    return like.new_empty(shape)
 
-    generate_vmap_rule = True
+
+class Workspace:
+    """Named buffers reused from chunk to chunk and step to step (a flat tensor per name, grown on demand).
+
+    Why: glibc returns freed memory at the top of its heap to the system once it exceeds its trim threshold, and a
+    chunk's im2col buffers are several MB, so without reuse every chunk page-faults its buffers in again (measured
+    on the 2-core VM: 166 -> 110 ms per 50-client LeNet5 step when glibc was told to keep its memory). A buffer is
+    only valid until the same name is asked for again: :func:`ce_grads` uses one per chunk, never for what it
+    returns."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Tensor] = {}
+
+    def __call__(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        n = math.prod(shape)
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._buffers[name] = like.new_empty(n)
+        return buf[:n].view(shape)
+
+
+def geometry(model: ConvNet, feature_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Per convolution: (C, H, W) of its input after padding, (Ho, Wo) of its output, (Hp, Wp) after pooling."""
+    C, H, W = feature_shape
+    out = []
+    for name in model.conv_layers:
+        conv = getattr(model, name)
+        (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
+        H, W = H + 2 * ph, W + 2 * pw
+        Ho, Wo = H - kh + 1, W - kw + 1
+        out.append((C, H, W, Ho, Wo, Ho // model.pool, Wo // model.pool))
+        C, H, W = conv.out_channels, Ho // model.pool, Wo // model.pool
+    return out
+
+
+def forward(model: ConvNet, params: Params, x: Tensor, alloc: Alloc = _fresh) -> tuple[Tensor, list[Tensor]]:
+    """Logits (K, B, n_classes) of K clients, ``params`` name -> (K, *shape), x (K, B, *feature_shape); and what
+    :func:`backward` needs: per convolution its columns, pooling indices and output (K, O, Hp, Wp, B), then the
+    input of every fully connected layer (K, features, B)."""
+    K, B = x.shape[:2]
+    h = alloc("input", (K, *x.shape[2:], B), x)
+    h.copy_(x.permute(0, 2, 3, 4, 1))  # (K, C, H, W, B)
+    saved: list[Tensor] = []
+    p = model.pool
+    for i, (name, (C, _, _, Ho, Wo, Hp, Wp)) in enumerate(zip(model.conv_layers, geometry(model, x.shape[2:]))):
+        conv = getattr(model, name)
+        (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
+        if ph or pw:
+            h = F.pad(h, (0, 0, pw, pw, ph, ph))
+        cols = alloc(f"cols{i}", (K, C, kh, kw, Ho, Wo, B), x)
+        cols.copy_(h.unfold(2, kh, 1).unfold(3, kw, 1).permute(0, 1, 5, 6, 2, 3, 4))
+        cols = cols.view(K, C * kh * kw, Ho * Wo * B)
+        w = params[f"{name}.weight"]
+        O = w.shape[1]
+        z = torch.baddbmm(
+            params[f"{name}.bias"].unsqueeze(2), w.reshape(K, O, -1), cols, out=alloc(f"z{i}", (K, O, Ho * Wo * B), x)
+        )
+        zv = z.view(K * O, Ho, Wo, B).permute(0, 3, 1, 2)  # (N, C, H, W) view in channels-last memory
+        pooled, idx = torch.ops.aten.max_pool2d_with_indices(zv, [p, p], [p, p])
+        h = pooled.relu_().permute(0, 2, 3, 1).view(K, O, Hp, Wp, B)
+        saved += [cols, idx.view(K, O, B, Hp, Wp), h]
+    a = h.reshape(K, -1, B)
+    *hidden, last = model.fc_layers
+    for name in hidden:
+        saved.append(a)
+        a = torch.baddbmm(params[f"{name}.bias"].unsqueeze(2), params[f"{name}.weight"], a).relu_()
+    saved.append(a)
+    logits = torch.baddbmm(params[f"{last}.bias"].unsqueeze(2), params[f"{last}.weight"], a)
+    return logits.transpose(1, 2), saved
+
+
+def backward(
+    model: ConvNet,
+    params: Params,
+    saved: list[Tensor],
+    dlogits: Tensor,
+    feature_shape: tuple[int, ...],
+    alloc: Alloc = _fresh,
+    out: Params | None = None,
+) -> Params:
+    """The gradient of every parameter (K, *shape) from the logits' gradient (K, B, n_classes) and
+    :func:`forward`'s ``saved``; into ``out`` (name -> (K, *shape)) when given. The data's gradient is not
+    formed."""
+    K, B = dlogits.shape[:2]
+    grads = out if out is not None else {k: v.new_empty(v.shape) for k, v in params.items()}
+    nconv = len(model.conv_layers)
+    g = dlogits.transpose(1, 2)  # (K, n_classes, B)
+    for name, a in zip(reversed(model.fc_layers), reversed(saved[3 * nconv :])):
+        torch.bmm(g, a.transpose(1, 2), out=grads[f"{name}.weight"])
+        torch.sum(g, 2, out=grads[f"{name}.bias"])
+        g = torch.bmm(params[f"{name}.weight"].transpose(1, 2), g).mul_(a > 0)  # a: a ReLU's output
+    p = model.pool
+    for i, (C, H, W, Ho, Wo, Hp, Wp) in reversed(list(enumerate(geometry(model, feature_shape)))):
+        name = model.conv_layers[i]
+        conv = getattr(model, name)
+        (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
+        cols, idx = saved[3 * i], saved[3 * i + 1]
+        w = params[f"{name}.weight"]
+        O = w.shape[1]
+        pooled_grad = g.view(K * O, Hp, Wp, B).permute(0, 3, 1, 2)
+        # the pooling's input only gives the kernel its shape and memory format: an untouched tensor suffices
+        shape_of_z = torch.empty_strided(
+            (K * O, B, Ho, Wo), (Ho * Wo * B, 1, Wo * B, B), dtype=dlogits.dtype, device=dlogits.device
+        )
+        dz = alloc(f"dz{i}", (K * O, Ho, Wo, B), dlogits).permute(0, 3, 1, 2)
+        torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
+            pooled_grad, shape_of_z, [p, p], [p, p], [0, 0], [1, 1], False, idx.flatten(0, 1), grad_input=dz
+        )
+        dz = dz.permute(0, 2, 3, 1).view(K, O, Ho * Wo * B)
+        torch.bmm(dz, cols.transpose(1, 2), out=grads[f"{name}.weight"].view(K, O, -1))
+        torch.sum(dz, 2, out=grads[f"{name}.bias"])
+        if i == 0:
+            break
+        dcols = torch.bmm(
+            w.reshape(K, O, -1).transpose(1, 2), dz, out=alloc(f"dcols{i}", (K, C * kh * kw, Ho * Wo * B), dlogits)
+        )
+        dcols = dcols.view(K, C, kh, kw, Ho, Wo, B)
+        dh = alloc(f"dh{i}", (K, C, H, W, B), dlogits).zero_()
+        for r in range(kh):
+            for c in range(kw):
+                dh[:, :, r : r + Ho, c : c + Wo] += dcols[:, :, r, c]
+        if ph or pw:
+            dh = dh[:, :, ph : H - ph, pw : W - pw]
+        g = dh.reshape(K, -1, B).mul_(saved[3 * i - 1].reshape(K, -1, B) > 0)  # the previous block's ReLU
+    return grads
+
+
+def ce_grads(model: ConvNet, params: Params, x: Tensor, y: Tensor, chunk: int | None = None) -> tuple[Params, Tensor]:
+    """Every client's gradient of its minibatch's mean cross-entropy and the losses: x (K, B, ...), y (K, B) ->
+    (grads name -> (K, *shape), losses (K,)), the same as ``vmap(grad_and_value(cross_entropy(module(x), y)))``.
+    Clients are taken ``chunk`` at a time (default :func:`chunk_clients`), each chunk's forward and backward
+    together, so that its buffers stay in cache; the large ones are reused from chunk to chunk."""
+    K, B = y.shape
+    chunk = chunk or chunk_clients(model, tuple(x.shape[2:]), B)
+    grads = {k: v.new_empty(v.shape) for k, v in params.items()}
+    losses = x.new_empty(K)
+    ws = _workspace(x.device)
+    for a in range(0, K, chunk):
+        part = slice(a, a + chunk)
+        p = {k: v[part] for k, v in params.items()}
+        logits, saved = forward(model, p, x[part], ws)
+        log_q = torch.log_softmax(logits, -1)
+        losses[part] = log_q.gather(-1, y[part, :, None]).mean((1, 2)).neg_()
+        dlogits = log_q.exp_()
+        dlogits.scatter_add_(-1, y[part, :, None], dlogits.new_full((1, 1, 1), -1.0).expand(len(dlogits), B, 1))
+        backward(model, p, saved, dlogits.div_(B), tuple(x.shape[2:]), ws, {k: v[part] for k, v in grads.items()})
+    return grads, losses
+
+
+_WORKSPACES: dict[torch.device, Workspace] = {}
+
+
+def _workspace(device: torch.device) -> Workspace:
+    """One workspace per device and process: the engine runs one training loop at a time."""
+    return _WORKSPACES.setdefault(torch.device(device), Workspace())
+
+
+# ------------------------------------------------------------------------------------ per-client logits, vmapped
+
+
+def _leading(batch: int, t: Tensor, dim: int | None) -> Tensor:
+    """``t`` with its mapped axis first (an unmapped ``t`` is expanded, not copied)."""
+    return t.expand(batch, *t.shape) if dim is None else t.movedim(dim, 0)
+
+
+class _Logits(torch.autograd.Function):
+    """One client's logits (under ``vmap``: every mapped client's, by :func:`forward`); the extra outputs are
+    what the backward needs, not differentiable."""
 
     @staticmethod
-    def forward(h: Tensor, kh: int, kw: int) -> Tensor:
-        windows = h.unfold(1, kh, 1).unfold(2, kw, 1)  # (C, Ho, Wo, B, kh, kw), a view
-        return windows.permute(0, 4, 5, 1, 2, 3).reshape(h.shape[0] * kh * kw, -1)
+    def forward(model: ConvNet, names: tuple[str, ...], x: Tensor, *params: Tensor) -> tuple[Tensor, ...]:
+        logits, saved = forward(model, {k: t.unsqueeze(0) for k, t in zip(names, params)}, x.unsqueeze(0))
+        return logits[0], *(s[0] for s in saved)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        h, ctx.kh, ctx.kw = inputs
-        ctx.shape = h.shape
+        model, names, x, *params = inputs
+        ctx.model, ctx.names, ctx.feature_shape = model, names, tuple(x.shape[1:])
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.save_for_backward(*params, *output[1:])
 
     @staticmethod
-    def backward(ctx, grad_cols: Tensor) -> tuple[Tensor, None, None]:
-        """col2im: every column entry added back to the input element it was copied from."""
-        C, H, W, B = ctx.shape
-        kh, kw = ctx.kh, ctx.kw
-        Ho, Wo = H - kh + 1, W - kw + 1
-        g = grad_cols.reshape(C, kh, kw, Ho, Wo, B)
-        grad_h = grad_cols.new_zeros(C, H, W, B)
-        for i in range(kh):
-            for j in range(kw):
-                grad_h[:, i : i + Ho, j : j + Wo] += g[:, i, j]
-        return grad_h, None, None
+    def backward(ctx, dlogits: Tensor, *_) -> tuple[Tensor | None, ...]:
+        grads = _ParamGrads.apply(ctx.model, ctx.names, ctx.feature_shape, dlogits, *ctx.saved_tensors)
+        return None, None, None, *grads
+
+    @staticmethod
+    def vmap(info, in_dims, model, names, x, *params):
+        n = info.batch_size
+        p = {k: _leading(n, t, d) for k, t, d in zip(names, params, in_dims[3:])}
+        logits, saved = forward(model, p, _leading(n, x, in_dims[2]).contiguous())
+        return (logits, *saved), (0,) * (1 + len(saved))
 
 
-def conv2d(h: Tensor, weight: Tensor, bias: Tensor, padding: tuple[int, int]) -> Tensor:
-    """``F.conv2d`` (stride 1, no dilation, one group) of a batch-last (C, H, W, B) tensor -> (O, Ho, Wo, B)."""
-    ph, pw = padding
-    if ph or pw:
-        h = F.pad(h, (0, 0, pw, pw, ph, ph))
-    O, _, kh, kw = weight.shape
-    _, H, W, B = h.shape
-    out = torch.addmm(bias[:, None], weight.reshape(O, -1), Im2col.apply(h, kh, kw))
-    return out.view(O, H - kh + 1, W - kw + 1, B)
+class _ParamGrads(torch.autograd.Function):
+    """:func:`backward` of one client (under ``vmap``: of every mapped client at once)."""
+
+    @staticmethod
+    def forward(model, names, feature_shape, dlogits, *tensors):
+        params = {k: t.unsqueeze(0) for k, t in zip(names, tensors)}
+        saved = [t.unsqueeze(0) for t in tensors[len(names) :]]
+        grads = backward(model, params, saved, dlogits.unsqueeze(0), feature_shape)
+        return tuple(grads[k][0] for k in names)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError(
+            "batched_cnn: the CNN's gradient is computed by hand and cannot be differentiated again; "
+            "use Net(..., gemm=False) for second derivatives"
+        )
+
+    @staticmethod
+    def vmap(info, in_dims, model, names, feature_shape, dlogits, *tensors):
+        n, k = info.batch_size, len(names)
+        mapped = [_leading(n, t, d) for t, d in zip(tensors, in_dims[4:])]
+        params = dict(zip(names, mapped[:k]))
+        grads = backward(model, params, mapped[k:], _leading(n, dlogits, in_dims[3]), feature_shape)
+        return tuple(grads[name] for name in names), (0,) * k
 
 
-def max_pool_relu(h: Tensor, size: int) -> Tensor:
-    """ReLU then ``size`` x ``size`` max-pool of a batch-last (C, H, W, B) tensor, computed as pool then ReLU."""
-    pooled = F.max_pool2d(h.permute(0, 3, 1, 2), size)  # (C, B, H, W) view in channels-last memory
-    return F.relu(pooled).permute(0, 2, 3, 1)
+def logits(model: ConvNet, params: Params, x: Tensor) -> Tensor:
+    """``functional_call(model, params, (x,))`` for one client, x (B, C, H, W) -> (B, n_classes); under ``vmap``
+    batched over the mapped clients, with ``grad`` / ``vjp`` to the parameters (not to ``x``)."""
+    return _Logits.apply(model, tuple(params), x, *params.values())[0]
 
 
 def supports(model: nn.Module) -> bool:
@@ -99,39 +303,38 @@ def supports(model: nn.Module) -> bool:
     ) and all(isinstance(f, nn.Linear) and f.bias is not None for f in fcs)
 
 
-#: Bytes of the largest im2col buffer of one vmapped chunk (:func:`chunk_clients`). glibc serves allocations up to
-#: its mmap threshold (at most 32 MiB) from its heap and reuses them step after step; a larger one is mapped and
-#: unmapped each time, and its first touch page-faults: at 50 clients x 20 images LeNet5's first columns are 58 MB,
-#: and the faults cost more than the convolutions (benchmarks/RESULTS.md). Below it, larger chunks were faster.
-CHUNK_BYTES = 24 * 2**20
+#: Bytes of the largest im2col buffer of one chunk of :func:`ce_grads`. Measured on the 2-core VM (LeNet5, 50
+#: clients x 20 images, 1 thread): 3-8 clients a chunk (4-9 MB of columns) ran the step fastest; at 25-50 clients
+#: the columns leave the caches between the forward and the backward, below 3 the per-op overhead dominates.
+CHUNK_BYTES = 6 * 2**20
+
+#: The same bound for the ``vmap`` path (:func:`logits`, the engine's ``Net.chunk_size``), where a chunk's
+#: forward outputs wait for its backward in the caller's code and the per-op overhead of the transforms is larger:
+#: glibc serves allocations up to its mmap threshold (at most 32 MiB) from its heap and reuses them; a larger one
+#: is mapped and unmapped each time, and its first touch page-faults.
+VMAP_CHUNK_BYTES = 24 * 2**20
 
 
-def chunk_clients(model: ConvNet, feature_shape: tuple[int, ...], rows: int) -> int:
-    """Clients per vmapped chunk so that the largest im2col buffer of a chunk, ``rows`` images per client, stays
-    within :data:`CHUNK_BYTES` (float32)."""
-    _, H, W = feature_shape
-    largest = 0
-    for name in model.conv_layers:
-        conv = getattr(model, name)
-        (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
-        H, W = H + 2 * ph - kh + 1, W + 2 * pw - kw + 1
-        largest = max(largest, conv.in_channels * kh * kw * H * W)
-        H, W = H // model.pool, W // model.pool
-    return max(1, CHUNK_BYTES // (4 * largest * rows))
+def chunk_clients(model: ConvNet, feature_shape: tuple[int, ...], rows: int, budget: int = CHUNK_BYTES) -> int:
+    """Clients per chunk so that the largest im2col buffer of a chunk, ``rows`` images per client, stays within
+    ``budget`` bytes (float32)."""
+    largest = max(C * k * Ho * Wo for (C, _, _, Ho, Wo, _, _), k in _kernel_areas(model, feature_shape))
+    return max(1, budget // (4 * largest * rows))
 
 
-def logits(model: ConvNet, params: Params, x: Tensor) -> Tensor:
-    """``functional_call(model, params, (x,))`` for one client, x (B, C, H, W) -> (B, n_classes)."""
-    h = x.permute(1, 2, 3, 0).contiguous()
-    for name in model.conv_layers:
-        conv = getattr(model, name)
-        h = conv2d(h, params[f"{name}.weight"], params[f"{name}.bias"], conv.padding)
-        h = max_pool_relu(h, model.pool)
-    h = h.reshape(-1, h.shape[-1])
-    *hidden, last = model.fc_layers
-    for name in hidden:
-        h = F.relu(torch.addmm(params[f"{name}.bias"][:, None], params[f"{name}.weight"], h))
-    return torch.addmm(params[f"{last}.bias"][:, None], params[f"{last}.weight"], h).T
+def _kernel_areas(model: ConvNet, feature_shape: tuple[int, ...]):
+    areas = [math.prod(getattr(model, n).kernel_size) for n in model.conv_layers]
+    return zip(geometry(model, feature_shape), areas)
 
 
-__all__ = ["CHUNK_BYTES", "Im2col", "chunk_clients", "conv2d", "logits", "max_pool_relu", "supports"]
+__all__ = [
+    "CHUNK_BYTES",
+    "Workspace",
+    "backward",
+    "ce_grads",
+    "chunk_clients",
+    "forward",
+    "geometry",
+    "logits",
+    "supports",
+]

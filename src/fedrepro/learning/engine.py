@@ -59,7 +59,11 @@ def ce_loss(net: Net, params: Params, x: Tensor, y: Tensor) -> Tensor:
 
 
 def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
-    """Per-client minibatch gradients of the cross-entropy and the losses: (grads (n, ...), losses (n,))."""
+    """Per-client minibatch gradients of the cross-entropy and the losses: (grads (n, ...), losses (n,)). A CNN
+    the batched formulation supports takes its hand-written gradient (:func:`batched_cnn.ce_grads`, chunks of
+    clients forward and backward together); everything else ``grad_and_value`` of :func:`ce_loss` per client."""
+    if net.gemm and net.vectorize:
+        return batched_cnn.ce_grads(net.model, params, x, y)
     return net.map(grad_and_value(lambda p, xb, yb: ce_loss(net, p, xb, yb)), params, x, y)
 
 
@@ -67,8 +71,11 @@ def client_sgd(
     net: Net, params: Params, x: Tensor, y: Tensor, lr: float | Tensor, weight_decay: float = 0.0
 ) -> tuple[Params, Tensor]:
     """One SGD step of every client on its minibatch: (parameters after the step, losses). The same arithmetic as
-    :func:`client_grads` then :func:`sgd`, with each client's update done inside the mapped step, while its
-    gradients are still in cache (an update of all stacked parameters afterwards reads them from memory again)."""
+    :func:`client_grads` then :func:`sgd`; on the ``vmap`` path each client's update is done inside the mapped
+    step, while its gradients are still in cache."""
+    if net.gemm and net.vectorize:
+        grads, losses = batched_cnn.ce_grads(net.model, params, x, y)
+        return sgd(params, grads, lr, weight_decay), losses
 
     def step(p: Params, xb: Tensor, yb: Tensor) -> tuple[Params, Tensor]:
         g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
@@ -260,7 +267,8 @@ def train(
     ``callback(info)`` after every round: round, iteration, train_loss of the round, and ``eval`` when evaluated.
     ``checkpoint``: save the loop every ``checkpoint.every`` rounds and resume from a matching checkpoint; a resumed
     run returns exactly what the uninterrupted run would (tested by killing one). ``chunk_size``: clients per
-    vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients`.
+    vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients` with
+    :data:`batched_cnn.VMAP_CHUNK_BYTES` (the hand-written cross-entropy gradient chunks by its own bound).
     ``gemm``: that formulation on or off (:class:`Net`; default: on CPU for the CNNs it supports).
     """
     device = torch.device(device)
@@ -286,7 +294,7 @@ def train(
         net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size, gemm=gemm)
         if chunk_size is None and vectorize and net.gemm:
             net.chunk_size = batched_cnn.chunk_clients(
-                net.model, data.feature_shape, batch_size * algorithm.batches_per_step
+                net.model, data.feature_shape, batch_size * algorithm.batches_per_step, batched_cnn.VMAP_CHUNK_BYTES
             )
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
