@@ -211,7 +211,7 @@ def test_net_switches_formulation(monkeypatch):
     calls = []
     for fn in ("logits", "ce_grads"):
         real = getattr(batched_cnn, fn)
-        monkeypatch.setattr(batched_cnn, fn, lambda *a, fn=fn, real=real: calls.append(fn) or real(*a))
+        monkeypatch.setattr(batched_cnn, fn, lambda *a, fn=fn, real=real, **kw: calls.append(fn) or real(*a, **kw))
     net = Net(small_cnn())
     params = net.replicate(2)
     x, y = torch.rand(2, 3, 1, 8, 8), torch.zeros(2, 3, dtype=torch.long)
@@ -277,7 +277,7 @@ def test_every_algorithm_batched_equals_loop_on_a_cnn(quadrants, name):
 
 @pytest.mark.parametrize("broken", ["logits", "ce_grads"])
 def test_batched_equals_loop_fails_when_the_formulations_differ(quadrants, monkeypatch, broken):
-    """The check above can fail: a formulation that drops the last bias (logits) or its gradient (ce_grads) is
+    """The check above can fail: a formulation that drops the last bias (logits) or its update (ce_grads) is
     caught, each on an algorithm that uses it."""
     if broken == "logits":
         real = batched_cnn.logits
@@ -290,10 +290,11 @@ def test_batched_equals_loop_fails_when_the_formulations_differ(quadrants, monke
     else:
         real = batched_cnn.ce_grads
 
-        def wrong(model, params, x, y, chunk=None):
-            grads, losses = real(model, params, x, y, chunk)
-            grads[f"{model.fc_layers[-1]}.bias"].zero_()
-            return grads, losses
+        def wrong(model, params, x, y, chunk=None, sgd=None):
+            out, losses = real(model, params, x, y, chunk, sgd)
+            bias = f"{model.fc_layers[-1]}.bias"
+            out[bias].copy_(params[bias])  # the last bias not trained
+            return out, losses
 
         monkeypatch.setattr(batched_cnn, "ce_grads", wrong)
         algorithm = FedAvg()

@@ -21,10 +21,9 @@ Layout: one client's activations are batch-last, (C, H, W, B); a batch of client
   the logits are the transpose, (K, B, n_classes).
 
 Two entry points share :func:`forward` and :func:`backward`:
-- :func:`ce_grads`: every client's cross-entropy gradient on its minibatch, in chunks of clients small enough for
-  the chunk's forward and backward to stay in cache (:data:`CHUNK_BYTES`), the large buffers reused from chunk to
-  chunk (:class:`Workspace`). The engine's ``client_grads`` / ``client_sgd`` (FedAvg, Local, Ditto, Per-FedAvg,
-  the DP baselines) take this path.
+- :func:`ce_grads`: every client's cross-entropy gradient on its minibatch (optionally the SGD step itself), in
+  chunks of clients (:data:`CHUNK_BYTES`), the large buffers reused from chunk to chunk (:class:`Workspace`). The
+  engine's ``client_grads`` / ``client_sgd`` (FedAvg, Local, Ditto, Per-FedAvg, the DP baselines) take this path.
 - :func:`logits`: one client's logits as an ``autograd.Function`` whose ``vmap`` rule runs :func:`forward` for
   all mapped clients at once and whose backward is a second Function, batched the same way, running
   :func:`backward`. Algorithms with their own losses (AdaPeD, pFedMe, QuPeD, FML) call it through ``Net.logits``
@@ -58,11 +57,10 @@ def _fresh(name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
 class Workspace:
     """Named buffers reused from chunk to chunk and step to step (a flat tensor per name, grown on demand).
 
-    Why: glibc returns freed memory at the top of its heap to the system once it exceeds its trim threshold, and a
-    chunk's im2col buffers are several MB, so without reuse every chunk page-faults its buffers in again (measured
-    on the 2-core VM: 166 -> 110 ms per 50-client LeNet5 step when glibc was told to keep its memory). A buffer is
-    only valid until the same name is asked for again: :func:`ce_grads` uses one per chunk, never for what it
-    returns."""
+    Why: a chunk's im2col buffers are several MB; allocated afresh, each is mapped and page-faulted in again
+    whenever the allocator has handed the memory back to the system (measured on the 2-core VM with glibc's
+    default settings: 166 -> 110 ms per 50-client LeNet5 step once the memory was kept). A buffer is only valid
+    until the same name is asked for again: :func:`ce_grads` uses one per chunk, never for what it returns."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, Tensor] = {}
@@ -181,26 +179,49 @@ def backward(
     return grads
 
 
-def ce_grads(model: ConvNet, params: Params, x: Tensor, y: Tensor, chunk: int | None = None) -> tuple[Params, Tensor]:
+def ce_grads(
+    model: ConvNet,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    chunk: int | None = None,
+    sgd: tuple[float, float] | None = None,
+) -> tuple[Params, Tensor]:
     """Every client's gradient of its minibatch's mean cross-entropy and the losses: x (K, B, ...), y (K, B) ->
     (grads name -> (K, *shape), losses (K,)), the same as ``vmap(grad_and_value(cross_entropy(module(x), y)))``.
     Clients are taken ``chunk`` at a time (default :func:`chunk_clients`), each chunk's forward and backward
-    together, so that its buffers stay in cache; the large ones are reused from chunk to chunk."""
+    together, so that its buffers stay in cache; the large ones are reused from chunk to chunk.
+
+    ``sgd=(lr, weight_decay)``: return the parameters after one SGD step instead of the gradients,
+    ``p - lr (g + weight_decay p)`` with the arithmetic of :func:`fedrepro.learning.net.sgd`, done chunk by chunk
+    while the chunk's gradients are in cache."""
     K, B = y.shape
-    chunk = chunk or chunk_clients(model, tuple(x.shape[2:]), B)
-    grads = {k: v.new_empty(v.shape) for k, v in params.items()}
+    feature_shape = tuple(x.shape[2:])
+    chunk = chunk or chunk_clients(model, feature_shape, B)
+    out = {k: v.new_empty(v.shape) for k, v in params.items()}
     losses = x.new_empty(K)
     ws = _workspace(x.device)
     for a in range(0, K, chunk):
         part = slice(a, a + chunk)
         p = {k: v[part] for k, v in params.items()}
+        n = len(next(iter(p.values())))
         logits, saved = forward(model, p, x[part], ws)
         log_q = torch.log_softmax(logits, -1)
         losses[part] = log_q.gather(-1, y[part, :, None]).mean((1, 2)).neg_()
         dlogits = log_q.exp_()
-        dlogits.scatter_add_(-1, y[part, :, None], dlogits.new_full((1, 1, 1), -1.0).expand(len(dlogits), B, 1))
-        backward(model, p, saved, dlogits.div_(B), tuple(x.shape[2:]), ws, {k: v[part] for k, v in grads.items()})
-    return grads, losses
+        dlogits.scatter_add_(-1, y[part, :, None], dlogits.new_full((1, 1, 1), -1.0).expand(n, B, 1))
+        if sgd is None:
+            backward(model, p, saved, dlogits.div_(B), feature_shape, ws, {k: v[part] for k, v in out.items()})
+            continue
+        g = {k: ws(f"grad.{k}", v.shape, v) for k, v in p.items()}
+        backward(model, p, saved, dlogits.div_(B), feature_shape, ws, g)
+        lr, weight_decay = sgd
+        step = torch._foreach_mul(list(p.values()), weight_decay)  # weight_decay p
+        torch._foreach_add_(step, list(g.values()))  # g + weight_decay p
+        torch._foreach_mul_(step, lr)
+        for (k, v), s in zip(p.items(), step):
+            torch.sub(v, s, out=out[k][part])
+    return out, losses
 
 
 _WORKSPACES: dict[torch.device, Workspace] = {}
@@ -303,23 +324,19 @@ def supports(model: nn.Module) -> bool:
     ) and all(isinstance(f, nn.Linear) and f.bias is not None for f in fcs)
 
 
-#: Bytes of the largest im2col buffer of one chunk of :func:`ce_grads`. Measured on the 2-core VM (LeNet5, 50
-#: clients x 20 images, 1 thread): 3-8 clients a chunk (4-9 MB of columns) ran the step fastest; at 25-50 clients
-#: the columns leave the caches between the forward and the backward, below 3 the per-op overhead dominates.
-CHUNK_BYTES = 6 * 2**20
-
-#: The same bound for the ``vmap`` path (:func:`logits`, the engine's ``Net.chunk_size``), where a chunk's
-#: forward outputs wait for its backward in the caller's code and the per-op overhead of the transforms is larger:
-#: glibc serves allocations up to its mmap threshold (at most 32 MiB) from its heap and reuses them; a larger one
-#: is mapped and unmapped each time, and its first touch page-faults.
-VMAP_CHUNK_BYTES = 24 * 2**20
+#: Bytes of the largest im2col buffer of one chunk of clients, per intra-op thread (:func:`ce_grads` and the
+#: engine's ``vmap`` chunks). Measured on the 2-core VM (LeNet5, 50 clients x 20 images, one fused SGD step, with
+#: :func:`fedrepro.learning.engine.keep_freed_memory`): at 1 thread 2 clients a chunk took 109 ms, 3-50 clients
+#: 89-100 ms (within the noise); at 2 threads 2 clients 93 ms, 5 clients 69 ms, 25-50 clients 49-62 ms, the
+#: larger products splitting better over the threads. The bound only caps memory at large K.
+CHUNK_BYTES = 24 * 2**20
 
 
-def chunk_clients(model: ConvNet, feature_shape: tuple[int, ...], rows: int, budget: int = CHUNK_BYTES) -> int:
+def chunk_clients(model: ConvNet, feature_shape: tuple[int, ...], rows: int) -> int:
     """Clients per chunk so that the largest im2col buffer of a chunk, ``rows`` images per client, stays within
-    ``budget`` bytes (float32)."""
+    :data:`CHUNK_BYTES` per thread (float32)."""
     largest = max(C * k * Ho * Wo for (C, _, _, Ho, Wo, _, _), k in _kernel_areas(model, feature_shape))
-    return max(1, budget // (4 * largest * rows))
+    return max(1, CHUNK_BYTES * torch.get_num_threads() // (4 * largest * rows))
 
 
 def _kernel_areas(model: ConvNet, feature_shape: tuple[int, ...]):

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import ctypes.util
+import functools
 import json
 import math
 from abc import ABC, abstractmethod
@@ -71,11 +74,13 @@ def client_sgd(
     net: Net, params: Params, x: Tensor, y: Tensor, lr: float | Tensor, weight_decay: float = 0.0
 ) -> tuple[Params, Tensor]:
     """One SGD step of every client on its minibatch: (parameters after the step, losses). The same arithmetic as
-    :func:`client_grads` then :func:`sgd`; on the ``vmap`` path each client's update is done inside the mapped
-    step, while its gradients are still in cache."""
+    :func:`client_grads` then :func:`sgd`, each client's update done while its gradients are still in cache
+    (inside the mapped step, or the chunk of :func:`batched_cnn.ce_grads`)."""
     if net.gemm and net.vectorize:
-        grads, losses = batched_cnn.ce_grads(net.model, params, x, y)
-        return sgd(params, grads, lr, weight_decay), losses
+        if isinstance(lr, Tensor):
+            grads, losses = batched_cnn.ce_grads(net.model, params, x, y)
+            return sgd(params, grads, lr, weight_decay), losses
+        return batched_cnn.ce_grads(net.model, params, x, y, sgd=(lr, weight_decay))
 
     def step(p: Params, xb: Tensor, yb: Tensor) -> tuple[Params, Tensor]:
         g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
@@ -210,6 +215,31 @@ def _deterministic(on: bool) -> Iterator[None]:
         torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
+#: glibc's mallopt parameters (malloc.h) and the values :func:`keep_freed_memory` sets
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_GLIBC_MALLOPT = {_M_TRIM_THRESHOLD: 1 << 30, _M_TOP_PAD: 64 << 20, _M_MMAP_THRESHOLD: 512 << 20}
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed memory for the next allocation instead of handing it back to the system (once per
+    process; False where the C library is not glibc).
+
+    Why: a training step allocates and frees the same few-MB buffers (im2col columns, activations, stacked
+    parameters) hundreds of times a round. By default glibc maps each one above its mmap threshold afresh and
+    trims its heap when more than the trim threshold is free, so the next step page-faults the same memory back
+    in. Serving allocations up to 512 MiB from the heap and trimming only beyond 1 GiB free removes that: measured
+    on the 2-core VM at 1 thread, an AdaPeD Table-2 round (50 clients, LeNet5) 4.5-5.9 -> 3.5-3.7 s
+    (benchmarks/RESULTS.md). The cost: the process keeps its peak heap (the peak a round reaches anyway) instead of
+    returning it between steps. Results do not depend on it."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(param, value) == 1 for param, value in _GLIBC_MALLOPT.items())
+
+
 def _template(model: nn.Module | Callable[[], nn.Module], seed: int, device: torch.device) -> nn.Module:
     if isinstance(model, nn.Module):
         return copy.deepcopy(model).to(device)
@@ -267,8 +297,7 @@ def train(
     ``callback(info)`` after every round: round, iteration, train_loss of the round, and ``eval`` when evaluated.
     ``checkpoint``: save the loop every ``checkpoint.every`` rounds and resume from a matching checkpoint; a resumed
     run returns exactly what the uninterrupted run would (tested by killing one). ``chunk_size``: clients per
-    vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients` with
-    :data:`batched_cnn.VMAP_CHUNK_BYTES` (the hand-written cross-entropy gradient chunks by its own bound).
+    vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients`.
     ``gemm``: that formulation on or off (:class:`Net`; default: on CPU for the CNNs it supports).
     """
     device = torch.device(device)
@@ -290,11 +319,13 @@ def train(
     generator = torch.Generator(device=device).manual_seed(int(rng_for("learning.noise", seed).integers(2**62)))
 
     history: list[dict] = []
+    if device.type == "cpu":
+        keep_freed_memory()
     with _deterministic(deterministic):
         net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size, gemm=gemm)
         if chunk_size is None and vectorize and net.gemm:
             net.chunk_size = batched_cnn.chunk_clients(
-                net.model, data.feature_shape, batch_size * algorithm.batches_per_step, batched_cnn.VMAP_CHUNK_BYTES
+                net.model, data.feature_shape, batch_size * algorithm.batches_per_step
             )
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
@@ -365,6 +396,7 @@ __all__ = [
     "client_grads",
     "client_sgd",
     "evaluate",
+    "keep_freed_memory",
     "loop_grads",
     "n_rounds",
     "resolve_device",

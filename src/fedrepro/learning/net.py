@@ -24,11 +24,12 @@ Params = dict[str, Tensor]
 class Net:
     """Functional, client-batched view of a template module (its own parameters are only the initialization).
 
-    ``gemm``: under ``vmap``, compute a :class:`~fedrepro.learning.models.ConvNet` in the im2col + matrix-product
-    formulation of :mod:`fedrepro.learning.batched_cnn` (the same function, faster on CPU than the grouped
-    convolutions ``vmap`` makes of ``F.conv2d``: benchmarks/RESULTS.md). Default (None): on CPU, for the models it
-    supports; the CUDA path keeps ``F.conv2d`` (cuDNN; the formulation is untimed on a GPU). The per-client loop
-    (``vectorize=False``) always runs the module's own forward: it is the reference."""
+    ``gemm``: under ``vmap``, compute a :class:`~fedrepro.learning.models.ConvNet` with the hand-written batched
+    forward and backward of :mod:`fedrepro.learning.batched_cnn` (the same function, faster on CPU than the grouped
+    convolutions ``vmap`` makes of ``F.conv2d``: benchmarks/RESULTS.md), and the engine's cross-entropy steps with
+    its fused chunked gradient. Default (None): on CPU, for the models it supports; the CUDA path keeps
+    ``F.conv2d`` (cuDNN; the formulation is untimed on a GPU). The per-client loop (``vectorize=False``) always
+    runs the module's own forward and autograd: it is the reference."""
 
     def __init__(
         self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None, gemm: bool | None = None
