@@ -7,10 +7,11 @@ Not a test. FedAvg, LeNet5, tau = 10 local steps per round, synthetic LeNet5-sha
 Each point is one child process (so that its peak RSS, VmHWM, is its own): one warm-up round, then timed rounds
 until ``--budget`` seconds (at least one). Sweeps: clients per round K at batch 20, and batch size B at K = 50.
 
-Memory: on CPU the engine runs the vmapped CNN step in chunks of clients whose im2col buffers stay within
-``batched_cnn.CHUNK_BYTES`` (``batched_cnn.chunk_clients``), so its activations do not grow with K; what grows with
-K is the per-client state (data, stacked parameters). ``--chunk N`` sets the chunk instead
-(``engine.train(chunk_size=N)``). The peak-RSS column shows how far that is from the machine's memory.
+Memory: on CPU the engine runs the CNN step in chunks of clients whose im2col buffers stay within
+``batched_cnn.CHUNK_BYTES`` per thread (``batched_cnn.chunk_clients``), so its activations do not grow with K; what
+grows with K is the per-client state (data, stacked parameters). ``--chunk N`` sets the ``vmap`` chunk of the
+algorithms that map their own step (``engine.train(chunk_size=N)``; FedAvg's fused cross-entropy step keeps its
+own bound). The peak-RSS column shows how far that is from the machine's memory.
 
     python benchmarks/cost_curves.py                             # K = 10 .. 1000, B = 5 .. 200 (~30 min)
     python benchmarks/cost_curves.py --clients 10 100 --batches 20 --budget 5

@@ -18,7 +18,15 @@ SETUP_PROPERTIES = {
     "threads": INT1,
     "device": {"enum": ["auto", "cpu", "cuda"]},  # auto: cuda when torch sees a GPU (paper-scale CNNs), else cpu
     "checkpoint_every": INT1,  # rounds between checkpoints of each training (kill-and-resume; default 10)
+    # batched (default): clients vmapped / the batched CNN; loop: the per-client reference loop of the same math in
+    # another float order (benchmarks/compare_runs.py: the yardstick for an engine change's rounding)
+    "engine": {"enum": ["batched", "loop"]},
 }
+
+
+def vectorize(p: dict) -> bool:
+    """engine.train's ``vectorize`` for ``params.engine``."""
+    return p.get("engine", "batched") == "batched"
 
 
 def training_setup(p: dict, ctx: RunContext):

@@ -127,6 +127,22 @@ def test_schema_rejects_unknown_algorithm_and_check(partition_dir):
         run(params(checks={"is_great": ["fedavg"]}), partition_dir)
 
 
+def test_engine_loop_is_the_reference_order(partition_dir, monkeypatch):
+    """params.engine: loop runs the per-client reference loop (vectorize=False): the same numbers up to float32
+    rounding on a short run; batched is the default; another value is refused naming the key."""
+    from fedrepro.learning import engine
+
+    seen = []
+    real = engine.train
+    monkeypatch.setattr(engine, "train", lambda *a, **kw: seen.append(kw["vectorize"]) or real(*a, **kw))
+    batched, loop = run(params(), partition_dir).metrics, run(params(engine="loop"), partition_dir).metrics
+    assert seen and not any(seen[len(seen) // 2 :]) and all(seen[: len(seen) // 2])
+    for method, acc in batched["acc"].items():
+        assert loop["acc"][method] == pytest.approx(acc, abs=1e-3)
+    with pytest.raises(ConfigError, match="engine"):
+        run(params(engine="gpu"), partition_dir)
+
+
 def test_psi_and_curve_checks_can_fail():
     from fedrepro.papers.adaped.experiments.fl_training import _check
 

@@ -36,7 +36,7 @@ from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.keys import eps_key
 from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.learning import algorithms
-from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
+from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
 from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
 from fedrepro.progress import RoundProgress
 
@@ -241,6 +241,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
         seed=seed,
         eval_every=p.get("eval_every", 10),
         device=data.device,
+        vectorize=vectorize(p),
     )
     rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
     priv = p.get("privacy") or {}

@@ -52,7 +52,7 @@ from fedrepro.aggregate import flatten
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import DELTA, INT0, INT1, NONNEG, POSITIVE, UNIT
-from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup
+from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
 CHECKS = ("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg")
@@ -235,6 +235,7 @@ def schedule_of(p: dict, ds, seed: int, device) -> tuple[dict, int, int]:
         seed=seed,
         eval_every=p.get("eval_every", p["rounds"]),
         device=device,
+        vectorize=vectorize(p),
     )
     return schedule, K, iters
 
