@@ -52,7 +52,13 @@ def main() -> None:
     head += " std over seeds |" if std else ""
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
+    changes, yardstick = [], []  # relative |difference| per metric, for the summary line
     for k in sorted(before):
+        moved = before[k] != after.get(k) or (ref and before[k] != ref.get(k))
+        if before[k] and moved:  # the metrics either float order moves (not the settings, which stay put)
+            changes.append(abs(after.get(k, float("nan")) - before[k]) / abs(before[k]))
+            if ref:
+                yardstick.append(abs(ref.get(k, float("nan")) - before[k]) / abs(before[k]))
         if not args.all and before[k] == after.get(k) and (not ref or before[k] == ref.get(k)):
             continue
         new = after.get(k, float("nan"))
@@ -62,6 +68,19 @@ def main() -> None:
         if std:
             row += f" {std.get(k, float('nan')):.3g} |"
         print(row)
+    print()
+    print(f"relative |after - before| over the {len(changes)} metrics that moved: {_spread(changes)}")
+    if ref:
+        print(f"relative |other float order - before|: {_spread(yardstick)}")
+
+
+def _spread(values: list[float]) -> str:
+    import statistics
+
+    finite = sorted(v for v in values if v == v)
+    if not finite:
+        return "none"
+    return f"median {statistics.median(finite):.2g}, max {finite[-1]:.2g}"
 
 
 if __name__ == "__main__":

@@ -191,7 +191,7 @@ def profile_round(
 
     kw = dict(batch_size=batch_size, tau=tau, device=device, gemm=gemm, stop_at_eval=True)
     train("fedavg", data, vectorize=True, rounds=1, **kw)
-    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:  # training only: it stops at the eval
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as prof:  # training only
         t = time.perf_counter()
         train("fedavg", data, vectorize=True, rounds=1, **kw)
         train_s = time.perf_counter() - t
@@ -201,6 +201,15 @@ def profile_round(
             continue
         rows.append({"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3, "gflop": e.flops / 1e9})
     rows.sort(key=lambda r: -r["self_ms"])
+    by_shape = []  # the matrix products one by one: which shapes hold the GEMM rate down
+    for e in prof.key_averages(group_by_input_shape=True):
+        if e.flops > 0 and e.self_cpu_time_total > 0:
+            ms = e.self_cpu_time_total / 1e3
+            by_shape.append(
+                {"op": e.key, "shapes": str(e.input_shapes), "calls": e.count, "self_ms": ms, "gflop": e.flops / 1e9}
+            )
+            by_shape[-1]["gflop_per_s"] = by_shape[-1]["gflop"] / (ms / 1e3)
+    by_shape.sort(key=lambda r: -r["self_ms"])
     total_ms = sum(r["self_ms"] for r in rows)
     gemm_ms = sum(r["self_ms"] for r in rows if r["gflop"] > 0)
     gflop = sum(r["gflop"] for r in rows)
@@ -216,6 +225,7 @@ def profile_round(
         "gemm_only_gflop_per_s": gflop / (gemm_ms / 1e3) if gemm_ms else None,
         "achieved_gflop_per_s": gflop / (total_ms / 1e3),
         "ops": rows[:top],
+        "gemm_by_shape": by_shape,
     }
 
 
@@ -229,6 +239,10 @@ def print_profile(p: dict) -> None:
     for r in p["ops"]:
         rate = f"{r['gflop_per_s']:8.1f}" if r["gflop_per_s"] else " " * 8
         print(f"  {r['op'][:42]:42s} {r['calls']:6d} {r['self_ms']:8.1f} {r['share']:6.1%} {r['gflop']:7.3f} {rate}")
+    print("  matrix products by shape:")
+    for r in p["gemm_by_shape"]:
+        rate = f"{r['self_ms']:8.1f} ms {r['gflop_per_s']:6.1f} GFLOP/s"
+        print(f"  {r['op']:12s} {r['shapes'][:70]:70s} {r['calls']:5d} {rate}")
 
 
 def main() -> None:
@@ -248,10 +262,13 @@ def main() -> None:
         help="the engine's im2col + matmul CNN formulation (auto: on CPU only)",
     )
     ap.add_argument("--profile", action="store_true", help="per-op profile of one batched FedAvg round")
+    ap.add_argument("--profile-only", action="store_true", help="the peak and the profile, no timed rounds")
     ap.add_argument("--quiet-load", type=float, default=0.5, help="wait for the 1-min load to fall below this")
     ap.add_argument("--wait", type=float, default=300.0, help="seconds to wait for it before each measurement")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "engine.json")
     args = ap.parse_args()
+    if args.profile_only:
+        args.repeat, args.profile, args.algorithms = 0, True, []
 
     wall0 = time.perf_counter()
     ds, source = S.load_data(S.N_CLIENTS, 1200, 200)
