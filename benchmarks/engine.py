@@ -203,7 +203,7 @@ def profile_round(
     rows.sort(key=lambda r: -r["self_ms"])
     by_shape = []  # the matrix products one by one: which shapes hold the GEMM rate down
     for e in prof.key_averages(group_by_input_shape=True):
-        if e.flops > 0 and e.self_cpu_time_total > 0:
+        if e.flops > 0 and e.self_cpu_time_total > 0 and ("mm" in e.key or "conv" in e.key):
             ms = e.self_cpu_time_total / 1e3
             by_shape.append(
                 {"op": e.key, "shapes": str(e.input_shapes), "calls": e.count, "self_ms": ms, "gflop": e.flops / 1e9}
