@@ -51,8 +51,19 @@ def clients(model: nn.Module, shape, k: int = 5, b: int = 4, seed: int = 0):
     }
     x = torch.randn(k, b, *shape, generator=g, dtype=torch.float64)
     x[:, :, :, : shape[1] // 3] = 0.0  # a flat region: bias-only outputs, ties in the pooling windows
-    y = torch.randint(0, model.fc_layers and getattr(model, model.fc_layers[-1]).out_features, (k, b), generator=g)
+    y = torch.randint(0, n_classes(model), (k, b), generator=g)
     return model, params, x, y
+
+
+def n_classes(model: nn.Module) -> int:
+    return getattr(model, model.fc_layers[-1]).out_features
+
+
+def pooling_ties(model: nn.Module, x: torch.Tensor) -> int:
+    """How many 2x2 windows of the first convolution's output (client 0) hold their maximum more than once."""
+    z = getattr(model, model.conv_layers[0])(x[0]).detach()
+    windows = z.unfold(2, 2, 2).unfold(3, 2, 2).flatten(-2)
+    return int(((windows == windows.amax(-1, keepdim=True)).sum(-1) > 1).sum())
 
 
 def module_logits_and_grads(model, params, x, dlogits):
@@ -63,7 +74,7 @@ def module_logits_and_grads(model, params, x, dlogits):
 
 def assert_forward_backward_equal_module(model, params, x, forward=None, backward=None):
     forward, backward = forward or batched_cnn.forward, backward or batched_cnn.backward
-    dlogits = torch.randn(*x.shape[:2], getattr(model, model.fc_layers[-1]).out_features, dtype=x.dtype)
+    dlogits = torch.randn(*x.shape[:2], n_classes(model), dtype=x.dtype)
     ref, ref_grads = module_logits_and_grads(model, params, x, dlogits)
     logits, saved = forward(model, params, x)
     grads = backward(model, params, saved, dlogits, tuple(x.shape[2:]))
@@ -79,7 +90,9 @@ def assert_forward_backward_equal_module(model, params, x, forward=None, backwar
 def test_forward_and_backward_equal_the_module(name):
     """Logits and every parameter's gradient equal the module's forward and autograd (float64), with ties."""
     factory, shape = MODELS[name]
-    assert_forward_backward_equal_module(*clients(factory(), shape)[:3])
+    model, params, x, _ = clients(factory(), shape)
+    assert pooling_ties(model, x) > 0  # the case where the pooling's gradient routing matters
+    assert_forward_backward_equal_module(model, params, x)
 
 
 def _rolled_pool_indices(model, params, saved, dlogits, feature_shape):
