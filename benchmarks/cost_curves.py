@@ -4,6 +4,10 @@ batch size. One command writes the figure ``benchmarks/cost_curves.png``, the ta
 
 Not a test. FedAvg, LeNet5, tau = 10 local steps per round, synthetic LeNet5-shaped data (uint8 28x28, 10 classes,
 ``--train-rows`` training images per client), every client sampled every round, 1 torch thread (``--threads``).
+``--model`` swaps LeNet5 for another registered CNN with its input shape (``MODEL_SHAPES``: the CIFAR CNNs on
+synthetic uint8 3x32x32 data) and ``--points KxB ...`` measures only the given settings instead of the two sweeps:
+printed, not written into RESULTS.md: how the CIFAR experiments' SLURM runtimes in config/adaped.yaml are
+measured.
 Each point is one child process (so that its peak RSS, VmHWM, is its own): one warm-up round, then timed rounds
 until ``--budget`` seconds (at least one). Sweeps: clients per round K at batch 20, and batch size B at K = 50.
 
@@ -15,6 +19,7 @@ own bound). The peak-RSS column shows how far that is from the machine's memory.
 
     python benchmarks/cost_curves.py                             # K = 10 .. 1000, B = 5 .. 200 (~30 min)
     python benchmarks/cost_curves.py --clients 10 100 --batches 20 --budget 5
+    python benchmarks/cost_curves.py --model cifar10_cnn --points 10x17 6x42 --out benchmarks/results/cost_cifar10.json
 """
 
 from __future__ import annotations
@@ -31,9 +36,15 @@ HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "RESULTS.md"
 BEGIN, END = "<!-- cost-curves:begin -->", "<!-- cost-curves:end -->"
 
+#: --model -> (feature shape of one synthetic uint8 image, classes): the shapes the experiments train them on
+MODEL_SHAPES = {"lenet5": ((28, 28), 10), "cifar10_cnn": ((3, 32, 32), 10), "cifar100_cnn": ((3, 32, 32), 100)}
 
-def one_point(clients: int, batch: int, path: str, train_rows: int, budget: float, chunk: int | None) -> dict:
-    """Runs in the child: time FedAvg rounds at (clients, batch) on ``path``; peak RSS of this process."""
+
+def one_point(
+    clients: int, batch: int, path: str, train_rows: int, budget: float, chunk: int | None, model: str = "lenet5"
+) -> dict:
+    """Runs in the child: time FedAvg rounds of ``model`` at (clients, batch) on ``path``; peak RSS of this
+    process."""
     import numpy as np
     import torch
 
@@ -43,15 +54,19 @@ def one_point(clients: int, batch: int, path: str, train_rows: int, budget: floa
     from fedrepro.learning import engine
     from fedrepro.learning.data import ClientData, from_arrays
     from fedrepro.learning.fedavg import FedAvg
-    from fedrepro.learning.models import LeNet5
+    from fedrepro.learning.models import build_model
 
     rng = np.random.default_rng(0)
+    shape, n_classes = MODEL_SHAPES[model]
+    in_channels, hw = (1, shape[0]) if len(shape) == 2 else shape[:2]
 
     def block(n):
-        return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n)
+        return rng.integers(0, 256, (n, *shape), dtype=np.uint8), rng.integers(0, n_classes, n)
 
     data = ClientData(
-        from_arrays([block(train_rows) for _ in range(clients)], [block(4) for _ in range(clients)], n_classes=10)
+        from_arrays(
+            [block(train_rows) for _ in range(clients)], [block(4) for _ in range(clients)], n_classes=n_classes
+        )
     )
     rss_data = peak_rss_mib()
     stamps: list[float] = []
@@ -69,7 +84,7 @@ def one_point(clients: int, batch: int, path: str, train_rows: int, budget: floa
         engine.train(
             FedAvg(),
             data,
-            LeNet5,
+            lambda: build_model(model, in_channels=in_channels, n_classes=n_classes, input_hw=hw),
             batch_size=batch,
             lr=0.05,
             tau=10,
@@ -109,6 +124,8 @@ def run_point(args, clients: int, batch: int, path: str) -> dict:
         str(max(args.train_rows, batch)),
         "--budget",
         str(args.budget),
+        "--model",
+        args.model,
     ]
     if args.chunk:
         cmd += ["--chunk", str(args.chunk)]
@@ -131,7 +148,7 @@ def run_point(args, clients: int, batch: int, path: str) -> dict:
     }
 
 
-def figure(points: list[dict], out: Path) -> None:
+def figure(points: list[dict], out: Path, model: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -168,7 +185,7 @@ def figure(points: list[dict], out: Path) -> None:
     ax.set_ylabel("peak RSS (GiB)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.suptitle("FedAvg, LeNet5, 1 thread: batched engine vs per-client loop", fontsize=10)
+    fig.suptitle(f"FedAvg, {model}, 1 thread: batched engine vs per-client loop", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 
@@ -178,8 +195,9 @@ def table(points: list[dict], meta: dict) -> str:
         BEGIN,
         "",
         f"`{meta['command']}` ({meta['date']}; {meta['cpu']}, {meta['threads']} thread(s), torch "
-        f"{meta['torch']}; machine memory {meta['mem_total_gib']:.1f} GiB). FedAvg, LeNet5, tau = 10, synthetic "
-        f"28x28 data, all K clients every round. Figure: `benchmarks/cost_curves.png`.",
+        f"{meta['torch']}; machine memory {meta['mem_total_gib']:.1f} GiB). FedAvg, {meta['model']}, tau = 10, "
+        f"synthetic {'x'.join(map(str, MODEL_SHAPES[meta['model']][0]))} data, all K clients every round."
+        + (f" Figure: `{meta['figure']}`." if meta["figure"] else ""),
         "",
         "| sweep | K | B | engine rounds/s | loop rounds/s | engine / loop | engine s per client-step "
         "| engine peak RSS (MiB) | loop peak RSS (MiB) | load (1 min) |",
@@ -227,6 +245,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=10.0, help="seconds of timed rounds per point (>= 1 round)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=None, help="engine.train(chunk_size=...)")
+    ap.add_argument("--model", default="lenet5", choices=sorted(MODEL_SHAPES))
+    ap.add_argument("--points", nargs="+", metavar="KxB", help="only these settings (e.g. 10x17), not the sweeps")
     ap.add_argument("--point", nargs=3, metavar=("K", "B", "PATH"), help=argparse.SUPPRESS)  # internal: one child
     ap.add_argument("--out", type=Path, default=HERE / "results" / "cost_curves.json")
     ap.add_argument("--figure", type=Path, default=HERE / "cost_curves.png")
@@ -237,14 +257,20 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
         k, b, path = args.point
-        print(json.dumps(one_point(int(k), int(b), path, args.train_rows, args.budget, args.chunk)))
+        print(json.dumps(one_point(int(k), int(b), path, args.train_rows, args.budget, args.chunk, args.model)))
         return
 
     sys.path.insert(0, str(HERE))
     from fl_setting import machine
 
     wall0 = time.perf_counter()
-    plan = [("clients", k, 20) for k in args.clients] + [("batch", 50, b) for b in args.batches]
+    if args.points:
+        try:
+            plan = [("point", k, b) for k, b in (map(int, kb.lower().split("x")) for kb in args.points)]
+        except ValueError:
+            ap.error(f"--points takes K x B settings such as 10x17, got {args.points}")
+    else:
+        plan = [("clients", k, 20) for k in args.clients] + [("batch", 50, b) for b in args.batches]
     points, done = [], {}  # (K, B, path) -> its measurement: K = 50, B = 20 lies on both sweeps, measured once
     for sweep, k, b in plan:
         for path in args.paths:
@@ -269,6 +295,8 @@ def main() -> None:
         "command": "python benchmarks/cost_curves.py " + " ".join(sys.argv[1:]),
         "mem_total_gib": mem,
         "threads": args.threads,
+        "model": args.model,
+        "figure": None if args.points else os.path.relpath(args.figure, HERE.parent),
     }
     out = {
         "benchmark": "cost curves: rounds/s and peak RSS vs clients per round and batch size",
@@ -278,10 +306,16 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    figure(points, args.figure)
-    if not args.no_results_md:
+    wrote = [args.out]
+    if not args.points:  # the figure draws the two sweeps
+        figure(points, args.figure, args.model)
+        wrote.append(args.figure)
+    if args.points:  # RESULTS.md's table holds the sweeps; these settings are printed
+        print(table(points, meta))
+    elif not args.no_results_md:
         write_table(table(points, meta))
-    print(f"wrote {args.out}, {args.figure}" + ("" if args.no_results_md else f", {RESULTS_MD}"))
+        wrote.append(RESULTS_MD)
+    print("wrote " + ", ".join(map(str, wrote)))
 
 
 if __name__ == "__main__":
