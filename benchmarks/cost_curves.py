@@ -37,7 +37,12 @@ RESULTS_MD = HERE / "RESULTS.md"
 BEGIN, END = "<!-- cost-curves:begin -->", "<!-- cost-curves:end -->"
 
 #: --model -> (feature shape of one synthetic uint8 image, classes): the shapes the experiments train them on
-MODEL_SHAPES = {"lenet5": ((28, 28), 10), "cifar10_cnn": ((3, 32, 32), 10), "cifar100_cnn": ((3, 32, 32), 100)}
+MODEL_SHAPES = {
+    "lenet5": ((28, 28), 10),
+    "cifar10_cnn": ((3, 32, 32), 10),
+    "cifar100_cnn": ((3, 32, 32), 100),
+    "fedhdp_cnn": ((28, 28), 62),
+}
 
 
 def one_point(
