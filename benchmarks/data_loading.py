@@ -31,18 +31,27 @@ from fedrepro.data.partition import partition
 HERE = Path(__file__).resolve().parent
 
 
-def peak_rss_mib() -> float:
-    """Peak resident set size of this process in MiB.
-
-    ``resource.getrusage(RUSAGE_SELF).ru_maxrss``, except on Linux, where a child process started by fork+exec
-    inherits its parent's ru_maxrss; there the address space's own high-water mark (VmHWM in /proc/self/status)
-    is used, which starts afresh at exec."""
+def vm_hwm_mib(pid: int | str = "self") -> float | None:
+    """A process's address-space high-water mark (VmHWM in /proc/<pid>/status) in MiB; None where there is none
+    to read (not Linux, or the process is gone)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
+    return None
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process in MiB.
+
+    ``resource.getrusage(RUSAGE_SELF).ru_maxrss``, except on Linux, where a child process started by fork+exec
+    inherits its parent's ru_maxrss; there the address space's own high-water mark (:func:`vm_hwm_mib`) is used,
+    which starts afresh at exec."""
+    hwm = vm_hwm_mib()
+    if hwm is not None:
+        return hwm
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return kib / (1024 * 1024) if sys.platform == "darwin" else kib / 1024
 

@@ -101,17 +101,6 @@ def ensure_partitions(names: list[str]) -> None:
             )
 
 
-def vm_hwm_mib(pid: int | str) -> float:
-    """VmHWM (the address space's peak RSS) of a process from /proc, in MiB; 0 where it cannot be read."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
     """One seed-0 paper-scale run in a child process: wall and CPU seconds, peak RSS, load before and after.
 
@@ -119,6 +108,8 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
     fork (the kernel carries the pre-exec address space's high-water mark over the exec), so a child below that
     floor reads as the floor. Then the child's own VmHWM, polled every 0.2 s while it runs, is used instead (it can
     miss growth in the last 0.2 s); ``peak_rss_source`` says which."""
+    from data_loading import vm_hwm_mib  # benchmarks/, this script's directory
+
     with tempfile.TemporaryDirectory(prefix="fedrepro-paper-scale-") as tmp:
         cmd = [
             sys.executable,
@@ -137,7 +128,7 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
         for k, v in overrides.items():
             cmd += ["--set", f"{k}={json.dumps(v)}"]
         load_before = os.getloadavg()
-        floor_mib, polled_mib = vm_hwm_mib("self"), 0.0
+        floor_mib, polled_mib = vm_hwm_mib() or 0.0, 0.0
         start = time.perf_counter()
         with open(Path(tmp) / "stderr.txt", "w+") as err:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
@@ -146,7 +137,7 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
                     break
-                polled_mib = max(polled_mib, vm_hwm_mib(proc.pid))
+                polled_mib = max(polled_mib, vm_hwm_mib(proc.pid) or 0.0)
                 if not timed_out and time.perf_counter() - start > limit:
                     proc.kill()
                     timed_out = True
