@@ -312,14 +312,14 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     wrote = [args.out]
-    if not args.points:  # the figure draws the two sweeps
+    if args.points:  # the figure and RESULTS.md's table hold the sweeps; these settings are printed
+        print(table(points, meta))
+    else:
         figure(points, args.figure, args.model)
         wrote.append(args.figure)
-    if args.points:  # RESULTS.md's table holds the sweeps; these settings are printed
-        print(table(points, meta))
-    elif not args.no_results_md:
-        write_table(table(points, meta))
-        wrote.append(RESULTS_MD)
+        if not args.no_results_md:
+            write_table(table(points, meta))
+            wrote.append(RESULTS_MD)
     print("wrote " + ", ".join(map(str, wrote)))
 
 
