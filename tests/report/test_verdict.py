@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from fedrepro.config import REPO_ROOT
 from fedrepro.report import verdict as v
 
 
@@ -57,3 +58,68 @@ def test_a_95_percent_interval_is_not_read_as_a_std():
     assert (
         judge(1.05, std=0.001, n=5, value=1.036, pm=0.01, reading="std", runs=1, floor=0.0005).outcome == v.REPRODUCED
     )
+
+
+# a printed single run (pm_reading single): one draw, judged against the spread of the rebuilt seeds
+def single(mean, std, n, value=80.0, floor=0.005, deterministic=False):
+    return judge(mean, std=std, n=n, value=value, reading=v.SINGLE, floor=floor, deterministic=deterministic)
+
+
+def test_a_single_printed_run_is_judged_by_the_prediction_interval_of_one_run():
+    """s = 1 over n = 5 seeds: one run lies within 1.96*sqrt(1 + 1/5) = 2.15 of the mean, the mean within 0.88."""
+    half = v.Z * 1.0 * math.sqrt(1 + 1 / 5)
+    inside = single(81.5, std=1.0, n=5)
+    assert inside.outcome == v.REPRODUCED and math.isclose(inside.tol, half) and math.isclose(inside.se_printed, 1.0)
+    assert "printed single run judged against the spread of the 5 rebuilt seeds (prediction interval ±2.15)" in (
+        inside.reading
+    )
+    assert single(82.3, std=1.0, n=5).outcome == v.DEVIATES  # 2.3 > 2.15
+    assert single(77.7, std=1.0, n=5).outcome == v.DEVIATES
+    # the reading matters: read as a value without ± (the se of the rebuilt mean only), the faithful draw deviates
+    assert judge(81.5, std=1.0, n=5, value=80.0).outcome == v.DEVIATES
+
+
+def test_a_single_printed_run_with_one_seed_is_inconclusive_however_far():
+    for mean in (80.0, 95.0):  # no spread: neither agreement nor a deviation can be told
+        j = single(mean, std=0.0, n=1)
+        assert j.outcome == v.INCONCLUSIVE and j.why.startswith("one seed: no spread to judge a single printed run")
+    # a deterministic experiment has no spread to measure: the printed rounding is the tolerance, as for any row
+    assert single(80.004, std=0.0, n=1, deterministic=True).outcome == v.REPRODUCED
+    assert single(80.006, std=0.0, n=1, deterministic=True).outcome == v.DEVIATES
+    assert single(80.006, std=0.0, n=3, deterministic=True).outcome == v.DEVIATES
+
+
+def test_a_single_printed_run_of_a_too_noisy_experiment_is_inconclusive():
+    """Printed 10: a verdict needs the prediction half-width within 10% of it (1.0)."""
+    # seed std 1: half-width 2.15 at n = 5, and never below 1.96 however many seeds
+    j = single(10.5, std=1.0, n=5, value=10.0)
+    assert j.outcome == v.INCONCLUSIVE and "too noisy" in j.why and "more seeds cannot resolve" in j.why
+    assert single(10.5, std=1.0, n=1000, value=10.0).outcome == v.INCONCLUSIVE
+    # seed std 0.48: 1.15 at n = 2 (more seeds would do), 0.99 at n = 10
+    j = single(10.5, std=0.48, n=2, value=10.0)
+    assert j.outcome == v.INCONCLUSIVE and j.why.endswith("run more seeds")
+    assert single(10.5, std=0.48, n=10, value=10.0).outcome == v.REPRODUCED
+    # a deviation is told however noisy: outside the prediction interval is outside
+    assert single(14.0, std=1.0, n=5, value=10.0).outcome == v.DEVIATES
+
+
+def test_the_single_reading_in_words():
+    se, words = v.printed_se(None, v.SINGLE, None, 2.0, 4)
+    assert se == 2.0 and f"(prediction interval ±{v.Z * 2.0 * math.sqrt(1.25):.3g})" in words
+    assert "no spread" in v.printed_se(None, v.SINGLE, None, 0.0, 1)[1]
+
+
+def test_the_readme_states_the_rule_of_the_code():
+    """README's "Statuses and the tolerance rule" paragraph and the report's RULE_TEXT give the same formulas."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("**Statuses and the tolerance rule**", 1)[1].split("\n\n", 1)[0]
+    paragraph = " ".join(paragraph.split())
+    for text in (paragraph, v.RULE_TEXT):
+        for formula in (
+            f"{v.Z}·√(se_printed² + se_rebuilt²)",
+            f"{v.RESOLUTION:.0%} of",
+            "printed single run, one draw without ±",
+            f"{v.Z}·s·√(1 + 1/n)",
+            f"max(floor, {v.RESOLUTION:.0%}",
+        ):
+            assert formula in text, formula

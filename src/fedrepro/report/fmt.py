@@ -55,7 +55,7 @@ def note_text(r: Result) -> str:
     if r.status == v.NOT_RUN and r.command and not r.waits_for:
         parts.append(f"run: `{r.command}`")
     parts += r.evidence
-    if r.reading and r.target.pm is not None:
+    if r.reading and r.target.pm_reading:  # a printed ±, or a printed single run, and how it was read
         parts.append(r.reading)
     if r.target.note:
         parts.append(r.target.note)

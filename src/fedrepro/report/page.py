@@ -42,10 +42,13 @@ def cell_text(r: Result) -> tuple[str, str]:
 
 
 def hover_text(r: Result) -> str:
-    """The cell's tooltip without script: status, and the tolerance it was judged with."""
+    """The cell's tooltip without script: status, the tolerance it was judged with and how the printed value was
+    read."""
     parts = [f"{r.target.id}: {r.status}"]
     if r.diff is not None:
         parts.append(f"diff {fmt_value(r.diff, r.target.value_text)}, tol {fmt_value(r.tol, r.target.value_text)}")
+    if r.reading and r.target.pm_reading:  # what the tolerance was built from: the printed ±, or a single run
+        parts.append(r.reading)
     return "; ".join(parts)
 
 

@@ -4,7 +4,9 @@ Columns
   id, artifact, table_row, table_col, setting, metric, unit   what is judged and where the paper prints it
   value, pm            the printed value and its printed ± (text, exactly as printed; empty for claims/figures)
   pm_reading           what the paper says its ± is: std (over `runs` runs), se, ci95 (a 95% interval), or unknown
-                       (the paper does not say); required when pm is given
+                       (the paper does not say); required when pm is given. Or single: the value is a printed single
+                       run (one draw of a random experiment, no ±, no runs), judged against the spread of the
+                       rebuilt seeds
   runs                 the number of runs behind the printed value, when the paper states it
   tolerance            absolute floor of the tolerance: half a unit of the last printed decimal of `value`
   experiment           PAPER.NAME of the experiment that rebuilds it
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedrepro.errors import ConfigError
+from fedrepro.report.verdict import PM_READINGS, SINGLE
 
 COLUMNS = [
     "id",
@@ -54,7 +57,6 @@ COLUMNS = [
     "note",
 ]
 ROW_TYPES = ("printed", "check", "consistency")
-PM_READINGS = ("std", "se", "ci95", "unknown")
 
 
 @dataclass(frozen=True)
@@ -154,14 +156,28 @@ def _parse(r: _Row, paper: str, experiments: Collection[str] | None) -> Target |
     tolerance = r.number("tolerance", minimum=0.0)
     runs = r.number("runs", minimum=1, integer=True)
     reading = r.text("pm_reading")
-    if pm is not None and reading not in PM_READINGS:
+    if reading == SINGLE:
+        for column in ("pm", "runs"):
+            if r.text(column):
+                r.bad(
+                    column,
+                    f"a printed single run (pm_reading {SINGLE}) is one draw with no ± and no run count: empty "
+                    f"{column}, or give the printed ± its reading ({', '.join(PM_READINGS)}) instead of {SINGLE}",
+                )
+        if value is None:
+            r.bad("value", f"pm_reading {SINGLE} (a printed single run) without a printed value")
+    elif pm is not None and reading not in PM_READINGS:
         r.bad(
             "pm_reading",
             f"the printed ± needs a reading, one of {', '.join(PM_READINGS)} (unknown when the "
             f"paper does not say what it is), got {reading!r}",
         )
-    if pm is None and reading:
-        r.bad("pm_reading", "given without a printed ± (pm)")
+    elif pm is None and reading:
+        r.bad(
+            "pm_reading",
+            f"{reading!r} given without a printed ± (pm): give pm, write {SINGLE} for a printed single run (one "
+            "draw, no ±), or leave it empty",
+        )
     if pm is not None and value is None:
         r.bad("pm", "a printed ± without a printed value")
     if value is None and not key.startswith("check:") and (row == "printed" or ci == "true"):

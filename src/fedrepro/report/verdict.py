@@ -23,7 +23,10 @@ Tolerance rule, for a printed value v (± p) and a rebuilt mean m over n seeds w
     se_printed = what the paper says its ± is (registry column pm_reading):
                  ci95 -> p / 1.96; se -> p; std over R runs (column runs) -> p / sqrt(R);
                  std with R unstated, or unknown -> p (the ± read as the printed mean's own standard error: the widest
-                 reading, said in the row); no ± -> 0
+                 reading, said in the row); no ± -> 0;
+                 single (a printed single run: one draw of the random experiment, no ±) -> s, the per-run spread
+                 of the rebuilt seeds, so that tol is the 95% prediction interval of one more run,
+                 Z * s * sqrt(1 + 1/n)
     tol        = max(floor, Z * sqrt(se_printed^2 + se_rebuilt^2)),   Z = 1.96 (two-sided 95%)
     deviates      if |m - v| > tol
     inconclusive  if |m - v| <= tol but the rebuild cannot resolve the value: Z * se_rebuilt > max(floor,
@@ -32,6 +35,14 @@ Tolerance rule, for a printed value v (± p) and a rebuilt mean m over n seeds w
 where floor is half a unit of the last printed digit (registry column tolerance) and RESOLUTION = 10 %: a verdict
 needs the rebuilt mean pinned down to 10 % of the printed value (or to the paper's own uncertainty or rounding, if
 wider), so a noisy rebuild can never pass by the width of its own noise.
+
+A printed single run is the same rule with the printed draw's uncertainty measured by our seeds, not stated by the
+paper: it is noise the rebuild must resolve, not an allowance the paper grants (with se_printed = s, Z * se_rebuilt
+never exceeds Z * se_printed, so the test above could not fire). Such a row is inconclusive when its prediction
+half-width Z * s * sqrt(1 + 1/n) exceeds max(floor, RESOLUTION * |v|) (the seed-to-seed spread is too wide to tell
+one draw from another; more seeds narrow it only towards Z * s), and, whatever the difference, with fewer than two
+seeds of a random experiment (no spread to judge it against). A deterministic experiment (s = 0) is judged by the
+floor, as any row.
 """
 
 from __future__ import annotations
@@ -41,6 +52,9 @@ from dataclasses import dataclass
 
 Z = 1.96
 RESOLUTION = 0.10
+# registry column pm_reading: what the printed ± is, or SINGLE, a printed single run (one draw, no ±)
+PM_READINGS = ("std", "se", "ci95", "unknown")
+SINGLE = "single"
 
 # printed rows
 REPRODUCED = "reproduced"
@@ -74,9 +88,20 @@ class Judgement:
     why: str = ""
 
 
-def printed_se(pm: float | None, reading: str, runs: int | None) -> tuple[float, str]:
+def printed_se(
+    pm: float | None, reading: str, runs: int | None, std: float | None = None, n: int = 0
+) -> tuple[float, str]:
     """The standard error of the printed value implied by its ± and what the paper says the ± is, and that reading
-    in words (shown in the report)."""
+    in words (shown in the report). A printed single run (``reading`` SINGLE) has no ±: its uncertainty is the
+    per-run spread ``std`` of the ``n`` rebuilt seeds."""
+    if reading == SINGLE:
+        s = std or 0.0
+        if n < 2:
+            return s, "printed single run: one rebuilt seed, no spread to judge it against"
+        return s, (
+            f"printed single run judged against the spread of the {n} rebuilt seeds (prediction interval "
+            f"±{Z * s * math.sqrt(1 + 1 / n):.3g})"
+        )
     if not pm:
         return 0.0, "no ± printed"
     if reading == "ci95":
@@ -103,12 +128,23 @@ def judge(
     n: int,
     deterministic: bool,
 ) -> Judgement:
-    """The tolerance rule of this module's docstring."""
+    """The tolerance rule of this module's docstring. ``std``: the sample std of the n rebuilt seeds."""
     floor = floor or 0.0
-    se_p, words = printed_se(pm, reading, runs)
+    se_p, words = printed_se(pm, reading, runs, std, n)
     se_r = (std or 0.0) / math.sqrt(n) if n > 0 else math.inf
     diff = mean - value
     tol = max(floor, Z * math.sqrt(se_p**2 + se_r**2))
+    single = reading == SINGLE
+    if single and not deterministic and n < 2:  # the tolerance would be the floor alone: no verdict either way
+        return Judgement(
+            INCONCLUSIVE,
+            diff,
+            tol,
+            se_p,
+            se_r,
+            words,
+            "one seed: no spread to judge a single printed run against; run the paper scale's seeds",
+        )
     if abs(diff) > tol:
         return Judgement(DEVIATES, diff, tol, se_p, se_r, words)
     if not deterministic and n < 2:
@@ -121,8 +157,16 @@ def judge(
             words,
             "one seed of a random experiment: no standard error; run the paper scale's seeds",
         )
-    resolvable = max(floor, Z * se_p, RESOLUTION * abs(value))
-    if Z * se_r > resolvable:
+    # the noise the rebuild must pin down, against what the paper's own uncertainty or rounding allows; a single
+    # printed run's uncertainty is measured by our seeds (se_p = s), so it is noise to resolve, not an allowance
+    noise = Z * math.sqrt(se_p**2 + se_r**2) if single else Z * se_r
+    resolvable = max(floor, RESOLUTION * abs(value)) if single else max(floor, Z * se_p, RESOLUTION * abs(value))
+    if noise > resolvable:
+        what = "prediction half-width of one run" if single else "95% half-width"
+        if not single or Z * se_p <= resolvable:
+            todo = "run more seeds"
+        else:  # Z * s alone is too wide: the experiment's spread, not the number of seeds, is what is too noisy
+            todo = f"more seeds cannot resolve one printed run (the seeds' spread alone gives {Z * se_p:.3g})"
         return Judgement(
             INCONCLUSIVE,
             diff,
@@ -130,8 +174,7 @@ def judge(
             se_p,
             se_r,
             words,
-            f"rebuild too noisy to judge: its 95% half-width {Z * se_r:.3g} (n = {n}) exceeds "
-            f"{resolvable:.3g}; run more seeds",
+            f"rebuild too noisy to judge: its {what} {noise:.3g} (n = {n}) exceeds {resolvable:.3g}; {todo}",
         )
     return Judgement(REPRODUCED, diff, tol, se_p, se_r, words)
 
@@ -141,8 +184,10 @@ RULE_TEXT = (
     f"nothing fitted to it: |rebuilt mean − printed| ≤ tol = max(floor, {Z}·√(se_printed² + se_rebuilt²)), where "
     f"se_rebuilt = std/√n is the standard error over the n seeds run, se_printed comes from the printed ± as the paper "
     f"states it (95% interval → ±/{Z}; std over R runs → ±/√R; unknown → ± itself, the widest reading, named in the "
-    f"row) and floor is half a unit of the last printed digit. Outside tol it *deviates*; inside tol but with "
-    f"{Z}·se_rebuilt above max(floor, {Z}·se_printed, {RESOLUTION:.0%} of the printed value), or with one seed "
+    f"row; a printed single run, one draw without ± → the std s of the rebuilt seeds, so tol is the prediction "
+    f"interval {Z}·s·√(1 + 1/n), inconclusive when that exceeds max(floor, {RESOLUTION:.0%} of the printed value) "
+    f"or with one seed) and floor is half a unit of the last printed digit. Outside tol it *deviates*; inside tol but "
+    f"with {Z}·se_rebuilt above max(floor, {Z}·se_printed, {RESOLUTION:.0%} of the printed value), or with one seed "
     "of a random experiment, it is *inconclusive*. A value fitted to printed rows (a calibration) makes those rows "
     "*fitted* (no verdict) and the rows it enters *reproduced after calibration*. Rows rebuilt only at quick scale are "
     "*not comparable*: value shown, no verdict. Sentences are judged by named pass/fail checks, in every seed. "
