@@ -44,7 +44,10 @@ def pack(obj: Any) -> Any:
     if isinstance(obj, torch.Generator):
         return {"__generator__": obj.get_state()}
     if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
+        t = obj.detach()
+        # torch.save writes a tensor's whole storage: a view is copied out first; a tensor that fills its storage is
+        # saved as it is (FedHDP's Ditto models are ~1 GB per method: the copy took ~0.8 s of each ~4 s save)
+        return t if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.clone()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         cls = type(obj)
         return {

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from fedrepro.learning.engine import client_grads
-from fedrepro.learning.net import Net, Params, expand, put, sgd, stack, take
+from fedrepro.learning.engine import client_sgd
+from fedrepro.learning.net import Net, Params, expand, put, stack, take
 
 
 @dataclass
@@ -35,7 +35,9 @@ class DittoState:
     trained: Tensor  # (n_clients,) bool: v_j has taken at least one personal step
     anchor: Params | None = None  # the global model received this round
     active: Tensor | None = None  # (K,) bool: which selected clients personalize this round
-    lams: list[Tensor] = field(default_factory=list)  # per set, (K,) lambda of each selected client
+    lams: list[Tensor] = field(default_factory=list)  # per set, (n_active,) lambda of each active client
+    working: list[Params] = field(default_factory=list)  # per set, the active clients' v_j during the round
+    working_idx: Tensor | None = None  # the client ids of ``working``'s rows
 
 
 class Ditto:
@@ -91,31 +93,31 @@ class Ditto:
                 is_p,
                 torch.tensor(lp, dtype=dtype, device=selected.device),
                 torch.tensor(lnp, dtype=dtype, device=selected.device),
-            )
+            )[st.active]
             for lp, lnp in self.pairs
         ]
+        # the active clients' personal models, gathered once for the round's local steps, scattered back at its end
+        idx = selected[st.active]
+        st.working = [take(v, idx) for v in st.personal] if len(idx) else []
+        st.working_idx = idx
 
     def step(self, st: DittoState, net: Net, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> None:
         """One personal step of every active selected client, for every lambda set, on the minibatch (x, y)."""
-        idx = selected[st.active]
-        if not len(idx):
+        if not st.working:
             return
-        xa, ya = x[st.active], y[st.active]
+        xa, ya = (x, y) if bool(st.active.all()) else (x[st.active], y[st.active])
         lr_p = self.lr_scale * lr
-        for v_all, lam in zip(st.personal, st.lams):
-            v = take(v_all, idx)
-            grads, _ = client_grads(net, v, xa, ya)
-            lam_a = lam[st.active]
-            new = {}
-            for k, p in v.items():
-                shape = (-1, *([1] * (p.dim() - 1)))
-                g = grads[k] + lam_a.reshape(shape) * (p - st.anchor[k]) + self.weight_decay * p
-                new[k] = p - lr_p * g
-            put(v_all, idx, new)
-        st.trained[idx] = True
+        st.working = [
+            client_sgd(net, v, xa, ya, lr_p, self.weight_decay, prox=(lam, st.anchor), inplace=True)[0]
+            for v, lam in zip(st.working, st.lams)
+        ]
 
     def finish_round(self, st: DittoState) -> None:
-        st.anchor, st.active, st.lams = None, None, []
+        if st.working:
+            for v_all, v in zip(st.personal, st.working):
+                put(v_all, st.working_idx, v)
+            st.trained[st.working_idx] = True
+        st.anchor, st.active, st.lams, st.working, st.working_idx = None, None, [], [], None
 
     def deployed(self, st: DittoState, global_params: Params, which: int = 0) -> Params:
         """Personal models of set ``which`` (the global model for clients never trained), stacked over clients."""
@@ -134,8 +136,7 @@ class DittoAlgorithmMixin:
     ``self.state`` and a state with ``net``, ``local``, ``global_params``, ``n_clients`` and ``ditto``."""
 
     def local_step(self, state, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
-        grads, losses = client_grads(state.net, state.local, x, y)
-        state.local = sgd(state.local, grads, lr, self.weight_decay)
+        state.local, losses = client_sgd(state.net, state.local, x, y, lr, self.weight_decay, inplace=True)
         if state.ditto is not None:
             self.ditto.step(state.ditto, state.net, x, y, selected, lr)
         return losses

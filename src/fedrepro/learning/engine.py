@@ -47,7 +47,7 @@ from torch.func import functional_call, grad_and_value
 from torch.nn import functional as F
 
 from fedrepro.data.fedformat import FederatedDataset
-from fedrepro.learning import batched_cnn
+from fedrepro.learning import batched_cnn, batched_mlp
 from fedrepro.learning.checkpoint import Checkpointer, pack, restore
 from fedrepro.learning.data import ClientData
 from fedrepro.learning.net import Net, Params, sgd
@@ -62,31 +62,68 @@ def ce_loss(net: Net, params: Params, x: Tensor, y: Tensor) -> Tensor:
 
 
 def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
-    """Per-client minibatch gradients of the cross-entropy and the losses: (grads (n, ...), losses (n,)). A CNN
-    the batched formulation supports takes its hand-written gradient (:func:`batched_cnn.ce_grads`, chunks of
-    clients forward and backward together); everything else ``grad_and_value`` of :func:`ce_loss` per client."""
-    if net.gemm and net.vectorize:
-        return batched_cnn.ce_grads(net.model, params, x, y)
+    """Per-client minibatch gradients of the cross-entropy and the losses: (grads (n, ...), losses (n,)). A model
+    with a client-batched formulation (:attr:`Net.formulation`: the CNNs of :mod:`batched_cnn`, the MLPs of
+    :mod:`batched_mlp`) takes its hand-written gradient; everything else ``grad_and_value`` of :func:`ce_loss` per
+    client."""
+    if net.formulation is not None and net.vectorize:
+        return net.formulation.ce_grads(net.model, params, x, y)
     return net.map(grad_and_value(lambda p, xb, yb: ce_loss(net, p, xb, yb)), params, x, y)
 
 
 def client_sgd(
-    net: Net, params: Params, x: Tensor, y: Tensor, lr: float | Tensor, weight_decay: float = 0.0
+    net: Net,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    lr: float | Tensor,
+    weight_decay: float = 0.0,
+    prox: tuple[Tensor, Params] | None = None,
+    inplace: bool = False,
 ) -> tuple[Params, Tensor]:
     """One SGD step of every client on its minibatch: (parameters after the step, losses). The same arithmetic as
     :func:`client_grads` then :func:`sgd`, each client's update done while its gradients are still in cache
-    (inside the mapped step, or the chunk of :func:`batched_cnn.ce_grads`)."""
-    if net.gemm and net.vectorize:
-        if isinstance(lr, Tensor):
-            grads, losses = batched_cnn.ce_grads(net.model, params, x, y)
-            return sgd(params, grads, lr, weight_decay), losses
+    (inside the mapped step, or the formulation's fused step). ``prox=(lam (n,), anchor)`` adds the proximal term
+    lam_i (p - anchor) of Ditto's personal step to client i's gradient (anchor: one parameter set, no client
+    axis). ``inplace``: the caller owns ``params`` and drops them for the result, which may then be written into
+    them (the MLP formulation does; elsewhere the result is new tensors)."""
+    if net.formulation is batched_mlp and net.vectorize and not isinstance(lr, Tensor):
+        return batched_mlp.ce_grads(net.model, params, x, y, sgd=(lr, weight_decay), prox=prox, inplace=inplace)
+    if net.formulation is batched_cnn and net.vectorize and prox is None and not isinstance(lr, Tensor):
         return batched_cnn.ce_grads(net.model, params, x, y, sgd=(lr, weight_decay))
+    if net.formulation is not None and net.vectorize:
+        grads, losses = net.formulation.ce_grads(net.model, params, x, y)
+        return _step(params, grads, lr, weight_decay, prox), losses
 
-    def step(p: Params, xb: Tensor, yb: Tensor) -> tuple[Params, Tensor]:
+    if prox is None:
+
+        def step(p: Params, xb: Tensor, yb: Tensor) -> tuple[Params, Tensor]:
+            g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
+            return sgd(p, g, lr, weight_decay), loss
+
+        return net.map(step, params, x, y)
+    lam, anchor = prox
+
+    def prox_step(p: Params, xb: Tensor, yb: Tensor, lam_i: Tensor) -> tuple[Params, Tensor]:
         g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
-        return sgd(p, g, lr, weight_decay), loss
+        return _step(p, g, lr, weight_decay, (lam_i, anchor)), loss
 
-    return net.map(step, params, x, y)
+    return net.map(prox_step, params, x, y, lam)
+
+
+def _step(
+    params: Params, grads: Params, lr: float | Tensor, weight_decay: float, prox: tuple[Tensor, Params] | None
+) -> Params:
+    """p - lr (g + lam (p - anchor)) - lr weight_decay p: :func:`sgd` with Ditto's proximal term (lam per client of
+    the stacked ``params``, or a scalar for one client's)."""
+    if prox is None:
+        return sgd(params, grads, lr, weight_decay)
+    lam, anchor = prox
+    out = {}
+    for k, p in params.items():
+        lam_k = lam.reshape(-1, *([1] * (p.dim() - 1))) if lam.dim() else lam
+        out[k] = p - lr * (grads[k] + lam_k * (p - anchor[k]) + weight_decay * p)
+    return out
 
 
 def loop_grads(model: nn.Module, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
@@ -323,7 +360,7 @@ def train(
         keep_freed_memory()
     with _deterministic(deterministic):
         net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size, gemm=gemm)
-        if chunk_size is None and vectorize and net.gemm:
+        if chunk_size is None and vectorize and net.formulation is batched_cnn:
             net.chunk_size = batched_cnn.chunk_clients(
                 net.model, data.feature_shape, batch_size * algorithm.batches_per_step
             )

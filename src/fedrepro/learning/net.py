@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from fedrepro.learning import batched_cnn
+from fedrepro.learning import batched_cnn, batched_mlp
 
 Params = dict[str, Tensor]
 
@@ -24,12 +24,14 @@ Params = dict[str, Tensor]
 class Net:
     """Functional, client-batched view of a template module (its own parameters are only the initialization).
 
-    ``gemm``: under ``vmap``, compute a :class:`~fedrepro.learning.models.ConvNet` with the hand-written batched
-    forward and backward of :mod:`fedrepro.learning.batched_cnn` (the same function, faster on CPU than the grouped
-    convolutions ``vmap`` makes of ``F.conv2d``: benchmarks/RESULTS.md), and the engine's cross-entropy steps with
-    its fused chunked gradient. Default (None): on CPU, for the models it supports; the CUDA path keeps
-    ``F.conv2d`` (cuDNN; the formulation is untimed on a GPU). The per-client loop (``vectorize=False``) always
-    runs the module's own forward and autograd: it is the reference."""
+    ``gemm``: compute the model with its hand-written client-batched formulation (:data:`FORMULATIONS`): a
+    :class:`~fedrepro.learning.models.ConvNet` by :mod:`fedrepro.learning.batched_cnn` (forward and backward as
+    batched matrix products, faster on CPU than the grouped convolutions ``vmap`` makes of ``F.conv2d``), an
+    :class:`~fedrepro.learning.models.MLP` by :mod:`fedrepro.learning.batched_mlp`; the engine's cross-entropy
+    steps then take the formulation's fused gradient (benchmarks/RESULTS.md). Default (None): on CPU, for the
+    models one supports; the CUDA path keeps the module's own ops (cuDNN; the formulations are untimed on a GPU).
+    The per-client loop (``vectorize=False``) always runs the module's own forward and autograd: it is the
+    reference."""
 
     def __init__(
         self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None, gemm: bool | None = None
@@ -37,11 +39,16 @@ class Net:
         self.model = model
         self.vectorize = vectorize
         self.chunk_size = chunk_size
+        formulation = next((f for f in FORMULATIONS if f.supports(model)), None)
         if gemm is None:
-            gemm = batched_cnn.supports(model) and all(p.device.type == "cpu" for p in model.parameters())
-        elif gemm and not batched_cnn.supports(model):
-            raise ValueError(f"gemm=True: {type(model).__name__} is not a ConvNet the batched formulation supports")
+            gemm = formulation is not None and all(p.device.type == "cpu" for p in model.parameters())
+        elif gemm and formulation is None:
+            raise ValueError(
+                f"gemm=True: {type(model).__name__} is not a model a batched formulation supports "
+                "(a ConvNet or an MLP with biases)"
+            )
         self.gemm = gemm
+        self.formulation = formulation if gemm else None
 
     def params(self) -> Params:
         """A detached copy of the template's parameters (one client, no client axis)."""
@@ -53,8 +60,8 @@ class Net:
 
     def logits(self, params: Params, x: Tensor) -> Tensor:
         """Forward of one client: params without client axis, x (B, *feature_shape) -> (B, n_classes)."""
-        if self.gemm and self.vectorize:
-            return batched_cnn.logits(self.model, params, x)
+        if self.formulation is not None and self.vectorize:
+            return self.formulation.logits(self.model, params, x)
         return functional_call(self.model, params, (x,))
 
     def map(self, fn: Callable, *args: Any) -> Any:
@@ -65,6 +72,10 @@ class Net:
         outs = [fn(*tree_map(lambda a, i=i: a[i], args)) for i in range(leaves[0].shape[0])]
         flat, spec = zip(*(tree_flatten(o) for o in outs))
         return tree_unflatten([torch.stack(col) for col in zip(*flat)], spec[0])
+
+
+#: the hand-written client-batched formulations, each with ``supports(model)``, ``logits`` and ``ce_grads``
+FORMULATIONS = (batched_cnn, batched_mlp)
 
 
 def stack(params: Params, n: int) -> Params:
