@@ -403,7 +403,7 @@ def test_checksum_messages_name_where_the_file_came_from(pinned_mirror):
     f = dataclasses.replace(ds.files[0], sha256="0" * 64)
     for origin, names in {
         "download https://example.org/returns.csv": ["https://example.org/returns.csv", f"downloaded to {mirrored}"],
-        "written by debian-package": ["written by debian-package", "installed package"],
+        "written by debian-package": ["written by debian-package", "local provider"],
         f"mirror {mirrored}": [f"the mirror file {mirrored}"],
         "": [f"{mirrored} (in the data dir)"],
     }.items():

