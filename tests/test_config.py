@@ -1,6 +1,7 @@
 """Config validation: every mistake is reported with the key that caused it."""
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -25,6 +26,27 @@ def test_run_scale_per_mode():
     assert [run_scale(no_quick, m) for m in ("default", "quick", "paper")] == ["paper", "paper", "paper"]
     with pytest.raises(ConfigError, match="scale: 'huge'"):
         run_scale(cheap, "huge")
+
+
+def test_default_scales_override_an_experiments_default_scale():
+    """`default_scales` (PAPER.NAME -> quick | paper) moves one experiment under scale: default, nothing else, and
+    the other modes still decide for every experiment; a key naming no paper, no experiment or no scale is refused."""
+    from fedrepro.config import experiment_scale
+
+    cfg = load_global(overrides={"default_scales": {"fedhdp.noniid_mnist": "paper", "fedhdp.fig1": "quick"}})
+    assert experiment_scale(cfg, "fedhdp", "noniid_mnist") == "paper"
+    assert experiment_scale(cfg, "fedhdp", "skewed_mnist") == "quick"
+    assert experiment_scale(cfg, "fedhdp", "fig1") == "quick"
+    assert experiment_scale(load_global(), "fedhdp", "fig1") == "paper"
+    assert experiment_scale(cfg, "fedhdp", "noniid_mnist", "quick") == "quick"
+    assert resolve_experiment(cfg, "fedhdp.noniid_mnist").params["rounds"] == 500
+    for bad, words in (
+        ({"nope.x": "paper"}, "default_scales: no paper 'nope'"),
+        ({"fedhdp.x": "big"}, "default_scales.fedhdp.x"),
+        ({"fedhdp.nope": "paper"}, "no experiment 'nope'"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            experiment_scale(load_global(overrides={"default_scales": bad}), "fedhdp", "fig1")
 
 
 @pytest.mark.parametrize(

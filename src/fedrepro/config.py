@@ -130,6 +130,12 @@ def validate_global(cfg: Mapping, source: str = "config") -> dict:
     """The validated global config; ``only_papers`` (when set) narrows ``papers`` and ``targets`` to those papers."""
     validate(cfg, load_schema("config.schema.yaml"), source=source)
     cfg = dict(cfg)
+    unknown = sorted({k.split(".", 1)[0] for k in cfg.get("default_scales") or {}} - set(cfg["papers"]))
+    if unknown:
+        raise ConfigError(
+            f"{source}: default_scales: no paper {', '.join(map(repr, unknown))} "
+            f"(configured: {', '.join(sorted(cfg['papers']))}); keys are PAPER.NAME"
+        )
     only = cfg.pop("only_papers", None)
     if only:
         unknown = [p for p in only if p not in cfg["papers"]]
@@ -189,6 +195,16 @@ def load_paper(cfg: Mapping, paper: str) -> dict:
     for name, fig in (doc.get("figures") or {}).items():
         if fig["experiment"] not in doc["experiments"]:
             raise ConfigError(f"{path}: figures.{name}.experiment: unknown experiment {fig['experiment']!r}")
+    for exp_id, scale in (cfg.get("default_scales") or {}).items():
+        owner, name = exp_id.split(".", 1)
+        if owner != paper:
+            continue
+        if name not in doc["experiments"]:
+            raise ConfigError(
+                f"config: default_scales.{exp_id}: {path} has no experiment {name!r} "
+                f"(known: {', '.join(sorted(doc['experiments']))})"
+            )
+        doc["experiments"][name]["default_scale"] = scale  # the command line's choice over the file's
     return doc
 
 

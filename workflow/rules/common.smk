@@ -53,7 +53,9 @@ def P(pattern, /, **fields):
 # does not rerun finished experiments. The CLI merges dicts into config/config.yaml, so only_papers names the
 # papers this invocation builds.
 _CLI_SETTINGS = {
-    k: CFG[k] for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir") if k in CFG
+    k: CFG[k]
+    for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir", "default_scales")
+    if k in CFG
 }
 _CLI_SETTINGS["only_papers"] = list(CFG["papers"])
 os.environ["FEDREPRO_WORKFLOW_CONFIG"] = json.dumps(_CLI_SETTINGS)
