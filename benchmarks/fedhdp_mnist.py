@@ -1,0 +1,124 @@
+"""Seconds per round of FedHDP's non-IID MNIST protocol (Aldaghri et al., Table 3 top / Table 8) on the engine's
+paths, in one run: where a paper-scale seed's time goes and what each lever of the engine buys.
+
+Not a test. One round = the training of one method for one round at paper scale: K = 100 of the 2,000 clients of
+``results/data/mnist_fedhdp_noniid`` (build it first: ``python -m fedrepro data partition mnist_fedhdp_noniid --out
+results/data/mnist_fedhdp_noniid``), 50 local steps of batch 20 of the 784-50-10 network for the global-model copy
+and for each of Ditto's 3 lambda sets, then the server's aggregation (FedHDP with r = 0.01, adaptive clipping,
+noise). A paper-scale seed is 8 methods x 500 such rounds plus 10 evaluations.
+
+Paths (``--paths``):
+  vmap       the per-client step under ``torch.vmap`` (``gemm=False``: the engine before the MLP formulation)
+  stepwise   the batched MLP formulation, every step over all 100 clients (no chunking)
+  chunk<N>   the formulation, each period run N clients at a time through all of its steps (the default engine
+             picks N from ``fedrepro.learning.ditto.ROUND_CHUNK_BYTES``)
+
+``--jobs 2`` times the same path in two processes at once, one thread each, as the workflow runs two seeds on two
+cores (the cores then share memory bandwidth and the last-level cache); ``--jobs 1`` alone on the machine. Each
+measurement: one warm-up round, then ``--rounds`` timed rounds; the load average before and after is recorded.
+
+    python benchmarks/fedhdp_mnist.py                                  # every path, 1 and 2 jobs
+    python benchmarks/fedhdp_mnist.py --paths stepwise chunk4 --jobs 2 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PARTITION = ROOT / "results" / "data" / "mnist_fedhdp_noniid"
+
+
+def one(path: str, rounds: int, threads: int) -> dict:
+    """Time ``rounds`` rounds of the protocol on ``path`` in this process (after one warm-up round)."""
+    import numpy as np
+    import torch
+
+    from fedrepro.data import fedformat
+    from fedrepro.learning import ditto, engine
+    from fedrepro.learning.data import ClientData
+    from fedrepro.learning.models import MLP
+    from fedrepro.papers.fedhdp.fedhdp import FedHDP
+
+    torch.set_num_threads(threads)
+    ds = fedformat.load(PARTITION)
+    data = ClientData(ds)
+    private = ~np.asarray(ds.client_meta("opt_out"), dtype=bool)
+    clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 5.0}
+    if path.startswith("chunk"):
+        ditto.ROUND_CHUNK_BYTES = int(path[5:]) * 4 * 4 * 39_760  # N clients x 4 models x 39,760 floats
+    elif path == "stepwise":
+        ditto.ROUND_CHUNK_BYTES = 1 << 40
+    times = []
+
+    def clock(info: dict) -> None:
+        times.append(time.perf_counter())
+
+    kw = dict(batch_size=20, lr=0.5, tau=50, clients_per_round=100, seed=0, eval_every=0, callback=clock)
+    algorithm = FedHDP(private=private, r=0.01, noise_multiplier=1.5, clip=clip, lams=[0.005, 0.05, 0.25])
+    load = os.getloadavg()[0]
+    # a warm-up round, the timed rounds, and a last one whose time would include the final evaluation
+    engine.train(algorithm, data, lambda: MLP(784, 10, (50,)), rounds=rounds + 2, gemm=path != "vmap", **kw)
+    per_round = np.diff(times)[:-1]
+    return {
+        "path": path,
+        "threads": threads,
+        "s_per_round": float(np.median(per_round)),
+        "rounds": [float(t) for t in per_round],
+        "load_before": load,
+        "load_after": os.getloadavg()[0],
+    }
+
+
+def measure(path: str, rounds: int, jobs: int) -> list[dict]:
+    """``jobs`` processes timing ``path`` at once, one thread each."""
+    cmd = [sys.executable, __file__, "--child", path, "--rounds", str(rounds)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(jobs)]
+    out = []
+    for p in procs:
+        stdout, _ = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"{path}: child failed with status {p.returncode}")
+        out.append(dict(json.loads(stdout.strip().splitlines()[-1]), jobs=jobs))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--paths", nargs="+", default=["vmap", "stepwise", "chunk2", "chunk4", "chunk10", "chunk25"])
+    ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "fedhdp_mnist.json")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(one(args.child, args.rounds, 1)))
+        return
+    if not (PARTITION / "manifest.json").is_file():
+        build = f"python -m fedrepro data partition {PARTITION.name} --out {PARTITION}"
+        raise SystemExit(f"{PARTITION} is missing: {build}")
+    results = []
+    for jobs in args.jobs:
+        for path in args.paths:
+            for r in measure(path, args.rounds, jobs):
+                results.append(r)
+                print(
+                    f"{path:9s} jobs={jobs}: {r['s_per_round']:6.2f} s per round "
+                    f"(rounds {', '.join(f'{t:.2f}' for t in r['rounds'])}; load {r['load_before']:.2f} -> "
+                    f"{r['load_after']:.2f})",
+                    flush=True,
+                )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
