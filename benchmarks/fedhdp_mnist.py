@@ -9,16 +9,17 @@ noise). A paper-scale seed is 8 methods x 500 such rounds plus 10 evaluations.
 
 Paths (``--paths``):
   vmap       the per-client step under ``torch.vmap`` (``gemm=False``: the engine before the MLP formulation)
-  stepwise   the batched MLP formulation, every step over all 100 clients (no chunking)
-  chunk<N>   the formulation, each period run N clients at a time through all of its steps (the default engine
-             picks N from ``fedrepro.learning.ditto.ROUND_CHUNK_BYTES``)
+  batched    the batched MLP formulation (``fedrepro.learning.batched_mlp``), every step over all 100 clients
 
-``--jobs 2`` times the same path in two processes at once, one thread each, as the workflow runs two seeds on two
-cores (the cores then share memory bandwidth and the last-level cache); ``--jobs 1`` alone on the machine. Each
+(Running each period a few clients at a time through all of its steps, to keep their models in cache, was measured
+with this script at commit b63bd12 and was slower at every chunk size: benchmarks/RESULTS.md.)
+
+``--jobs 2`` times the same path in two processes at once, as the workflow runs two seeds on two cores (the cores
+then share memory bandwidth and the last-level cache); ``--jobs 1`` alone on the machine; ``--threads`` per job. Each
 measurement: one warm-up round, then ``--rounds`` timed rounds; the load average before and after is recorded.
 
-    python benchmarks/fedhdp_mnist.py                                  # every path, 1 and 2 jobs
-    python benchmarks/fedhdp_mnist.py --paths stepwise chunk4 --jobs 2 --rounds 3
+    python benchmarks/fedhdp_mnist.py                                  # both paths, 1 and 2 jobs of 1 thread
+    python benchmarks/fedhdp_mnist.py --paths batched --jobs 1 --threads 2
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def one(path: str, rounds: int, threads: int) -> dict:
     import torch
 
     from fedrepro.data import fedformat
-    from fedrepro.learning import ditto, engine
+    from fedrepro.learning import engine
     from fedrepro.learning.data import ClientData
     from fedrepro.learning.models import MLP
     from fedrepro.papers.fedhdp.fedhdp import FedHDP
@@ -52,10 +53,6 @@ def one(path: str, rounds: int, threads: int) -> dict:
     data = ClientData(ds)
     private = ~np.asarray(ds.client_meta("opt_out"), dtype=bool)
     clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 5.0}
-    if path.startswith("chunk"):
-        ditto.ROUND_CHUNK_BYTES = int(path[5:]) * 4 * 4 * 39_760  # N clients x 4 models x 39,760 floats
-    elif path == "stepwise":
-        ditto.ROUND_CHUNK_BYTES = 1 << 40
     times = []
 
     def clock(info: dict) -> None:
@@ -77,9 +74,9 @@ def one(path: str, rounds: int, threads: int) -> dict:
     }
 
 
-def measure(path: str, rounds: int, jobs: int) -> list[dict]:
-    """``jobs`` processes timing ``path`` at once, one thread each."""
-    cmd = [sys.executable, __file__, "--child", path, "--rounds", str(rounds)]
+def measure(path: str, rounds: int, jobs: int, threads: int) -> list[dict]:
+    """``jobs`` processes timing ``path`` at once, ``threads`` threads each."""
+    cmd = [sys.executable, __file__, "--child", path, "--rounds", str(rounds), "--threads", str(threads)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(jobs)]
     out = []
     for p in procs:
@@ -92,14 +89,15 @@ def measure(path: str, rounds: int, jobs: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--paths", nargs="+", default=["vmap", "stepwise", "chunk2", "chunk4", "chunk10", "chunk25"])
+    ap.add_argument("--paths", nargs="+", default=["vmap", "batched"], choices=["vmap", "batched"])
     ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="threads of each job")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "fedhdp_mnist.json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.child, args.rounds, 1)))
+        print(json.dumps(one(args.child, args.rounds, args.threads)))
         return
     if not (PARTITION / "manifest.json").is_file():
         build = f"python -m fedrepro data partition {PARTITION.name} --out {PARTITION}"
@@ -107,10 +105,10 @@ def main() -> None:
     results = []
     for jobs in args.jobs:
         for path in args.paths:
-            for r in measure(path, args.rounds, jobs):
+            for r in measure(path, args.rounds, jobs, args.threads):
                 results.append(r)
                 print(
-                    f"{path:9s} jobs={jobs}: {r['s_per_round']:6.2f} s per round "
+                    f"{path:8s} jobs={jobs} threads={r['threads']}: {r['s_per_round']:6.2f} s per round "
                     f"(rounds {', '.join(f'{t:.2f}' for t in r['rounds'])}; load {r['load_before']:.2f} -> "
                     f"{r['load_after']:.2f})",
                     flush=True,

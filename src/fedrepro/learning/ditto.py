@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from fedrepro.learning.engine import client_sgd
-from fedrepro.learning.net import Net, Params, expand, put, stack, take, write_into
+from fedrepro.learning.net import Net, Params, expand, put, stack, take
 
 
 @dataclass
@@ -103,25 +103,14 @@ class Ditto:
 
     def step(self, st: DittoState, net: Net, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> None:
         """One personal step of every active selected client, for every lambda set, on the minibatch (x, y)."""
-        if st.working:
-            active = bool(st.active.all())
-            self.step_rows(st, net, x if active else x[st.active], y if active else y[st.active], lr, slice(None))
-
-    def rows_of(self, st: DittoState, a: int, b: int) -> tuple[slice, Tensor]:
-        """The working rows of the active clients among the selected positions [a, b) (contiguous: the working rows
-        follow the selected order), and which of those positions are active."""
-        before = int(st.active[:a].sum())
-        return slice(before, before + int(st.active[a:b].sum())), st.active[a:b]
-
-    def step_rows(self, st: DittoState, net: Net, x: Tensor, y: Tensor, lr: float, rows: slice) -> None:
-        """One personal step of the working ``rows`` (their minibatches x, y), for every lambda set, in place."""
-        if not st.working or rows.start == rows.stop:
+        if not st.working:
             return
+        xa, ya = (x, y) if bool(st.active.all()) else (x[st.active], y[st.active])
         lr_p = self.lr_scale * lr
-        for v, lam in zip(st.working, st.lams):
-            part = {k: t[rows] for k, t in v.items()}
-            new, _ = client_sgd(net, part, x, y, lr_p, self.weight_decay, prox=(lam[rows], st.anchor), inplace=True)
-            write_into(part, new)
+        st.working = [
+            client_sgd(net, v, xa, ya, lr_p, self.weight_decay, prox=(lam, st.anchor), inplace=True)[0]
+            for v, lam in zip(st.working, st.lams)
+        ]
 
     def finish_round(self, st: DittoState) -> None:
         if st.working:
@@ -140,48 +129,17 @@ class Ditto:
         return out
 
 
-#: Bytes of the models (the global copy and every personal set) of the chunk of clients a period runs at once: all
-#: of a chunk's local steps run while its models are in cache (:meth:`DittoAlgorithmMixin.local_round`). Measured on
-#: the 2-core VM (FedHDP non-IID MNIST, 784-50-10, 4 models of 159 KB per client, 100 clients, one thread, the other
-#: core running the same): benchmarks/RESULTS.md "FedHDP non-IID MNIST".
-ROUND_CHUNK_BYTES = 4 * 2**20
-
-
 class DittoAlgorithmMixin:
     """What the algorithms carrying Ditto personal models share (DP-FedAvg with adaptive clipping, HDP-FedAvg,
     FedHDP): the local SGD step of the global-model copies plus the personal step, the deployed models and the final
     models the experiment evaluates. Needs ``self.ditto`` (a :class:`Ditto` or None), ``self.weight_decay``,
-    ``self.state`` and a state with ``net``, ``local``, ``global_params``, ``n_clients`` and ``ditto``.
-
-    A period runs chunk by chunk of clients (:meth:`local_round`): a client's local steps, global copy and personal
-    models, depend on its own minibatches only, so running every step of a few clients before the next few gives the
-    same numbers, with their models in cache instead of streaming every client's through memory at each step."""
+    ``self.state`` and a state with ``net``, ``local``, ``global_params``, ``n_clients`` and ``ditto``."""
 
     def local_step(self, state, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
         state.local, losses = client_sgd(state.net, state.local, x, y, lr, self.weight_decay, inplace=True)
         if state.ditto is not None:
             self.ditto.step(state.ditto, state.net, x, y, selected, lr)
         return losses
-
-    def local_round(self, state, batches, selected: Tensor, lrs: list[float]) -> Tensor:
-        K = len(selected)
-        n_models = 1 + (len(state.ditto.working) if state.ditto is not None else 0)
-        per_client = n_models * sum(v[0].numel() * v.element_size() for v in state.local.values())
-        chunk = max(1, ROUND_CHUNK_BYTES // per_client)
-        losses = torch.empty(len(lrs), K, device=selected.device)
-        for a in range(0, K, chunk):
-            b = min(a + chunk, K)
-            local = {k: v[a:b] for k, v in state.local.items()}
-            rows, active = self.ditto.rows_of(state.ditto, a, b) if state.ditto is not None else (slice(0, 0), None)
-            everyone = active is None or bool(active.all())
-            for s, lr in enumerate(lrs):
-                x, y = batches.get(s, slice(a, b))
-                new, losses[s, a:b] = client_sgd(state.net, local, x, y, lr, self.weight_decay, inplace=True)
-                write_into(local, new)
-                if rows.start != rows.stop:
-                    xa, ya = (x, y) if everyone else (x[active], y[active])
-                    self.ditto.step_rows(state.ditto, state.net, xa, ya, lr, rows)
-        return losses.mean(1)
 
     def deployed_params(self, state, ctx=None) -> Params:
         if state.ditto is None:

@@ -151,24 +151,6 @@ class EvalContext:
     iters_per_epoch: int
 
 
-@dataclass(frozen=True)
-class RoundBatches:
-    """The minibatches of one synchronization period, drawn before it runs: ``rows`` (tau, K, rows per step) of
-    the selected clients' training rows, gathered step by step and chunk by chunk of clients (:meth:`get`). Drawn
-    in the order the steps would draw them, from the same stream, and nothing else reads it in between, so they
-    are the minibatches each step would have drawn when it ran."""
-
-    data: ClientData
-    rows: np.ndarray
-
-    def __len__(self) -> int:
-        return self.rows.shape[0]
-
-    def get(self, step: int, clients: slice | np.ndarray = slice(None)) -> tuple[Tensor, Tensor]:
-        """Step ``step``'s minibatch of the selected clients at positions ``clients``: x (n, B, ...), y (n, B)."""
-        return self.data.gather(self.rows[step, clients])
-
-
 class Algorithm(ABC):
     """A federated algorithm on the engine; ``selected`` is a LongTensor of client ids on the state's device.
 
@@ -193,15 +175,6 @@ class Algorithm(ABC):
     @abstractmethod
     def local_step(self, state: Any, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
         """One local iteration of every selected client on its minibatch; returns per-client training losses."""
-
-    def local_round(self, state: Any, batches: RoundBatches, selected: Tensor, lrs: list[float]) -> Tensor:
-        """The ``len(batches)`` local iterations of a period, step ``s`` at ``lrs[s]``; returns the mean training loss
-        over the selected clients of each step, (tau,). The default runs :meth:`local_step` step after step; an
-        algorithm whose clients' local steps are independent of each other may run them client chunk by client chunk
-        instead (every step of a few clients while their parameters are in cache: :class:`~fedrepro.learning.ditto.
-        DittoAlgorithmMixin`). Not called for ``steps_unsampled`` algorithms (their steps interleave with the
-        unsampled clients' draws)."""
-        return torch.stack([self.local_step(state, *batches.get(s), selected, lr).mean() for s, lr in enumerate(lrs)])
 
     def unsampled_step(self, state: Any, x: Tensor, y: Tensor, unselected: Tensor, lr: float) -> None:
         """One local iteration of the clients not selected in this period (only if ``steps_unsampled``)."""
@@ -407,22 +380,17 @@ def train(
             rest_np = np.setdiff1d(np.arange(m), sel_np) if algorithm.steps_unsampled else sel_np[:0]
             rest = torch.from_numpy(rest_np).to(device)
             algorithm.start_round(state, selected)
-            lrs = [lr * lr_decay ** ((t + s) // iters_per_epoch) for s in range(tau)]
-            if algorithm.steps_unsampled:
-                losses = []
-                for step_lr in lrs:
-                    x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
-                    losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
-                    if len(rest_np):
-                        xu, yu = data.sample(rest_np, rows_per_step, rng)
-                        algorithm.unsampled_step(state, xu, yu, rest, step_lr)
-                losses = torch.stack(losses)
-            else:
-                rows = np.stack([data.sample_rows(sel_np, rows_per_step, rng) for _ in lrs])
-                losses = algorithm.local_round(state, RoundBatches(data, rows), selected, lrs)
-            t += tau
+            losses = []
+            for _ in range(tau):
+                step_lr = lr * lr_decay ** (t // iters_per_epoch)
+                x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
+                losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
+                if len(rest_np):
+                    xu, yu = data.sample(rest_np, rows_per_step, rng)
+                    algorithm.unsampled_step(state, xu, yu, rest, step_lr)
+                t += 1
             algorithm.sync(state, selected)
-            round_loss = float(losses.sum())
+            round_loss = float(torch.stack(losses).sum())
             loss_sum, loss_n = loss_sum + round_loss, loss_n + tau
             info = {"round": r, "iteration": t, "train_loss": round_loss / tau}
             if r == rounds or (eval_every and r % eval_every == 0):
@@ -461,7 +429,6 @@ def train(
 __all__ = [
     "Algorithm",
     "EvalContext",
-    "RoundBatches",
     "ce_loss",
     "client_grads",
     "client_sgd",

@@ -98,14 +98,6 @@ def put(params: Params, idx: Tensor, values: Params) -> None:
         v[idx] = values[k]
 
 
-def write_into(dest: Params, values: Params) -> None:
-    """In place: ``dest[k][...] = values[k]``, skipping a tensor that already is ``dest[k]`` (an in-place step's
-    result); ``dest`` may be views into larger stacked parameters (a chunk of clients)."""
-    for k, v in dest.items():
-        if values[k] is not v:
-            v.copy_(values[k])
-
-
 def mean(params: Params) -> Params:
     """Average over the client axis (server aggregation (1/K) sum_i)."""
     return {k: v.mean(0) for k, v in params.items()}
