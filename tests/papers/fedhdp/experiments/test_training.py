@@ -250,3 +250,18 @@ def test_table6_layer_sizes():
         "layer9": 128,
         "layer10": 62,
     }
+
+
+def test_only_methods_trains_those_methods_alone(pdir):
+    """``only_methods``: the named methods train exactly as in the full run (the same data order and noise: each
+    method's training is seeded the same), the others are absent with their checks and differences; an unknown
+    name is refused."""
+    checks = {"beats_chance": ["nonprivate_ditto"], "acc_g_ge_dp_fedavg": ["fedhdp_r_0_1"]}
+    differences = {"derived.gap": ["lam0.005.fedhdp_r_0_1.acc_g", "lam0.005.dp_fedavg_ditto.acc_g"]}
+    full = run(params(checks=checks, differences=differences), pdir).metrics
+    part = run(params(checks=checks, differences=differences, only_methods=["fedhdp_r_0_1"]), pdir)
+    assert set(part.metrics["lam0.005"]) == {"fedhdp_r_0_1"}
+    assert part.metrics["lam0.005"]["fedhdp_r_0_1"] == full["lam0.005"]["fedhdp_r_0_1"]
+    assert "derived" in full and "derived" not in part.metrics and not part.checks
+    with pytest.raises(ConfigError, match="only_methods: unknown methods"):
+        run(params(only_methods=["fedhdp_r_9"]), pdir)

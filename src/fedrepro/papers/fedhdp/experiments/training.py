@@ -127,6 +127,9 @@ SCHEMA = {
         },
         "weight_decay": NONNEG,
         "eval_every": INT1,
+        # train only these methods (names of ``methods``): one method's rerun, a forensic reading of a few methods,
+        # or a table split into jobs; checks and differences that name another method are left out
+        "only_methods": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
     },
 }
 
@@ -151,6 +154,17 @@ def _validate(p: dict, ctx: RunContext) -> None:
         unknown = sorted(set(names) - set(p["methods"]))
         if unknown:
             raise ConfigError(f"{ctx.exp_id}: params.checks.{check}: unknown methods {unknown}")
+    unknown = sorted(set(p.get("only_methods") or ()) - set(p["methods"]))
+    if unknown:
+        raise ConfigError(
+            f"{ctx.exp_id}: params.only_methods: unknown methods {unknown} (known: {sorted(p['methods'])})"
+        )
+
+
+def trained(p: dict) -> dict:
+    """The methods this run trains: ``methods``, or those of them ``only_methods`` names, in ``methods``' order."""
+    only = p.get("only_methods")
+    return {k: v for k, v in p["methods"].items() if only is None or k in only}
 
 
 def opt_out_mask(ds, fraction: float, seed: int) -> tuple[np.ndarray, str]:
@@ -269,7 +283,7 @@ def train_methods(
     lams, m = list(p["lams"]), len(private)
     metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
     rows, per_method = [], {}
-    for name, spec in p["methods"].items():
+    for name, spec in trained(p).items():
         algo = build(spec, private, lams, noise.z_update, noise.clip, p.get("weight_decay", 0.0))
         ckpt = run_checkpointer(
             ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p.get("checkpoint_every", 10), ctx.clock
@@ -314,10 +328,13 @@ def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_
     }
 
 
-def add_differences(metrics: dict, differences: dict, exp_id: str) -> None:
-    """``differences`` (output key -> [a, b]): metrics a - b of two metric keys of this run, in place."""
+def add_differences(metrics: dict, differences: dict, exp_id: str, partial: bool = False) -> None:
+    """``differences`` (output key -> [a, b]): metrics a - b of two metric keys of this run, in place; ``partial``
+    (a run of some methods only): a difference of a method not trained is left out."""
     for out_key, (a, b) in differences.items():
         flat = flatten(metrics)
+        if partial and (a not in flat or b not in flat):
+            continue
         if a not in flat or b not in flat:
             raise ConfigError(
                 f"{exp_id}: params.differences.{out_key}: {a if a not in flat else b!r} is not a metric of this run"
@@ -330,9 +347,14 @@ def add_differences(metrics: dict, differences: dict, exp_id: str) -> None:
 
 
 def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[str, Check]:
+    """The configured checks over the trained methods (a check naming only methods this run did not train, or
+    comparing with a DP-FedAvg method it did not train, is left out)."""
     checks = {}
     dp_names = [n for n, spec in p["methods"].items() if spec["algorithm"] == "dp_fedavg"]
     for check, names in (p.get("checks") or {}).items():
+        names = [n for n in names if n in per_method]
+        if not names or (check == "acc_g_ge_dp_fedavg" and not set(dp_names) & set(per_method)):
+            continue
         if check == "acc_g_ge_dp_fedavg":
             if len(dp_names) != 1:
                 raise ConfigError(f"{exp_id}: params.checks.{check} needs exactly one dp_fedavg method")
@@ -403,7 +425,7 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
         n_params=n_params(model),
     )
     metrics["setting"] = setting_of(p, model, data.feature_shape, m, K, int(opt_out.sum()), n_classes, noise)
-    add_differences(metrics, p.get("differences") or {}, ctx.exp_id)
+    add_differences(metrics, p.get("differences") or {}, ctx.exp_id, partial="only_methods" in p)
     accountant = None
     if noise.epsilon is not None:
         eps = noise.epsilon
