@@ -14,6 +14,10 @@ Paths (``--paths``):
 (Running each period a few clients at a time through all of its steps, to keep their models in cache, was measured
 with this script at commit b63bd12 and was slower at every chunk size: benchmarks/RESULTS.md.)
 
+``--src DIR`` times another checkout's code on the same paths (the ``src`` directory of a worktree of an older
+commit: ``git worktree add /tmp/before 3a68e32`` then ``--src /tmp/before/src --paths vmap``): the before and after of
+an engine change in one run, on one machine.
+
 ``--jobs 2`` times the same path in two processes at once, as the workflow runs two seeds on two cores (the cores
 then share memory bandwidth and the last-level cache); ``--jobs 1`` alone on the machine; ``--threads`` per job. Each
 measurement: one warm-up round, then ``--rounds`` timed rounds; the load average before and after is recorded.
@@ -42,6 +46,7 @@ def one(path: str, rounds: int, threads: int) -> dict:
     import numpy as np
     import torch
 
+    import fedrepro
     from fedrepro.data import fedformat
     from fedrepro.learning import engine
     from fedrepro.learning.data import ClientData
@@ -71,19 +76,22 @@ def one(path: str, rounds: int, threads: int) -> dict:
         "rounds": [float(t) for t in per_round],
         "load_before": load,
         "load_after": os.getloadavg()[0],
+        "fedrepro": str(Path(fedrepro.__file__).parent),
     }
 
 
-def measure(path: str, rounds: int, jobs: int, threads: int) -> list[dict]:
-    """``jobs`` processes timing ``path`` at once, ``threads`` threads each."""
+def measure(path: str, rounds: int, jobs: int, threads: int, src: Path | None = None) -> list[dict]:
+    """``jobs`` processes timing ``path`` at once, ``threads`` threads each, on ``src``'s fedrepro (default: this
+    checkout's)."""
     cmd = [sys.executable, __file__, "--child", path, "--rounds", str(rounds), "--threads", str(threads)]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(jobs)]
+    env = dict(os.environ, PYTHONPATH=str(src)) if src else None
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) for _ in range(jobs)]
     out = []
     for p in procs:
         stdout, _ = p.communicate()
         if p.returncode != 0:
             raise SystemExit(f"{path}: child failed with status {p.returncode}")
-        out.append(dict(json.loads(stdout.strip().splitlines()[-1]), jobs=jobs))
+        out.append(dict(json.loads(stdout.strip().splitlines()[-1]), jobs=jobs, src=str(src or ROOT / "src")))
     return out
 
 
@@ -93,6 +101,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="threads of each job")
+    ap.add_argument("--src", type=Path, help="time this fedrepro source directory instead (an older commit's)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "fedhdp_mnist.json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -105,7 +114,7 @@ def main() -> None:
     results = []
     for jobs in args.jobs:
         for path in args.paths:
-            for r in measure(path, args.rounds, jobs, args.threads):
+            for r in measure(path, args.rounds, jobs, args.threads, args.src):
                 results.append(r)
                 print(
                     f"{path:8s} jobs={jobs} threads={r['threads']}: {r['s_per_round']:6.2f} s per round "
