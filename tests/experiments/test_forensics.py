@@ -166,6 +166,33 @@ def test_the_sweep_figure_draws_every_row(tmp_path):
     assert len(fig.axes) == 1 and fig.axes[0].get_title() == "Forensics: R1.ex"
 
 
+def test_a_sweep_of_many_rows_is_one_panel_a_row_per_line(tmp_path):
+    """77 rows as 77 panels made a 28,000-pixel-tall figure; past MAX_PANELS rows each row is a line of one panel,
+    its points at (rebuilt - printed) / tol."""
+    import matplotlib
+    import numpy as np
+    import pandas as pd
+
+    matplotlib.use("Agg")
+    from fedrepro.plots import get_plot
+    from fedrepro.plots.forensics import MAX_PANELS
+
+    h = sweep(tmp_path).history
+    many = pd.concat([h.assign(row=f"R{i}", rebuilt=h["rebuilt"] + i) for i in range(MAX_PANELS + 12)])
+    fig = get_plot("forensic_sweep")({"artifact": "Forensics"}, {}, [many])
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"R{i}" for i in range(MAX_PANELS + 12)]
+    assert fig.get_size_inches()[1] * 150 < 6000
+    last = many[many["row"] == f"R{MAX_PANELS + 11}"]
+    want = sorted(((last["rebuilt"] - last["printed"].astype(float)) / last["tol"].astype(float)).round(9))
+    got = sorted(
+        round(float(c.get_offsets()[0][0]), 9)
+        for c in ax.collections
+        if len(c.get_offsets()) and c.get_offsets()[0][1] == MAX_PANELS + 11
+    )
+    assert len(got) == len(last) > 0 and got == want and np.isfinite(got).all()
+
+
 def test_a_closest_reading_that_is_undecided_says_so():
     from fedrepro.experiments.forensics import conclusion
 

@@ -85,6 +85,37 @@ def test_figure_embedded_beside_its_claims_and_checks(report):
     assert 'href="#adaped.T3.ok"' not in fig  # a row of another artifact is not the figure's
 
 
+def test_figure_embedded_as_a_palette_png_of_the_same_picture(tmp_path):
+    """The page embeds figures smaller than matplotlib writes them, with the same picture: same size, every pixel
+    within a few levels (a broken reduction, e.g. a 2-colour palette or a resize, fails)."""
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
+
+    from fedrepro.report.page import data_uri
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    x = np.linspace(0, 1, 40)
+    for k in range(6):
+        ax.plot(x, np.sin(3 * k * x), marker="o", ms=3, label=f"k={k}")
+    ax.legend()
+    png = tmp_path / "fig.png"
+    fig.savefig(png, dpi=150)
+    plt.close(fig)
+    embedded = base64.b64decode(data_uri(png).removeprefix("data:image/png;base64,"))
+    assert len(embedded) < png.stat().st_size / 2
+    with Image.open(png) as a, Image.open(io.BytesIO(embedded)) as b:
+        assert a.size == b.size
+        diff = np.abs(np.asarray(a.convert("RGB"), dtype=int) - np.asarray(b.convert("RGB"), dtype=int))
+    assert np.percentile(diff, 99) <= 24 and diff.mean() < 2
+
+
 def test_paper_issues_and_headline(report):
     html = render_page(report)
     issues = html.split("Paper issues found (1)")[1].split("</ul>")[0]
