@@ -25,7 +25,7 @@ def summary(mean, std=0.0, n=5, checks=None, scale="paper", deterministic=False)
         "effective_scale": scale,
         "deterministic": deterministic,
         "seeds": list(range(n)),
-        "metrics": {"mse": {"mean": mean, "std": std, "se": std / math.sqrt(n), "n": n, "values": []}},
+        "metrics": {"mse": {"mean": mean, "std": std, "se": None if std is None else std / math.sqrt(n), "n": n}},
         "checks": checks or {},
     }
 
@@ -75,6 +75,28 @@ def test_check_rows_pass_or_fail_and_are_never_reproduced(cfg):
         ).status
         == v.SHOWN
     )
+
+
+@pytest.mark.parametrize("mean, std", [(math.nan, 0.0), (math.inf, 0.0), (10.0, math.inf), (None, None)])
+@pytest.mark.parametrize("row, scale", [("printed", "paper"), ("check", "paper"), ("printed", "quick")])
+def test_a_non_finite_or_undefined_mean_is_invalid_naming_the_summary(cfg, mean, std, row, scale):
+    """A NaN / inf mean (hand-edited or corrupted: the code writes null for them) or a metric undefined in every seed
+    (mean None, n 0) is never judged: not reproduced, not "not run", and not fitted by a calibration."""
+    cal = [Calibration("adaped.remark1", "x", ("X",), None, "...")]
+    for t in (target(row=row), target(row=row, value=None, value_text="", pm=None, pm_text="", pm_reading="")):
+        r = evaluate(cfg, t, scale, summary(mean, std, scale=scale), ENTRY, cal)
+        assert r.status == v.INVALID, (t.value, r.status)
+        assert f"remark1/{scale}/summary.json" in r.reason and "'mse'" in r.reason and "\n" not in r.reason
+
+
+def test_a_metric_missing_from_a_paper_scale_summary_is_invalid(cfg):
+    s = summary(10.0)
+    s["metrics"] = {}
+    r = evaluate(cfg, target(), "paper", s, ENTRY)
+    assert r.status == v.INVALID and "remark1/paper/summary.json" in r.reason and "missing" in r.reason
+    # a quick run may leave out some of the paper's settings: not run, as before (no verdict at quick scale)
+    s["effective_scale"] = "quick"
+    assert evaluate(cfg, target(), "quick", s, ENTRY).status == v.NOT_RUN
 
 
 def test_calibration(cfg):
@@ -171,7 +193,7 @@ def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
     )
     for good in (v.REPRODUCED, v.CALIBRATED, v.PASSES):
         assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, status=good)]))]) == 0
-    for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN):
+    for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN, v.INVALID):
         assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(row, id="X", status=status)]))]) == 1
     # a deviating row not flagged for CI does not fail the check when a forensic conclusion explains it ...
     explained = dict(row, id="D", status="deviates", ci="false", evidence="forensics adaped.f: no reading ...")
