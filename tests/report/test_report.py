@@ -163,6 +163,25 @@ def test_a_nan_seed_fails_the_aggregate_loudly():
     assert ok["metrics"]["a.b"]["n"] == 1
 
 
+@pytest.mark.parametrize("odd", ["abc", True, [1.0], "1.5"])
+def test_a_value_that_is_not_a_number_is_never_dropped_silently(odd):
+    """Where another seed has a number, a string, boolean or list stops the aggregate naming the file and the key."""
+    with pytest.raises(ResultError, match=r"^run1/metrics.json: metrics\.a\.b is .* not a number, where run0") as err:
+        summarize([_doc(0, 1.0), _doc(1, odd), _doc(2, 2.0)], ["run0/metrics.json", "run1/metrics.json", "run2"])
+    assert "\n" not in str(err.value)
+    # a key that is not a number in any seed is a description the kind records (e.g. the noise's source)
+    assert "a.b" not in summarize([_doc(0, "thm5"), _doc(1, "thm5")])["metrics"]
+
+
+def test_aggregate_lists_what_it_does_not_average(tmp_path, capsys):
+    from fedrepro.runio import write_json
+
+    for seed in (0, 1):
+        write_json(tmp_path / f"s{seed}" / "metrics.json", dict(_doc(seed, 1.0 + seed), undefined_ok=[]))
+    assert main(["aggregate", "--runs", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "x")]) == 0
+    assert "not averaged (not a number in any seed): flag" in capsys.readouterr().out
+
+
 def test_runs_of_different_experiments_or_scales_are_not_averaged():
     with pytest.raises(ResultError, match="scale"):
         summarize([_doc(0, 1.0), dict(_doc(1, 1.0), scale="quick")])

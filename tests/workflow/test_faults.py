@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import signal
@@ -229,6 +230,57 @@ def test_broken_history_and_replication_report_are_named(work, capsys):
     for text in ("garbage\n", csv.read_text().splitlines()[0] + "\nR1.ex,adaped\n"):
         csv.write_text(text)
         one_error(fedrepro_here(capsys, "ci-check", "--report", csv), csv)
+
+
+def _report_row(w: Path, row_id: str = "R1.ex") -> dict:
+    import csv
+
+    with open(w / "results" / "report" / "replication.csv", newline="", encoding="utf-8") as fh:
+        return next(r for r in csv.DictReader(fh) if r["id"] == row_id)
+
+
+NON_FINITE = {  # how the summary or the runs are spoiled -> what the row's reason says
+    "NaN mean": "not finite",
+    "inf mean": "not finite",
+    "NaN in every seed": "undefined",
+    "metric missing": "missing",
+}
+
+
+@pytest.mark.parametrize("how", NON_FINITE)
+def test_a_non_finite_rebuild_is_never_judged_and_fails_ci(work, how, capsys):
+    """The row (printed, ci=true, reproduced as built) turns invalid naming the summary; ci-check fails on it."""
+    w, cfg = work
+    summary = _runs(w) / "summary.json"
+    if how == "NaN in every seed":  # every seed's metric null: aggregates to mean None, n 0, without an error
+        for seed in (0, 1):
+            f = _runs(w) / f"seed{seed}" / "metrics.json"
+            f.write_text(json.dumps({**json.loads(f.read_text()), "metrics": {"ratio": None, "a": 0.5}}))
+        ok(fedrepro_here(capsys, "aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", summary))
+    else:
+        doc = json.loads(summary.read_text())
+        if how == "metric missing":
+            del doc["metrics"]["ratio"]
+        else:
+            doc["metrics"]["ratio"]["mean"] = math.nan if how == "NaN mean" else math.inf
+        summary.write_text(json.dumps(doc))  # Python writes NaN / Infinity, which json.loads reads back
+    assert _report_row(w)["status"] == "reproduced"
+    ok(fedrepro_here(capsys, "report", "--out-dir", w / "results" / "report", "--scale", "quick", "--config", cfg))
+    row = _report_row(w)
+    assert row["status"] == "invalid" and NON_FINITE[how] in row["reason"]
+    assert "adaped/remark1/paper/summary.json" in row["reason"]
+    r = fedrepro_here(capsys, "ci-check", "--report", w / "results" / "report" / "replication.csv")
+    assert r.returncode == 1 and "FAIL adaped.R1.ex" in r.stdout and "invalid" in r.stdout
+
+
+def test_a_metric_that_is_not_a_number_stops_aggregate_naming_file_and_key(work, capsys):
+    w, _ = work
+    bad = _runs(w) / "seed1" / "metrics.json"
+    bad.write_text(json.dumps({**json.loads(bad.read_text()), "metrics": {"ratio": "abc", "a": 0.5}}))
+    before = snapshot(w)
+    r = fedrepro("aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", _runs(w) / "summary.json")
+    assert "'abc', not a number" in one_error(r, bad, "metrics.ratio")
+    assert snapshot(w) == before
 
 
 PARTITION_DAMAGE = {  # id: (file, damage)
