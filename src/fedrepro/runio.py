@@ -242,7 +242,7 @@ def read_result_json(path: Path, schema: dict, what: str) -> dict:
         raise ResultError(f"{path}: {what} not found; run the workflow (`snakemake --cores 2`) to build it") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ResultError(f"{path}: not a valid {what} ({exc}); {REBUILD}") from None
-    validate(doc, schema, source=str(path), error=ResultError, fix=REBUILD)
+    validate(doc, schema, source=str(path), error=ResultError, fix=REBUILD, finite=False)
     return doc
 
 

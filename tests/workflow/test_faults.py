@@ -503,6 +503,9 @@ def test_cli_arguments_are_checked_before_any_work(work, capsys):
     one_error(here(*run, "--out", locked), "--out", locked, "cannot write")
     one_error(here("run", "adaped.nope", "--out", w / "x", "--config", cfg), "experiments.nope", "remark1")
     one_error(here("aggregate", "--runs", _runs(w) / "seed0", "--out", _runs(w)), "--out", "not a file")
+    for value in (".nan", ".inf", "-.inf", "1e999"):  # NaN/inf parameters used to run to "done" with null metrics
+        line = one_error(here(*run, "--set", f"sigma_x2={value}", "--out", w / "x"), "params.sigma_x2")
+        assert "not a finite number" in line
     assert snapshot(w) == before and not (w / "x").exists()
 
 
