@@ -106,11 +106,14 @@ def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
     from fedrepro.data.sources import dataset_files
     from fedrepro.experiments import RunContext, get_kind
+    from fedrepro.experiments.memory import check_memory
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale, parse_overrides(args.set))
+    kind = get_kind(exp.kind)
+    check_memory(exp.id, kind.memory, exp.params)  # sizes the machine cannot hold stop here, before any work
     out = _writable(args.out, "--out", is_dir=True)
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
@@ -120,7 +123,6 @@ def cmd_run(args) -> int:
     ctx = RunContext(
         exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt, clock=clock, config=cfg
     )
-    kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
     wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)

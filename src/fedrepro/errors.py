@@ -21,3 +21,8 @@ class ResultError(FedreproError):
 class PrivacyError(FedreproError):
     """A privacy-accounting parameter is out of range (delta, sampling rate, noise multiplier, steps, epsilon...);
     the message names the parameter and its value."""
+
+
+class ResourceError(FedreproError):
+    """The machine lacks what a job needs: memory for the arrays its parameters ask for (checked before the run), or
+    disk space to write a result; the message names the parameters or the path, the amount, and what to do."""
