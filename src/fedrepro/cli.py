@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from fedrepro.errors import FedreproError
+from fedrepro.errors import DISK_FULL, FedreproError, disk_full
 
 CHECKPOINT_DIR = ".checkpoints"
 
@@ -327,10 +327,24 @@ def main(argv: list[str] | None = None) -> int:
     except FedreproError as exc:
         print(f"fedrepro: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGINT from Snakemake): every result is written under a temporary name and renamed into place,
+        # so the files there are as they were or complete; a run's round checkpoints let the same command continue
+        print(
+            f"fedrepro: interrupted: `{args.command}` stopped before it finished; nothing was left half-written "
+            "(run the same command again to finish it)",
+            file=sys.stderr,
+        )
+        return 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
     except BrokenPipeError:
         # the reader went away: nothing left to say, and Python must not complain when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
+    except OSError as exc:  # a full disk where no writer named its file (atomic writes name theirs)
+        if exc.errno not in DISK_FULL:
+            raise
+        print(f"fedrepro: error: {disk_full(exc.filename or 'a file', exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

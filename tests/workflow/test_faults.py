@@ -9,6 +9,7 @@ seconds), the county-election experiment on the test fixture, and a partition of
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gzip
 import hashlib
 import io
@@ -533,7 +534,123 @@ def test_results_honour_the_umask(work, tmp_path):
     assert {oct(p.stat().st_mode & 0o777) for p in part.iterdir()} == {"0o640"}
 
 
+# ------------------------------------------------------------------------------------------------ disk full
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _fills_the_disk(write):
+    """A stand-in for a writer that writes some bytes and then finds the disk full (as a real one would)."""
+
+    def full(self, path, *a, **k):
+        Path(path).write_bytes(b"partial")
+        raise ENOSPC
+
+    return full
+
+
+def _temporaries(root: Path) -> list[str]:
+    return [p.name for p in root.rglob(".*") if ".tmp" in p.name]
+
+
+@pytest.mark.parametrize("command", ["run", "aggregate", "report"])
+def test_a_full_disk_ends_in_one_line_naming_the_file(work, command, capsys, monkeypatch, tmp_path):
+    """Each writer of the three commands finds the disk full mid-file: one line naming the file and "disk full", the
+    file that was there untouched, and no temporary file left."""
+    import pandas as pd
+
+    from fedrepro.report import build
+
+    w, cfg = work
+    run_out = tmp_path / "run"
+    if command == "run":
+        monkeypatch.setattr(pd.DataFrame, "to_parquet", _fills_the_disk(pd.DataFrame.to_parquet))
+        args, bad = ("run", "adaped.remark1", "--out", run_out, "--config", cfg), run_out / "history.parquet"
+    elif command == "aggregate":
+        monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: _fills_the_disk(None)(None, self))
+        bad = _runs(w) / "summary.json"
+        args = ("aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", bad)
+    else:
+        monkeypatch.setattr(build, "write_csv", lambda path, report: _fills_the_disk(None)(None, path))
+        bad = w / "results" / "report" / "replication.csv"
+        args = ("report", "--out-dir", bad.parent, "--config", cfg)
+    before = snapshot(w)
+    line = one_error(fedrepro_here(capsys, *args), bad, "disk full")
+    assert "No space left on device" in line
+    assert snapshot(w) == before and _temporaries(w) == [] and _temporaries(tmp_path) == []
+    assert not (run_out / "metrics.json").exists()
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path):
+    """A real, tiny filesystem (tmpfs, 128 KiB) with one page left: root only; skipped where mount is refused."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode().strip() or 'not root'})")
+    try:
+        with open(mnt / "filler", "wb") as fh:  # leave room for one small file only
+            fh.write(b"\0" * (128 * 1024 - 4096))
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_really_full_disk_ends_in_one_line(work, full_tmpfs):
+    """The same on a real full filesystem, for the three commands as processes."""
+    w, cfg = work
+    big = {"x" * 100: list(range(4000))}  # a summary too large for what is left
+    runs = _runs(w)
+    for seed in (0, 1):
+        f = runs / f"seed{seed}" / "metrics.json"
+        f.write_text(json.dumps({**json.loads(f.read_text()), "versions": big}))
+    out = full_tmpfs / "summary.json"
+    one_error(fedrepro("aggregate", "--runs", runs / "seed0", runs / "seed1", "--out", out), out, "disk full")
+    one_error(
+        fedrepro("report", "--out-dir", full_tmpfs / "report", "--config", cfg), full_tmpfs / "report", "disk full"
+    )
+    one_error(
+        fedrepro("run", "adaped.remark1", "--out", full_tmpfs / "run", "--config", cfg), full_tmpfs / "run", "disk full"
+    )
+    assert _temporaries(full_tmpfs) == [] and not (full_tmpfs / "run" / "metrics.json").exists()
+    assert sorted(p.name for p in full_tmpfs.iterdir() if p.is_file()) == ["filler"]
+
+
 # ----------------------------------------------------------------------------------------------- interruptions
+
+
+def test_ctrl_c_during_run_ends_in_one_line_with_status_130(tmp_path):
+    """SIGINT (what Ctrl-C sends) in the middle of a run: exit 130, one line on stderr, no traceback, no metrics."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fedrepro", "run", "ppsgd.fig1a_synthetic", "--scale", "quick"]
+    cmd += ["--set", "niter=100000", "--set", "n_users=20", "--out", str(out)]
+    env = {**os.environ, "FEDREPRO_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
+    env.pop("FEDREPRO_WORKFLOW_CONFIG", None)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("[fedrepro] ppsgd.fig1a_synthetic")  # the run has started
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-3000:]
+    assert "interrupted" in err and "`run`" in err
+    assert not (out / "metrics.json").exists() and _temporaries(tmp_path) == []
+
+
+def test_ctrl_c_while_a_result_is_written_leaves_nothing_half_written(work, capsys, monkeypatch, tmp_path):
+    import pandas as pd
+
+    def interrupted(self, path, *a, **k):
+        Path(path).write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    w, cfg = work
+    out = tmp_path / "run"
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", interrupted)
+    r = fedrepro_here(capsys, "run", "adaped.remark1", "--out", out, "--config", cfg)
+    assert r.returncode == 130 and r.stderr.count("\n") == 1 and "interrupted" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]  # written before; no history, no metrics
 
 
 @pytest.mark.slow
