@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
@@ -161,6 +162,37 @@ def test_interrupted_write_leaves_nothing_that_looks_complete(small, tmp_path, m
         write_patho(small, out)
     write_patho(small, out, overwrite=True)
     assert ff.is_complete(out) and [p.name for p in tmp_path.iterdir()] == ["ds"]
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import numpy as np
+from fedrepro.data import fedformat as ff
+from fedrepro.data.partition import partition
+rng = np.random.default_rng(0)
+y = rng.integers(0, 10, 300)
+p = partition("pathological", y, None, seed=0, n_clients=5, classes_per_client=3)
+ff._write_index = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # killed after features.npy, before the manifest
+ff.write(sys.argv[1], p, rng.integers(0, 256, (300, 8, 8), dtype=np.uint8), y)
+"""
+
+
+def test_a_killed_writers_temporary_directory_is_removed_by_the_next_write(small, tmp_path):
+    """kill -9 leaves a hidden temporary directory no cleanup could remove; the next write of the same target
+    removes it (and those of earlier code, without a process id), but never one of a writer still running."""
+    out = tmp_path / "ds"
+    r = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(out)], capture_output=True)
+    assert r.returncode == -9
+    (left,) = tmp_path.iterdir()
+    assert left.name.startswith(".ds.tmp-") and left.name.split("-")[1].isdigit()  # the writer's process id
+    assert (left / "features.npy").is_file()
+    legacy = tmp_path / ".ds.tmp-k2j_x9ab"  # made by a writer before ids were in the names
+    running = tmp_path / f".ds.tmp-{os.getpid()}-live"  # this process: running
+    legacy.mkdir()
+    running.mkdir()
+    write_patho(small, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ds", running.name])
+    assert ff.is_complete(out)
 
 
 def test_load_refuses_incomplete_or_corrupt(small, tmp_path):

@@ -12,9 +12,10 @@ A partitioned dataset is one directory::
                      files, per split the row range, per client its train/test counts, class sets and
                      scheme-specific metadata (writers, opt-out flag, assigned classes)
 
-Writing is atomic: everything goes into a hidden temporary directory beside the target (``.<name>.tmp-*``), the
-manifest last, and the directory is renamed into place; an exception removes the temporary directory, and a
-killed writer leaves only a hidden ``.tmp-`` directory, never a directory with the final name. :func:`load`
+Writing is atomic: everything goes into a hidden temporary directory beside the target (``.<name>.tmp-<pid>-*``),
+the manifest last, and the directory is renamed into place; an exception removes the temporary directory, and a
+killed writer leaves only a hidden ``.tmp-`` directory, never a directory with the final name, which the next write
+of the same target removes. :func:`load`
 refuses a directory without a manifest or whose files do not match it.
 
 Loading memory-maps ``features.npy`` (``mmap_mode="r"``, ``allow_pickle=False``) and reads the small index into
@@ -40,7 +41,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from fedrepro.data.partition import SPLITS, LabelSet, Partition, as_labelset
-from fedrepro.errors import DataError
+from fedrepro.errors import DataError, naming_a_full_disk
 
 FORMAT = "fedrepro.fedformat"
 FORMAT_VERSION = 1
@@ -243,29 +244,58 @@ def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
+def _stale_temporaries(out_dir: Path) -> list[Path]:
+    """The hidden directories beside ``out_dir`` that writes of it made and that no running writer owns:
+    ``.<name>.tmp-<pid>-*`` (the data being written) and ``.<name>.old-<pid>-*`` (a replaced directory on its way
+    out) of a process that has ended, and those without an id (made before ids were recorded)."""
+    out = []
+    for p in out_dir.parent.iterdir():
+        for prefix in (f".{out_dir.name}.tmp-", f".{out_dir.name}.old-"):
+            if p.name.startswith(prefix) and p.is_dir():
+                pid = p.name[len(prefix) :].split("-", 1)[0]
+                if not (pid.isdigit() and _running(int(pid))):
+                    out.append(p)
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # running, as another user
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def _atomic_directory(out_dir: Path, overwrite: bool):
     """Yield a hidden temporary directory beside ``out_dir``; when the block ends, rename it to ``out_dir``
-    (replacing an existing one only with ``overwrite``). An exception removes it and leaves ``out_dir`` as it was."""
+    (replacing an existing one only with ``overwrite``). An exception removes it and leaves ``out_dir`` as it was; a
+    full disk is a ResourceError naming ``out_dir``. A writer killed outright (kill -9, power loss) cannot clean up:
+    the next write of ``out_dir`` removes the temporary directories of writers no longer running."""
     from fedrepro.runio import honour_umask
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        honour_umask(tmp)  # the final directory gets the umask's mode (0755), not mkdtemp's 0700
-        yield tmp
-        if out_dir.exists():
-            if not overwrite:
-                raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
-            trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, trash / "old")
-            os.replace(tmp, out_dir)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with naming_a_full_disk(out_dir):
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        for stale in _stale_temporaries(out_dir):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
+        try:
+            honour_umask(tmp)  # the final directory gets the umask's mode (0755), not mkdtemp's 0700
+            yield tmp
+            if out_dir.exists():
+                if not overwrite:
+                    raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
+                trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{os.getpid()}-", dir=out_dir.parent))
+                os.replace(out_dir, trash / "old")
+                os.replace(tmp, out_dir)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.replace(tmp, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
