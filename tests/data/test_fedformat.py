@@ -50,7 +50,7 @@ def write_patho(small, path, **kw):
 def test_round_trip_views_and_manifest(small, tmp_path):
     xtr, ytr, xte, yte = small
     p, out = write_patho(small, tmp_path / "ds")
-    assert sorted(f.name for f in out.iterdir()) == ["features.npy", "index.parquet", "manifest.json"]
+    assert sorted(f.name for f in out.iterdir()) == [".verified.json", "features.npy", "index.parquet", "manifest.json"]
     ds = ff.load(out, verify=True)
     assert isinstance(ds.features, np.memmap) and not ds.features.flags.writeable
     for c in range(p.n_clients):
@@ -195,14 +195,41 @@ def test_a_killed_writers_temporary_directory_is_removed_by_the_next_write(small
     assert ff.is_complete(out)
 
 
-def test_load_refuses_incomplete_or_corrupt(small, tmp_path):
-    _, out = write_patho(small, tmp_path / "ds")
-    with open(out / "features.npy", "r+b") as fh:  # same size, different bytes
+def _flip_last_byte(path):
+    with open(path, "r+b") as fh:
         fh.seek(-1, 2)
         last = fh.read(1)
         fh.seek(-1, 2)
         fh.write(bytes([last[0] ^ 1]))
-    ff.load(out)  # sizes match: the cheap check passes
+
+
+def test_use_verifies_the_data_files_cheaply(small, tmp_path, monkeypatch):
+    """Each load checks the files against the manifest's sha256, hashing only a file whose size or mtime changed
+    since it last matched; a partition written without the state (by earlier code) is hashed once and recorded."""
+    _, out = write_patho(small, tmp_path / "ds")
+    hashed = []
+    real = ff.sha256_of
+    monkeypatch.setattr(ff, "sha256_of", lambda p: hashed.append(p.name) or real(p))
+    ff.load(out)
+    ff.check(out)
+    assert hashed == []  # recorded by the write: nothing to hash
+    (out / ".verified.json").unlink()  # as a partition written before the state existed
+    ff.load(out)
+    assert sorted(hashed) == ["features.npy", "index.parquet"] and (out / ".verified.json").is_file()
+    ff.load(out)
+    assert len(hashed) == 2  # recorded on that first use
+    _flip_last_byte(out / "index.parquet")
+    with pytest.raises(DataError, match=r"index.parquet: checksum mismatch"):
+        ff.check(out)
+    assert hashed[2:] == ["index.parquet"]  # only the changed file
+
+
+def test_load_refuses_incomplete_or_corrupt(small, tmp_path):
+    _, out = write_patho(small, tmp_path / "ds")
+    _flip_last_byte(out / "features.npy")  # same size, different bytes
+    with pytest.raises(DataError, match="features.npy: checksum mismatch: changed after the partition was written"):
+        ff.load(out)  # same size, but a newer mtime than when it matched: hashed again
+    assert ff.is_complete(out)  # sizes only
     with pytest.raises(DataError, match="checksum"):
         ff.load(out, verify=True)
     with open(out / "features.npy", "ab") as fh:

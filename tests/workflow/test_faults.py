@@ -292,7 +292,35 @@ PARTITION_DAMAGE = {  # id: (file, damage)
     ),
     "features cut short": ("features.npy", lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])),
     "index garbage": ("index.parquet", lambda p: p.write_bytes(b"PAR1" + b"\x00" * (p.stat().st_size - 4))),
+    "features one byte flipped": ("features.npy", lambda p: _flip_byte(p, p.stat().st_size // 2)),
 }
+
+
+def _flip_byte(path: Path, at: int) -> None:
+    """One bit of one byte changed in place: same size, same file, a new mtime."""
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0x10]))
+
+
+def test_a_flipped_byte_in_a_partition_stops_the_run_that_reads_it(tmp_path, capsys):
+    """A training run on a partition whose features.npy lost one bit stops before training, naming the file; so
+    does one on a partition written without a verification state (earlier code), after its first clean use."""
+    from kill_resume_project import run_cmd, write_project
+
+    cfg = write_project(tmp_path)
+    part = tmp_path / "results" / "data" / "synthetic_quadrants"
+    (part / ".verified.json").unlink()  # as built before partitions recorded one: still loads, and is then recorded
+    r = fedrepro_here(capsys, *run_cmd(cfg, tmp_path / "ok", "--set", "epochs=1")[3:])
+    ok(r)
+    assert (part / ".verified.json").is_file()
+    _flip_byte(part / "features.npy", 1000)
+    before = snapshot(tmp_path)
+    r = fedrepro(*run_cmd(cfg, tmp_path / "bad")[3:])
+    assert "checksum mismatch: changed after the partition was written" in one_error(r, part / "features.npy")
+    assert snapshot(tmp_path) == before and not (tmp_path / "bad" / "metrics.json").exists()
 
 
 @pytest.mark.parametrize("damage", PARTITION_DAMAGE)
