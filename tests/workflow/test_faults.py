@@ -33,6 +33,7 @@ from fedrepro.config import REPO_ROOT
 from fedrepro.data import catalog, leaf, mnist, sources
 from fedrepro.data.archive import decompress_file, extract_members
 from fedrepro.errors import DataError, ResultError
+from fedrepro.runio import read_history
 
 ROOT = REPO_ROOT
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "countypres_2000-2020_sample.csv"
@@ -222,8 +223,6 @@ def test_broken_history_and_replication_report_are_named(work, capsys):
     w, _ = work
     hist = _runs(w) / "seed0" / "history.parquet"
     hist.write_bytes(hist.read_bytes()[:100])
-    from fedrepro.runio import read_history
-
     with pytest.raises(ResultError, match="not a valid parquet file") as err:
         read_history(hist.parent)
     assert str(hist) in str(err.value)
@@ -710,6 +709,23 @@ def test_killed_run_resumes_with_the_time_of_both_attempts(tmp_path):
     assert 0 < before < lived and m["wall_time_resumed_s"] > 0
     assert not (out / ".checkpoints").exists()
     assert snapshot(tmp_path / "results") == finished
+
+
+@pytest.mark.slow
+def test_workflow_runs_where_paths_have_spaces_and_non_ascii_letters(tmp_path):
+    """Every rule's shell command quotes its paths: results, logs and data under 'dir with spaces é/'."""
+    home = tmp_path / "dir with spaces é"
+    home.mkdir()
+    cfg = write_config(home)
+    cfg_text = yaml.safe_load(cfg.read_text())
+    cfg_text["data"]["mirror"] = None  # political's data (unpinned): left out
+    cfg.write_text(yaml.safe_dump(cfg_text))
+    args = [SNAKEMAKE, "--cores", "2", "--nolock", "--configfile", ROOT / "config" / "config.yaml", cfg]
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert (home / "results" / "report" / "replication.csv").is_file()
+    assert (home / "figures" / "data" / f"{PARTITION}.png").is_file()
+    assert _report_row(home)["status"] == "reproduced"
 
 
 @pytest.mark.slow

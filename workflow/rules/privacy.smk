@@ -19,12 +19,14 @@ rule privacy_tables:
         scale=SCALE,
         outdir=lambda wildcards, output: Path(output.epsilon).parent,
     shell:
-        "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir} --scale {params.scale} " "> {log} 2>&1"
+        "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir:q} --scale {params.scale} "
+        "> {log:q} 2>&1"
 
 
 rule privacy_figure:
     input:
         summaries=lambda wildcards: privacy_summaries(wildcards.paper),
+        runs=lambda wildcards: privacy_runs(wildcards.paper),
         registry=lambda wildcards: CFG.get("targets", {}).get(wildcards.paper, []),
     output:
         pdf=P("figure", fig="privacy_epsilon", ext="pdf"),
