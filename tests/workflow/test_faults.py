@@ -751,6 +751,15 @@ def test_workflow_notices_a_deleted_seed_and_names_a_garbage_one(tmp_path):
     again = json.loads((seed1 / "metrics.json").read_text())
     assert again["metrics"] == metrics["metrics"] and again["checks"] == metrics["checks"]
     assert snapshot(seed0) == kept
+    # a deleted history (which the figures and the privacy stage read): the message says the workflow rebuilds it,
+    # and it does (its run is redone: the default target asks for every file of every run)
+    (seed1 / "history.parquet").unlink()
+    with pytest.raises(ResultError, match=r"run history not found; run the workflow again \(`snakemake --cores 2`\)"):
+        read_history(seed1)
+    dry = ok(snake("-n"))
+    assert "seed1/history.parquet" in dry.stdout, dry.stdout[-3000:]
+    ok(snake())
+    assert (seed1 / "history.parquet").is_file() and snapshot(seed0) == kept
     (seed0 / "metrics.json").write_text("{ garbage")
     kept1 = snapshot(seed1)
     r = snake()
