@@ -1,6 +1,7 @@
 """Config validation: every mistake is reported with the key that caused it."""
 
 import copy
+import math
 import re
 
 import pytest
@@ -108,6 +109,37 @@ def test_overrides_parse_yaml_values_and_dotted_keys():
     }
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["n"])
+    # YAML 1.1 reads 1e6 as a string: an integral one is the integer a count needs (range(1e6) would fail)
+    assert parse_overrides(["reps=1e6", "f=2.5e0"]) == {"reps": 1000000, "f": 2.5}
+    assert isinstance(parse_overrides(["reps=1e6"])["reps"], int)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("delta=.nan", "params.delta"),
+        ("eps0=[0.5, .nan]", "params.eps0[1]"),
+        ("sigma_x=.inf", "params.sigma_x"),
+        ("mu=-.inf", "params.mu"),  # a plain {"type": "number"}, no bounds
+        ("r=1e400", "params.r"),  # overflows to inf
+    ],
+)
+def test_a_non_finite_parameter_is_refused_before_any_work(tmp_path, capsys, override, key):
+    out = tmp_path / "run"
+    assert main(["run", "adaped.fig1a", "--out", str(out), "--set", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"experiments.fig1a.{key}:" in err and "not a finite number" in err, err
+    assert not out.exists()
+
+
+def test_a_schema_may_allow_inf_explicitly():
+    """PPSGD's alpha = inf (global learning only) is a value of the grid, allowed by its schema; NaN and -inf not."""
+    cfg = load_global()
+    exp = resolve_experiment(cfg, "ppsgd.fig1a_synthetic", "quick", {"alphas": [0, math.inf]})
+    assert exp.params["alphas"] == [0, math.inf]
+    for bad in (math.nan, -math.inf):
+        with pytest.raises(ConfigError, match=r"params.alphas\[1\]: .* is not a finite number"):
+            resolve_experiment(cfg, "ppsgd.fig1a_synthetic", "quick", {"alphas": [0, bad]})
 
 
 def test_set_override_is_validated_and_changes_effective_scale():

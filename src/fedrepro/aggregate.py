@@ -5,7 +5,11 @@ Metric keys are flattened to dotted paths (``gain_pct.normal``); targets in the 
 Nothing is dropped silently: the runs must be of one experiment at one scale, and a metric that is undefined (None or
 NaN in metrics.json) in some seeds but not in others stops the aggregate with the key and the seeds, unless the
 kind declared it may be (``RunOutput.undefined_ok``, e.g. a crossing iteration when the curves never cross); a
-metric undefined in every seed (epsilon without noise) has mean None and n 0.
+metric undefined in every seed (epsilon without noise) has mean None and n 0 (a registry row reading it is invalid,
+fedrepro.report.status). A value that is not a number (a string, a boolean, a list) where another seed has a number
+stops the aggregate naming the file and the key; a key that is not a number in any seed is a description the kind
+records beside its numbers (the noise's source, a model's layer sizes, convergence flags): it is not averaged, and
+the aggregate lists such keys on its output.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fedrepro.errors import ResultError
-from fedrepro.runio import read_metrics, write_json
+from fedrepro.runio import METRICS, read_metrics, write_json
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -50,11 +54,12 @@ def stats(values: list[float]) -> dict:
 
 
 def _number(v: Any) -> bool:
-    return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A number (bool is not one, though Python says it is an int)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
-    """The summary of one experiment's runs; ``sources`` names each run (its directory) in error messages."""
+    """The summary of one experiment's runs; ``sources`` names each run (its metrics file) in error messages."""
     if not run_docs:
         raise ValueError("no runs to summarize")
     order = sorted(range(len(run_docs)), key=lambda i: run_docs[i]["seed"])
@@ -73,8 +78,16 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
     metrics, broken = {}, []
     for key in sorted(set().union(*flat)):
         vals = [f.get(key) for f in flat]
-        if not all(_number(v) for v in vals):
-            continue
+        numbers = [name for name, v in zip(names, vals) if _number(v)]
+        odd = [(name, v) for name, v in zip(names, vals) if v is not None and not _number(v)]
+        if odd and not numbers:
+            continue  # a description, not a metric (listed by aggregate_runs)
+        if odd:
+            raise ResultError(
+                f"{odd[0][0]}: metrics.{key} is {odd[0][1]!r}, not a number, where {numbers[0]} has a number: a "
+                "damaged or hand-edited run; delete that run directory and run the workflow again "
+                "(`snakemake --cores 2`)"
+            )
         floats = [math.nan if v is None else float(v) for v in vals]
         s = stats(floats)
         if 0 < s["n"] < len(floats) and not any(fnmatch.fnmatchcase(key, pat) for pat in undefined_ok):
@@ -115,6 +128,10 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
 
 def aggregate_runs(run_dirs: Iterable[Path], out: Path) -> dict:
     run_dirs = [Path(d) for d in run_dirs]
-    summary = summarize([read_metrics(d) for d in run_dirs], [str(d) for d in run_dirs])
+    docs = [read_metrics(d) for d in run_dirs]
+    summary = summarize(docs, [str(d / METRICS) for d in run_dirs])
+    described = sorted(set().union(*(flatten(d["metrics"]) for d in docs)) - set(summary["metrics"]))
+    if described:
+        print(f"[fedrepro] not averaged (not a number in any seed): {', '.join(described)}", flush=True)
     write_json(Path(out), summary)
     return summary

@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from fedrepro.errors import FedreproError
+from fedrepro.errors import DISK_FULL, FedreproError, disk_full
 
 CHECKPOINT_DIR = ".checkpoints"
 
@@ -106,11 +106,14 @@ def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
     from fedrepro.data.sources import dataset_files
     from fedrepro.experiments import RunContext, get_kind
+    from fedrepro.experiments.memory import check_memory
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale, parse_overrides(args.set))
+    kind = get_kind(exp.kind)
+    check_memory(exp.id, kind.memory, exp.params)  # sizes the machine cannot hold stop here, before any work
     out = _writable(args.out, "--out", is_dir=True)
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
@@ -120,7 +123,6 @@ def cmd_run(args) -> int:
     ctx = RunContext(
         exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt, clock=clock, config=cfg
     )
-    kind = get_kind(exp.kind)
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
     wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
@@ -325,10 +327,24 @@ def main(argv: list[str] | None = None) -> int:
     except FedreproError as exc:
         print(f"fedrepro: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGINT from Snakemake): every result is written under a temporary name and renamed into place,
+        # so the files there are as they were or complete; a run's round checkpoints let the same command continue
+        print(
+            f"fedrepro: interrupted: `{args.command}` stopped before it finished; nothing was left half-written "
+            "(run the same command again to finish it)",
+            file=sys.stderr,
+        )
+        return 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
     except BrokenPipeError:
         # the reader went away: nothing left to say, and Python must not complain when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
+    except OSError as exc:  # a full disk where no writer named its file (atomic writes name theirs)
+        if exc.errno not in DISK_FULL:
+            raise
+        print(f"fedrepro: error: {disk_full(exc.filename or 'a file', exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

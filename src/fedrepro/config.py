@@ -7,6 +7,7 @@ path (e.g. ``experiments.fig1a.params.m``), the file it came from, and what was 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,19 @@ def _key_path(path) -> str:
     return ".".join(parts).replace(".[", "[") or "<top level>"
 
 
+def _finite_number(checker, instance: Any) -> bool:
+    return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
+
+
+# JSON schema validation where "number" means a finite one: a NaN or an infinity given for a parameter (`--set
+# delta=.nan`, `sigma_x: .inf`) is refused before any work; a schema that allows inf says so ({"const": inf},
+# fedrepro.experiments.params.INF). "integer" already excludes them.
+_FiniteValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _finite_number),
+)
+
+
 def validate(
     instance: Any,
     schema: Mapping,
@@ -37,16 +51,21 @@ def validate(
     prefix: tuple = (),
     error: type[FedreproError] = ConfigError,
     fix: str = "",
+    finite: bool = True,
 ) -> None:
     """Validate ``instance`` against a JSON schema; raise ``error`` (ConfigError unless the caller validates another
-    kind of file) naming ``source`` and the first bad key, followed by ``fix`` (what to do) when given."""
-    validator = jsonschema.Draft202012Validator(schema)
+    kind of file) naming ``source`` and the first bad key, followed by ``fix`` (what to do) when given. ``finite``:
+    a "number" must be finite (configuration and parameters); False keeps JSON schema's own reading, which lets NaN
+    and inf through (result files, whose non-finite values the report judges row by row)."""
+    validator = (_FiniteValidator if finite else jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if not errors:
         return
     err = errors[0]
     path = list(prefix) + list(err.absolute_path)
     tail = f"; {fix}" if fix else ""
+    if finite and isinstance(err.instance, float) and not math.isfinite(err.instance):
+        raise error(f"{source}: {_key_path(path)}: {err.instance} is not a finite number; give a finite value{tail}")
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = sorted(err.schema.get("properties", {}))
         extra = sorted(set(err.instance) - set(allowed))
@@ -108,6 +127,8 @@ def parse_overrides(items: list[str] | None) -> dict:
                 value = float(value)
             except ValueError:
                 pass
+            else:  # "1e6" is the integer 10**6 (as `reps: 1000000` would be), not a float a count cannot use
+                value = int(value) if value.is_integer() else value
         node = out
         parts = key.strip().split(".")
         for part in parts[:-1]:

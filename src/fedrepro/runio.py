@@ -27,7 +27,7 @@ import yaml
 
 import fedrepro
 from fedrepro.config import Experiment, validate
-from fedrepro.errors import ResultError
+from fedrepro.errors import ResultError, naming_a_full_disk
 from fedrepro.experiments import RunOutput
 
 METRICS = "metrics.json"
@@ -50,17 +50,20 @@ def honour_umask(path: Path) -> None:
 
 
 def atomic_write(path: Path, writer: Callable[[Path], None]) -> None:
-    """Call ``writer(tmp_path)`` and rename the result onto ``path`` (with the mode the umask gives new files)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        writer(Path(tmp))
-        honour_umask(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Call ``writer(tmp_path)`` and rename the result onto ``path`` (with the mode the umask gives new files). An
+    exception or Ctrl-C removes the temporary file and leaves ``path`` as it was; a full disk is a ResourceError
+    naming ``path``."""
+    with naming_a_full_disk(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            writer(Path(tmp))
+            honour_umask(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -242,7 +245,7 @@ def read_result_json(path: Path, schema: dict, what: str) -> dict:
         raise ResultError(f"{path}: {what} not found; run the workflow (`snakemake --cores 2`) to build it") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ResultError(f"{path}: not a valid {what} ({exc}); {REBUILD}") from None
-    validate(doc, schema, source=str(path), error=ResultError, fix=REBUILD)
+    validate(doc, schema, source=str(path), error=ResultError, fix=REBUILD, finite=False)
     return doc
 
 

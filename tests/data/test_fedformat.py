@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
@@ -49,7 +50,7 @@ def write_patho(small, path, **kw):
 def test_round_trip_views_and_manifest(small, tmp_path):
     xtr, ytr, xte, yte = small
     p, out = write_patho(small, tmp_path / "ds")
-    assert sorted(f.name for f in out.iterdir()) == ["features.npy", "index.parquet", "manifest.json"]
+    assert sorted(f.name for f in out.iterdir()) == [".verified.json", "features.npy", "index.parquet", "manifest.json"]
     ds = ff.load(out, verify=True)
     assert isinstance(ds.features, np.memmap) and not ds.features.flags.writeable
     for c in range(p.n_clients):
@@ -163,14 +164,72 @@ def test_interrupted_write_leaves_nothing_that_looks_complete(small, tmp_path, m
     assert ff.is_complete(out) and [p.name for p in tmp_path.iterdir()] == ["ds"]
 
 
-def test_load_refuses_incomplete_or_corrupt(small, tmp_path):
-    _, out = write_patho(small, tmp_path / "ds")
-    with open(out / "features.npy", "r+b") as fh:  # same size, different bytes
+KILLED_WRITER = """
+import os, signal, sys
+import numpy as np
+from fedrepro.data import fedformat as ff
+from fedrepro.data.partition import partition
+rng = np.random.default_rng(0)
+y = rng.integers(0, 10, 300)
+p = partition("pathological", y, None, seed=0, n_clients=5, classes_per_client=3)
+ff._write_index = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # killed after features.npy, before the manifest
+ff.write(sys.argv[1], p, rng.integers(0, 256, (300, 8, 8), dtype=np.uint8), y)
+"""
+
+
+def test_a_killed_writers_temporary_directory_is_removed_by_the_next_write(small, tmp_path):
+    """kill -9 leaves a hidden temporary directory no cleanup could remove; the next write of the same target
+    removes it (and those of earlier code, without a process id), but never one of a writer still running."""
+    out = tmp_path / "ds"
+    r = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(out)], capture_output=True)
+    assert r.returncode == -9
+    (left,) = tmp_path.iterdir()
+    assert left.name.startswith(".ds.tmp-") and left.name.split("-")[1].isdigit()  # the writer's process id
+    assert (left / "features.npy").is_file()
+    legacy = tmp_path / ".ds.tmp-k2j_x9ab"  # made by a writer before ids were in the names
+    running = tmp_path / f".ds.tmp-{os.getpid()}-live"  # this process: running
+    legacy.mkdir()
+    running.mkdir()
+    write_patho(small, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ds", running.name])
+    assert ff.is_complete(out)
+
+
+def _flip_last_byte(path):
+    with open(path, "r+b") as fh:
         fh.seek(-1, 2)
         last = fh.read(1)
         fh.seek(-1, 2)
         fh.write(bytes([last[0] ^ 1]))
-    ff.load(out)  # sizes match: the cheap check passes
+
+
+def test_use_verifies_the_data_files_cheaply(small, tmp_path, monkeypatch):
+    """Each load checks the files against the manifest's sha256, hashing only a file whose size or mtime changed
+    since it last matched; a partition written without the state (by earlier code) is hashed once and recorded."""
+    _, out = write_patho(small, tmp_path / "ds")
+    hashed = []
+    real = ff.sha256_of
+    monkeypatch.setattr(ff, "sha256_of", lambda p: hashed.append(p.name) or real(p))
+    ff.load(out)
+    ff.check(out)
+    assert hashed == []  # recorded by the write: nothing to hash
+    (out / ".verified.json").unlink()  # as a partition written before the state existed
+    ff.load(out)
+    assert sorted(hashed) == ["features.npy", "index.parquet"] and (out / ".verified.json").is_file()
+    ff.load(out)
+    assert len(hashed) == 2  # recorded on that first use
+    _flip_last_byte(out / "index.parquet")
+    with pytest.raises(DataError, match=r"index.parquet: checksum mismatch"):
+        ff.check(out)
+    assert hashed[2:] == ["index.parquet"]  # only the changed file
+
+
+def test_load_refuses_incomplete_or_corrupt(small, tmp_path):
+    _, out = write_patho(small, tmp_path / "ds")
+    _flip_last_byte(out / "features.npy")  # same size, different bytes
+    with pytest.raises(DataError, match="features.npy: checksum mismatch: changed after the partition was written"):
+        ff.load(out)  # same size, but a newer mtime than when it matched: hashed again
+    assert ff.is_complete(out)  # sizes only
     with pytest.raises(DataError, match="checksum"):
         ff.load(out, verify=True)
     with open(out / "features.npy", "ab") as fh:

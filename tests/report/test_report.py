@@ -25,7 +25,7 @@ def summary(mean, std=0.0, n=5, checks=None, scale="paper", deterministic=False)
         "effective_scale": scale,
         "deterministic": deterministic,
         "seeds": list(range(n)),
-        "metrics": {"mse": {"mean": mean, "std": std, "se": std / math.sqrt(n), "n": n, "values": []}},
+        "metrics": {"mse": {"mean": mean, "std": std, "se": None if std is None else std / math.sqrt(n), "n": n}},
         "checks": checks or {},
     }
 
@@ -75,6 +75,28 @@ def test_check_rows_pass_or_fail_and_are_never_reproduced(cfg):
         ).status
         == v.SHOWN
     )
+
+
+@pytest.mark.parametrize("mean, std", [(math.nan, 0.0), (math.inf, 0.0), (10.0, math.inf), (None, None)])
+@pytest.mark.parametrize("row, scale", [("printed", "paper"), ("check", "paper"), ("printed", "quick")])
+def test_a_non_finite_or_undefined_mean_is_invalid_naming_the_summary(cfg, mean, std, row, scale):
+    """A NaN / inf mean (hand-edited or corrupted: the code writes null for them) or a metric undefined in every seed
+    (mean None, n 0) is never judged: not reproduced, not "not run", and not fitted by a calibration."""
+    cal = [Calibration("adaped.remark1", "x", ("X",), None, "...")]
+    for t in (target(row=row), target(row=row, value=None, value_text="", pm=None, pm_text="", pm_reading="")):
+        r = evaluate(cfg, t, scale, summary(mean, std, scale=scale), ENTRY, cal)
+        assert r.status == v.INVALID, (t.value, r.status)
+        assert f"remark1/{scale}/summary.json" in r.reason and "'mse'" in r.reason and "\n" not in r.reason
+
+
+def test_a_metric_missing_from_a_paper_scale_summary_is_invalid(cfg):
+    s = summary(10.0)
+    s["metrics"] = {}
+    r = evaluate(cfg, target(), "paper", s, ENTRY)
+    assert r.status == v.INVALID and "remark1/paper/summary.json" in r.reason and "missing" in r.reason
+    # a quick run may leave out some of the paper's settings: not run, as before (no verdict at quick scale)
+    s["effective_scale"] = "quick"
+    assert evaluate(cfg, target(), "quick", s, ENTRY).status == v.NOT_RUN
 
 
 def test_calibration(cfg):
@@ -141,6 +163,25 @@ def test_a_nan_seed_fails_the_aggregate_loudly():
     assert ok["metrics"]["a.b"]["n"] == 1
 
 
+@pytest.mark.parametrize("odd", ["abc", True, [1.0], "1.5"])
+def test_a_value_that_is_not_a_number_is_never_dropped_silently(odd):
+    """Where another seed has a number, a string, boolean or list stops the aggregate naming the file and the key."""
+    with pytest.raises(ResultError, match=r"^run1/metrics.json: metrics\.a\.b is .* not a number, where run0") as err:
+        summarize([_doc(0, 1.0), _doc(1, odd), _doc(2, 2.0)], ["run0/metrics.json", "run1/metrics.json", "run2"])
+    assert "\n" not in str(err.value)
+    # a key that is not a number in any seed is a description the kind records (e.g. the noise's source)
+    assert "a.b" not in summarize([_doc(0, "thm5"), _doc(1, "thm5")])["metrics"]
+
+
+def test_aggregate_lists_what_it_does_not_average(tmp_path, capsys):
+    from fedrepro.runio import write_json
+
+    for seed in (0, 1):
+        write_json(tmp_path / f"s{seed}" / "metrics.json", dict(_doc(seed, 1.0 + seed), undefined_ok=[]))
+    assert main(["aggregate", "--runs", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "x")]) == 0
+    assert "not averaged (not a number in any seed): flag" in capsys.readouterr().out
+
+
 def test_runs_of_different_experiments_or_scales_are_not_averaged():
     with pytest.raises(ResultError, match="scale"):
         summarize([_doc(0, 1.0), dict(_doc(1, 1.0), scale="quick")])
@@ -171,7 +212,7 @@ def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
     )
     for good in (v.REPRODUCED, v.CALIBRATED, v.PASSES):
         assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, status=good)]))]) == 0
-    for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN):
+    for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN, v.INVALID):
         assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(row, id="X", status=status)]))]) == 1
     # a deviating row not flagged for CI does not fail the check when a forensic conclusion explains it ...
     explained = dict(row, id="D", status="deviates", ci="false", evidence="forensics adaped.f: no reading ...")

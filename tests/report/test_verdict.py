@@ -12,6 +12,15 @@ def judge(mean, std=0.0, n=5, value=10.0, pm=None, reading="", runs=None, floor=
     return v.judge(value, pm, reading, runs, floor, mean, std, n, deterministic)
 
 
+@pytest.mark.parametrize("mean, std", [(math.nan, 0.0), (math.inf, 0.0), (-math.inf, 1.0), (10.0, math.nan)])
+def test_a_non_finite_rebuild_is_never_judged(mean, std):
+    """NaN fails every comparison: without the guard |NaN - v| > tol is false and the row would be reproduced."""
+    for deterministic in (False, True):
+        j = judge(mean, std, deterministic=deterministic, floor=1e9)
+        assert j.outcome == v.INVALID and "not finite" in j.why
+    assert v.not_finite(10.0, 0.1) == "" and "undefined" in v.not_finite(None)
+
+
 def test_standard_error_not_seed_spread():
     j = judge(10.1, std=0.2, n=4)  # se = 0.1
     assert math.isclose(j.se_rebuilt, 0.1) and math.isclose(j.tol, v.Z * 0.1)

@@ -9,10 +9,12 @@ seconds), the county-election experiment on the test fixture, and a partition of
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gzip
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import signal
@@ -31,6 +33,7 @@ from fedrepro.config import REPO_ROOT
 from fedrepro.data import catalog, leaf, mnist, sources
 from fedrepro.data.archive import decompress_file, extract_members
 from fedrepro.errors import DataError, ResultError
+from fedrepro.runio import read_history
 
 ROOT = REPO_ROOT
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "countypres_2000-2020_sample.csv"
@@ -220,8 +223,6 @@ def test_broken_history_and_replication_report_are_named(work, capsys):
     w, _ = work
     hist = _runs(w) / "seed0" / "history.parquet"
     hist.write_bytes(hist.read_bytes()[:100])
-    from fedrepro.runio import read_history
-
     with pytest.raises(ResultError, match="not a valid parquet file") as err:
         read_history(hist.parent)
     assert str(hist) in str(err.value)
@@ -229,6 +230,57 @@ def test_broken_history_and_replication_report_are_named(work, capsys):
     for text in ("garbage\n", csv.read_text().splitlines()[0] + "\nR1.ex,adaped\n"):
         csv.write_text(text)
         one_error(fedrepro_here(capsys, "ci-check", "--report", csv), csv)
+
+
+def _report_row(w: Path, row_id: str = "R1.ex") -> dict:
+    import csv
+
+    with open(w / "results" / "report" / "replication.csv", newline="", encoding="utf-8") as fh:
+        return next(r for r in csv.DictReader(fh) if r["id"] == row_id)
+
+
+NON_FINITE = {  # how the summary or the runs are spoiled -> what the row's reason says
+    "NaN mean": "not finite",
+    "inf mean": "not finite",
+    "NaN in every seed": "undefined",
+    "metric missing": "missing",
+}
+
+
+@pytest.mark.parametrize("how", NON_FINITE)
+def test_a_non_finite_rebuild_is_never_judged_and_fails_ci(work, how, capsys):
+    """The row (printed, ci=true, reproduced as built) turns invalid naming the summary; ci-check fails on it."""
+    w, cfg = work
+    summary = _runs(w) / "summary.json"
+    if how == "NaN in every seed":  # every seed's metric null: aggregates to mean None, n 0, without an error
+        for seed in (0, 1):
+            f = _runs(w) / f"seed{seed}" / "metrics.json"
+            f.write_text(json.dumps({**json.loads(f.read_text()), "metrics": {"ratio": None, "a": 0.5}}))
+        ok(fedrepro_here(capsys, "aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", summary))
+    else:
+        doc = json.loads(summary.read_text())
+        if how == "metric missing":
+            del doc["metrics"]["ratio"]
+        else:
+            doc["metrics"]["ratio"]["mean"] = math.nan if how == "NaN mean" else math.inf
+        summary.write_text(json.dumps(doc))  # Python writes NaN / Infinity, which json.loads reads back
+    assert _report_row(w)["status"] == "reproduced"
+    ok(fedrepro_here(capsys, "report", "--out-dir", w / "results" / "report", "--scale", "quick", "--config", cfg))
+    row = _report_row(w)
+    assert row["status"] == "invalid" and NON_FINITE[how] in row["reason"]
+    assert "adaped/remark1/paper/summary.json" in row["reason"]
+    r = fedrepro_here(capsys, "ci-check", "--report", w / "results" / "report" / "replication.csv")
+    assert r.returncode == 1 and "FAIL adaped.R1.ex" in r.stdout and "invalid" in r.stdout
+
+
+def test_a_metric_that_is_not_a_number_stops_aggregate_naming_file_and_key(work, capsys):
+    w, _ = work
+    bad = _runs(w) / "seed1" / "metrics.json"
+    bad.write_text(json.dumps({**json.loads(bad.read_text()), "metrics": {"ratio": "abc", "a": 0.5}}))
+    before = snapshot(w)
+    r = fedrepro("aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", _runs(w) / "summary.json")
+    assert "'abc', not a number" in one_error(r, bad, "metrics.ratio")
+    assert snapshot(w) == before
 
 
 PARTITION_DAMAGE = {  # id: (file, damage)
@@ -239,7 +291,35 @@ PARTITION_DAMAGE = {  # id: (file, damage)
     ),
     "features cut short": ("features.npy", lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])),
     "index garbage": ("index.parquet", lambda p: p.write_bytes(b"PAR1" + b"\x00" * (p.stat().st_size - 4))),
+    "features one byte flipped": ("features.npy", lambda p: _flip_byte(p, p.stat().st_size // 2)),
 }
+
+
+def _flip_byte(path: Path, at: int) -> None:
+    """One bit of one byte changed in place: same size, same file, a new mtime."""
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0x10]))
+
+
+def test_a_flipped_byte_in_a_partition_stops_the_run_that_reads_it(tmp_path, capsys):
+    """A training run on a partition whose features.npy lost one bit stops before training, naming the file; so
+    does one on a partition written without a verification state (earlier code), after its first clean use."""
+    from kill_resume_project import run_cmd, write_project
+
+    cfg = write_project(tmp_path)
+    part = tmp_path / "results" / "data" / "synthetic_quadrants"
+    (part / ".verified.json").unlink()  # as built before partitions recorded one: still loads, and is then recorded
+    r = fedrepro_here(capsys, *run_cmd(cfg, tmp_path / "ok", "--set", "epochs=1")[3:])
+    ok(r)
+    assert (part / ".verified.json").is_file()
+    _flip_byte(part / "features.npy", 1000)
+    before = snapshot(tmp_path)
+    r = fedrepro(*run_cmd(cfg, tmp_path / "bad")[3:])
+    assert "checksum mismatch: changed after the partition was written" in one_error(r, part / "features.npy")
+    assert snapshot(tmp_path) == before and not (tmp_path / "bad" / "metrics.json").exists()
 
 
 @pytest.mark.parametrize("damage", PARTITION_DAMAGE)
@@ -451,6 +531,9 @@ def test_cli_arguments_are_checked_before_any_work(work, capsys):
     one_error(here(*run, "--out", locked), "--out", locked, "cannot write")
     one_error(here("run", "adaped.nope", "--out", w / "x", "--config", cfg), "experiments.nope", "remark1")
     one_error(here("aggregate", "--runs", _runs(w) / "seed0", "--out", _runs(w)), "--out", "not a file")
+    for value in (".nan", ".inf", "-.inf", "1e999"):  # NaN/inf parameters used to run to "done" with null metrics
+        line = one_error(here(*run, "--set", f"sigma_x2={value}", "--out", w / "x"), "params.sigma_x2")
+        assert "not a finite number" in line
     assert snapshot(w) == before and not (w / "x").exists()
 
 
@@ -478,7 +561,123 @@ def test_results_honour_the_umask(work, tmp_path):
     assert {oct(p.stat().st_mode & 0o777) for p in part.iterdir()} == {"0o640"}
 
 
+# ------------------------------------------------------------------------------------------------ disk full
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _fills_the_disk(write):
+    """A stand-in for a writer that writes some bytes and then finds the disk full (as a real one would)."""
+
+    def full(self, path, *a, **k):
+        Path(path).write_bytes(b"partial")
+        raise ENOSPC
+
+    return full
+
+
+def _temporaries(root: Path) -> list[str]:
+    return [p.name for p in root.rglob(".*") if ".tmp" in p.name]
+
+
+@pytest.mark.parametrize("command", ["run", "aggregate", "report"])
+def test_a_full_disk_ends_in_one_line_naming_the_file(work, command, capsys, monkeypatch, tmp_path):
+    """Each writer of the three commands finds the disk full mid-file: one line naming the file and "disk full", the
+    file that was there untouched, and no temporary file left."""
+    import pandas as pd
+
+    from fedrepro.report import build
+
+    w, cfg = work
+    run_out = tmp_path / "run"
+    if command == "run":
+        monkeypatch.setattr(pd.DataFrame, "to_parquet", _fills_the_disk(pd.DataFrame.to_parquet))
+        args, bad = ("run", "adaped.remark1", "--out", run_out, "--config", cfg), run_out / "history.parquet"
+    elif command == "aggregate":
+        monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: _fills_the_disk(None)(None, self))
+        bad = _runs(w) / "summary.json"
+        args = ("aggregate", "--runs", _runs(w) / "seed0", _runs(w) / "seed1", "--out", bad)
+    else:
+        monkeypatch.setattr(build, "write_csv", lambda path, report: _fills_the_disk(None)(None, path))
+        bad = w / "results" / "report" / "replication.csv"
+        args = ("report", "--out-dir", bad.parent, "--config", cfg)
+    before = snapshot(w)
+    line = one_error(fedrepro_here(capsys, *args), bad, "disk full")
+    assert "No space left on device" in line
+    assert snapshot(w) == before and _temporaries(w) == [] and _temporaries(tmp_path) == []
+    assert not (run_out / "metrics.json").exists()
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path):
+    """A real, tiny filesystem (tmpfs, 128 KiB) with one page left: root only; skipped where mount is refused."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode().strip() or 'not root'})")
+    try:
+        with open(mnt / "filler", "wb") as fh:  # leave room for one small file only
+            fh.write(b"\0" * (128 * 1024 - 4096))
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_really_full_disk_ends_in_one_line(work, full_tmpfs):
+    """The same on a real full filesystem, for the three commands as processes."""
+    w, cfg = work
+    big = {"x" * 100: list(range(4000))}  # a summary too large for what is left
+    runs = _runs(w)
+    for seed in (0, 1):
+        f = runs / f"seed{seed}" / "metrics.json"
+        f.write_text(json.dumps({**json.loads(f.read_text()), "versions": big}))
+    out = full_tmpfs / "summary.json"
+    one_error(fedrepro("aggregate", "--runs", runs / "seed0", runs / "seed1", "--out", out), out, "disk full")
+    one_error(
+        fedrepro("report", "--out-dir", full_tmpfs / "report", "--config", cfg), full_tmpfs / "report", "disk full"
+    )
+    one_error(
+        fedrepro("run", "adaped.remark1", "--out", full_tmpfs / "run", "--config", cfg), full_tmpfs / "run", "disk full"
+    )
+    assert _temporaries(full_tmpfs) == [] and not (full_tmpfs / "run" / "metrics.json").exists()
+    assert sorted(p.name for p in full_tmpfs.iterdir() if p.is_file()) == ["filler"]
+
+
 # ----------------------------------------------------------------------------------------------- interruptions
+
+
+def test_ctrl_c_during_run_ends_in_one_line_with_status_130(tmp_path):
+    """SIGINT (what Ctrl-C sends) in the middle of a run: exit 130, one line on stderr, no traceback, no metrics."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fedrepro", "run", "ppsgd.fig1a_synthetic", "--scale", "quick"]
+    cmd += ["--set", "niter=100000", "--set", "n_users=20", "--out", str(out)]
+    env = {**os.environ, "FEDREPRO_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
+    env.pop("FEDREPRO_WORKFLOW_CONFIG", None)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("[fedrepro] ppsgd.fig1a_synthetic")  # the run has started
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-3000:]
+    assert "interrupted" in err and "`run`" in err
+    assert not (out / "metrics.json").exists() and _temporaries(tmp_path) == []
+
+
+def test_ctrl_c_while_a_result_is_written_leaves_nothing_half_written(work, capsys, monkeypatch, tmp_path):
+    import pandas as pd
+
+    def interrupted(self, path, *a, **k):
+        Path(path).write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    w, cfg = work
+    out = tmp_path / "run"
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", interrupted)
+    r = fedrepro_here(capsys, "run", "adaped.remark1", "--out", out, "--config", cfg)
+    assert r.returncode == 130 and r.stderr.count("\n") == 1 and "interrupted" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]  # written before; no history, no metrics
 
 
 @pytest.mark.slow
@@ -513,6 +712,23 @@ def test_killed_run_resumes_with_the_time_of_both_attempts(tmp_path):
 
 
 @pytest.mark.slow
+def test_workflow_runs_where_paths_have_spaces_and_non_ascii_letters(tmp_path):
+    """Every rule's shell command quotes its paths: results, logs and data under 'dir with spaces é/'."""
+    home = tmp_path / "dir with spaces é"
+    home.mkdir()
+    cfg = write_config(home)
+    cfg_text = yaml.safe_load(cfg.read_text())
+    cfg_text["data"]["mirror"] = None  # political's data (unpinned): left out
+    cfg.write_text(yaml.safe_dump(cfg_text))
+    args = [SNAKEMAKE, "--cores", "2", "--nolock", "--configfile", ROOT / "config" / "config.yaml", cfg]
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert (home / "results" / "report" / "replication.csv").is_file()
+    assert (home / "figures" / "data" / f"{PARTITION}.png").is_file()
+    assert _report_row(home)["status"] == "reproduced"
+
+
+@pytest.mark.slow
 def test_workflow_notices_a_deleted_seed_and_names_a_garbage_one(tmp_path):
     """Snakemake on the private workflow: the default target warns once about the experiment left out for want of
     data; a deleted seed is rebuilt (identical metrics) and nothing else finished is touched; a garbage seed stops
@@ -535,6 +751,15 @@ def test_workflow_notices_a_deleted_seed_and_names_a_garbage_one(tmp_path):
     again = json.loads((seed1 / "metrics.json").read_text())
     assert again["metrics"] == metrics["metrics"] and again["checks"] == metrics["checks"]
     assert snapshot(seed0) == kept
+    # a deleted history (which the figures and the privacy stage read): the message says the workflow rebuilds it,
+    # and it does (its run is redone: the default target asks for every file of every run)
+    (seed1 / "history.parquet").unlink()
+    with pytest.raises(ResultError, match=r"run history not found; run the workflow again \(`snakemake --cores 2`\)"):
+        read_history(seed1)
+    dry = ok(snake("-n"))
+    assert "seed1/history.parquet" in dry.stdout, dry.stdout[-3000:]
+    ok(snake())
+    assert (seed1 / "history.parquet").is_file() and snapshot(seed0) == kept
     (seed0 / "metrics.json").write_text("{ garbage")
     kept1 = snapshot(seed1)
     r = snake()

@@ -72,14 +72,17 @@ def runnable(exp_id):
     return all(is_available(CFG, d) for d in EXPERIMENTS[exp_id].datasets)
 
 
-def run_files(paper, exp, scale=None):
-    """One run per seed of the scale (the experiment's own scale by default); a deterministic kind (no
-    randomness) runs once, at the scale's first seed."""
+RUN_FILES = ("metrics.json", "history.parquet", "config.yaml")  # rule run_experiment's outputs
+
+
+def run_files(paper, exp, scale=None, file="metrics.json"):
+    """One run per seed of the scale (the experiment's own scale by default), its file ``file``; a deterministic kind
+    (no randomness) runs once, at the scale's first seed."""
     scale = scale or EXPERIMENTS[f"{paper}.{exp}"].scale
     run_seeds = seeds(scale, paper, exp)
     if EXPERIMENTS[f"{paper}.{exp}"].deterministic:
         run_seeds = run_seeds[:1]
-    return [P("run_file", paper=paper, exp=exp, scale=scale, seed=s, file="metrics.json") for s in run_seeds]
+    return [P("run_file", paper=paper, exp=exp, scale=scale, seed=s, file=file) for s in run_seeds]
 
 
 def summary_file(paper, exp):
@@ -92,10 +95,17 @@ def runnable_summaries(paper):
 
 
 def runnable_runs(paper):
-    """Every seed's run of the runnable experiments. Asked for by the default target itself: Snakemake does not
-    rebuild a missing input of a job whose outputs are up to date, so with only the summaries asked for, a deleted
-    seed (metrics.json) would go unnoticed."""
-    return [f for e in EXPERIMENTS.values() if e.paper == paper and runnable(e.id) for f in run_files(paper, e.name)]
+    """Every file of every seed's run of the runnable experiments. Asked for by the default target itself:
+    Snakemake does not rebuild a missing input of a job whose outputs are up to date, nor a missing output of a job
+    that nothing asks for, so with only the summaries (or only metrics.json) asked for, a deleted seed's file would
+    go unnoticed."""
+    return [
+        f
+        for e in EXPERIMENTS.values()
+        if e.paper == paper and runnable(e.id)
+        for file in RUN_FILES
+        for f in run_files(paper, e.name, file=file)
+    ]
 
 
 def left_out_by_data():
@@ -195,10 +205,12 @@ FIGURE_NAMES = "|".join(sorted({f for figs in _FIGURES.values() for f in figs}))
 
 
 def figure_inputs(wildcards):
+    """A figure reads its experiment's summary and every seed's history (fedrepro.plots.render_figure)."""
     spec = PAPERS[wildcards.paper]["figures"][wildcards.fig]
     return {
         "summary": summary_file(wildcards.paper, spec["experiment"]),
         "runs": run_files(wildcards.paper, spec["experiment"]),
+        "histories": run_files(wildcards.paper, spec["experiment"], file="history.parquet"),
     }
 
 
@@ -224,6 +236,18 @@ CURVE_KINDS = ("privacy_curve", "privacy_grid")
 def privacy_summaries(paper):
     """Summaries of the paper's privacy-stage experiments (accounting; no datasets, always runnable)."""
     return [summary_file(paper, e.name) for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"]
+
+
+def privacy_runs(paper):
+    """The run files the privacy stage reads besides the summaries: metrics and history of each privacy-stage
+    experiment's run (fedrepro.report.privacy)."""
+    return [
+        f
+        for e in EXPERIMENTS.values()
+        if e.paper == paper and e.stage == "privacy"
+        for file in ("metrics.json", "history.parquet")
+        for f in run_files(paper, e.name, file=file)
+    ]
 
 
 def privacy_outputs():

@@ -12,7 +12,7 @@ rule fetch_dataset:
         mem_mb=FETCH_MEM_MB,
         runtime=FETCH_RUNTIME,
     shell:
-        "python -m fedrepro data fetch {wildcards.dataset} > {log} 2>&1"
+        "python -m fedrepro data fetch {wildcards.dataset} > {log:q} 2>&1"
 
 
 rule partition_dataset:
@@ -30,7 +30,7 @@ rule partition_dataset:
     params:
         spec=lambda wildcards: PARTITIONS[wildcards.name],
     shell:
-        "python -m fedrepro data partition {wildcards.name} --out {output} > {log} 2>&1"
+        "python -m fedrepro data partition {wildcards.name} --out {output:q} > {log:q} 2>&1"
 
 
 rule plot_partition:
@@ -46,4 +46,4 @@ rule plot_partition:
         mem_mb=SMALL_MEM_MB,
         runtime=SMALL_RUNTIME,
     shell:
-        "python -m fedrepro data plot {wildcards.name} --input {input} --out {output} > {log} 2>&1"
+        "python -m fedrepro data plot {wildcards.name} --input {input:q} --out {output:q} > {log:q} 2>&1"

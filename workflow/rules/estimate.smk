@@ -25,7 +25,7 @@ rule run_experiment:
         outdir=lambda wildcards, output: Path(output.metrics).parent,
     shell:
         "python -m fedrepro run {wildcards.paper}.{wildcards.exp} --seed {wildcards.seed} "
-        "--scale {wildcards.scale} --out {params.outdir} > {log} 2>&1"
+        "--scale {wildcards.scale} --out {params.outdir:q} > {log:q} 2>&1"
 
 
 rule aggregate_seeds:
@@ -45,4 +45,4 @@ rule aggregate_seeds:
     params:
         dirs=lambda wildcards, input: [Path(p).parent for p in input.runs],
     shell:
-        "python -m fedrepro aggregate --runs {params.dirs} --out {output.summary} > {log} 2>&1"
+        "python -m fedrepro aggregate --runs {params.dirs:q} --out {output.summary:q} > {log:q} 2>&1"

@@ -5,6 +5,7 @@
 rule privacy_tables:
     input:
         summaries=lambda wildcards: privacy_summaries(wildcards.paper),
+        runs=lambda wildcards: privacy_runs(wildcards.paper),
     output:
         epsilon=P("privacy_table", name="epsilon"),
         curves=P("privacy_table", name="curves"),
@@ -19,12 +20,14 @@ rule privacy_tables:
         scale=SCALE,
         outdir=lambda wildcards, output: Path(output.epsilon).parent,
     shell:
-        "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir} --scale {params.scale} " "> {log} 2>&1"
+        "python -m fedrepro privacy {wildcards.paper} --out-dir {params.outdir:q} --scale {params.scale} "
+        "> {log:q} 2>&1"
 
 
 rule privacy_figure:
     input:
         summaries=lambda wildcards: privacy_summaries(wildcards.paper),
+        runs=lambda wildcards: privacy_runs(wildcards.paper),
         registry=lambda wildcards: CFG.get("targets", {}).get(wildcards.paper, []),
     output:
         pdf=P("figure", fig="privacy_epsilon", ext="pdf"),
@@ -44,5 +47,5 @@ rule privacy_figure:
     params:
         scale=SCALE,
     shell:
-        "python -m fedrepro privacy {wildcards.paper} --figure {output.pdf} --png {output.png} "
-        "--scale {params.scale} > {log} 2>&1"
+        "python -m fedrepro privacy {wildcards.paper} --figure {output.pdf:q} --png {output.png:q} "
+        "--scale {params.scale} > {log:q} 2>&1"

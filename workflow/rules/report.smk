@@ -28,7 +28,7 @@ rule figure:
         caption=lambda wildcards: PAPERS[wildcards.paper]["figures"][wildcards.fig].get("caption", ""),
     shell:
         "python -m fedrepro figure {wildcards.paper}.{wildcards.fig} --scale {params.scale} "
-        "--out {output.pdf} --png {output.png} > {log} 2>&1"
+        "--out {output.pdf:q} --png {output.png:q} > {log:q} 2>&1"
 
 
 rule table:
@@ -50,7 +50,7 @@ rule table:
         outdir=lambda wildcards, output: Path(output.csv).parent,
     shell:
         "python -m fedrepro tables {wildcards.paper} --only {wildcards.table} --scale {params.scale} "
-        "--out-dir {params.outdir} > {log} 2>&1"
+        "--out-dir {params.outdir:q} > {log:q} 2>&1"
 
 
 rule report:
@@ -85,4 +85,4 @@ rule report:
         scale=SCALE,
         outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "python -m fedrepro report --scale {params.scale} --out-dir {params.outdir} > {log} 2>&1"
+        "python -m fedrepro report --scale {params.scale} --out-dir {params.outdir:q} > {log:q} 2>&1"

@@ -12,9 +12,15 @@ A partitioned dataset is one directory::
                      files, per split the row range, per client its train/test counts, class sets and
                      scheme-specific metadata (writers, opt-out flag, assigned classes)
 
-Writing is atomic: everything goes into a hidden temporary directory beside the target (``.<name>.tmp-*``), the
-manifest last, and the directory is renamed into place; an exception removes the temporary directory, and a
-killed writer leaves only a hidden ``.tmp-`` directory, never a directory with the final name. :func:`load`
+Every use verifies the two data files against the sha256 the manifest records, cheaply (fedrepro.data.stamps): the
+partition's ``.verified.json`` holds their size and mtime when they last matched, and a file is hashed again only
+when these changed; so one flipped byte in ``features.npy`` stops the next run or plot that reads it, naming the
+file. A partition written before the state existed is hashed in full on its first use, which records it.
+
+Writing is atomic: everything goes into a hidden temporary directory beside the target (``.<name>.tmp-<pid>-*``),
+the manifest last, and the directory is renamed into place; an exception removes the temporary directory, and a
+killed writer leaves only a hidden ``.tmp-`` directory, never a directory with the final name, which the next write
+of the same target removes. :func:`load`
 refuses a directory without a manifest or whose files do not match it.
 
 Loading memory-maps ``features.npy`` (``mmap_mode="r"``, ``allow_pickle=False``) and reads the small index into
@@ -28,7 +34,6 @@ This module is imported by the dataset catalog: it keeps pyarrow imports inside 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -40,7 +45,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from fedrepro.data.partition import SPLITS, LabelSet, Partition, as_labelset
-from fedrepro.errors import DataError
+from fedrepro.data.stamps import STATE, file_stat, read_state, sha256_of, unchanged, write_state
+from fedrepro.errors import DataError, naming_a_full_disk
 
 FORMAT = "fedrepro.fedformat"
 FORMAT_VERSION = 1
@@ -51,14 +57,6 @@ CHUNK_BYTES = 64 << 20
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, Mapping):
@@ -82,7 +80,7 @@ def _jsonable(obj: Any) -> Any:
 
 def source_info(dataset_id: str, files: Iterable[str | Path] = ()) -> dict:
     """The ``source`` entry of a manifest: dataset id and the sha256 of each input file (by file name)."""
-    return {"dataset": dataset_id, "files": {Path(f).name: _sha256(Path(f)) for f in files}}
+    return {"dataset": dataset_id, "files": {Path(f).name: sha256_of(Path(f)) for f in files}}
 
 
 def _fedrepro_version() -> str:
@@ -224,9 +222,9 @@ def _manifest(directory: Path, partition: Partition, splits: list[_Split], index
         "n_classes": n_classes,
         "n_coarse_classes": (max(int(s.labels.coarse.max(initial=-1)) for s in splits) + 1 if has_coarse else None),
         "features": {"file": FEATURES, "dtype": first.dtype.str, "shape": [offset, *first.shape[1:]],
-                     "bytes": (directory / FEATURES).stat().st_size, "sha256": _sha256(directory / FEATURES)},
+                     "bytes": (directory / FEATURES).stat().st_size, "sha256": sha256_of(directory / FEATURES)},
         "index": {"file": INDEX, "columns": index_columns, "bytes": (directory / INDEX).stat().st_size,
-                  "sha256": _sha256(directory / INDEX)},
+                  "sha256": sha256_of(directory / INDEX)},
         "splits": split_rows,
         "keep_unassigned": keep_unassigned,
         "clients": _clients_entry(partition, splits),
@@ -243,29 +241,58 @@ def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
+def _stale_temporaries(out_dir: Path) -> list[Path]:
+    """The hidden directories beside ``out_dir`` that writes of it made and that no running writer owns:
+    ``.<name>.tmp-<pid>-*`` (the data being written) and ``.<name>.old-<pid>-*`` (a replaced directory on its way
+    out) of a process that has ended, and those without an id (made before ids were recorded)."""
+    out = []
+    for p in out_dir.parent.iterdir():
+        for prefix in (f".{out_dir.name}.tmp-", f".{out_dir.name}.old-"):
+            if p.name.startswith(prefix) and p.is_dir():
+                pid = p.name[len(prefix) :].split("-", 1)[0]
+                if not (pid.isdigit() and _running(int(pid))):
+                    out.append(p)
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # running, as another user
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def _atomic_directory(out_dir: Path, overwrite: bool):
     """Yield a hidden temporary directory beside ``out_dir``; when the block ends, rename it to ``out_dir``
-    (replacing an existing one only with ``overwrite``). An exception removes it and leaves ``out_dir`` as it was."""
+    (replacing an existing one only with ``overwrite``). An exception removes it and leaves ``out_dir`` as it was; a
+    full disk is a ResourceError naming ``out_dir``. A writer killed outright (kill -9, power loss) cannot clean up:
+    the next write of ``out_dir`` removes the temporary directories of writers no longer running."""
     from fedrepro.runio import honour_umask
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        honour_umask(tmp)  # the final directory gets the umask's mode (0755), not mkdtemp's 0700
-        yield tmp
-        if out_dir.exists():
-            if not overwrite:
-                raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
-            trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, trash / "old")
-            os.replace(tmp, out_dir)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with naming_a_full_disk(out_dir):
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        for stale in _stale_temporaries(out_dir):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
+        try:
+            honour_umask(tmp)  # the final directory gets the umask's mode (0755), not mkdtemp's 0700
+            yield tmp
+            if out_dir.exists():
+                if not overwrite:
+                    raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
+                trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{os.getpid()}-", dir=out_dir.parent))
+                os.replace(out_dir, trash / "old")
+                os.replace(tmp, out_dir)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.replace(tmp, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
@@ -286,9 +313,12 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
     with _atomic_directory(out_dir, overwrite) as tmp:
         _write_features(tmp / FEATURES, splits)
         index_columns = _write_index(tmp / INDEX, splits)
-        _write_manifest(tmp / MANIFEST, _manifest(tmp, partition, splits, index_columns, source=source,
-                                                  keep_unassigned=keep_unassigned, n_classes=n_classes,
-                                                  extra=extra))
+        manifest = _manifest(tmp, partition, splits, index_columns, source=source, keep_unassigned=keep_unassigned,
+                             n_classes=n_classes, extra=extra)
+        # the files as just hashed: the first use checks them cheaply (the rename keeps their mtimes)
+        files = [manifest[k] for k in ("features", "index")]
+        write_state(tmp / STATE, {e["file"]: {"sha256": e["sha256"], **file_stat(tmp / e["file"])} for e in files})
+        _write_manifest(tmp / MANIFEST, manifest)
     return out_dir
 
 
@@ -413,7 +443,7 @@ class FederatedDataset:
 def is_complete(path: str | Path) -> bool:
     """Whether ``path`` holds a finished dataset (manifest present and the data files of the sizes it records)."""
     try:
-        _check(Path(path), verify=False)
+        _check(Path(path), "size")
         return True
     except (DataError, OSError, ValueError, KeyError):
         return False
@@ -449,31 +479,48 @@ def _read_manifest(path: Path) -> dict:
     return manifest
 
 
-def _check(path: Path, verify: bool) -> dict:
+def _check(path: Path, verify: str) -> dict:
+    """The manifest, after checking the data files' sizes and, unless ``verify`` is "size", their sha256 (every time
+    with "full"; with "stamp" only when their size or mtime changed since they last matched)."""
     manifest = _read_manifest(path)
+    state = read_state(path / STATE) if verify != "size" else {}
+    changed = False
     for key in ("features", "index"):
         entry = manifest[key]
         f = path / entry["file"]
         if not f.is_file() or f.stat().st_size != entry["bytes"]:
             raise DataError(f"{f}: missing or of the wrong size (manifest: {entry['bytes']} bytes); {_rebuild(path)}")
-        if verify and _sha256(f) != entry["sha256"]:
-            raise DataError(f"{f}: checksum mismatch (manifest sha256 {entry['sha256']}); {_rebuild(path)}")
+        if verify == "size" or (verify == "stamp" and unchanged(state.get(entry["file"]), f, entry["sha256"])):
+            continue
+        digest = sha256_of(f)
+        if digest != entry["sha256"]:
+            raise DataError(f"{f}: checksum mismatch: changed after the partition was written (sha256 {digest}, "
+                            f"manifest {entry['sha256']}); {_rebuild(path)}")
+        state[entry["file"]] = {"sha256": digest, **file_stat(f)}
+        changed = True
+    if changed:
+        try:
+            write_state(path / STATE, state)
+        except OSError:
+            pass  # a read-only partition: verified all the same, hashed again on its next use
     return manifest
 
 
 def check(path: str | Path, verify: bool = False) -> None:
-    """Raise a DataError naming the file when ``path`` is not a complete dataset (see :func:`is_complete`)."""
-    _check(Path(path), verify)
+    """Raise a DataError naming the file when ``path`` is not a complete dataset whose data files match its
+    manifest: their sha256 when their size or mtime changed since they last matched, or always with ``verify``."""
+    _check(Path(path), "full" if verify else "stamp")
 
 
 def load(path: str | Path, verify: bool = False) -> FederatedDataset:
     """Open a dataset written by :func:`write`: features memory-mapped read-only, index read into numpy.
 
-    ``verify=True`` also checks the sha256 of both files against the manifest (reads the whole features file)."""
+    The data files are checked against the manifest's sha256 first (:func:`check`): cheaply, by size and mtime
+    since they last matched, or in full with ``verify=True`` (reads the whole features file)."""
     import pyarrow.parquet as pq
 
     path = Path(path)
-    manifest = _check(path, verify)
+    manifest = _check(path, "full" if verify else "stamp")
     try:
         features = np.load(path / FEATURES, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:

@@ -13,16 +13,14 @@ sha256.
 ``NAME`` may contain a subdirectory (``train/x.json``); a bundled dataset (no files) is always available.
 
 Data is verified again where it is used: :func:`verified_files` (and :func:`dataset_files`), which partitioning and
-every run call, compare each file with the sha256 it was verified against. Cheaply: ``<data.dir>/<ID>/.verified.json``
-records each file's size, mtime and origin when it was last hashed, and a file is hashed again only when these
-changed. ``.verified`` itself (the fetch rule's output) is never rewritten on use, so a check does not rerun the
-workflow.
+every run call, compare each file with the sha256 it was verified against. Cheaply (fedrepro.data.stamps):
+``<data.dir>/<ID>/.verified.json`` records each file's size, mtime and origin when it was last hashed, and a file is
+hashed again only when these changed. ``.verified`` itself (the fetch rule's output) is never rewritten on use, so a
+check does not rerun the workflow.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import urllib.request
 from collections.abc import Mapping
@@ -32,19 +30,12 @@ from urllib.parse import urlparse
 
 from fedrepro.config import resolve_path
 from fedrepro.data.catalog import Dataset, RemoteFile, get_dataset, get_provider
+from fedrepro.data.stamps import STATE, file_stat, read_state, sha256_of, unchanged, write_state
 from fedrepro.errors import DataError
 
 STAMP = ".verified"
-STATE = ".verified.json"  # per file: sha256, origin, size and mtime when last hashed (the cheap check on use)
+# STATE (fedrepro.data.stamps): per file, sha256, origin, size and mtime when last hashed (the cheap check on use)
 CATALOG = "src/fedrepro/data/catalog.py"
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def data_dir(cfg: Mapping, dataset_id: str) -> Path:
@@ -149,26 +140,14 @@ def _download(url: str, dest: Path, timeout: float = 60.0) -> None:
     tmp.replace(dest)
 
 
-def _file_stat(path: Path) -> dict:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def _read_state(cfg: Mapping, ds: Dataset) -> dict:
     """``.verified.json``: {file name: {sha256, origin, size, mtime_ns}}; {} when absent or unreadable (then every
     file is hashed once more and the state written anew)."""
-    try:
-        state = json.loads((data_dir(cfg, ds.id) / STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+    return read_state(data_dir(cfg, ds.id) / STATE)
 
 
 def _write_state(cfg: Mapping, ds: Dataset, state: dict) -> None:
-    from fedrepro.runio import atomic_write
-
-    text = json.dumps(state, indent=1, sort_keys=True) + "\n"
-    atomic_write(data_dir(cfg, ds.id) / STATE, lambda p: p.write_text(text, encoding="utf-8"))
+    write_state(data_dir(cfg, ds.id) / STATE, state)
 
 
 def _stamp_digests(stamp: Path) -> dict[str, str]:
@@ -225,7 +204,7 @@ def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: 
             raise
         lines.append(f"{digest}  {f.name}{'  (unpinned)' if f.sha256 is None else ''}")
         earlier = (previous.get(f.name) or {}).get("origin") if isinstance(previous.get(f.name), dict) else None
-        state[f.name] = {"sha256": digest, "origin": origin or earlier or "the data dir", **_file_stat(dest)}
+        state[f.name] = {"sha256": digest, "origin": origin or earlier or "the data dir", **file_stat(dest)}
     _write_state(cfg, ds, state)
     stamp = stamp_path(cfg, ds.id)
     tmp = stamp.with_name(STAMP + ".part")
@@ -275,8 +254,7 @@ def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
                 f"dataset {ds.id}: {path} is {'missing' if expected else 'not recorded in ' + str(stamp)}"
                 f" although {stamp} marks the dataset verified; {refetch}"
             )
-        stat = _file_stat(path)
-        if rec.get("sha256") != expected or any(rec.get(k) != v for k, v in stat.items()):
+        if not unchanged(rec, path, expected):
             digest = sha256_of(path)
             if digest != expected:
                 origin = rec.get("origin")
@@ -285,7 +263,7 @@ def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
                     f"{digest}, expected {expected} ({_expected_where(f)})"
                     f"{f'; it came from {origin}' if origin else ''}; {refetch}"
                 )
-            state[f.name] = {**rec, "sha256": digest, **stat}
+            state[f.name] = {**rec, "sha256": digest, **file_stat(path)}
             changed = True
         out.append(VerifiedFile(f.name, path, expected, f.sha256 is not None))
     if changed:

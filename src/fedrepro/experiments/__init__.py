@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.errors import ConfigError
+from fedrepro.experiments.memory import MemoryNeed
 
 
 @dataclass
@@ -84,6 +85,8 @@ class Kind:
     # what the kind reads besides its parameters (another experiment's parameters, registry rows), as a
     # JSON-able dict: fn(params, cfg, exp_id); the workflow reruns the experiment when it changes
     reads: Callable[[dict, Any, str], dict] | None = None
+    # what its arrays take at once for given parameters (a lower bound), checked before a run starts
+    memory: MemoryNeed | None = None
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -105,6 +108,7 @@ def experiment_kind(
     metrics: tuple[str, ...] = (),
     checks: tuple[str, ...] = (),
     reads: Callable[[dict, Any, str], dict] | None = None,
+    memory: MemoryNeed | None = None,
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -118,6 +122,8 @@ def experiment_kind(
     reads: for kinds that read more than their parameters (forensic sweeps read the swept experiment and registry
     rows): ``reads(params, cfg, exp_id)`` returns what they read, so a change there reruns them (workflow
     resolved_params).
+    memory: for kinds whose arrays grow with their parameters, the parameters they grow with and a lower bound on
+    their bytes (fedrepro.experiments.memory), so that `run` refuses sizes the machine cannot hold before any work.
     """
 
     def deco(fn):
@@ -133,6 +139,7 @@ def experiment_kind(
             metrics=tuple(metrics),
             checks=tuple(checks),
             reads=reads,
+            memory=memory,
         )
         return fn
 

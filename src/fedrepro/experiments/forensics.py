@@ -200,7 +200,7 @@ def judge_row(t, points: list[dict], deterministic: bool) -> dict:
         "n": int(arr.size),
         "diff": j.diff,
         "tol": j.tol,
-        "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf,
+        "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf,  # inf for a non-finite (invalid) rebuild
         "numeric": True,
         "detail": j.why,
     }

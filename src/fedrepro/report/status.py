@@ -125,7 +125,7 @@ def _calibrated(r: Result, cals: list[Calibration]) -> Result:
     entering = [c for c in cals if c.enters(t) and t.id not in c.fitted_to]
     if fitted:
         r.calibration = "; ".join(c.text() for c in fitted)
-        if r.status not in (v.NOT_RUN, v.NOT_COMPARABLE):
+        if r.status not in (v.NOT_RUN, v.NOT_COMPARABLE, v.INVALID):
             r.reason = f"{t.id} is what the calibration was fitted to ({r.status} as fitted); " + r.reason
             r.status = v.FITTED
     elif entering:
@@ -156,11 +156,13 @@ def evaluate(
         )
     if missing is None:
         missing = unavailable_datasets(cfg, exp_entry)
-    r = _not_run(cfg, t, scale, summary, missing) or _judge(t, summary)
+    source = paths.relative(cfg, "summary", paper=t.paper, exp=t.exp_name, scale=scale)
+    r = _not_run(cfg, t, scale, summary, missing) or _judge(t, summary, source)
     return _calibrated(r, list(cals)) if t.printed else r
 
 
-def _judge(t: Target, summary: dict) -> Result:
+def _judge(t: Target, summary: dict, source: str) -> Result:
+    """The row judged on ``summary`` (read from the file ``source``, which an invalid row names)."""
     eff_scale = summary["effective_scale"]
     at_paper = eff_scale == "paper"
     if t.check_names is not None:
@@ -181,8 +183,27 @@ def _judge(t: Target, summary: dict) -> Result:
             return Result(t, v.DEVIATES if failed else v.REPRODUCED, scale=eff_scale, reason=detail)
         return Result(t, v.FAILS if failed else v.PASSES, scale=eff_scale, reason=detail)
     m = summary["metrics"].get(t.key)
-    if m is None or m["mean"] is None:
+    if m is None and not at_paper:  # a quick run may leave out settings of the paper's (no verdict there anyway)
         return Result(t, v.NOT_RUN, scale=eff_scale, reason=f"metric {t.key!r} not produced by {t.experiment}")
+    if m is None:
+        return Result(
+            t,
+            v.INVALID,
+            scale=eff_scale,
+            reason=f"{source}: metric {t.key!r} is missing (its kind declares it; the paper-scale runs did not produce "
+            f"it, or not as a number): nothing to judge; {REBUILD_SUMMARY}",
+        )
+    bad = v.not_finite(m["mean"], m["std"])
+    if bad:
+        n = m.get("n")
+        return Result(
+            t,
+            v.INVALID,
+            n=n,
+            scale=eff_scale,
+            reason=f"{source}: metric {t.key!r}: {bad}: nothing to judge; look at the runs' logs for the cause, "
+            f"then {REBUILD_SUMMARY}",
+        )
     n = m.get("n", len(summary["seeds"]))
     got = dict(rebuilt=m["mean"], rebuilt_std=m["std"], rebuilt_se=m.get("se"), n=n, scale=eff_scale)
     if t.value is None:  # a rebuilt number with nothing printed to compare to (e.g. a figure's flat line)
@@ -196,6 +217,9 @@ def _judge(t: Target, summary: dict) -> Result:
     if t.printed:
         return Result(t, j.outcome, **got, reason=j.why)
     return Result(t, {v.REPRODUCED: v.PASSES, v.DEVIATES: v.FAILS}.get(j.outcome, j.outcome), **got, reason=j.why)
+
+
+REBUILD_SUMMARY = "delete it and its seeds' runs and run the workflow again (`snakemake --cores 2`)"
 
 
 def load_summary(cfg: Mapping, paper: str, exp: str, scale: str) -> dict | None:

@@ -14,9 +14,11 @@ Statuses of a printed row
   inconclusive                  rebuilt at paper scale, within tolerance, but too noisy to tell (run more seeds)
   not comparable                rebuilt only at quick scale: value shown, no verdict on a paper number
   not run                       data offline, not built, or no rule yet; with the command that builds it
+  invalid                       the rebuilt value is not a finite number (NaN or inf in the summary, undefined in
+                                every seed, or missing from a paper-scale summary): never judged, and it fails CI
 Statuses of a check or consistency row: passes, fails, inconclusive, shown (a rebuilt number with nothing to compare
-it to), not comparable (a number compared at quick scale), not run. A row judged by pass/fail checks passes when
-every named check passes in every seed.
+it to), not comparable (a number compared at quick scale), not run, invalid (as for a printed row). A row judged by
+pass/fail checks passes when every named check passes in every seed.
 
 Tolerance rule, for a printed value v (± p) and a rebuilt mean m over n seeds with sample std s:
     se_rebuilt = s / sqrt(n)                 the standard error of the rebuilt mean, not the seed-to-seed spread
@@ -64,20 +66,31 @@ DEVIATES = "deviates"
 INCONCLUSIVE = "inconclusive"
 NOT_COMPARABLE = "not comparable"
 NOT_RUN = "not run"
-PRINTED_STATUSES = (REPRODUCED, CALIBRATED, FITTED, DEVIATES, INCONCLUSIVE, NOT_COMPARABLE, NOT_RUN)
+INVALID = "invalid"
+PRINTED_STATUSES = (REPRODUCED, CALIBRATED, FITTED, DEVIATES, INCONCLUSIVE, NOT_COMPARABLE, NOT_RUN, INVALID)
 # check and consistency rows
 PASSES = "passes"
 FAILS = "fails"
 SHOWN = "shown"
-CHECK_STATUSES = (PASSES, FAILS, INCONCLUSIVE, SHOWN, NOT_COMPARABLE, NOT_RUN)
+CHECK_STATUSES = (PASSES, FAILS, INCONCLUSIVE, SHOWN, NOT_COMPARABLE, NOT_RUN, INVALID)
 ALL_STATUSES = PRINTED_STATUSES + (PASSES, FAILS, SHOWN)
 # what the CI replication check accepts for a row flagged ci=true
 GOOD = (REPRODUCED, CALIBRATED, PASSES)
 
 
+def not_finite(mean: float | None, std: float | None = None) -> str:
+    """Why a rebuilt mean (and its std) cannot be judged, or "" when it can: only finite numbers are ever compared
+    with a printed value (NaN fails every comparison, so a tolerance test would pass it). None is undefined."""
+    if mean is None:
+        return "the rebuilt mean is undefined (None: NaN or missing in every seed)"
+    bad = [f"{name} {x!r}" for name, x in (("mean", mean), ("std", std)) if x is not None and not math.isfinite(x)]
+    return f"the rebuilt {' and '.join(bad)} {'is' if len(bad) == 1 else 'are'} not finite" if bad else ""
+
+
 @dataclass(frozen=True)
 class Judgement:
-    """The comparison of one rebuilt mean with one printed value: one of reproduced / deviates / inconclusive."""
+    """The comparison of one rebuilt mean with one printed value: one of reproduced / deviates / inconclusive, or
+    invalid when the rebuilt mean or std is not a finite number (:func:`not_finite`)."""
 
     outcome: str
     diff: float
@@ -130,6 +143,9 @@ def judge(
 ) -> Judgement:
     """The tolerance rule of this module's docstring. ``std``: the sample std of the n rebuilt seeds."""
     floor = floor or 0.0
+    bad = not_finite(mean, std)
+    if bad:
+        return Judgement(INVALID, math.nan, math.nan, math.nan, math.nan, "", f"{bad}: no verdict")
     se_p, words = printed_se(pm, reading, runs, std, n)
     se_r = (std or 0.0) / math.sqrt(n) if n > 0 else math.inf
     diff = mean - value
@@ -190,7 +206,9 @@ RULE_TEXT = (
     f"with {Z}·se_rebuilt above max(floor, {Z}·se_printed, {RESOLUTION:.0%} of the printed value), or with one seed "
     "of a random experiment, it is *inconclusive*. A value fitted to printed rows (a calibration) makes those rows "
     "*fitted* (no verdict) and the rows it enters *reproduced after calibration*. Rows rebuilt only at quick scale are "
-    "*not comparable*: value shown, no verdict. Sentences are judged by named pass/fail checks, in every seed. "
+    "*not comparable*: value shown, no verdict. A rebuilt value that is not a finite number (NaN, inf, undefined in "
+    "every seed, missing) is never judged: the row is *invalid*, naming the file. Sentences are judged by named "
+    "pass/fail checks, in every seed. "
     "**Check** rows verify the implementation (simulation vs our closed forms, library cross-checks, the notes' "
     "reference values, inputs read back, protocols on stand-in data): they pass or fail and are never counted as "
     "reproduced paper numbers. **Consistency** rows check the paper against itself; a failure is a paper issue."

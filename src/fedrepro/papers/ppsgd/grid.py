@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.experiments import Check, RunOutput
-from fedrepro.experiments.params import DELTA, NONNEG, POSITIVE, POSITIVE_LIST
+from fedrepro.experiments.params import DELTA, INF, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.papers.ppsgd.clients import Clients
 from fedrepro.papers.ppsgd.stepsizes import parse_alpha, step_size_arrays
 from fedrepro.privacy import epsilon_curve
 
-ALPHA = {"anyOf": [NONNEG, {"const": -1}, {"enum": ["inf", ".inf"]}]}
+ALPHA = {"anyOf": [NONNEG, INF, {"const": -1}, {"enum": ["inf", ".inf"]}]}
 # the App. A grid and the DP parameters, shared by the synthetic and the real-data kinds
 GRID_PROPERTIES = {
     "steps": POSITIVE_LIST,

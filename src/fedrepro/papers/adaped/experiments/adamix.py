@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.memory import FLOAT64, MemoryNeed
 from fedrepro.experiments.params import INT0, INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.adaped import adamix as am
 from fedrepro.papers.adaped import adamix_marginal as amm
@@ -124,6 +125,10 @@ def _recovery_check(fits: dict[int, am.GMM], mu: np.ndarray, cos_min: float) -> 
         "gmm_recovers_component_means",
         "local_mse_matches_closed_form",
         "marginal_em_reaches_oracle",
+    ),
+    # the clients' data at the largest n: X (m, n, d) and Y (m, n), and theta (m, d)
+    memory=MemoryNeed(
+        ("m", "d", "n_values"), lambda p: FLOAT64 * p["m"] * (max(p["n_values"]) * (p["d"] + 1) + p["d"])
     ),
 )
 def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:

@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import integrate, stats
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.memory import FLOAT64, MemoryNeed
 from fedrepro.experiments.params import INT1, INT3, POSITIVE, UNIT
 from fedrepro.papers.adaped import bernoulli as b
 
@@ -141,6 +142,8 @@ def _gain(mse_local: float, mse_pers: float) -> float:
         "beta_within_thm3_bound",
         "claim_less_spread_more_gain",
     ),
+    # per prior, (reps, m) arrays: p_i, Z_i, the local and the eq. (6) estimates, eq. (6)'s weights, two squared errors
+    memory=MemoryNeed(("m", "reps"), lambda p: 7 * FLOAT64 * p["m"] * p["reps"]),
 )
 def bernoulli_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     m, n, reps, z = p["m"], p["n"], p["reps"], p["z"]

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.memory import FLOAT64, MemoryNeed
 from fedrepro.experiments.params import INT0, INT1, INT2, INT3, NONNEG, POSITIVE
 from fedrepro.papers.adaped import gaussian as g
 
@@ -48,6 +49,13 @@ DP_SCHEMA = {
 }
 
 
+# per repetition theta, Xbar and the shared noise (m, d); over all repetitions every client's squared error of the
+# local, the personalized and each eps0's estimator (m x reps each)
+DP_MEMORY = MemoryNeed(
+    ("m", "d", "reps", "eps0"), lambda p: FLOAT64 * p["m"] * (3 * p["d"] + (2 + len(p["eps0"])) * p["reps"])
+)
+
+
 def _mc_check(name: str, errs: np.ndarray, expected: float, z: float) -> Check:
     """Monte Carlo mean of squared errors vs a closed form, within z standard errors."""
     value = float(errs.mean())
@@ -86,6 +94,7 @@ def _dp_standard_error(errs, a, st, sx, n, m, d, sq, reps) -> float:
         "local_flat_matches_closed_form",
         "personalized_flat_matches_closed_form",
     ),
+    memory=DP_MEMORY,
 )
 def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Monte Carlo of the three estimators (``reps`` datasets; 0: closed forms only) beside their exact MSEs: Thm 1

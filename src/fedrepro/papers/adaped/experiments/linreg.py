@@ -31,6 +31,7 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.memory import FLOAT64, MemoryNeed
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.adaped import linreg as lr
 
@@ -227,6 +228,8 @@ def printed_inputs(p: dict, cfg, exp_id: str) -> dict:
         "printed_gain_ordering_possible",
     ),
     reads=printed_inputs,
+    # the clients' data X (m, n, d) and Y (m, n), and theta (m, d)
+    memory=MemoryNeed(("m", "n", "d"), lambda p: FLOAT64 * p["m"] * (p["n"] * p["d"] + p["n"] + p["d"])),
 )
 def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     st2, sx2 = p["sigma_theta2"], p["sigma_x2"]

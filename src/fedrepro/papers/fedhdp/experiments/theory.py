@@ -21,6 +21,7 @@ import pandas as pd
 from scipy.stats import norm
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.memory import FLOAT64, MemoryNeed
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE, UNIT
 from fedrepro.papers.fedhdp import linear_regression as lr
 from fedrepro.papers.fedhdp import point_estimation as pe
@@ -102,6 +103,8 @@ SERVER_VARIANCE_SCHEMA = {
     SERVER_VARIANCE_SCHEMA,
     metrics=("left.*", "right.*"),
     checks=("lemma1_r_star_minimizes", "mc_matches_closed_form", "mc_r_star_beats_fedavg"),
+    # phi_j, phi_hat_j and psi_j of every trial's N clients (trials, N)
+    memory=MemoryNeed(("trials", "N"), lambda p: 3 * FLOAT64 * p["trials"] * p["N"]),
 )
 def fedhdp_server_variance(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     n, rho = p["N"], p["rho"]
@@ -243,6 +246,11 @@ def _opt_out_case(
         "mc_matches_closed_form",
         "opting_out_helps",
     ),
+    # one chunk of trials' samples (chunk, N, n_s) and every trial's error at every lambda (trials, lam_grid.num)
+    memory=MemoryNeed(
+        ("trials", "N", "n_s", "lam_grid"),
+        lambda p: FLOAT64 * (min(p["trials"], 2000) * p["N"] * p["n_s"] + p["trials"] * p["lam_grid"]["num"]),
+    ),
 )
 def fedhdp_opt_out(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["model"] == "linreg" and "d" not in p:
@@ -338,6 +346,8 @@ VS_RHO_SCHEMA = {
     VS_RHO_SCHEMA,
     metrics=("ratio_at_claim_rho", "ratio_at_smallest_rho", "smallest_rho"),
     checks=("closed_forms_agree", "fedhdp_below_fedavg", "large_gain_at_small_rho", "mc_matches_closed_form"),
+    # phi_j, phi_hat_j, psi_j, the noise draws and two cumulative sums, each (trials, N)
+    memory=MemoryNeed(("trials", "N"), lambda p: 6 * FLOAT64 * p["trials"] * p["N"]),
 )
 def fedhdp_server_variance_vs_rho(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     n, sc2, g2 = p["N"], p["sigma_c2"], p["gamma2"]
@@ -467,6 +477,8 @@ def _argmin(n, rho, a2, t2, g2, private, own="excluded"):
         "table2_hom_priv_mc_prefers_eq18",
         "theorem3_bayes_optimal",
     ),
+    # at mc_point: phi_j, phi_hat_j, psi_j (trials, N) and the estimates at two lambdas (trials, N, 2)
+    memory=MemoryNeed(("trials", "mc_point"), lambda p: 5 * FLOAT64 * p["trials"] * p["mc_point"]["N"]),
 )
 def fedhdp_table2(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Table 2 entries as checks of the printed formula against eq. (17)/(18) and against the independent argmin of

@@ -29,6 +29,7 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.memory import MemoryNeed
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.histograms import closed_forms as cf
 from fedrepro.papers.histograms.claims import CLAIMS, table1_claims
@@ -93,6 +94,8 @@ def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
         "ordering_nonprivate",
         *CLAIMS,
     ),
+    # every user's true histogram (float32) and token counts (int32), (n_users + n_val, d) each
+    memory=MemoryNeed(("n_users", "n_val", "d"), lambda p: 8 * (p["n_users"] + p["n_val"]) * p["d"]),
 )
 def histograms_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     with threadpool_limits(limits=1, user_api="blas"):

@@ -25,6 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.memory import FLOAT64, MemoryNeed
 from fedrepro.experiments.params import INT0, INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.grid import ALPHA, GRID_PROPERTIES, alpha_label, sigma_label
@@ -210,6 +211,14 @@ def _epsilons(p: dict, sigma: float) -> dict[str, np.ndarray]:
     return out
 
 
+def _grid_bytes(p: dict) -> float:
+    """The grid's state: every user's local model and its gradient (N, d, G), a round's data X (N, m, d) and
+    residuals (N, m, G) in ``dtype``, and the excess risk of every configuration at every iteration per sigma."""
+    n, d, m, g = p["n_users"], p["d"], p["m"], len(p["steps"]) * len(p["alphas"])
+    item = np.dtype(p["dtype"]).itemsize
+    return item * n * (2 * d * g + m * d + m * g) + FLOAT64 * (p["niter"] + 1) * g * len(p["sigmas"])
+
+
 @experiment_kind(
     "ppsgd_synthetic",
     SCHEMA,
@@ -229,6 +238,7 @@ def _epsilons(p: dict, sigma: float) -> dict[str, np.ndarray]:
         "init_risk_matches_expectation",
         "local_overtakes_joint_at_large_noise",
     ),
+    memory=MemoryNeed(("n_users", "d", "m", "steps", "alphas", "niter", "sigmas"), _grid_bytes),
 )
 def ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2

@@ -1,0 +1,57 @@
+"""Files verified again where they are used, cheaply: the full sha256 only when a file's size or mtime changed.
+
+A state file ``.verified.json`` in the files' directory records, per file name, the sha256 the file last matched and
+its size and mtime (ns) then. A file whose size and mtime are as recorded, under the expected sha256, is taken as
+verified without reading it; any other is hashed again, and the caller records the new stamp when it matches.
+Datasets (fedrepro.data.sources, ``data/<dataset>/``) and partitions (fedrepro.data.fedformat,
+``results/data/<name>/``) are verified this way. Writing the state never touches the files themselves, and a
+directory that cannot be written (read-only, shared) only costs a full hash on every use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+STATE = ".verified.json"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_stat(path: Path) -> dict:
+    """What the cheap check compares: size and mtime (ns)."""
+    st = Path(path).stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def unchanged(record: object, path: Path, sha256: str) -> bool:
+    """Whether ``path`` is as it was when it matched ``sha256`` (``record``: its entry in the state, if any)."""
+    return (
+        isinstance(record, dict)
+        and record.get("sha256") == sha256
+        and all(record.get(k) == v for k, v in file_stat(path).items())
+    )
+
+
+def read_state(state: Path) -> dict:
+    """{file name: {sha256, size, mtime_ns, ...}}; {} when absent or unreadable (every file is then hashed once)."""
+    try:
+        doc = json.loads(Path(state).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def write_state(state: Path, doc: dict) -> None:
+    """Write the state atomically (an OSError, e.g. a read-only directory, is the caller's to ignore)."""
+    from fedrepro.runio import atomic_write
+
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    atomic_write(Path(state), lambda p: p.write_text(text, encoding="utf-8"))
