@@ -159,11 +159,17 @@ class Algorithm(ABC):
       distinct rows per client (e.g. Per-FedAvg's two batches D, D'; split with :func:`split_batches`).
     - ``steps_unsampled``: clients *not* selected in a period also call :meth:`unsampled_step` at every iteration
       (AdaPeD with unsampled client iterations, App. H.2); their minibatches come from the same stream.
+
+    And, set by :meth:`init_state` if the algorithm restricts it:
+    - ``population``: the client ids the server samples its K clients from (None = all m; fewer than K: all of
+      them every period), e.g. FedHDP at r = 0 under the reading that the server communicates with non-private
+      clients only.
     """
 
     name: str = "algorithm"
     batches_per_step: int = 1
     steps_unsampled: bool = False
+    population: np.ndarray | None = None
 
     @abstractmethod
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> Any:
@@ -374,8 +380,10 @@ def train(
             t, loss_sum, loss_n, start = saved["t"], saved["loss_sum"], saved["loss_n"], saved["round"] + 1
             history = saved["history"]
         rows_per_step = batch_size * algorithm.batches_per_step
+        pool = m if algorithm.population is None else np.asarray(algorithm.population)
+        K_round = K if algorithm.population is None else min(K, len(pool))
         for r in range(start, rounds + 1):
-            sel_np = np.sort(rng.choice(m, K, replace=False))
+            sel_np = np.sort(rng.choice(pool, K_round, replace=False))
             selected = torch.from_numpy(sel_np).to(device)
             rest_np = np.setdiff1d(np.arange(m), sel_np) if algorithm.steps_unsampled else sel_np[:0]
             rest = torch.from_numpy(rest_np).to(device)

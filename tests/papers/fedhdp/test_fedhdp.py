@@ -247,6 +247,26 @@ def test_r0_never_trains_private_clients(blobs):
     assert st.skipped > 0  # some rounds sampled no non-private client (4 of 8, 2 opt-out)
 
 
+def test_r0_nonprivate_population_samples_only_the_non_private_clients(blobs, monkeypatch):
+    """r0_population='nonprivate': every round's clients are the non-private ones (all of them, 2 < K = 4), so no
+    round is skipped; the default reading samples all clients and skips rounds without a non-private one."""
+    seen = []
+    start_round = FedHDP.start_round
+    monkeypatch.setattr(
+        FedHDP, "start_round", lambda self, st, sel: (seen.append(sel.tolist()), start_round(self, st, sel))
+    )
+    algo = FedHDP(private=PRIVATE, r=0.0, noise_multiplier=1.0, clip=CLIP, lams=[0.05], r0_population="nonprivate")
+    engine.train(algo, blobs, mlp, **dict(KW, rounds=10, tau=1, eval_every=10))
+    assert seen == [np.flatnonzero(OPT_OUT).tolist()] * 10 and algo.state.skipped == 0
+    seen.clear()
+    engine.train(FedHDP(private=PRIVATE, r=0.0, clip=CLIP), blobs, mlp, **dict(KW, rounds=10, tau=1, eval_every=10))
+    assert all(len(s) == KW["clients_per_round"] for s in seen) and any(
+        set(s) & set(np.flatnonzero(PRIVATE)) for s in seen
+    )
+    with pytest.raises(ValueError, match="r0_population"):
+        FedHDP(private=PRIVATE, r=0.0, r0_population="private")
+
+
 def test_fedhdp_batched_equals_loop(blobs):
     assert_batched_equals_loop(FedHDP(private=PRIVATE, r=0.5, noise_multiplier=0.5, clip=CLIP, lams=[0.1]), blobs, mlp)
 

@@ -17,7 +17,10 @@ minibatches. r = 1 is HDP-FedAvg (:mod:`fedrepro.papers.fedhdp.hdp_fedavg`): the
 is the DP-FedAvg noise zS/K on the mean, so with clipped non-private updates r = 1 gives exactly DP-FedAvg's
 update (notes §7.4; tested). All clients non-private gives FedAvg (+ Ditto). With r = 0 the server uses only the
 non-private clients: private clients are never trained (neither globally nor personally; notes §2.5, C13), and a
-round without a non-private client leaves the model unchanged (notes §7.18).
+round without a non-private client leaves the model unchanged (notes §7.18). How the server picks its round's
+clients at r = 0 is a reading (App. C: "the server only communicates with non-private clients during training"):
+``r0_population="all"`` (default) samples K of all m clients and uses the ~rho_np K non-private ones among them;
+``"nonprivate"`` samples K of the non-private clients only (all of them if fewer than K).
 
 GAPs (notes §7.16): non-private updates are not clipped by default (they carry no guarantee and the NON-PRIVATE
 baseline is plain FedAvg); ``clip_nonprivate=True`` follows Alg. 2 literally (every ClientUpdate clips). Only
@@ -38,6 +41,8 @@ from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, gaussian_noise
 from fedrepro.learning.engine import Algorithm
 from fedrepro.learning.net import Net, Params, expand, stack
+
+R0_POPULATIONS = ("all", "nonprivate")
 
 
 @dataclass
@@ -70,6 +75,7 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
         lams: Sequence[float | Sequence[float]] | None = None,
         clip_nonprivate: bool = False,
         weight_decay: float = 0.0,
+        r0_population: str = "all",
     ):
         if not r >= 0 or not noise_multiplier >= 0:
             raise ValueError(f"need r >= 0 and noise_multiplier >= 0, got r={r}, z={noise_multiplier}")
@@ -80,6 +86,9 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
         self.ditto = Ditto(lams) if lams else None
         self.clip_nonprivate = clip_nonprivate
         self.weight_decay = weight_decay
+        if r0_population not in R0_POPULATIONS:
+            raise ValueError(f"r0_population must be one of {R0_POPULATIONS}, got {r0_population!r}")
+        self.r0_population = r0_population
         self.state: FedHDPState | None = None  # the last trained state (the experiment evaluates it after training)
 
     # ---------------------------------------------------------------------------------------------- engine hooks
@@ -94,6 +103,10 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
                 raise ValueError(f"private has {self.private.shape} entries for {n_clients} clients")
             private = torch.from_numpy(self.private).to(device)
         ditto = self.ditto.init_state(g, n_clients) if self.ditto else None
+        if self.r == 0 and self.r0_population == "nonprivate":
+            self.population = np.flatnonzero(~private.cpu().numpy())
+            if not len(self.population):
+                raise ValueError("r = 0 with r0_population='nonprivate' needs at least one non-private client")
         self.state = FedHDPState(net, n_clients, g, None, generator, private, self.clip.init, ditto)
         return self.state
 

@@ -165,6 +165,7 @@ def test_opt_out_from_partition_or_drawn_once(pdir, pdir_plain):
     [
         ({"methods": {"f": {"algorithm": "fedhdp"}}}, "needs r"),
         ({"methods": {"h": {"algorithm": "hdp_fedavg", "r": 0.5}}}, "only fedhdp"),
+        ({"methods": {"f": {"algorithm": "fedhdp", "r": 0.1, "r0_population": "nonprivate"}}}, "r0_population"),
         ({"privacy": {"noise_multiplier_eff": 3.0, "count_std": 1.0, "delta": 1e-4}}, "params.privacy"),
         ({"checks": {"beats_chance": ["nope"]}}, "unknown methods"),
         ({"partition": "other"}, "must be listed"),

@@ -86,6 +86,8 @@ SCHEMA = {
                     "algorithm": {"enum": list(ALGORITHMS)},
                     "r": NONNEG,
                     "clip_nonprivate": {"type": "boolean"},
+                    # r = 0: whom the server samples (fedrepro.papers.fedhdp.fedhdp, R0_POPULATIONS)
+                    "r0_population": {"enum": ["all", "nonprivate"]},
                 },
             },
         },
@@ -150,6 +152,11 @@ def _validate(p: dict, ctx: RunContext) -> None:
             raise ConfigError(f"{ctx.exp_id}: params.methods.{name}: algorithm fedhdp needs r")
         if spec["algorithm"] != "fedhdp" and "r" in spec:
             raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.r: only fedhdp takes a ratio (HDP-FedAvg is r=1)")
+        if "r0_population" in spec and spec.get("r") != 0:
+            raise ConfigError(
+                f"{ctx.exp_id}: params.methods.{name}.r0_population: only a fedhdp method with r: 0 samples from a "
+                "population of its own; remove the key or set r: 0"
+            )
     for check, names in (p.get("checks") or {}).items():
         unknown = sorted(set(names) - set(p["methods"]))
         if unknown:
@@ -192,7 +199,9 @@ def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, c
     if alg == "dp_fedavg":
         return build_algorithm("dp_fedavg_adaptive", noise_multiplier=z_update, **common)
     kw = dict(private=private, noise_multiplier=z_update, clip_nonprivate=spec.get("clip_nonprivate", False), **common)
-    return build_algorithm("hdp_fedavg", **kw) if alg == "hdp_fedavg" else build_algorithm("fedhdp", r=spec["r"], **kw)
+    if alg == "hdp_fedavg":
+        return build_algorithm("hdp_fedavg", **kw)
+    return build_algorithm("fedhdp", r=spec["r"], r0_population=spec.get("r0_population", "all"), **kw)
 
 
 def client_metrics(
