@@ -22,7 +22,7 @@ def _rows_in_one_panel(spec: Mapping, h: pd.DataFrame, rows: list[str]) -> plt.F
     """Every row on one axis: x = (rebuilt - printed) / tol per reading (marker: reading; colour: verdict); rows
     judged by checks show their distance to the check's boundary, claims their outcome at 0."""
     readings = list(dict.fromkeys(h.sort_values("reading")["reading"]))
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.16 * len(rows)))
+    fig, ax = plt.subplots(figsize=(10.0, 1.2 + 0.16 * len(rows)))
     for y, row in enumerate(rows):
         g = h[h["row"] == row]
         if g["rebuilt"].notna().any():
@@ -50,6 +50,7 @@ def _rows_in_one_panel(spec: Mapping, h: pd.DataFrame, rows: list[str]) -> plt.F
         f"{spec['artifact']}: {len(rows)} rows, reading 0 = the config's",
         legend_size=6,
     )
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the rows, never over them
     fig.tight_layout()
     return fig
 
