@@ -104,9 +104,11 @@ def _writable(path: str | Path, option: str, is_dir: bool) -> Path:
 
 def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
-    from fedrepro.data.sources import dataset_files
+    from fedrepro.data import fedformat
+    from fedrepro.data.sources import verified_files
     from fedrepro.experiments import RunContext, get_kind
     from fedrepro.experiments.memory import check_memory
+    from fedrepro.provenance import input_digests
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
@@ -118,15 +120,27 @@ def cmd_run(args) -> int:
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
-    data, partitions = {d: dataset_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
+    verified, partitions = {d: verified_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
+    data = {d: [f.path for f in files] for d, files in verified.items()}
+    inputs = input_digests(
+        {d: [(f.name, f.sha256) for f in files] for d, files in verified.items()},
+        {name: fedformat.manifest_digest(d) for name, d in partitions.items()},
+    )
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
     ctx = RunContext(
-        exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt, clock=clock, config=cfg
+        exp_id=exp.id,
+        seed=args.seed,
+        data=data,
+        partitions=partitions,
+        checkpoint_dir=ckpt,
+        clock=clock,
+        config=cfg,
+        inputs=inputs,
     )
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
     wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
-    write_run(out, exp, args.seed, output, wall, resumed)
+    write_run(out, exp, args.seed, output, wall, resumed, inputs)
     if ckpt is not None:
         shutil.rmtree(ckpt, ignore_errors=True)
     note = "" if resumed is None else f" ({clock.before_s:.2f}s before the resume + {resumed:.2f}s now)"
