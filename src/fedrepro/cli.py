@@ -69,6 +69,39 @@ def _partition_dirs(cfg, exp) -> dict:
     return out
 
 
+INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data its checkpoints were made from
+
+
+def _checkpoints_of_these_inputs(ckpt: Path, inputs: dict) -> None:
+    """Keep the checkpoint directory ``ckpt`` (round checkpoints, a forensic sweep's cached points) only if it was
+    made from the input data ``inputs`` (fedrepro.provenance.input_digests): checkpoints are keyed on parameters
+    and seed, so one made from a partition or dataset since rebuilt would resume with the old data's state. Other
+    inputs: the directory is removed and the run starts over, saying why in one line. A directory without the
+    record (made before it was kept) is kept and gets it."""
+    import json
+
+    from fedrepro.runio import atomic_write
+
+    record = ckpt / INPUTS_RECORD
+    if record.is_file():
+        try:
+            before = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            before = None
+        if before != inputs:
+            changed = sorted(
+                f"{group[:-1]} {name}"
+                for group in ("datasets", "partitions")
+                for name in set((before or {}).get(group, {})) | set(inputs.get(group, {}))
+                if (before or {}).get(group, {}).get(name) != inputs.get(group, {}).get(name)
+            )
+            what = ", ".join(changed) or "its record unreadable"
+            print(f"[fedrepro] {ckpt}: checkpoints made from other input data ({what}): starting over", flush=True)
+            shutil.rmtree(ckpt, ignore_errors=True)
+    text = json.dumps(inputs, sort_keys=True)
+    atomic_write(record, lambda p: p.write_text(text, encoding="utf-8"))
+
+
 def _seed(text: str) -> int:
     """argparse type of --seed: an integer >= 0 (numpy's SeedSequence takes no negative entropy)."""
     try:
@@ -126,6 +159,8 @@ def cmd_run(args) -> int:
         {d: [(f.name, f.sha256) for f in files] for d, files in verified.items()},
         {name: fedformat.manifest_digest(d) for name, d in partitions.items()},
     )
+    if ckpt is not None:
+        _checkpoints_of_these_inputs(ckpt, inputs)
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
     ctx = RunContext(
         exp_id=exp.id,

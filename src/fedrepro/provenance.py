@@ -77,11 +77,6 @@ def input_digests(datasets: Mapping[str, Iterable[tuple[str, str]]], partitions:
     }
 
 
-def inputs_digest(inputs: Mapping) -> str:
-    """One digest of a run's ``inputs`` record (keys its checkpoints)."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def misplaced(doc: Mapping, place: Mapping[str, str]) -> str | None:
     """What a result (a metrics.json or summary.json document) records that its place contradicts (``place``: the
     fields fedrepro.paths.place read from where it sits), e.g. "records experiment 'adaped.fig3a' (its place says
