@@ -76,3 +76,15 @@ def test_the_layout_check_finds_a_spelling(tmp_path):
         'm.py:2: f"{root}/seed{s}/m.json"',
         'r.smk:3: output: "results/x/summary.json"',
     ]
+
+
+def test_place_reads_a_results_path_and_nothing_else(cfg):
+    run = paths.run_dir(cfg, "adaped", "fig1a", "paper", 3)
+    assert paths.place(run, "run_dir") == {"paper": "adaped", "exp": "fig1a", "scale": "paper", "seed": "3"}
+    summary = paths.summary_path(cfg, "adaped", "fig1a", "quick")
+    assert paths.place(summary, "summary") == {"paper": "adaped", "exp": "fig1a", "scale": "quick"}
+    # kept elsewhere: no place, so nothing is read into it
+    assert paths.place("/tmp/s0", "run_dir") is None
+    assert paths.place("/tmp/x/summary.json", "summary") is None
+    assert paths.place("a/b/paper/seedx", "run_dir") is None
+    assert paths.place("a/b/huge/seed0", "run_dir") is None

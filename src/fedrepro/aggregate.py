@@ -10,6 +10,15 @@ fedrepro.report.status). A value that is not a number (a string, a boolean, a li
 stops the aggregate naming the file and the key; a key that is not a number in any seed is a description the kind
 records beside its numbers (the noise's source, a model's layer sizes, convergence flags): it is not averaged, and
 the aggregate lists such keys on its output.
+
+Provenance (fedrepro.provenance) is checked before anything is averaged, and each refusal is one ResultError naming
+the run's metrics file and what to do: a run directory given twice, a seed twice (a run copied over another), runs
+of different experiments, kinds or scales, runs whose resolved parameters differ (``params_digest``: a ``--set`` run
+beside the config's), and a run whose experiment, scale or seed is not the one of the place it sits in
+(``<paper>/<exp>/<scale>/seed<N>``), or not the one of the summary being written (``<paper>/<exp>/<scale>/
+summary.json``). Runs written before the digest was recorded lack it and are compared on what they hold.
+``summary.json`` records the experiment, scale, seeds, the runs' ``params_digest`` (absent when none recorded one)
+and the distinct code versions and input-data records of its runs.
 """
 
 from __future__ import annotations
@@ -22,8 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from fedrepro import paths
 from fedrepro.errors import ResultError
+from fedrepro.provenance import misplaced
 from fedrepro.runio import METRICS, read_metrics, write_json
+
+REDO = "delete that run directory and run the workflow again (`snakemake --cores 2`)"
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -66,13 +79,7 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
     run_docs = [run_docs[i] for i in order]
     names = [sources[i] for i in order] if sources else [f"seed {d['seed']}" for d in run_docs]
     first = run_docs[0]
-    for name, d in zip(names, run_docs):
-        for field in ("experiment", "kind", "scale"):
-            if d[field] != first[field]:
-                raise ResultError(
-                    f"{name}: {field} is {d[field]!r} but {names[0]} has {first[field]!r}: the runs of "
-                    "one summary must be of one experiment at one scale"
-                )
+    _check_siblings(run_docs, names)
     undefined_ok = tuple(first.get("undefined_ok") or ())
     flat = [flatten(d["metrics"]) for d in run_docs]
     metrics, broken = {}, []
@@ -111,11 +118,16 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
             "n": len(passed),
             "detail": (failing or per_seed[0] or {}).get("detail", ""),
         }
+    digests = [d["params_digest"] for d in run_docs if "params_digest" in d]
+    provenance = {"params_digest": digests[0]} if digests else {}
     return {
         "experiment": first["experiment"],
         "kind": first["kind"],
         "scale": first["scale"],
         "effective_scale": first["effective_scale"],
+        **provenance,
+        "code_versions": sorted({d["code_version"] for d in run_docs if "code_version" in d}),
+        "inputs": _distinct(d["inputs"] for d in run_docs if "inputs" in d),
         "deterministic": bool(first.get("deterministic", False)),
         "seeds": [d["seed"] for d in run_docs],
         "metrics": metrics,
@@ -126,9 +138,68 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
     }
 
 
+def _distinct(records: Iterable[Any]) -> list:
+    out: list = []
+    for r in records:
+        if r not in out:
+            out.append(r)
+    return out
+
+
+def _check_siblings(run_docs: list[dict], names: list[str]) -> None:
+    """The runs (sorted by seed) are of one experiment, kind and scale, each seed once, with one params_digest
+    among those that record one; else a ResultError naming the odd run."""
+    first = run_docs[0]
+    for name, d in zip(names, run_docs):
+        for field in ("experiment", "kind", "scale"):
+            if d[field] != first[field]:
+                raise ResultError(
+                    f"{name}: {field} is {d[field]!r} but {names[0]} has {first[field]!r}: the runs of one summary "
+                    f"must be of one experiment at one scale; {REDO}"
+                )
+    for (name_a, a), (name_b, b) in zip(zip(names, run_docs), zip(names[1:], run_docs[1:])):
+        if a["seed"] == b["seed"]:
+            raise ResultError(
+                f"{name_b}: seed {b['seed']} again ({name_a} is seed {b['seed']} too): a run copied over another "
+                f"seed's, or given twice; {REDO}"
+            )
+    recorded = [(name, d["params_digest"]) for name, d in zip(names, run_docs) if "params_digest" in d]
+    for name, digest in recorded[1:]:
+        if digest != recorded[0][1]:
+            raise ResultError(
+                f"{name}: params_digest {digest} but {recorded[0][0]} has {recorded[0][1]}: runs made with different "
+                "parameters (a --set run, or the config changed between seeds) are not averaged; delete the runs "
+                "made with the parameters the config no longer gives and run the workflow again "
+                "(`snakemake --cores 2`)"
+            )
+
+
+def _check_places(run_dirs: list[Path], docs: list[dict], out: Path) -> None:
+    """Each run directory given once, and a summary written to ``<paper>/<exp>/<scale>/summary.json`` made of that
+    experiment's runs at that scale (read_metrics checks that each run is the one of its own place)."""
+    seen: dict[Path, Path] = {}
+    for d in run_dirs:
+        key = d.resolve()
+        if key in seen:
+            raise ResultError(
+                f"{d / METRICS}: given twice in --runs ({seen[key]} and {d}): each seed's run is aggregated once; "
+                "list each run directory once"
+            )
+        seen[key] = d
+    place = paths.place(out, "summary")
+    for d, doc in zip(run_dirs, docs):
+        if place and misplaced({k: doc[k] for k in ("experiment", "scale")}, place):
+            raise ResultError(
+                f"{d / METRICS}: a run of {doc['experiment']} at {doc['scale']} scale, aggregated into {out}, the "
+                f"summary of {place['paper']}.{place['exp']} at {place['scale']} scale: aggregate into it only "
+                "that experiment's runs at that scale"
+            )
+
+
 def aggregate_runs(run_dirs: Iterable[Path], out: Path) -> dict:
     run_dirs = [Path(d) for d in run_dirs]
     docs = [read_metrics(d) for d in run_dirs]
+    _check_places(run_dirs, docs, Path(out))
     summary = summarize(docs, [str(d / METRICS) for d in run_dirs])
     described = sorted(set().union(*(flatten(d["metrics"]) for d in docs)) - set(summary["metrics"]))
     if described:

@@ -69,6 +69,39 @@ def _partition_dirs(cfg, exp) -> dict:
     return out
 
 
+INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data its checkpoints were made from
+
+
+def _checkpoints_of_these_inputs(ckpt: Path, inputs: dict) -> None:
+    """Keep the checkpoint directory ``ckpt`` (round checkpoints, a forensic sweep's cached points) only if it was
+    made from the input data ``inputs`` (fedrepro.provenance.input_digests): checkpoints are keyed on parameters
+    and seed, so one made from a partition or dataset since rebuilt would resume with the old data's state. Other
+    inputs: the directory is removed and the run starts over, saying why in one line. A directory without the
+    record (made before it was kept) is kept and gets it."""
+    import json
+
+    from fedrepro.runio import atomic_write
+
+    record = ckpt / INPUTS_RECORD
+    if record.is_file():
+        try:
+            before = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            before = None
+        if before != inputs:
+            changed = sorted(
+                f"{group[:-1]} {name}"
+                for group in ("datasets", "partitions")
+                for name in set((before or {}).get(group, {})) | set(inputs.get(group, {}))
+                if (before or {}).get(group, {}).get(name) != inputs.get(group, {}).get(name)
+            )
+            what = ", ".join(changed) or "its record unreadable"
+            print(f"[fedrepro] {ckpt}: checkpoints made from other input data ({what}): starting over", flush=True)
+            shutil.rmtree(ckpt, ignore_errors=True)
+    text = json.dumps(inputs, sort_keys=True)
+    atomic_write(record, lambda p: p.write_text(text, encoding="utf-8"))
+
+
 def _seed(text: str) -> int:
     """argparse type of --seed: an integer >= 0 (numpy's SeedSequence takes no negative entropy)."""
     try:
@@ -104,9 +137,11 @@ def _writable(path: str | Path, option: str, is_dir: bool) -> Path:
 
 def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
-    from fedrepro.data.sources import dataset_files
+    from fedrepro.data import fedformat
+    from fedrepro.data.sources import verified_files
     from fedrepro.experiments import RunContext, get_kind
     from fedrepro.experiments.memory import check_memory
+    from fedrepro.provenance import input_digests
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
@@ -118,15 +153,29 @@ def cmd_run(args) -> int:
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
-    data, partitions = {d: dataset_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
+    verified, partitions = {d: verified_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
+    data = {d: [f.path for f in files] for d, files in verified.items()}
+    inputs = input_digests(
+        {d: [(f.name, f.sha256) for f in files] for d, files in verified.items()},
+        {name: fedformat.manifest_digest(d) for name, d in partitions.items()},
+    )
+    if ckpt is not None:
+        _checkpoints_of_these_inputs(ckpt, inputs)
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
     ctx = RunContext(
-        exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, checkpoint_dir=ckpt, clock=clock, config=cfg
+        exp_id=exp.id,
+        seed=args.seed,
+        data=data,
+        partitions=partitions,
+        checkpoint_dir=ckpt,
+        clock=clock,
+        config=cfg,
+        inputs=inputs,
     )
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
     output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
     wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
-    write_run(out, exp, args.seed, output, wall, resumed)
+    write_run(out, exp, args.seed, output, wall, resumed, inputs)
     if ckpt is not None:
         shutil.rmtree(ckpt, ignore_errors=True)
     note = "" if resumed is None else f" ({clock.before_s:.2f}s before the resume + {resumed:.2f}s now)"

@@ -9,11 +9,12 @@ resolves relative directories against the project root (:func:`path`).
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from pathlib import Path
 
-from fedrepro.config import resolve_path
+from fedrepro.config import SCALES, resolve_path
 
 PATTERNS = {
     # one run of one experiment (metrics.json, history.parquet, config.yaml) and the summary over its seeds
@@ -70,6 +71,33 @@ def relative(cfg: Mapping, name: str, /, **fields) -> str:
 def path(cfg: Mapping, name: str, /, **fields) -> Path:
     """The file, resolved against the project root."""
     return resolve_path(relative(cfg, name, **fields))
+
+
+def place(path: str | Path, name: str, /) -> dict[str, str] | None:
+    """The fields a result file or directory's place gives it: the last components of ``path`` read as the part
+    of pattern ``name`` under ``{results}`` (e.g. ``.../adaped/fig1a/paper/seed3`` as "run_dir" -> paper adaped,
+    exp fig1a, scale paper, seed 3); None when ``path`` is not laid out so (a ``{scale}`` not one of the scales, a
+    ``{seed}`` not a number), so that a file kept elsewhere is not read as placed."""
+    parts = PATTERNS[name].split("/")
+    if parts[0] != "{results}":
+        raise ValueError(f"pattern {name!r} is not under {{results}}")
+    parts = parts[1:]
+    components = Path(path).parts[-len(parts) :]
+    if len(components) < len(parts):
+        return None
+    fields: dict[str, str] = {}
+    for pattern, component in zip(parts, components):
+        regex = "".join(
+            re.escape(literal) + (f"(?P<{field}>{r'[0-9]+' if field == 'seed' else '.+'})" if field else "")
+            for literal, field, _, _ in string.Formatter().parse(pattern)
+        )
+        m = re.fullmatch(regex, component)
+        if m is None:
+            return None
+        fields.update(m.groupdict())
+    if fields.get("scale", SCALES[0]) not in SCALES:
+        return None
+    return fields
 
 
 def results_root(cfg: Mapping) -> Path:

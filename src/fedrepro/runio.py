@@ -1,7 +1,8 @@
 """Writing and reading the files of one run, atomically.
 
 A run directory holds ``metrics.json`` (metrics, checks and run facts: seed, scale, wall time, accountant,
-versions), ``history.parquet`` (per-round / per-grid-point rows) and ``config.yaml`` (the resolved experiment).
+versions, and its provenance: parameter digest, code version, input data, see fedrepro.provenance),
+``history.parquet`` (per-round / per-grid-point rows) and ``config.yaml`` (the resolved experiment).
 Each file is written to a temporary name in the same directory and renamed into place, and ``metrics.json`` is
 written last, so a killed run never leaves a file that looks complete.
 """
@@ -26,9 +27,11 @@ import pandas as pd
 import yaml
 
 import fedrepro
+from fedrepro import paths
 from fedrepro.config import Experiment, validate
 from fedrepro.errors import ResultError, naming_a_full_disk
 from fedrepro.experiments import RunOutput
+from fedrepro.provenance import code_version, misplaced, params_digest
 
 METRICS = "metrics.json"
 HISTORY = "history.parquet"
@@ -135,9 +138,11 @@ def write_run(
     output: RunOutput,
     wall_time_s: float,
     resumed_wall_time_s: float | None = None,
+    inputs: dict | None = None,
 ) -> None:
     """``wall_time_s``: the run's compute across resumes; ``resumed_wall_time_s``: the part done by the attempt that
-    resumed and finished it (None when it ran in one go)."""
+    resumed and finished it (None when it ran in one go); ``inputs``: the digests of the input data it read
+    (fedrepro.provenance.input_digests; None: it read none)."""
     out_dir = Path(out_dir)
     resolved = {
         "experiment": exp.id,
@@ -166,6 +171,9 @@ def write_run(
         "wall_time_s": wall_time_s,
         "wall_time_resumed_s": resumed_wall_time_s,
         "versions": versions(),
+        "params_digest": params_digest(exp.params),
+        "code_version": code_version(),
+        "inputs": inputs or {},
         "deterministic": exp.deterministic,
         "undefined_ok": list(output.undefined_ok),
     }
@@ -190,6 +198,8 @@ _RUN_FACTS = {
     "wall_time_s": {"type": "number"},
     "versions": {"type": "object"},
     "checks": _CHECKS,
+    # provenance (fedrepro.provenance): absent from results written before it was recorded, which stay valid
+    "params_digest": {"type": "string", "minLength": 1},
 }
 METRICS_SCHEMA = {
     "type": "object",
@@ -204,7 +214,13 @@ METRICS_SCHEMA = {
         "wall_time_s",
         "versions",
     ],
-    "properties": {**_RUN_FACTS, "seed": {"type": "integer", "minimum": 0}, "metrics": {"type": "object"}},
+    "properties": {
+        **_RUN_FACTS,
+        "seed": {"type": "integer", "minimum": 0},
+        "metrics": {"type": "object"},
+        "code_version": {"type": "string"},
+        "inputs": {"type": "object"},
+    },
 }
 SUMMARY_SCHEMA = {  # written by fedrepro.aggregate.summarize
     "type": "object",
@@ -222,6 +238,8 @@ SUMMARY_SCHEMA = {  # written by fedrepro.aggregate.summarize
     "properties": {
         **_RUN_FACTS,
         "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        "code_versions": {"type": "array", "items": {"type": "string"}},  # the distinct ones of its runs
+        "inputs": {"type": "array", "items": {"type": "object"}},  # the distinct input records of its runs
         "metrics": {
             "type": "object",
             "additionalProperties": {
@@ -235,9 +253,10 @@ SUMMARY_SCHEMA = {  # written by fedrepro.aggregate.summarize
 REBUILD = "delete it and run the workflow again (`snakemake --cores 2`) to rebuild it"
 
 
-def read_result_json(path: Path, schema: dict, what: str) -> dict:
+def read_result_json(path: Path, schema: dict, what: str, place: dict[str, str] | None = None) -> dict:
     """A JSON result file, checked against ``schema``; a missing, unreadable or incomplete file is a ResultError
-    naming it (``what``: e.g. "run metrics file") and how to rebuild it."""
+    naming it (``what``: e.g. "run metrics file") and how to rebuild it, and so is one whose experiment, scale or
+    seed is not the one of ``place`` (fedrepro.paths.place: where it sits; None: not checked)."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -246,15 +265,25 @@ def read_result_json(path: Path, schema: dict, what: str) -> dict:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ResultError(f"{path}: not a valid {what} ({exc}); {REBUILD}") from None
     validate(doc, schema, source=str(path), error=ResultError, fix=REBUILD, finite=False)
+    wrong = misplaced(doc, place) if place else None
+    if wrong:
+        raise ResultError(f"{path}: {wrong}: a result written with another --out, or copied there; {REBUILD}")
     return doc
 
 
 def read_metrics(run_dir: Path) -> dict:
-    return read_result_json(Path(run_dir) / METRICS, METRICS_SCHEMA, "run metrics file")
+    """A run's metrics.json; a run laid out as ``<paper>/<exp>/<scale>/seed<N>`` must record that experiment, scale
+    and seed."""
+    return read_result_json(
+        Path(run_dir) / METRICS, METRICS_SCHEMA, "run metrics file", paths.place(run_dir, "run_dir")
+    )
 
 
-def read_summary(path: Path) -> dict:
-    return read_result_json(Path(path), SUMMARY_SCHEMA, "summary over seeds")
+def read_summary(path: Path, check_place: bool = True) -> dict:
+    """A summary.json; one laid out as ``<paper>/<exp>/<scale>/summary.json`` must record that experiment and scale
+    (``check_place=False``: the caller checks, e.g. the report, which marks the rows it feeds invalid)."""
+    place = paths.place(path, "summary") if check_place else None
+    return read_result_json(Path(path), SUMMARY_SCHEMA, "summary over seeds", place)
 
 
 def read_history(run_dir: Path) -> pd.DataFrame:

@@ -55,7 +55,7 @@ def test_fix_and_paper_issue_are_said(tmp_path):
 
 def _digest(**over):
     from fedrepro.config import resolve_experiment
-    from fedrepro.experiments.forensics import params_digest
+    from fedrepro.provenance import params_digest
 
     return params_digest(resolve_experiment(load_global(), "adaped.remark1", "paper", over).params)
 
@@ -86,7 +86,7 @@ def test_joined_axes_and_a_union_of_grids():
 
 
 def test_readings_are_compared_by_value():
-    from fedrepro.experiments.forensics import params_digest
+    from fedrepro.provenance import params_digest
 
     assert params_digest({"r": 0, "g": {"mu": [1, 2]}}) == params_digest({"r": 0.0, "g": {"mu": [1.0, 2.0]}})
     assert params_digest({"r": 0}) != params_digest({"r": 0.5})

@@ -183,8 +183,122 @@ def test_aggregate_lists_what_it_does_not_average(tmp_path, capsys):
 
 
 def test_runs_of_different_experiments_or_scales_are_not_averaged():
-    with pytest.raises(ResultError, match="scale"):
-        summarize([_doc(0, 1.0), dict(_doc(1, 1.0), scale="quick")])
+    with pytest.raises(ResultError, match=r"^run1: scale is 'quick' but run0 has 'paper'"):
+        summarize([_doc(0, 1.0), dict(_doc(1, 1.0), scale="quick")], ["run0", "run1"])
+    with pytest.raises(ResultError, match=r"^run1: experiment is 'p.f' but run0 has 'p.e'"):
+        summarize([_doc(0, 1.0), dict(_doc(1, 1.0), experiment="p.f")], ["run0", "run1"])
+
+
+def test_a_seed_twice_is_not_averaged():
+    with pytest.raises(ResultError, match=r"^run2: seed 1 again \(run1 is seed 1 too\)") as err:
+        summarize([_doc(0, 1.0), _doc(1, 1.0), _doc(1, 1.0)], ["run0", "run1", "run2"])
+    assert "\n" not in str(err.value)
+
+
+def test_runs_with_different_parameters_are_not_averaged():
+    with pytest.raises(ResultError, match=r"^run1: params_digest bbbb but run0 has aaaa"):
+        summarize([_doc(0, 1.0, params_digest="aaaa"), _doc(1, 1.0, params_digest="bbbb")], ["run0", "run1"])
+
+
+def test_runs_without_provenance_still_aggregate(tmp_path):
+    """Results written before the provenance was recorded (no params_digest, code_version, inputs) aggregate, alone
+    or beside new runs; what they hold (experiment, scale, seed) is still checked."""
+    from fedrepro.aggregate import aggregate_runs
+    from fedrepro.runio import write_json
+
+    runs = tmp_path / "results" / "p" / "e" / "paper"
+    new = {"params_digest": "aaaa", "code_version": "v1", "inputs": {"datasets": {}, "partitions": {"x": "ab"}}}
+    for seed, extra in ((0, {}), (1, {}), (2, new)):
+        write_json(runs / f"seed{seed}" / "metrics.json", _doc(seed, 1.0 + seed, **extra))
+    old = aggregate_runs([runs / "seed0", runs / "seed1"], runs / "summary.json")
+    assert old["seeds"] == [0, 1] and "params_digest" not in old and old["code_versions"] == []
+    mixed = aggregate_runs([runs / f"seed{s}" for s in (0, 1, 2)], runs / "summary.json")
+    assert mixed["params_digest"] == "aaaa" and mixed["code_versions"] == ["v1"]
+    assert mixed["inputs"] == [new["inputs"]] and mixed["experiment"] == "p.e" and mixed["scale"] == "paper"
+
+
+def _placed_runs(tmp_path, docs):
+    from fedrepro.runio import write_json
+
+    runs = tmp_path / "results" / "p" / "e" / "paper"
+    for seed, doc in docs.items():
+        write_json(runs / f"seed{seed}" / "metrics.json", doc)
+    return runs
+
+
+def _aggregate(capsys, *args):
+    rc = main(["aggregate", *map(str, args)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_aggregate_refuses_a_run_directory_given_twice(tmp_path, capsys):
+    runs = _placed_runs(tmp_path, {0: _doc(0, 1.0), 1: _doc(1, 2.0)})
+    err = _aggregate(capsys, "--runs", runs / "seed0", runs / "seed1", runs / "seed0", "--out", runs / "summary.json")
+    assert f"{runs / 'seed0' / 'metrics.json'}: given twice in --runs" in err
+
+
+def test_aggregate_refuses_a_run_copied_into_another_seeds_place(tmp_path, capsys):
+    runs = _placed_runs(tmp_path, {0: _doc(1, 1.0), 1: _doc(1, 2.0)})  # seed1's metrics.json copied into seed0
+    err = _aggregate(capsys, "--runs", runs / "seed0", runs / "seed1", "--out", runs / "summary.json")
+    assert f"{runs / 'seed0' / 'metrics.json'}: records seed 1 (its place says 0)" in err
+
+
+def test_aggregate_refuses_another_experiments_run_in_its_place(tmp_path, capsys):
+    runs = _placed_runs(tmp_path, {0: _doc(0, 1.0), 1: dict(_doc(1, 2.0), experiment="q.f")})
+    err = _aggregate(capsys, "--runs", runs / "seed0", runs / "seed1", "--out", runs / "summary.json")
+    assert f"{runs / 'seed1' / 'metrics.json'}: records experiment 'q.f' (its place says 'p.e')" in err
+
+
+def test_aggregate_refuses_to_write_runs_into_another_experiments_summary(tmp_path, capsys):
+    runs = _placed_runs(tmp_path, {0: _doc(0, 1.0), 1: _doc(1, 2.0)})
+    other = tmp_path / "results" / "p" / "g" / "paper" / "summary.json"
+    err = _aggregate(capsys, "--runs", runs / "seed0", runs / "seed1", "--out", other)
+    assert "a run of p.e at paper scale" in err and "the summary of p.g at paper scale" in err
+    assert not other.exists()
+
+
+def test_aggregate_refuses_mixed_scales_and_parameters_naming_the_run(tmp_path, capsys):
+    runs = _placed_runs(tmp_path, {0: _doc(0, 1.0, params_digest="aaaa"), 1: _doc(1, 2.0, params_digest="bbbb")})
+    err = _aggregate(capsys, "--runs", runs / "seed0", runs / "seed1", "--out", runs / "summary.json")
+    assert f"{runs / 'seed1' / 'metrics.json'}: params_digest bbbb but" in err
+    quick = tmp_path / "elsewhere"  # not laid out as results/<paper>/<exp>/<scale>: only the siblings are compared
+    _placed_runs(quick, {0: _doc(0, 1.0), 1: dict(_doc(1, 2.0), scale="quick")})
+    runs = quick / "results" / "p" / "e" / "paper"
+    (runs / "seed1").rename(quick / "s1")
+    err = _aggregate(capsys, "--runs", runs / "seed0", quick / "s1", "--out", quick / "summary.json")
+    assert f"{quick / 's1' / 'metrics.json'}: scale is 'quick' but" in err
+
+
+def test_summary_records_its_provenance(tmp_path):
+    out = summarize([_doc(0, 1.0, params_digest="aaaa"), _doc(1, 2.0, params_digest="aaaa")])
+    assert (out["experiment"], out["scale"], out["seeds"], out["params_digest"]) == ("p.e", "paper", [0, 1], "aaaa")
+
+
+def test_the_report_judges_no_summary_of_another_experiment_or_scale(cfg):
+    """Another experiment's summary copied over this one's (or another scale's) is invalid, naming the file."""
+    ok = dict(summary(10.19), experiment="adaped.remark1", scale="paper")
+    assert evaluate(cfg, target(), "paper", ok, ENTRY).status == v.REPRODUCED
+    for wrong in (dict(ok, experiment="adaped.fig1a"), dict(ok, scale="quick")):
+        r = evaluate(cfg, target(), "paper", wrong, ENTRY)
+        assert r.status == v.INVALID and "adaped/remark1/paper/summary.json: records" in r.reason
+    # a summary without these fields (hand-made, as in the tests above) is judged on what it holds
+    assert evaluate(cfg, target(), "paper", summary(10.19), ENTRY).status == v.REPRODUCED
+
+
+def test_a_summary_read_for_a_figure_must_be_the_one_of_its_place(tmp_path):
+    from fedrepro.runio import read_summary, write_json
+
+    doc = summarize([_doc(0, 1.0), _doc(1, 2.0)])
+    here = tmp_path / "results" / "p" / "e" / "paper" / "summary.json"
+    write_json(here, doc)
+    assert read_summary(here)["experiment"] == "p.e"
+    there = tmp_path / "results" / "p" / "f" / "paper" / "summary.json"
+    write_json(there, doc)
+    with pytest.raises(ResultError, match=r"summary.json: records experiment 'p.e' \(its place says 'p.f'\)"):
+        read_summary(there)
+    assert read_summary(there, check_place=False)["experiment"] == "p.e"
 
 
 def _report(tmp_path, rows):

@@ -440,6 +440,12 @@ class FederatedDataset:
             yield (c, *self.client_arrays(c, split))
 
 
+def manifest_digest(path: str | Path) -> str:
+    """sha256 of the partition's manifest.json, which records the sha256 of its data files and of its source's
+    files: the partition's identity in a run's provenance (fedrepro.provenance)."""
+    return sha256_of(Path(path) / MANIFEST)
+
+
 def is_complete(path: str | Path) -> bool:
     """Whether ``path`` holds a finished dataset (manifest present and the data files of the sizes it records)."""
     try:

@@ -60,8 +60,9 @@ class RunContext:
     """What a run may need besides its parameters: its id, seed, the verified files of its datasets, the
     directories of the partitioned datasets it trains on (load with fedrepro.data.fedformat.load), where long
     runs keep their round checkpoints (None: no checkpoints; see fedrepro.learning.checkpoint), the run's
-    clock, which those checkpoints carry across a kill (fedrepro.runio.RunClock; None outside `fedrepro run`), and
-    the global configuration, for the kinds that read other experiments and the registry (forensic sweeps)."""
+    clock, which those checkpoints carry across a kill (fedrepro.runio.RunClock; None outside `fedrepro run`),
+    the global configuration, for the kinds that read other experiments and the registry (forensic sweeps), and the
+    digests of the input data it read (fedrepro.provenance.input_digests; empty outside `fedrepro run`)."""
 
     exp_id: str
     seed: int
@@ -70,6 +71,7 @@ class RunContext:
     checkpoint_dir: Path | None = None
     clock: Any = None
     config: Any = None
+    inputs: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

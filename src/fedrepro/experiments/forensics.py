@@ -25,7 +25,6 @@ completes, so a killed sweep continues where it stopped. The report links each r
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -38,6 +37,7 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind, get_kind
 from fedrepro.experiments.params import INT0
+from fedrepro.provenance import params_digest
 
 SCHEMA = {
     "type": "object",
@@ -101,23 +101,6 @@ def reading_text(reading: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in reading.items()) or "the config's reading"
 
 
-def _canonical(x):
-    if isinstance(x, Mapping):
-        return {k: _canonical(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_canonical(v) for v in x]
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    return x
-
-
-def params_digest(params: Mapping) -> str:
-    """A short digest of resolved parameters: readings that resolve alike share one run (and its cache file). A
-    number is read by its value (a grid's ``0`` is the config's ``0.0``)."""
-    text = json.dumps(_canonical(params), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
     """Metrics and checks of the swept experiment under one reading and seed (cached in the checkpoint dir, keyed by
     the resolved parameters)."""
@@ -133,7 +116,9 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
     if cache is not None and cache.is_file():
         memo[key] = json.loads(cache.read_text())
         return memo[key]
-    point_ctx = RunContext(exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config)
+    point_ctx = RunContext(
+        exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config, inputs=ctx.inputs
+    )
     out = kind.fn(exp.params, rng_for(exp.id, seed), point_ctx)
     doc = to_jsonable(
         {
@@ -374,7 +359,6 @@ __all__ = [
     "forensic_experiments",
     "forensic_sweep",
     "judge_row",
-    "params_digest",
     "readings",
     "swept_inputs",
 ]

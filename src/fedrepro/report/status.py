@@ -15,6 +15,7 @@ from fedrepro.config import load_paper, resolve_path, run_scale
 from fedrepro.data.catalog import get_dataset, get_provider
 from fedrepro.data.sources import is_available
 from fedrepro.errors import ConfigError
+from fedrepro.provenance import misplaced
 from fedrepro.report import verdict as v
 from fedrepro.report.registry import Target, check_keys, load_registry
 from fedrepro.runio import read_summary
@@ -157,8 +158,22 @@ def evaluate(
     if missing is None:
         missing = unavailable_datasets(cfg, exp_entry)
     source = paths.relative(cfg, "summary", paper=t.paper, exp=t.exp_name, scale=scale)
-    r = _not_run(cfg, t, scale, summary, missing) or _judge(t, summary, source)
+    r = _not_run(cfg, t, scale, summary, missing) or _misplaced(t, scale, summary, source) or _judge(t, summary, source)
     return _calibrated(r, list(cals)) if t.printed else r
+
+
+def _misplaced(t: Target, scale: str, summary: dict, source: str) -> Result | None:
+    """An invalid row when the summary read from ``source`` (the place of ``t``'s experiment at ``scale``) records
+    another experiment or scale (e.g. another experiment's summary copied there): nothing in it is judged."""
+    wrong = misplaced(summary, {"paper": t.paper, "exp": t.exp_name, "scale": scale})
+    if wrong is None:
+        return None
+    return Result(
+        t,
+        v.INVALID,
+        scale=summary.get("effective_scale", ""),
+        reason=f"{source}: {wrong}: not this experiment's summary at this scale, nothing to judge; {REBUILD_SUMMARY}",
+    )
 
 
 def _judge(t: Target, summary: dict, source: str) -> Result:
@@ -225,7 +240,7 @@ REBUILD_SUMMARY = "delete it and its seeds' runs and run the workflow again (`sn
 def load_summary(cfg: Mapping, paper: str, exp: str, scale: str) -> dict | None:
     """The experiment's summary.json, or None when it was not built; an unreadable one is a ResultError."""
     p = paths.summary_path(cfg, paper, exp, scale)
-    return read_summary(p) if p.exists() else None
+    return read_summary(p, check_place=False) if p.exists() else None  # a misplaced one: its rows are invalid
 
 
 def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Result]:
@@ -276,7 +291,11 @@ def forensic_evidence(cfg: Mapping, paper: str, doc: Mapping, built) -> dict[str
         scale, summary = built(name)
         for row in entry["params"]["rows"]:
             check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
-            if check is None:
+            wrong = misplaced(summary, {"paper": paper, "exp": name, "scale": scale}) if summary else None
+            if wrong:
+                summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
+                text = f"forensics {paper}.{name}: {summary_file}: {wrong}: not read; {REBUILD_SUMMARY}"
+            elif check is None:
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:

@@ -1,0 +1,88 @@
+"""What a result was made from, recorded in every run's ``metrics.json`` and checked wherever a result is read.
+
+A run records, beside its experiment id, scale and seed:
+
+    params_digest   sha256 (first 16 hex digits) of the resolved parameters, numbers read by value (``0`` is
+                    ``0.0``): runs whose parameters resolve alike share it, and a ``--set`` run does not
+    code_version    ``git describe --always --dirty --tags`` of the checkout the package runs from, or
+                    ``fedrepro <version>`` when it is not run from a git checkout (never an error)
+    inputs          the input data it read: per dataset the sha256 of each verified file, per partition the sha256
+                    of its ``manifest.json`` (which holds the sha256 of the partition's data files and its source's)
+
+``fedrepro.aggregate`` refuses runs whose provenance disagrees with their siblings or with the place they sit in,
+and the report a ``summary.json`` whose experiment or scale is not the one of its place. Results written before
+these fields existed lack them: what they do hold (experiment, scale, seed) is checked, and the missing fields are
+never a reason to refuse them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import fedrepro
+
+
+def _canonical(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _canonical(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_canonical(v) for v in x]
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def params_digest(params: Mapping) -> str:
+    """A short digest of resolved parameters: parameters that resolve alike share it (and a forensic sweep's
+    readings that do share one run and its cache file). A number is read by its value (a grid's ``0`` is the
+    config's ``0.0``)."""
+    text = json.dumps(_canonical(params), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def code_version() -> str:
+    """``git describe --always --dirty --tags`` of the checkout this package runs from; ``fedrepro <version>`` when
+    the package is not inside its own git checkout (an installed copy) or git is unavailable."""
+    root = Path(fedrepro.__file__).resolve().parents[2]  # src/fedrepro/__init__.py -> the checkout
+    fallback = f"fedrepro {fedrepro.__version__}"
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != root:  # e.g. site-packages inside some other repository
+        return fallback
+    return git("describe", "--always", "--dirty", "--tags") or fallback
+
+
+def input_digests(datasets: Mapping[str, Iterable[tuple[str, str]]], partitions: Mapping[str, str]) -> dict:
+    """The ``inputs`` record of a run: ``datasets``: id -> (file name, verified sha256) pairs; ``partitions``:
+    name -> sha256 of its manifest.json (fedrepro.data.fedformat.manifest_digest)."""
+    return {
+        "datasets": {d: dict(sorted(files)) for d, files in sorted(datasets.items())},
+        "partitions": dict(sorted(partitions.items())),
+    }
+
+
+def misplaced(doc: Mapping, place: Mapping[str, str]) -> str | None:
+    """What a result (a metrics.json or summary.json document) records that its place contradicts (``place``: the
+    fields fedrepro.paths.place read from where it sits), e.g. "records experiment 'adaped.fig3a' (its place says
+    'adaped.fig1a')"; None when nothing does. A field the document lacks is not compared."""
+    want: dict[str, Any] = {"experiment": f"{place['paper']}.{place['exp']}", "scale": place["scale"]}
+    if "seed" in place:
+        want["seed"] = int(place["seed"])
+    bad = [f"{k} {doc[k]!r} (its place says {v!r})" for k, v in want.items() if k in doc and doc[k] != v]
+    return f"records {', '.join(bad)}" if bad else None

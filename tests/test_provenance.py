@@ -1,0 +1,55 @@
+"""fedrepro.provenance: what a run records of where it came from (issue #27)."""
+
+import fedrepro
+from fedrepro import provenance
+
+
+def test_params_digest_reads_numbers_by_value():
+    assert provenance.params_digest({"r": 0, "g": {"mu": [1, 2]}}) == provenance.params_digest(
+        {"r": 0.0, "g": {"mu": [1.0, 2.0]}}
+    )
+    assert provenance.params_digest({"r": 0}) != provenance.params_digest({"r": 0.5})
+
+
+def test_code_version_outside_a_git_checkout_is_the_package_version(tmp_path, monkeypatch):
+    fake = tmp_path / "src" / "fedrepro" / "__init__.py"
+    fake.parent.mkdir(parents=True)
+    fake.touch()
+    monkeypatch.setattr(fedrepro, "__file__", str(fake))
+    provenance.code_version.cache_clear()
+    try:
+        assert provenance.code_version() == f"fedrepro {fedrepro.__version__}"
+    finally:
+        provenance.code_version.cache_clear()
+    assert provenance.code_version()  # this checkout: git describe, or the package version
+
+
+def test_input_digests_are_small_and_deterministic():
+    a = provenance.input_digests({"mnist": [("b", "2"), ("a", "1")]}, {"p": "abc"})
+    b = provenance.input_digests({"mnist": [("a", "1"), ("b", "2")]}, {"p": "abc"})
+    assert a == b == {"datasets": {"mnist": {"a": "1", "b": "2"}}, "partitions": {"p": "abc"}}
+
+
+def test_misplaced_names_what_the_place_contradicts_and_ignores_what_is_absent():
+    place = {"paper": "adaped", "exp": "fig1a", "scale": "paper", "seed": "0"}
+    assert provenance.misplaced({"experiment": "adaped.fig1a", "scale": "paper", "seed": 0}, place) is None
+    assert "'adaped.fig3a'" in provenance.misplaced({"experiment": "adaped.fig3a", "seed": 0}, place)
+    assert "seed 1" in provenance.misplaced({"experiment": "adaped.fig1a", "seed": 1}, place)
+    assert provenance.misplaced({}, place) is None
+
+
+def test_a_resume_across_rebuilt_input_data_starts_over(tmp_path, capsys):
+    from fedrepro.cli import _checkpoints_of_these_inputs
+
+    ckpt = tmp_path / ".checkpoints"
+    ckpt.mkdir()
+    (ckpt / "round.pt").write_text("state")  # made before the record was kept: kept
+    a = provenance.input_digests({}, {"mnist_m50": "aaa"})
+    _checkpoints_of_these_inputs(ckpt, a)
+    _checkpoints_of_these_inputs(ckpt, a)  # the same inputs: resumes
+    assert (ckpt / "round.pt").is_file() and capsys.readouterr().out == ""
+    rebuilt = provenance.input_digests({}, {"mnist_m50": "bbb"})
+    _checkpoints_of_these_inputs(ckpt, rebuilt)
+    out = capsys.readouterr().out
+    assert not (ckpt / "round.pt").exists() and out.count("\n") == 1
+    assert "checkpoints made from other input data (partition mnist_m50): starting over" in out
