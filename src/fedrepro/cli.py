@@ -173,9 +173,15 @@ def cmd_run(args) -> int:
         inputs=inputs,
     )
     print(f"[fedrepro] {exp.id} seed={args.seed} scale={exp.scale} (effective {exp.effective_scale})", flush=True)
-    output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
-    wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
-    write_run(out, exp, args.seed, output, wall, resumed, inputs)
+    try:
+        output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
+        wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
+        write_run(out, exp, args.seed, output, wall, resumed, inputs)
+    except BaseException:
+        # an interrupted run keeps its checkpoints; a directory holding only the inputs record is not one
+        if ckpt is not None and ckpt.is_dir() and [q.name for q in ckpt.iterdir()] == [INPUTS_RECORD]:
+            shutil.rmtree(ckpt, ignore_errors=True)
+        raise
     if ckpt is not None:
         shutil.rmtree(ckpt, ignore_errors=True)
     note = "" if resumed is None else f" ({clock.before_s:.2f}s before the resume + {resumed:.2f}s now)"
