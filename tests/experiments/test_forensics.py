@@ -212,3 +212,25 @@ def test_a_closest_reading_that_is_undecided_says_so():
     c = conclusion(row, [({}, far), ({"a": 1}, j)], None, None)
     assert not c.passed and c.detail.endswith("vs tol 3.2 (inconclusive: rebuild too noisy to judge)")
     assert "(deviates" not in conclusion(row, [({}, far)], None, None).detail
+
+
+def test_a_reading_too_noisy_to_judge_is_not_the_closest():
+    """FedHDP r = 0: the config's reading collapses in one seed (33 +- 24, tolerance 80: distance 0.7, too noisy),
+    the other reading deviates by 0.48 with tolerance 0.25 (distance 1.9): the closest is the one that was judged."""
+    from fedrepro.experiments.forensics import conclusion
+
+    row = type("R", (), {"id": "R", "value_text": "90.7"})
+    noisy = {
+        "outcome": "inconclusive",
+        "rebuilt": 33.4,
+        "se": 23.6,
+        "n": 2,
+        "diff": -57.3,
+        "tol": 80.2,
+        "distance": 0.71,
+        "numeric": True,
+        "detail": "rebuild too noisy to judge",
+    }
+    judged = dict(noisy, outcome="deviates", rebuilt=90.2, se=0.08, diff=-0.48, tol=0.25, distance=1.9, detail="")
+    c = conclusion(row, [({}, noisy), ({"r0_population": "nonprivate"}, judged)], None, None).detail
+    assert "closest: r0_population=nonprivate: 90.2" in c and "nearer in value" not in c

@@ -229,8 +229,19 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
             f"{at_config}: {config_j['outcome']}"
         )
     elif all(j["numeric"] for _, j in judged):
-        best_r, best_j = min(judged, key=lambda rj: rj[1]["distance"])
+        # closest among the readings that were judged (a reading too noisy to judge has a wide tolerance, so a small
+        # distance that says nothing); one too noisy but nearer in value is named after it
+        decided = [(r, j) for r, j in judged if j["outcome"] == v.DEVIATES]
+        best_r, best_j = min(decided or judged, key=lambda rj: rj[1]["distance"])
         text = f"no reading of the {n} in the ranges reproduces it; closest: {reading_text(best_r)}: {value(best_j)}"
+        nearer = [
+            (r, j)
+            for r, j in judged
+            if decided and j["outcome"] != v.DEVIATES and "diff" in j and abs(j["diff"]) < abs(best_j["diff"])
+        ]
+        if nearer:
+            r, j = min(nearer, key=lambda rj: abs(rj[1]["diff"]))
+            text += f"; nearer in value but too noisy to judge: {reading_text(r)}: {value(j)}"
     else:  # pass/fail checks without a distance: no reading is 'closest'
         text = f"no reading of the {n} in the ranges reproduces it; {at_config}: {value(config_j)}"
     if fix:
