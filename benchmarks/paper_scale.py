@@ -64,7 +64,8 @@ def plan(only: list[str] | None) -> list[dict]:
     cfg = load_global()
     out = []
     for paper in cfg["papers"]:
-        for name in load_paper(cfg, paper)["experiments"]:
+        entries = load_paper(cfg, paper)["experiments"]
+        for name in entries:
             exp = resolve_experiment(cfg, f"{paper}.{name}", "paper")
             if only and exp.id not in only:
                 continue
@@ -75,7 +76,10 @@ def plan(only: list[str] | None) -> list[dict]:
                 "id": exp.id,
                 "kind": exp.kind,
                 "partitions": list(exp.partitions),
-                "seeds": 1 if exp.deterministic else len(cfg["seeds"]["paper"]),
+                # the experiment's own paper seeds where it sets them (the workflow's rule), else config.yaml's
+                "seeds": 1
+                if exp.deterministic
+                else len((entries[name].get("seeds") or {}).get("paper", cfg["seeds"]["paper"])),
             }
             if knob is not None and knob[0] in exp.params:
                 name, values = knob
