@@ -237,9 +237,9 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
         nearer = [
             (r, j)
             for r, j in judged
-            if decided and j["outcome"] != v.DEVIATES and "diff" in j and abs(j["diff"]) < abs(best_j["diff"])
+            if j["outcome"] != v.DEVIATES and "diff" in j and abs(j["diff"]) < abs(best_j["diff"])
         ]
-        if nearer:
+        if decided and nearer:
             r, j = min(nearer, key=lambda rj: abs(rj[1]["diff"]))
             text += f"; nearer in value but too noisy to judge: {reading_text(r)}: {value(j)}"
     else:  # pass/fail checks without a distance: no reading is 'closest'
