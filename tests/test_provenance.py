@@ -38,18 +38,67 @@ def test_misplaced_names_what_the_place_contradicts_and_ignores_what_is_absent()
     assert provenance.misplaced({}, place) is None
 
 
+def test_code_files_cover_the_package_source_file_by_file():
+    files = provenance.code_files()
+    assert "provenance.py" in files and "cli.py" in files and all(len(d) == 16 for d in files.values())
+    assert not any(f.endswith(".pyc") for f in files)
+
+
+def _saved(ckpt):
+    (ckpt / "round.pt").write_text("state")
+
+
 def test_a_resume_across_rebuilt_input_data_starts_over(tmp_path, capsys):
-    from fedrepro.cli import _checkpoints_of_these_inputs
+    from fedrepro.cli import _checkpoints_made_from
 
     ckpt = tmp_path / ".checkpoints"
     ckpt.mkdir()
-    (ckpt / "round.pt").write_text("state")  # made before the record was kept: kept
+    code = {"engine.py": "1" * 16}
     a = provenance.input_digests({}, {"mnist_m50": "aaa"})
-    _checkpoints_of_these_inputs(ckpt, a)
-    _checkpoints_of_these_inputs(ckpt, a)  # the same inputs: resumes
+    _checkpoints_made_from(ckpt, a, code)  # no record yet (nothing saved yet): kept, and gets one
+    _saved(ckpt)
+    _checkpoints_made_from(ckpt, a, code)  # the same inputs and code: resumes
     assert (ckpt / "round.pt").is_file() and capsys.readouterr().out == ""
     rebuilt = provenance.input_digests({}, {"mnist_m50": "bbb"})
-    _checkpoints_of_these_inputs(ckpt, rebuilt)
+    _checkpoints_made_from(ckpt, rebuilt, code)
     out = capsys.readouterr().out
     assert not (ckpt / "round.pt").exists() and out.count("\n") == 1
     assert "checkpoints made from other input data (partition mnist_m50): starting over" in out
+
+
+def test_a_resume_across_changed_code_starts_over_naming_the_files(tmp_path, capsys):
+    from fedrepro.cli import _checkpoints_made_from
+
+    ckpt = tmp_path / ".checkpoints"
+    ckpt.mkdir()
+    inputs = provenance.input_digests({}, {"mnist_m50": "aaa"})
+    code = {"engine.py": "1" * 16, "learning/batched_mlp.py": "2" * 16}
+    _checkpoints_made_from(ckpt, inputs, code)
+    _saved(ckpt)
+    _checkpoints_made_from(ckpt, inputs, {**code, "learning/batched_mlp.py": "3" * 16})
+    out = capsys.readouterr().out
+    assert not (ckpt / "round.pt").exists() and out.count("\n") == 1
+    assert "made from other code (src/fedrepro/learning/batched_mlp.py changed): starting over" in out
+
+
+def test_checkpoints_with_a_record_of_an_older_fedrepro_start_over(tmp_path, capsys):
+    from fedrepro.cli import INPUTS_RECORD, _checkpoints_made_from
+
+    ckpt = tmp_path / ".checkpoints"
+    ckpt.mkdir()
+    _saved(ckpt)
+    (ckpt / INPUTS_RECORD).write_text('{"datasets": {}, "partitions": {}}')  # inputs only: code unknown
+    _checkpoints_made_from(ckpt, provenance.input_digests({}, {}), {"engine.py": "1" * 16})
+    assert not (ckpt / "round.pt").exists()
+    assert "checkpoints whose record is unreadable or from an older fedrepro: starting over" in capsys.readouterr().out
+
+
+def test_checkpoints_without_a_record_start_over(tmp_path, capsys):
+    from fedrepro.cli import _checkpoints_made_from
+
+    ckpt = tmp_path / ".checkpoints"
+    ckpt.mkdir()
+    _saved(ckpt)
+    _checkpoints_made_from(ckpt, provenance.input_digests({}, {}), {"engine.py": "1" * 16})
+    assert not (ckpt / "round.pt").exists()
+    assert "checkpoints with no record of their data and code: starting over" in capsys.readouterr().out

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedrepro import paths
 from fedrepro.errors import ResultError
-from fedrepro.provenance import misplaced
+from fedrepro.provenance import changed_inputs, misplaced
 from fedrepro.runio import METRICS, read_metrics, write_json
 
 REDO = "delete that run directory and run the workflow again (`snakemake --cores 2`)"
@@ -147,8 +147,8 @@ def _distinct(records: Iterable[Any]) -> list:
 
 
 def _check_siblings(run_docs: list[dict], names: list[str]) -> None:
-    """The runs (sorted by seed) are of one experiment, kind and scale, each seed once, with one params_digest
-    among those that record one; else a ResultError naming the odd run."""
+    """The runs (sorted by seed) are of one experiment, kind and scale, each seed once, with one params_digest and
+    one input-data record among those that record them; else a ResultError naming the odd run."""
     first = run_docs[0]
     for name, d in zip(names, run_docs):
         for field in ("experiment", "kind", "scale"):
@@ -171,6 +171,15 @@ def _check_siblings(run_docs: list[dict], names: list[str]) -> None:
                 "parameters (a --set run, or the config changed between seeds) are not averaged; delete the runs "
                 "made with the parameters the config no longer gives and run the workflow again "
                 "(`snakemake --cores 2`)"
+            )
+    read = [(name, d["inputs"]) for name, d in zip(names, run_docs) if "inputs" in d]
+    for name, inputs in read[1:]:
+        if inputs != read[0][1]:
+            changed = ", ".join(changed_inputs(read[0][1], inputs)) or "the records differ"
+            raise ResultError(
+                f"{name}: made from other input data than {read[0][0]} ({changed}): runs on a rebuilt partition or "
+                "refetched dataset are not averaged with runs on the old one; delete the runs made before the data "
+                "changed and run the workflow again (`snakemake --cores 2`)"
             )
 
 

@@ -69,37 +69,53 @@ def _partition_dirs(cfg, exp) -> dict:
     return out
 
 
-INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data its checkpoints were made from
+INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data and code its checkpoints were made from
 
 
-def _checkpoints_of_these_inputs(ckpt: Path, inputs: dict) -> None:
+def _checkpoints_made_from(ckpt: Path, inputs: dict, code: dict[str, str]) -> None:
     """Keep the checkpoint directory ``ckpt`` (round checkpoints, a forensic sweep's cached points) only if it was
-    made from the input data ``inputs`` (fedrepro.provenance.input_digests): checkpoints are keyed on parameters
-    and seed, so one made from a partition or dataset since rebuilt would resume with the old data's state. Other
-    inputs: the directory is removed and the run starts over, saying why in one line. A directory without the
-    record (made before it was kept) is kept and gets it."""
+    made from the input data ``inputs`` (fedrepro.provenance.input_digests) with the code ``code``
+    (fedrepro.provenance.code_files): checkpoints are keyed on parameters and seed, so one made from a partition
+    since rebuilt, or by code since changed, would resume with state the present data and code would not make.
+    Otherwise the directory is removed and the run starts over, saying why in one line (the changed inputs, the
+    changed source files), as it is when checkpoints carry no record (an older fedrepro made them)."""
     import json
 
+    from fedrepro.provenance import changed_inputs
     from fedrepro.runio import atomic_write
 
     record = ckpt / INPUTS_RECORD
-    if record.is_file():
+    now = {"inputs": inputs, "code": code}
+    if not record.is_file() and ckpt.is_dir() and any(ckpt.iterdir()):
+        print(f"[fedrepro] {ckpt}: checkpoints with no record of their data and code: starting over", flush=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
+    elif record.is_file():
         try:
             before = json.loads(record.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             before = None
-        if before != inputs:
-            changed = sorted(
-                f"{group[:-1]} {name}"
-                for group in ("datasets", "partitions")
-                for name in set((before or {}).get(group, {})) | set(inputs.get(group, {}))
-                if (before or {}).get(group, {}).get(name) != inputs.get(group, {}).get(name)
-            )
-            what = ", ".join(changed) or "its record unreadable"
-            print(f"[fedrepro] {ckpt}: checkpoints made from other input data ({what}): starting over", flush=True)
+        if before != now:
+            if not isinstance(before, dict) or not isinstance(before.get("code"), dict):
+                why = "whose record is unreadable or from an older fedrepro"
+            else:
+                inputs_changed = changed_inputs(before.get("inputs") or {}, inputs)
+                changed = [
+                    f"input data ({', '.join(inputs_changed)})" if inputs_changed else "",
+                    _changed_code(before["code"], code),
+                ]
+                why = "made from other " + " and other ".join(filter(None, changed))
+            print(f"[fedrepro] {ckpt}: checkpoints {why}: starting over", flush=True)
             shutil.rmtree(ckpt, ignore_errors=True)
-    text = json.dumps(inputs, sort_keys=True)
+    text = json.dumps(now, sort_keys=True)
     atomic_write(record, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def _changed_code(before: dict, now: dict) -> str:
+    changed = sorted(f for f in set(before) | set(now) if before.get(f) != now.get(f))
+    if not changed:
+        return ""
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return f"code (src/fedrepro/{', src/fedrepro/'.join(changed[:3])}{more} changed)"
 
 
 def _seed(text: str) -> int:
@@ -141,7 +157,7 @@ def cmd_run(args) -> int:
     from fedrepro.data.sources import verified_files
     from fedrepro.experiments import RunContext, get_kind
     from fedrepro.experiments.memory import check_memory
-    from fedrepro.provenance import input_digests
+    from fedrepro.provenance import code_files, input_digests
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
@@ -160,7 +176,7 @@ def cmd_run(args) -> int:
         {name: fedformat.manifest_digest(d) for name, d in partitions.items()},
     )
     if ckpt is not None:
-        _checkpoints_of_these_inputs(ckpt, inputs)
+        _checkpoints_made_from(ckpt, inputs, code_files())
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
     ctx = RunContext(
         exp_id=exp.id,

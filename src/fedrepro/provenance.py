@@ -9,8 +9,10 @@ A run records, beside its experiment id, scale and seed:
     inputs          the input data it read: per dataset the sha256 of each verified file, per partition the sha256
                     of its ``manifest.json`` (which holds the sha256 of the partition's data files and its source's)
 
-``fedrepro.aggregate`` refuses runs whose provenance disagrees with their siblings or with the place they sit in,
-and the report a ``summary.json`` whose experiment or scale is not the one of its place. Results written before
+``fedrepro.aggregate`` refuses runs whose provenance disagrees with their siblings (seed, parameters, input data) or
+with the place they sit in, and the report a ``summary.json`` whose experiment or scale is not the one of its place.
+A run's checkpoints are keyed on its input data and on :func:`code_files` (the package's source, file by file): a
+resume across changed data or code starts over (fedrepro.cli). Results written before
 these fields existed lack them: what they do hold (experiment, scale, seed) is checked, and the missing fields are
 never a reason to refuse them.
 """
@@ -68,6 +70,18 @@ def code_version() -> str:
     return git("describe", "--always", "--dirty", "--tags") or fallback
 
 
+@functools.cache
+def code_files() -> dict[str, str]:
+    """The source of the package this runs from, file by file: relative path -> sha256 (first 16 hex digits) of
+    every ``.py`` file under ``src/fedrepro``. Unlike :func:`code_version` it changes with what the code computes
+    and with nothing else (not with README or config edits, which parameters and inputs already cover)."""
+    root = Path(fedrepro.__file__).resolve().parent
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        for p in sorted(root.rglob("*.py"))
+    }
+
+
 def input_digests(datasets: Mapping[str, Iterable[tuple[str, str]]], partitions: Mapping[str, str]) -> dict:
     """The ``inputs`` record of a run: ``datasets``: id -> (file name, verified sha256) pairs; ``partitions``:
     name -> sha256 of its manifest.json (fedrepro.data.fedformat.manifest_digest)."""
@@ -75,6 +89,16 @@ def input_digests(datasets: Mapping[str, Iterable[tuple[str, str]]], partitions:
         "datasets": {d: dict(sorted(files)) for d, files in sorted(datasets.items())},
         "partitions": dict(sorted(partitions.items())),
     }
+
+
+def changed_inputs(a: Mapping, b: Mapping) -> list[str]:
+    """The inputs two ``inputs`` records (:func:`input_digests`) disagree on, e.g. ``["partition mnist_m50"]``."""
+    return sorted(
+        f"{group[:-1]} {name}"
+        for group in ("datasets", "partitions")
+        for name in set(a.get(group, {})) | set(b.get(group, {}))
+        if a.get(group, {}).get(name) != b.get(group, {}).get(name)
+    )
 
 
 def misplaced(doc: Mapping, place: Mapping[str, str]) -> str | None:

@@ -200,6 +200,14 @@ def test_runs_with_different_parameters_are_not_averaged():
         summarize([_doc(0, 1.0, params_digest="aaaa"), _doc(1, 1.0, params_digest="bbbb")], ["run0", "run1"])
 
 
+def test_runs_made_from_different_input_data_are_not_averaged():
+    a = {"datasets": {"mnist": {"t10k": "11"}}, "partitions": {"mnist_m50": "aa"}}
+    b = {"datasets": {"mnist": {"t10k": "11"}}, "partitions": {"mnist_m50": "bb"}}
+    with pytest.raises(ResultError, match=r"^run1: made from other input data than run0 \(partition mnist_m50\)"):
+        summarize([_doc(0, 1.0, inputs=a), _doc(1, 1.0, inputs=b)], ["run0", "run1"])
+    assert summarize([_doc(0, 1.0, inputs=a), _doc(1, 2.0, inputs=a)], ["run0", "run1"])["inputs"] == [a]
+
+
 def test_runs_without_provenance_still_aggregate(tmp_path):
     """Results written before the provenance was recorded (no params_digest, code_version, inputs) aggregate, alone
     or beside new runs; what they hold (experiment, scale, seed) is still checked."""
