@@ -58,7 +58,7 @@ FRACTION_KNOBS: dict[str, tuple[str, tuple[float, float] | Callable[[dict], tupl
 
 def plan(only: list[str] | None) -> list[dict]:
     """The offline paper-scale experiments and how each is timed."""
-    from fedrepro.config import load_global, load_paper, resolve_experiment
+    from fedrepro.config import load_global, load_paper, paper_seeds, resolve_experiment
     from fedrepro.data.sources import is_available
 
     cfg = load_global()
@@ -77,9 +77,7 @@ def plan(only: list[str] | None) -> list[dict]:
                 "kind": exp.kind,
                 "partitions": list(exp.partitions),
                 # the experiment's own paper seeds where it sets them (the workflow's rule), else config.yaml's
-                "seeds": 1
-                if exp.deterministic
-                else len((entries[name].get("seeds") or {}).get("paper", cfg["seeds"]["paper"])),
+                "seeds": 1 if exp.deterministic else len(paper_seeds(cfg, entries[name], "paper")),
             }
             if knob is not None and knob[0] in exp.params:
                 name, values = knob
@@ -90,12 +88,19 @@ def plan(only: list[str] | None) -> list[dict]:
 
 
 def ensure_partitions(names: list[str]) -> None:
-    """Build the partitions the experiments read (``python -m fedrepro data partition``) when missing."""
+    """Fetch the datasets the partitions read (``python -m fedrepro data fetch``) and build the partitions
+    (``python -m fedrepro data partition``) when missing."""
     from fedrepro import paths
-    from fedrepro.config import load_global
+    from fedrepro.config import load_global, load_partitions
     from fedrepro.data import fedformat
+    from fedrepro.data.sources import stamp_path
 
     cfg = load_global()
+    specs = load_partitions(cfg)
+    for dataset in sorted({specs[n]["dataset"] for n in names}):
+        if not stamp_path(cfg, dataset).is_file():
+            print(f"fetching dataset {dataset}", flush=True)
+            subprocess.run([sys.executable, "-m", "fedrepro", "data", "fetch", dataset], check=True, cwd=ROOT)
     for name in names:
         d = paths.partition_dir(cfg, name)
         if not fedformat.is_complete(d):

@@ -310,6 +310,17 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from fedrepro.errors import ConfigError
+    from fedrepro.plan import load_compute, render, rows
+
+    if args.cores < 1:
+        raise ConfigError(f"plan: --cores {args.cores}: give a whole number >= 1")
+    cfg = _load_cfg(args)
+    print(render(rows(cfg), args.cores, load_compute(cfg).get("sources", {})), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedrepro", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -386,6 +397,13 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="experiments, kinds, datasets")
     _common(lst)
     lst.set_defaults(fn=cmd_list)
+
+    pl = sub.add_parser(
+        "plan", help="paper-scale CPU-hours, memory and GPU per experiment, and totals (config/compute.yaml)"
+    )
+    _common(pl)
+    pl.add_argument("--cores", type=int, default=2, help="cores the runs share, for the wall-time bound (default 2)")
+    pl.set_defaults(fn=cmd_plan)
     return p
 
 

@@ -11,8 +11,9 @@ from snakemake.logging import logger
 from fedrepro import paths
 from fedrepro.config import (
     experiment_resources,
-    load_partitions,
     load_paper,
+    load_partitions,
+    paper_seeds,
     resolve_experiment,
     validate_global,
 )
@@ -63,8 +64,7 @@ os.environ["FEDREPRO_WORKFLOW_CONFIG"] = json.dumps(_CLI_SETTINGS)
 
 def seeds(scale, paper=None, exp=None):
     """The seeds of a scale: the experiment's own `seeds.<scale>` when it sets them, else config.yaml's."""
-    own = (PAPERS[paper]["experiments"][exp].get("seeds") or {}) if exp else {}
-    return own.get(scale, CFG["seeds"][scale])
+    return paper_seeds(CFG, PAPERS[paper]["experiments"][exp] if exp else {}, scale)
 
 
 def runnable(exp_id):
@@ -182,10 +182,11 @@ PARTITION_RUNTIME = 60
 
 
 def run_resources(wildcards):
-    """threads, mem_mb, runtime (minutes), gpu of one run: config.yaml's resources.<scale>, overridden by the
-    experiment's resources.<scale> in config/<paper>.yaml (used by the SLURM profile; threads also locally)."""
+    """threads, mem_mb, runtime (minutes), gpu of one run: config.yaml's resources.<scale>, at paper scale those
+    derived from the experiment's cost in config/compute.yaml, then the experiment's resources.<scale> in
+    config/<paper>.yaml (used by the SLURM profile; threads also locally)."""
     entry = PAPERS[wildcards.paper]["experiments"][wildcards.exp]
-    return experiment_resources(CFG, entry, wildcards.scale)
+    return experiment_resources(CFG, entry, wildcards.scale, f"{wildcards.paper}.{wildcards.exp}")
 
 
 def resolved_params(wildcards):

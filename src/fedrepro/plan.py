@@ -1,0 +1,169 @@
+"""The compute plan: what each experiment costs at paper scale, from ``config/compute.yaml``, the one source of
+``python -m fedrepro plan`` and of the paper-scale cluster resources (:func:`fedrepro.config.experiment_resources`).
+
+Each experiment's entry gives the CPU seconds of one seed on one thread and its peak memory, with how the number was
+obtained (``basis``): measured here, a lower bound, extrapolated (client steps x a measured step of the same model
+and batch x the method mix, or ``like`` a measured experiment of the same protocol and sizes), or estimated. The plan
+multiplies by the experiment's paper seeds (one for a deterministic kind) and sums, for the experiments whose data
+is available here and for all of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fedrepro.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One seed of one experiment at paper scale on one CPU thread."""
+
+    cpu_s: float
+    peak_mb: float
+    basis: str  # measured | lower_bound | extrapolated | estimated
+    how: str  # the arithmetic or the measurement, in words
+    gpu: bool = False
+
+
+def load_compute(cfg: Mapping) -> dict:
+    """config/compute.yaml, validated; {} when the global config names no compute file (e.g. a test's)."""
+    if not cfg.get("compute"):
+        return {}
+    from fedrepro.config import resolve_path
+
+    path = resolve_path(cfg["compute"])
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = None  # read_yaml names the missing file
+    return _read_compute(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_compute(path: str, _mtime_ns: int | None) -> dict:
+    from fedrepro.config import load_schema, read_yaml, validate
+
+    doc = read_yaml(path)
+    validate(doc, load_schema("compute.schema.yaml"), source=path)
+    for exp_id, e in doc["experiments"].items():
+        where = e.get("from", "")
+        if where and " " not in where and where not in doc["sources"]:
+            raise ConfigError(
+                f"{path}: experiments.{exp_id}.from: {where!r} is not one of sources ({', '.join(doc['sources'])}); "
+                "name a source or describe the basis in words"
+            )
+        like = e.get("like")
+        if like is not None and ("like" in doc["experiments"].get(like, {"like": 1})):
+            raise ConfigError(
+                f"{path}: experiments.{exp_id}.like: {like!r} is not an entry with its own numbers; name a measured "
+                "experiment"
+            )
+    doc["path"] = path
+    return doc
+
+
+def cost(doc: Mapping, exp_id: str) -> Cost | None:
+    """The paper-scale cost of one seed of ``exp_id``; None when compute.yaml has no entry for it."""
+    e = (doc.get("experiments") or {}).get(exp_id)
+    if e is None:
+        return None
+    if "like" in e:
+        base = cost(doc, e["like"])
+        return Cost(base.cpu_s, base.peak_mb, "extrapolated", f"as {e['like']} ({base.how})", e.get("gpu", base.gpu))
+    where = e["from"]  # a key of sources (the render lists them) or words
+    if e["basis"] == "extrapolated":
+        cpu = e["steps"] * e["ms_per_step"] * e["mix"] / 1000
+        how = f"{e['steps']:,.0f} steps x {e['ms_per_step']:g} ms x mix {e['mix']:g} ({where})"
+    else:
+        cpu = e["cpu_s"]
+        how = where
+    return Cost(float(cpu), float(e["peak_mb"]), e["basis"], how, bool(e.get("gpu", False)))
+
+
+def paper_resources(doc: Mapping, exp_id: str, threads: int = 1) -> dict:
+    """runtime (minutes) and mem_mb of one paper-scale run from its cost, with compute.yaml's margins and floors,
+    and gpu (1 where a GPU is worth requesting); {} when there is no entry."""
+    c = cost(doc, exp_id)
+    if c is None:
+        return {}
+    runtime = math.ceil(c.cpu_s / max(1, threads) * doc["margin"]["runtime"] / 60)
+    mem = math.ceil(c.peak_mb * doc["margin"]["memory"])
+    return {
+        "runtime": max(doc["min_runtime"], runtime),
+        "mem_mb": max(doc["min_mem_mb"], mem),
+        "gpu": int(c.gpu),
+    }
+
+
+@dataclass(frozen=True)
+class Row:
+    exp_id: str
+    cost: Cost
+    seeds: int
+    offline: bool
+
+    @property
+    def cpu_h(self) -> float:
+        return self.cost.cpu_s * self.seeds / 3600
+
+
+def rows(cfg: Mapping) -> list[Row]:
+    """One row per experiment of the configured papers; a ConfigError names an experiment compute.yaml lacks."""
+    from fedrepro.config import load_paper, paper_seeds, resolve_experiment
+    from fedrepro.data.sources import is_available
+
+    doc = load_compute(cfg)
+    out, missing = [], []
+    for paper in cfg["papers"]:
+        for name, entry in load_paper(cfg, paper)["experiments"].items():
+            exp = resolve_experiment(cfg, f"{paper}.{name}", "paper")
+            c = cost(doc, exp.id)
+            if c is None:
+                missing.append(exp.id)
+                continue
+            n = 1 if exp.deterministic else len(paper_seeds(cfg, entry, "paper"))
+            out.append(Row(exp.id, c, n, all(is_available(cfg, d) for d in exp.datasets)))
+    if missing:
+        raise ConfigError(
+            f"{doc.get('path', 'config key compute')}: no paper-scale cost for {', '.join(missing)}; add an entry "
+            "under experiments (measure it with benchmarks/paper_scale.py, or extrapolate from a measured step)"
+        )
+    return out
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.2f}" if h < 10 else f"{h:,.0f}"
+
+
+def render(plan: list[Row], cores: int, sources: Mapping[str, str]) -> str:
+    """The plan as a Markdown table and totals (offline here / everything) on ``cores`` cores; ``sources``: the
+    measurements the entries cite by key."""
+    lines = [
+        "| experiment | data here | basis | CPU-h per seed | seeds | CPU-h | peak GB | GPU | how |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(plan, key=lambda r: -r.cpu_h):
+        bound = "+" if r.cost.basis == "lower_bound" else ""
+        lines.append(
+            f"| {r.exp_id} | {'yes' if r.offline else 'no'} | {r.cost.basis} | {_hours(r.cost.cpu_s / 3600)}{bound} "
+            f"| {r.seeds} | {_hours(r.cpu_h)}{bound} | {r.cost.peak_mb / 1024:.1f} | "
+            f"{'worth requesting' if r.cost.gpu else 'no'} | {r.cost.how} |"
+        )
+    lines.append("")
+    for label, sel in (("available here", [r for r in plan if r.offline]), ("all experiments", plan)):
+        total = sum(r.cpu_h for r in sel)
+        longest = max((r.cost.cpu_s / 3600 for r in sel), default=0.0)
+        lines.append(
+            f"{label} ({len(sel)} experiments): {_hours(total)} CPU-h; on {cores} cores >= "
+            f"{_hours(max(total / cores, longest))} h of wall time (the longest single run: {_hours(longest)} h)"
+        )
+    lines.append(
+        "basis: measured here / lower_bound (stopped before the end) / extrapolated (steps x a measured step x "
+        "the method mix, or as a measured experiment of the same sizes) / estimated (no measurement applies)"
+    )
+    lines += [f"{key}: {text}" for key, text in sources.items()]
+    return "\n".join(lines) + "\n"

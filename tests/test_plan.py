@@ -1,0 +1,106 @@
+"""The compute plan (fedrepro.plan, config/compute.yaml): one entry per experiment, the arithmetic of an
+extrapolation, and the paper-scale cluster resources read from the same numbers."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import yaml
+
+from fedrepro import plan
+from fedrepro.cli import main
+from fedrepro.config import experiment_resources, load_global, load_paper
+from fedrepro.errors import ConfigError
+
+
+def _doc(**experiments):
+    return {
+        "margin": {"runtime": 1.5, "memory": 2},
+        "min_runtime": 30,
+        "min_mem_mb": 1000,
+        "sources": {"m": "a measurement"},
+        "experiments": experiments,
+    }
+
+
+def test_every_experiment_has_a_cost_and_the_totals_add_up():
+    cfg = load_global()
+    rows = plan.rows(cfg)  # a ConfigError if compute.yaml lacks an experiment
+    n = sum(len(load_paper(cfg, p)["experiments"]) for p in cfg["papers"])
+    assert len(rows) == n and all(r.cost.cpu_s >= 0 and r.seeds >= 1 for r in rows)
+    text = plan.render(rows, 4, {})
+    total = sum(r.cpu_h for r in rows)
+    assert f"all experiments ({n} experiments): {total:,.0f} CPU-h" in text or f"{total:,.2f} CPU-h" in text
+
+
+def test_an_experiment_without_a_cost_is_named(tmp_path, monkeypatch):
+    cfg = copy.deepcopy(load_global())
+    doc = yaml.safe_load(open(plan.load_compute(cfg)["path"]))
+    del doc["experiments"]["adaped.fig1a"]
+    path = tmp_path / "compute.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg["compute"] = str(path)
+    with pytest.raises(ConfigError, match=r"no paper-scale cost for adaped\.fig1a"):
+        plan.rows(cfg)
+
+
+def test_extrapolated_and_like_costs_are_computed_not_typed():
+    doc = _doc(
+        a={"basis": "measured", "cpu_s": 100, "peak_mb": 600, "from": "m"},
+        b={"basis": "extrapolated", "steps": 2000, "ms_per_step": 3.0, "mix": 2.5, "peak_mb": 800, "from": "m"},
+        c={"basis": "extrapolated", "like": "a", "gpu": True},
+    )
+    assert plan.cost(doc, "b").cpu_s == pytest.approx(15.0)
+    assert plan.cost(doc, "c").cpu_s == 100 and plan.cost(doc, "c").gpu and plan.cost(doc, "c").basis == "extrapolated"
+    assert plan.cost(doc, "missing") is None
+
+
+def test_resources_are_the_cost_with_margins_and_floors():
+    doc = _doc(
+        big={"basis": "measured", "cpu_s": 36000, "peak_mb": 3000, "from": "m", "gpu": True},
+        small={"basis": "measured", "cpu_s": 5, "peak_mb": 100, "from": "m"},
+    )
+    assert plan.paper_resources(doc, "big") == {"runtime": math.ceil(36000 * 1.5 / 60), "mem_mb": 6000, "gpu": 1}
+    assert plan.paper_resources(doc, "big", threads=2)["runtime"] == math.ceil(18000 * 1.5 / 60)
+    assert plan.paper_resources(doc, "small") == {"runtime": 30, "mem_mb": 1000, "gpu": 0}
+
+
+def test_the_workflow_resources_read_compute_yaml():
+    cfg = load_global()
+    entry = load_paper(cfg, "adaped")["experiments"]["table1_cifar100"]
+    got = experiment_resources(cfg, entry, "paper", "adaped.table1_cifar100")
+    c = plan.cost(plan.load_compute(cfg), "adaped.table1_cifar100")
+    assert got["runtime"] == math.ceil(c.cpu_s * 1.5 / 60) and got["gpu"] == 1
+    assert experiment_resources(cfg, entry, "quick", "adaped.table1_cifar100")["gpu"] == 0
+
+
+def test_an_experiment_may_not_set_what_compute_yaml_derives():
+    cfg = load_global()
+    entry = {"resources": {"paper": {"runtime": 60}}}
+    with pytest.raises(ConfigError, match=r"adaped\.fig1a: resources\.paper sets runtime"):
+        experiment_resources(cfg, entry, "paper", "adaped.fig1a")
+
+
+@pytest.mark.parametrize(
+    "entry, match",
+    [
+        ({"basis": "measured", "peak_mb": 1, "from": "m"}, "experiments"),  # no cpu_s
+        ({"basis": "measured", "cpu_s": 1, "steps": 2, "peak_mb": 1, "from": "m"}, "experiments"),  # both
+        ({"basis": "extrapolated", "like": "nowhere"}, "like: 'nowhere'"),
+        ({"basis": "measured", "cpu_s": 1, "peak_mb": 1, "from": "typo"}, "from: 'typo'"),
+    ],
+)
+def test_bad_entries_are_refused(tmp_path, entry, match):
+    path = tmp_path / "compute.yaml"
+    path.write_text(yaml.safe_dump(_doc(x=entry)))
+    with pytest.raises(ConfigError, match=match):
+        plan.load_compute({"compute": str(path)})
+
+
+def test_plan_command_prints_totals(capsys):
+    assert main(["plan", "--cores", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "available here (" in out and "all experiments (" in out and "on 8 cores" in out
+    assert main(["plan", "--cores", "0"]) == 2
