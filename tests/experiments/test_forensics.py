@@ -43,7 +43,8 @@ def test_a_reading_that_reproduces_the_row_is_named(tmp_path):
 def test_no_reading_reproduces_and_the_closest_is_named(tmp_path):
     out = sweep(tmp_path, grid={"n": [1000], "sigma_theta2": [0.1]}, fixed={"m": 100})
     c = out.checks["conclusion.R1.ex"]
-    assert not c.passed and c.detail.startswith("no reading of the 2 in the ranges reproduces it; closest: ")
+    assert not c.passed and c.detail.startswith("no reading of the 2 in the ranges reproduces it (closest: ")
+    assert ", resolved): " in c.detail
     assert not out.checks["joint"].passed
 
 
@@ -127,7 +128,7 @@ def test_a_check_row_takes_its_distance_from_the_check():
     # a failed check is at least at its boundary, even if its value sits inside the tolerance
     assert judge_row(_Row, [_pt(False, 1.05, 1.0, 0.1)], True)["distance"] == 1.0
     c = conclusion(_Row, [({}, far), ({"a": 1}, near)], None, None)
-    assert not c.passed and "closest: a=1: c=1.3 (distance 3" in c.detail
+    assert not c.passed and "(closest: a=1 at distance 3, resolved): c=1.3 (distance 3" in c.detail
     # pass/fail checks without value/tolerance: no reading is called the closest
     plain = judge_row(_Row, [_pt(False)], True)
     assert not plain["numeric"] and plain["distance"] == 1.0
@@ -209,9 +210,24 @@ def test_a_closest_reading_that_is_undecided_says_so():
         "detail": "rebuild too noisy to judge",
     }
     far = dict(j, outcome="deviates", rebuilt=29.4, diff=21.4, distance=6.7, detail="")
-    c = conclusion(row, [({}, far), ({"a": 1}, j)], None, None)
-    assert not c.passed and c.detail.endswith("vs tol 3.2 (inconclusive: rebuild too noisy to judge)")
-    assert "(deviates" not in conclusion(row, [({}, far)], None, None).detail
+    # App. K's d = 50 local row (issue #30): the nearest reading is within tolerance but unresolved, so the row is
+    # inconclusive under it, never "no reading reproduces it"
+    c = conclusion(row, [({}, far), ({"a": 1}, dict(j, more_seeds=3))], None, None)
+    assert not c.passed and c.detail.startswith("inconclusive under a=1 (2 seeds; run 3 more): 8.08 ± 1.4 (n=2)")
+    assert "no reading of the 2 is resolved as reproducing it" in c.detail
+    assert c.detail.endswith("closest resolved: the config's reading at distance 6.7")
+    assert "reproduces it (closest" not in c.detail
+    assert (
+        "more seeds cannot resolve it"
+        in conclusion(row, [({}, far), ({"a": 1}, dict(j, more_seeds=None))], None, None).detail
+    )
+    resolved = conclusion(row, [({}, far)], None, None).detail
+    assert (
+        resolved.startswith(
+            "no reading of the 1 in the ranges reproduces it (closest: the config's reading at distance 6.7, resolved)"
+        )
+        and "(deviates" not in resolved
+    )
 
 
 def test_a_reading_too_noisy_to_judge_is_not_the_closest():
@@ -233,4 +249,26 @@ def test_a_reading_too_noisy_to_judge_is_not_the_closest():
     }
     judged = dict(noisy, outcome="deviates", rebuilt=90.2, se=0.08, diff=-0.48, tol=0.25, distance=1.9, detail="")
     c = conclusion(row, [({}, noisy), ({"r0_population": "nonprivate"}, judged)], None, None).detail
-    assert "closest: r0_population=nonprivate: 90.2" in c and "nearer in value" not in c
+    assert "(closest: r0_population=nonprivate at distance 1.9, resolved): 90.2" in c and "inconclusive" not in c
+
+
+@pytest.mark.parametrize(
+    "pm, reading, runs, std, n, want",
+    [
+        (None, "std", None, 1.0, 1, 1),  # one seed: no spread yet, one more first
+        (0.0, "std", None, 0.0, 3, 0),  # no spread: nothing to resolve
+        (0.0, "std", None, 2.0, 2, 23),  # 1.96 * 2 / sqrt(n') <= 0.8 (10 % of 8.0) -> n' = 25 (24.01), 23 more
+        (None, "single", None, 0.2, 2, 0),  # 1.96 * 0.2 * sqrt(1 + 1/2) = 0.48 <= 0.8: resolved already
+        (None, "single", None, 0.5, 2, None),  # 1.96 * 0.5 = 0.98 > 0.8: no number of seeds resolves one printed run
+    ],
+)
+def test_seeds_to_resolve_follows_the_rule(pm, reading, runs, std, n, want):
+    from fedrepro.report import verdict as v
+
+    got = v.seeds_to_resolve(8.0, pm, reading, runs, 0.05, std, n)
+    assert got == want
+    if got and n >= 2:  # that many more seeds of the same spread resolve it under the rule; one fewer does not
+        resolved = v.judge(8.0, pm, reading, runs, 0.05, 8.0, std, n + got, False).outcome
+        assert resolved == v.REPRODUCED
+        if n + got - 1 >= 2:
+            assert v.judge(8.0, pm, reading, runs, 0.05, 8.0, std, n + got - 1, False).outcome == v.INCONCLUSIVE

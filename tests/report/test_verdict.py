@@ -132,3 +132,9 @@ def test_the_readme_states_the_rule_of_the_code():
             f"max(floor, {v.RESOLUTION:.0%}",
         ):
             assert formula in text, formula
+
+
+def test_the_readme_states_the_conclusion_rule_of_the_code():
+    """README's "Forensics" paragraph states the wording rule of forensic conclusions as the code's text does."""
+    readme = " ".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert " ".join(v.CONCLUSION_RULE_TEXT.split()) in readme

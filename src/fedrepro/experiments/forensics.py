@@ -7,8 +7,11 @@ at paper scale under every reading (the config's own reading first) for the give
 every reading by the report's rule (fedrepro.report.verdict), and concludes per row:
 
     reproduced under reading R      which readings, how close (the closest first)
-    no reading in the ranges        the closest reading and its distance (|rebuilt - printed| / tolerance)
-    reproduces it
+    inconclusive under R            no reading reproduces it and the reading nearest the printed value is too noisy
+    (n seeds; run k more)           to judge: k = the seeds the rule needs at its spread (verdict.seeds_to_resolve)
+    no reading in the ranges        only when the reading nearest the printed value deviates under the rule: the
+    reproduces it (closest R at     closest reading and its distance (|rebuilt - printed| / tolerance)
+    distance D, resolved)
 
 plus, over all rows, the readings that reproduce every row at once (``joint``). A grid is a mapping axis -> values
 (every combination is one reading) or a list of such mappings (the union of their readings: sub-grids where an axis
@@ -178,7 +181,13 @@ def judge_row(t, points: list[dict], deterministic: bool) -> dict:
     arr = np.asarray(values, dtype=float)
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
+    more = (
+        v.seeds_to_resolve(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, std, int(arr.size))
+        if j.outcome == v.INCONCLUSIVE
+        else 0
+    )
     return {
+        "more_seeds": more,
         "outcome": j.outcome,
         "rebuilt": float(arr.mean()),
         "se": j.se_rebuilt,
@@ -229,19 +238,27 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
             f"{at_config}: {config_j['outcome']}"
         )
     elif all(j["numeric"] for _, j in judged):
-        # closest among the readings that were judged (a reading too noisy to judge has a wide tolerance, so a small
-        # distance that says nothing); one too noisy but nearer in value is named after it
+        # the wording rule (fedrepro.report.verdict.CONCLUSION_RULE_TEXT): "no reading reproduces it" only when the
+        # reading nearest the printed value is resolved; else the conclusion is inconclusive under that reading
         decided = [(r, j) for r, j in judged if j["outcome"] == v.DEVIATES]
-        best_r, best_j = min(decided or judged, key=lambda rj: rj[1]["distance"])
-        text = f"no reading of the {n} in the ranges reproduces it; closest: {reading_text(best_r)}: {value(best_j)}"
-        nearer = [
-            (r, j)
-            for r, j in judged
-            if j["outcome"] != v.DEVIATES and "diff" in j and abs(j["diff"]) < abs(best_j["diff"])
-        ]
-        if decided and nearer:
-            r, j = min(nearer, key=lambda rj: abs(rj[1]["diff"]))
-            text += f"; nearer in value but too noisy to judge: {reading_text(r)}: {value(j)}"
+        valued = [(r, j) for r, j in judged if "diff" in j and math.isfinite(j["diff"])]
+        near_r, near_j = min(valued or judged, key=lambda rj: abs(rj[1].get("diff", math.inf)))
+        if near_j["outcome"] == v.DEVIATES or not valued:
+            best_r, best_j = min(decided or judged, key=lambda rj: rj[1]["distance"])
+            text = (
+                f"no reading of the {n} in the ranges reproduces it (closest: {reading_text(best_r)} at distance "
+                f"{best_j['distance']:.3g}, resolved): {value(best_j)}"
+            )
+        else:
+            more = near_j.get("more_seeds")
+            todo = "more seeds cannot resolve it" if more is None else f"run {more} more"
+            text = (
+                f"inconclusive under {reading_text(near_r)} ({near_j.get('n', 1)} seeds; {todo}): {value(near_j)}; "
+                f"no reading of the {n} is resolved as reproducing it"
+            )
+            if decided:
+                best_r, best_j = min(decided, key=lambda rj: rj[1]["distance"])
+                text += f"; closest resolved: {reading_text(best_r)} at distance {best_j['distance']:.3g}"
     else:  # pass/fail checks without a distance: no reading is 'closest'
         text = f"no reading of the {n} in the ranges reproduces it; {at_config}: {value(config_j)}"
     if fix:

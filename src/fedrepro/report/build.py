@@ -99,6 +99,8 @@ def markdown(report: m.Report, out_dir: Path) -> str:
         "",
         v.RULE_TEXT,
         "",
+        v.CONCLUSION_RULE_TEXT,
+        "",
     ]
     issues = [(p.paper, r) for p in report.papers for r in p.issues()]
     lines += ["## Paper issues found", ""]

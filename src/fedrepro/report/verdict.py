@@ -195,6 +195,43 @@ def judge(
     return Judgement(REPRODUCED, diff, tol, se_p, se_r, words)
 
 
+def seeds_to_resolve(
+    value: float, pm: float | None, reading: str, runs: int | None, floor: float | None, std: float, n: int
+) -> int | None:
+    """How many more seeds the rule needs before a rebuild with seed std ``std`` over ``n`` seeds can resolve the
+    printed ``value`` (no longer *inconclusive* for noise), assuming the spread stays; 0 when it already can, None
+    when no number of seeds can (a printed single run whose seeds' spread alone is wider than the resolution). With
+    fewer than two seeds there is no spread to extrapolate from: one more seed (then ask again)."""
+    if n < 2:
+        return 2 - n
+    floor = floor or 0.0
+    resolvable = max(floor, RESOLUTION * abs(value))
+    if std == 0:
+        return 0
+    if reading == SINGLE:  # Z s sqrt(1 + 1/n') <= resolvable
+        ratio = (resolvable / (Z * std)) ** 2
+        if ratio <= 1:
+            return None
+        need = max(2, math.ceil(1 / (ratio - 1)))
+    else:  # Z s / sqrt(n') <= max(floor, Z se_printed, RESOLUTION |v|)
+        se_p, _ = printed_se(pm, reading, runs, std, n)
+        resolvable = max(resolvable, Z * se_p)
+        if resolvable <= 0:
+            return None
+        need = math.ceil((Z * std / resolvable) ** 2)
+    return max(0, need - n)
+
+
+CONCLUSION_RULE_TEXT = (
+    "A forensic conclusion says no more than its readings resolve, in one of three forms: *reproduced under R* (the "
+    "readings under which the row is reproduced by the rule above, the closest first); *inconclusive under R (n seeds; "
+    "run k more)* when no reading reproduces it and the reading nearest the printed value is too noisy to judge (k: "
+    "the seeds the rule needs at that reading's spread), with the closest resolved reading after it; and *no reading "
+    "in the ranges reproduces it (closest R at distance D, resolved)* only when the reading nearest the printed value "
+    "deviates under the rule (D = |rebuilt − printed| / tol). A paper issue names the reading under which it holds."
+)
+
+
 RULE_TEXT = (
     f"A **printed** row (a number or sentence the paper states) is *reproduced* only when rebuilt at paper scale with "
     f"nothing fitted to it: |rebuilt mean − printed| ≤ tol = max(floor, {Z}·√(se_printed² + se_rebuilt²)), where "
