@@ -272,3 +272,61 @@ def test_seeds_to_resolve_follows_the_rule(pm, reading, runs, std, n, want):
         assert resolved == v.REPRODUCED
         if n + got - 1 >= 2:
             assert v.judge(8.0, pm, reading, runs, 0.05, 8.0, std, n + got - 1, False).outcome == v.INCONCLUSIVE
+
+
+class _Cell:
+    id, value, pm, pm_reading, runs, tolerance = "T", 10.42, 0.15, "unknown", None, 0.005
+
+
+STOP = {"param": "rounds", "step": "round", "value": "mse", "select": "n", "rows": {"T": 10}}
+
+
+def _traj(*values):
+    return {"trajectory": {"10": [[float(i), v] for i, v in enumerate(values)]}}
+
+
+def test_stopping_time_finds_the_steps_within_tolerance_and_the_crossings():
+    from fedrepro.experiments.forensics import _spans, stopping_steps, stopping_text
+
+    assert _spans([27.0, 28.0, 29.0, 35.0]) == "27-29, 35"
+    hit = stopping_steps(_Cell, [_traj(39.9, 12.0, 10.5, 10.3, 9.0)], STOP, True)
+    assert hit["good"] == [2.0, 3.0]  # |10.5 - 10.42| and |10.3 - 10.42| <= 1.96 x 0.15
+    jump = stopping_steps(_Cell, [_traj(39.9, 12.0, 9.0, 4.0)], STOP, True)  # passes 10.42 between steps 1 and 2
+    assert jump["good"] == [] and jump["crossings"] == [(1.0, 2.0, 12.0, 9.0)]
+    never = stopping_steps(_Cell, [_traj(39.9, 30.0, 20.0)], STOP, True)
+    assert never == {"good": [], "crossings": []}
+    text = stopping_text(STOP, [{}, {"loss": "sum"}, {"loss": "mean"}], [hit, jump, never])
+    assert "reproduced at rounds 2-3 under the config" in text
+    assert "never within tolerance under loss=sum: passes the printed value between rounds 1-2 (12 -> 9)" in text
+    assert text.endswith("never reaches the printed value under loss=mean")
+
+
+def test_stopping_time_needs_the_rows_cell_in_the_history():
+    from fedrepro.experiments.forensics import stopping_steps
+
+    with pytest.raises(ConfigError, match="no history rows with n = 10"):
+        stopping_steps(_Cell, [{"trajectory": {"20": [[0.0, 1.0]]}}], STOP, True)
+
+
+def test_a_sweep_reads_the_stopping_time_from_each_runs_history(tmp_path):
+    """AdaMix on a small population (m = 60, 12 rounds): the row's conclusion starts with the stopping-time finding
+    and a joint check says whether one T gives all rows."""
+    ctx = RunContext("adaped.forensic_test", 0, checkpoint_dir=tmp_path, config=load_global())
+    p = {
+        "experiment": "table3",
+        "rows": ["T3.r2.c1", "T3.r2.c2"],
+        "seeds": [0, 1],
+        "grid": {"loss": ["sum"]},
+        "fixed": {"m": 60, "rounds": 12, "variants": []},
+        "stopping_time": {**STOP, "value": "mse_adamix", "rows": {"T3.r2.c1": 10, "T3.r2.c2": 20}},
+    }
+    out = get_kind("forensic_sweep").fn(p, None, ctx)
+    for row in ("T3.r2.c1", "T3.r2.c2"):
+        assert out.checks[f"conclusion.{row}"].detail.startswith(
+            "stopping time rounds (unstated; every round of each reading's run): "
+        )
+        assert "; at rounds as configured: " in out.checks[f"conclusion.{row}"].detail
+    assert "T3.r2.c1, T3.r2.c2" in out.checks["stopping_time.joint"].detail
+    assert set(out.metrics["stopping_steps"]) == {"T3.r2.c1", "T3.r2.c2"}
+    with pytest.raises(ConfigError, match="stopping_time.rows"):
+        get_kind("forensic_sweep").fn({**p, "rows": ["T3.r2.c1"]}, None, ctx)

@@ -58,6 +58,21 @@ SCHEMA = {
         "seeds": {"type": "array", "minItems": 1, "items": INT0},
         "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},  # row -> fix + test
         "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},  # row -> what
+        # a stopping time the paper leaves open, read from each run's history instead of rerunning per value: each
+        # reading runs to its configured `param` (e.g. rounds) and every row in `rows` is judged at every `step` of
+        # its history, the cell of the row picked by `select` (history column) == rows[row]
+        "stopping_time": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["param", "step", "value", "select", "rows"],
+            "properties": {
+                "param": {"type": "string", "minLength": 1},
+                "step": {"type": "string", "minLength": 1},
+                "value": {"type": "string", "minLength": 1},
+                "select": {"type": "string", "minLength": 1},
+                "rows": {"type": "object", "minProperties": 1},
+            },
+        },
     },
     "$defs": {"grid": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "array", "minItems": 1}}},
 }
@@ -104,15 +119,16 @@ def reading_text(reading: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in reading.items()) or "the config's reading"
 
 
-def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
+def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | None = None) -> dict:
     """Metrics and checks of the swept experiment under one reading and seed (cached in the checkpoint dir, keyed by
-    the resolved parameters)."""
+    the resolved parameters), and with a ``stop`` (params.stopping_time) its trajectory: select value -> [[step,
+    value], ...] read from the run's history."""
     from fedrepro.aggregate import flatten
     from fedrepro.runio import atomic_write, to_jsonable
     from fedrepro.seeding import rng_for
 
     # the job's own checkpoint dir, one file per (resolved parameters, seed): a cache, not part of the results layout
-    key = f"point_{params_digest(exp.params)}_{seed}"
+    key = f"point_{params_digest(exp.params)}_{seed}" + ("_trajectory" if stop else "")
     if key in memo:
         return memo[key]
     cache = ctx.checkpoint_dir / f"{key}.json" if ctx.checkpoint_dir else None
@@ -138,6 +154,15 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict) -> dict:
             },
         }
     )
+    if stop:
+        h = out.history
+        missing = [c for c in (stop["step"], stop["value"], stop["select"]) if c not in h.columns]
+        if missing:
+            raise ConfigError(f"forensics: stopping_time: {exp.id}'s history has no column {', '.join(missing)}")
+        doc["trajectory"] = {
+            str(sel): [[float(a), float(b)] for a, b in zip(g[stop["step"]], g[stop["value"]])]
+            for sel, g in h.groupby(stop["select"])
+        }
     memo[key] = doc
     if cache is not None:
         text = json.dumps(doc)
@@ -268,6 +293,55 @@ def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str |
     return Check(bool(good), text)
 
 
+def _spans(steps: list[float]) -> str:
+    """Sorted steps as runs of consecutive integers: [27, 28, 29, 35] -> "27-29, 35"."""
+    out: list[list[float]] = []
+    for x in steps:
+        if out and x == out[-1][1] + 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return ", ".join(f"{a:g}" if a == b else f"{a:g}-{b:g}" for a, b in out)
+
+
+def stopping_steps(t, points: list[dict], stop: Mapping, deterministic: bool) -> dict:
+    """Row ``t`` along the history's steps, over the points' seeds: ``good``, the steps at which the report's rule
+    reproduces it; ``crossings``, (step a, step b, mean at a, mean at b) where the seeds' mean passes the printed
+    value between two consecutive steps."""
+    from fedrepro.report import verdict as v
+
+    cell = str(stop["rows"][t.id])
+    series = [dict((a, b) for a, b in p["trajectory"].get(cell, [])) for p in points]
+    if not all(series):
+        raise ConfigError(f"forensics: stopping_time: row {t.id}: no history rows with {stop['select']} = {cell}")
+    good, means = [], []
+    for step in sorted(set.intersection(*(set(x) for x in series))):
+        arr = np.asarray([x[step] for x in series], dtype=float)
+        std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+        j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
+        if j.outcome == v.REPRODUCED:
+            good.append(step)
+        means.append((step, float(arr.mean())))
+    crossings = [(a, b, ma, mb) for (a, ma), (b, mb) in zip(means, means[1:]) if (ma - t.value) * (mb - t.value) < 0]
+    return {"good": good, "crossings": crossings}
+
+
+def stopping_text(stop: Mapping, grid: list[dict], found: list[dict]) -> str:
+    """One row's stopping-time finding over the readings (found[i]: stopping_steps under reading i): where it is
+    reproduced, and under a reading where it is not, where the mean passes the printed value between two steps."""
+    parts = []
+    for i, f in enumerate(found):
+        where = f"under {reading_text(grid[i]) if i else 'the config'}"
+        if f["good"]:
+            parts.append(f"reproduced at {stop['param']} {_spans(f['good'])} {where}")
+        elif f["crossings"]:
+            cross = ", ".join(f"{a:g}-{b:g} ({ma:.4g} -> {mb:.4g})" for a, b, ma, mb in f["crossings"][:3])
+            parts.append(f"never within tolerance {where}: passes the printed value between {stop['param']} {cross}")
+        else:
+            parts.append(f"never reaches the printed value {where}")
+    return f"stopping time {stop['param']} (unstated; every {stop['step']} of each reading's run): " + "; ".join(parts)
+
+
 def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     """What a sweep reads besides its parameters: the swept experiment's entry and the registry rows it explains
     (so the workflow reruns the sweep when either changes)."""
@@ -288,8 +362,8 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     "forensic_sweep",
     SCHEMA,
     deterministic=True,  # its seeds are params, not the rng
-    metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings"),
-    checks=("conclusion.*", "joint"),
+    metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings", "stopping_steps.*"),
+    checks=("conclusion.*", "joint", "stopping_time.joint"),
     reads=swept_inputs,
 )
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
@@ -323,11 +397,18 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
             grid.append(reading)
             resolved.append(exp)
     seeds = p.get("seeds", [0])
+    stop = p.get("stopping_time")
+    stop_rows = [t for t in rows if stop and t.id in stop["rows"]]
+    if stop and len(stop_rows) != len(stop["rows"]):
+        raise ConfigError(f"{ctx.exp_id}: params.stopping_time.rows: {', '.join(sorted(stop['rows']))} must be in rows")
     table, per_row, memo = [], {t.id: [] for t in rows}, {}
+    stop_steps: dict[str, list[dict]] = {t.id: [] for t in stop_rows}
     for i, (reading, exp) in enumerate(zip(grid, resolved)):
         kind = get_kind(exp.kind)
         point_seeds = seeds[:1] if kind.deterministic else seeds
-        points = [_point(ctx, kind, exp, s, memo) for s in point_seeds]
+        points = [_point(ctx, kind, exp, s, memo, stop) for s in point_seeds]
+        for t in stop_rows:
+            stop_steps[t.id].append(stopping_steps(t, points, stop, kind.deterministic))
         for t in rows:
             j = judge_row(t, points, kind.deterministic)
             per_row[t.id].append((reading, j))
@@ -350,6 +431,28 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         )
         for t in rows
     }
+    for t in stop_rows:  # the stopping time is a reading too: reproduced at some step under some reading is said first
+        c, found = checks[f"conclusion.{t.id}"], any(f["good"] for f in stop_steps[t.id])
+        at_param = f"at {stop['param']} as configured: "
+        checks[f"conclusion.{t.id}"] = Check(
+            c.passed or found, f"{stopping_text(stop, grid, stop_steps[t.id])}; {at_param}{c.detail}"
+        )
+    if stop_rows:
+        common = [
+            sorted(set.intersection(*(set(stop_steps[t.id][i]["good"]) for t in stop_rows))) for i in range(len(grid))
+        ]
+        fits = [
+            f"{stop['param']} {_spans(c)} under {reading_text(grid[i]) if i else 'the config'}"
+            for i, c in enumerate(common)
+            if c
+        ]
+        names = ", ".join(t.id for t in stop_rows)
+        checks["stopping_time.joint"] = Check(
+            bool(fits),
+            f"one {stop['param']} reproduces all of {names} at once: {'; '.join(fits)}"
+            if fits
+            else f"no single {stop['param']} reproduces all of {names} under any of the {len(grid)} readings",
+        )
     from fedrepro.report.verdict import REPRODUCED
 
     joint = [i for i in range(len(grid)) if all(per_row[t.id][i][1]["outcome"] == REPRODUCED for t in rows)]
@@ -368,6 +471,8 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         "closest_distance": {t.id: min(j["distance"] for _, j in per_row[t.id]) for t in rows},
         "joint_readings": len(joint),
     }
+    if stop_rows:
+        metrics["stopping_steps"] = {t.id: sum(len(f["good"]) for f in stop_steps[t.id]) for t in stop_rows}
     return RunOutput(
         metrics=metrics,
         history=pd.DataFrame(table),
