@@ -186,17 +186,25 @@ def _recovers(p: dict, b: float, last: tuple[float, float], dp: float, pers: flo
     gap = dp / pers - 1
     need = g.largest_recovering_sigma_q((1 + p["recover_rel_tol"]) * pers, st, sx, n, m, p["mu"], b, p["a_rule"], d)
     ratio = sq / need if need > 0 else math.inf
+    # eq. (24)'s sigma_q = (b / eps0) sqrt(8 log(2 / delta)) <= need  <=>  delta >= 2 exp(-(need eps0 / b)^2 / 8)
+    delta_needed = 2 * math.exp(-((need * e / b) ** 2) / 8) if b > 0 else math.inf
     check = Check(
         gap <= p["recover_rel_tol"],
         f"at eps0={e:g} the DP MSE (exact) is {dp * 100:.4f}e-2 vs personalized {pers * 100:.4f}e-2 "
         f"({gap:+.1%}; claim holds if within {p['recover_rel_tol']:.0%}); that needs sigma_q <= "
         f"{need:.3g}, the mechanism's sigma_q is {sq:.3g} ({ratio:.3g}x) at b = {b:.4g}, "
-        f"delta = {p['delta']:g}",
+        f"delta = {p['delta']:g}; eq. (24) gives sigma_q <= {need:.3g} only for delta >= {delta_needed:.2g}",
         gap,
         0.0,
         p["recover_rel_tol"],
     )
-    return check, {"gap": gap, "sigma_q_needed": need, "sigma_q": sq, "sigma_q_ratio": ratio}
+    return check, {
+        "gap": gap,
+        "sigma_q_needed": need,
+        "sigma_q": sq,
+        "sigma_q_ratio": ratio,
+        "delta_needed": delta_needed,
+    }
 
 
 REMARK1_SCHEMA = {
