@@ -66,3 +66,20 @@ def test_the_kind_reads_the_registry():
     assert out.checks["r1"].passed and not out.checks["r2"].passed
     assert out.metrics["r2"] == {"value": 0.01, "bound": 0.5}
     assert kind.reads(params, load_global(), "adaped.consistency") == {"R1.ex": (0.01, "0.01")}
+
+
+def test_a_gain_relative_to_the_new_value_is_the_other_reading_of_x_percent_gains():
+    """Histograms Sec. 1 on Table 1 (issue 30): 0.912 vs 0.868 is 4.8 % of the baseline but 5.07 % of Alg. 2's value;
+    the same relation holds under one reading and fails under the other."""
+    from fedrepro.experiments.consistency import evaluate, judge
+
+    values = {"base": (0.912, "0.912"), "ours": (0.868, "0.868")}
+    of_new = evaluate({"gain_pct_of_new": ["base", "ours"]}, values)
+    assert of_new.lo == pytest.approx(100 * (0.9115 / 0.8685 - 1)) and of_new.hi == pytest.approx(
+        100 * (0.9125 / 0.8675 - 1)
+    )
+    rel = {"what": "x", "at_least": 5}
+    assert judge("a", {**rel, "value": {"gain_pct_of_new": ["base", "ours"]}}, values).passed
+    assert not judge("b", {**rel, "value": {"gain_pct": ["base", "ours"]}}, values).passed
+    with pytest.raises(ConfigError, match="gain_pct_of_new takes"):
+        evaluate({"gain_pct_of_new": ["base", 0]}, values)

@@ -9,6 +9,8 @@ most), both written as expressions over registry rows, so the printed numbers ar
           | {minus: [expr, expr]}       a - b
           | {plus: [expr, ...]}
           | {gain_pct: [ref, new]}      100 (ref - new) / ref (a relative gain, positive when new is lower)
+          | {gain_pct_of_new: [ref, new]}  100 (ref - new) / new (the same gain relative to the new value: the
+                                        other reading of "x% gains")
           | {max: [expr, ...]} | {min: [expr, ...]}
 
 A printed value v with d decimals stands for [v - h, v + h], h = half a unit of its last digit; expressions are
@@ -30,7 +32,7 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 
-OPS = ("minus", "plus", "gain_pct", "max", "min")
+OPS = ("minus", "plus", "gain_pct", "gain_pct_of_new", "max", "min")
 EXPR = {
     "anyOf": [
         {"type": "string", "minLength": 1},
@@ -123,6 +125,13 @@ def evaluate(expr: Any, values: Mapping[str, tuple[float, str]]) -> Interval:
         ref, new = xs
         return Interval(
             100 * (1 - new.hi / ref.lo), 100 * (1 - new.lo / ref.hi), f"100 ({ref.text} - {new.text}) / {ref.text}"
+        )
+    if op == "gain_pct_of_new":
+        if len(xs) != 2 or xs[0].lo < 0 or xs[1].lo <= 0:
+            raise ConfigError(f"relation expression {expr!r}: gain_pct_of_new takes [ref, new] with ref >= 0, new > 0")
+        ref, new = xs
+        return Interval(
+            100 * (ref.lo / new.hi - 1), 100 * (ref.hi / new.lo - 1), f"100 ({ref.text} - {new.text}) / {new.text}"
         )
     pick = max if op == "max" else min
     return Interval(pick(x.lo for x in xs), pick(x.hi for x in xs), f"{op}(" + ", ".join(x.text for x in xs) + ")")
