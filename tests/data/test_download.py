@@ -389,3 +389,14 @@ def test_cli_data_arguments(capsys):
     assert "--all goes with" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["data", "fetch", "mnist", "--allow-unpinned"])  # the flag is gone
+
+
+def test_data_online_is_a_boolean_snakemake_text_included():
+    """Snakemake's --config 'data={online: true}' hands nested values over as text."""
+    from fedrepro.config import load_global
+    from fedrepro.errors import ConfigError
+
+    assert load_global()["data"]["online"] is False
+    assert load_global(overrides={"data": {"online": "true"}})["data"]["online"] is True
+    with pytest.raises(ConfigError, match="online"):
+        load_global(overrides={"data": {"online": "maybe"}})
