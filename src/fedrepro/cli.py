@@ -7,7 +7,7 @@ tables PAPER --out-dir DIR                                        the paper's ta
 privacy PAPER [--out-dir DIR] [--figure FILE.pdf [--png FILE.png]] epsilons per accountant + epsilon vs rounds
 report --out-dir DIR                                              replication report (md, csv, html)
 ci-check --report FILE                                            fail if a CI-flagged target is not reproduced
-data fetch DATASET [--allow-unpinned] [--offline]                 fetch + verify one dataset
+data fetch DATASET|--all [--dry-run] [--offline]                  fetch + verify datasets (--dry-run: the plan)
 data partition NAME --out DIR                                     build a partition of config/partitions.yaml
 data plot NAME --input DIR --out FILE.png                         samples/classes per client of a partition
 list                                                              experiments, kinds and datasets
@@ -257,12 +257,26 @@ def cmd_ci_check(args) -> int:
 
 def cmd_data(args) -> int:
     from fedrepro.data.sources import fetch, is_available
+    from fedrepro.errors import ConfigError
 
     cfg = _load_cfg(args)
+    if args.all and (args.action != "fetch" or args.dataset):
+        raise ConfigError(f"data {args.action}: --all goes with `data fetch` and no dataset id")
+    if args.dry_run and args.action != "fetch":
+        raise ConfigError(f"data {args.action}: --dry-run goes with `data fetch`")
+    if not args.all and not args.dataset:
+        raise ConfigError(f"data {args.action}: name a dataset id (or, for fetch, --all)")
     if args.action in ("partition", "plot"):
         return _data_partition(cfg, args)
     if args.action == "fetch":
-        stamp = fetch(cfg, args.dataset, allow_unpinned=args.allow_unpinned, offline=args.offline)
+        from fedrepro.data import plan
+        from fedrepro.data.catalog import all_datasets, get_dataset
+
+        if args.dry_run:
+            return plan.dry_run(cfg, sorted(all_datasets()) if args.all else [get_dataset(args.dataset).id])
+        if args.all:
+            return plan.fetch_all(cfg, offline=args.offline)
+        stamp = fetch(cfg, args.dataset, offline=args.offline)
         print(stamp.read_text(), end="")
     else:
         print(f"{args.dataset}: {'available' if is_available(cfg, args.dataset) else 'not available offline'}")
@@ -386,11 +400,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("data", help="fetch/check a dataset, or build/plot a partition of config/partitions.yaml")
     d.add_argument("action", choices=["fetch", "status", "partition", "plot"])
-    d.add_argument("dataset", help="dataset id (fetch, status) or partition name (partition, plot)")
+    d.add_argument("dataset", nargs="?", help="dataset id (fetch, status) or partition name (partition, plot)")
     d.add_argument("--out", default=None, help="partition: output directory; plot: output PNG")
     d.add_argument("--input", default=None, help="plot: the partition directory")
-    d.add_argument("--allow-unpinned", action="store_true", help="accept a file whose sha256 is not pinned yet")
-    d.add_argument("--offline", action="store_true", help="never try the canonical URL")
+    d.add_argument("--all", action="store_true", help="fetch: every dataset (goes on past failures; rc 1 if any)")
+    d.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="fetch: no network; each dataset's source, size, how it is verified and what it unlocks",
+    )
+    d.add_argument("--offline", action="store_true", help="never use the network (mirror URLs and canonical URLs)")
     _common(d)
     d.set_defaults(fn=cmd_data)
 

@@ -14,7 +14,7 @@ import pytest
 
 from fedrepro.config import REPO_ROOT, validate_global
 from fedrepro.data import catalog, leaf
-from fedrepro.data.sources import dataset_files, fetch, is_available, sha256_of
+from fedrepro.data.sources import dataset_files, fetch, is_available, sha256_of, verified_files
 from fedrepro.errors import DataError
 
 SHARED = REPO_ROOT.parent / "shared" / "data"
@@ -319,8 +319,16 @@ def test_reddit_through_the_mirror(tmp_path, monkeypatch):
     mirror.mkdir()
     truth = _reddit_zip(mirror / "reddit_subsampled.zip")
     cfg = _cfg(tmp_path, mirror)
-    with pytest.raises(DataError, match="no pinned sha256"):
-        fetch(cfg, "reddit", offline=True)  # unpinned: refused unless --allow-unpinned
+    fetch(cfg, "reddit", offline=True)  # unpinned: verified by its content check, the sha256 recorded
+    [v] = verified_files(cfg, "reddit")
+    assert (v.sha256, v.pinned) == (sha256_of(mirror / "reddit_subsampled.zip"), False)
+    (tmp_path / "data" / "reddit" / "reddit_subsampled.zip").unlink()
+    (tmp_path / "data" / "reddit" / ".verified.json").unlink()
+    good = (mirror / "reddit_subsampled.zip").read_bytes()
+    (mirror / "reddit_subsampled.zip").write_text("<!DOCTYPE html><html>Google Drive can't scan this file</html>")
+    with pytest.raises(DataError, match="content check failed: the mirror file .* not a zip archive"):
+        fetch(cfg, "reddit", offline=True)
+    (mirror / "reddit_subsampled.zip").write_bytes(good)
     ds = catalog.get_dataset("reddit")
     monkeypatch.setitem(catalog.DATASETS, "reddit", dataclasses.replace(ds, files=(
         dataclasses.replace(ds.files[0], sha256=sha256_of(mirror / "reddit_subsampled.zip")),)))
@@ -366,3 +374,52 @@ def test_reddit_token_histograms_errors(tmp_path):
         token_histograms(splits)
     with pytest.raises(DataError, match="no user has 1000 in-vocabulary tokens"):
         token_histograms(splits, vocab_size=5, train_tokens=500, test_tokens=500)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# content checks of the NIST SD19 archives (small synthetic archives in the upstream layout)
+
+
+def _nist_zip(path: Path, top: str, names: list[str]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for n in names:
+            zf.writestr(f"{top}/{n}", b"\x89PNG" if n.endswith(".png") else b"")
+    return path
+
+
+def test_nist_checks_ask_for_the_layout_and_counts(tmp_path, monkeypatch):
+    monkeypatch.setattr(leaf, "NIST_MIN_IMAGES", 62)
+    monkeypatch.setattr(leaf, "NIST_MIN_WRITERS", 2)
+    classes = sorted(leaf.NIST_CLASSES)
+    assert len(classes) == 62 and {"30", "39", "41", "5a", "61", "7a"} <= set(classes)
+    by_class = [f"{c}/hsf_0/hsf_0_00000.png" for c in classes] + [f"{c}/train_{c}/x.png" for c in classes]
+    leaf.check_nist_by_class(_nist_zip(tmp_path / "by_class.zip", "by_class", by_class + ["4a/hsf_0.mit"]))
+    with pytest.raises(DataError, match="no hsf_\\* PNG images for class\\(es\\) 7a"):
+        leaf.check_nist_by_class(_nist_zip(tmp_path / "c2.zip", "by_class", by_class[:61]))
+    with pytest.raises(DataError, match="'by_class/zz/"):
+        leaf.check_nist_by_class(_nist_zip(tmp_path / "c3.zip", "by_class", by_class + ["zz/hsf_0/a.png"]))
+    monkeypatch.setattr(leaf, "NIST_MIN_IMAGES", 10**6)
+    with pytest.raises(DataError, match="62 PNG images, SD19 has 814,255"):
+        leaf.check_nist_by_class(tmp_path / "by_class.zip")
+    monkeypatch.setattr(leaf, "NIST_MIN_IMAGES", 62)
+    by_write = [f"hsf_{i % 3}/f{i:04d}_14/d{i:04d}_14/d{i:04d}_14_{k:05d}.png" for i in range(2) for k in range(31)]
+    leaf.check_nist_by_write(_nist_zip(tmp_path / "by_write.zip", "by_write", by_write))
+    with pytest.raises(DataError, match="1 writers' forms"):
+        leaf.check_nist_by_write(_nist_zip(tmp_path / "w2.zip", "by_write", [n for n in by_write if "f0001" not in n]))
+    with pytest.raises(DataError, match="not under by_write/hsf_"):
+        leaf.check_nist_by_write(_nist_zip(tmp_path / "w3.zip", "by_class", by_write))
+
+
+def test_zip_names_reads_the_central_directory_alone(tmp_path):
+    from fedrepro.data.archive import zip_names
+
+    path = _nist_zip(tmp_path / "a.zip", "top", [f"d/{i}.png" for i in range(300)] + ["ü.txt"])
+    with zipfile.ZipFile(path) as zf:
+        assert list(zip_names(path)) == zf.namelist()
+    raw = path.read_bytes()
+    (tmp_path / "cut.zip").write_bytes(raw[: len(raw) - 30])
+    with pytest.raises(DataError, match="not a complete zip archive"):
+        list(zip_names(tmp_path / "cut.zip"))
+    (tmp_path / "page.zip").write_text("<!DOCTYPE html><html>login</html>")
+    with pytest.raises(DataError, match="not a complete zip archive"):
+        list(zip_names(tmp_path / "page.zip"))

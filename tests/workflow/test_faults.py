@@ -492,10 +492,14 @@ def test_checksum_messages_name_where_the_file_came_from(pinned_mirror):
         assert all(n in str(err.value) for n in names) and "0" * 64 in str(err.value), str(err.value)
 
 
-def test_corrupted_data_stops_the_run_that_reads_it(work):
-    """Through the CLI: the election data fetched unpinned, corrupted afterwards; the next run names the file."""
+def test_corrupted_data_stops_the_run_that_reads_it(work, capsys, monkeypatch):
+    """Through the CLI: the election data fetched unpinned (the 150-row fixture, verified by a test-only stand-in
+    for the real content check, in this process), corrupted afterwards; the next run (a real process) names it."""
     w, cfg = work
-    ok(fedrepro("data", "fetch", ELECTION, "--allow-unpinned", "--offline", "--config", cfg))
+    ds = catalog.get_dataset(ELECTION)
+    sample = dataclasses.replace(ds.files[0], content_check=lambda path: None)
+    monkeypatch.setitem(catalog.DATASETS, ELECTION, dataclasses.replace(ds, files=(sample,)))
+    ok(fedrepro_here(capsys, "data", "fetch", ELECTION, "--offline", "--config", cfg))
     ok(fedrepro("run", "adaped.political", "--out", w / "political0", "--config", cfg))
     data = w / "data" / ELECTION / ELECTION_FILE
     raw = bytearray(data.read_bytes())

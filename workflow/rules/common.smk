@@ -17,7 +17,7 @@ from fedrepro.config import (
     resolve_experiment,
     validate_global,
 )
-from fedrepro.data.sources import is_available, stamp_path
+from fedrepro.data.sources import can_fetch, is_available, stamp_path
 from fedrepro.errors import FedreproError
 from fedrepro.experiments import get_kind
 from fedrepro.report.tables import table_artifacts
@@ -67,9 +67,21 @@ def seeds(scale, paper=None, exp=None):
     return paper_seeds(CFG, PAPERS[paper]["experiments"][exp] if exp else {}, scale)
 
 
+# data.online (config, or `--config 'data={online: true}'`): on a networked machine the default target also takes
+# every experiment whose data can be fetched, and rule fetch_dataset fetches it on demand; offline (the default)
+# only what is available here.
+ONLINE = bool(CFG["data"].get("online", False))
+
+
+def data_ready(dataset):
+    """A dataset the default target may read: available here, or (online) fetchable."""
+    return is_available(CFG, dataset) or (ONLINE and can_fetch(CFG, dataset))
+
+
 def runnable(exp_id):
-    """An experiment runs here when every dataset it reads is present locally or in the mirror."""
-    return all(is_available(CFG, d) for d in EXPERIMENTS[exp_id].datasets)
+    """An experiment runs here when every dataset it reads is present locally or in the mirror (online: or can be
+    fetched)."""
+    return all(data_ready(d) for d in EXPERIMENTS[exp_id].datasets)
 
 
 RUN_FILES = ("metrics.json", "history.parquet", "config.yaml")  # rule run_experiment's outputs
@@ -114,7 +126,7 @@ def left_out_by_data():
     out = {}
     for exp_id, e in EXPERIMENTS.items():
         for d in e.datasets:
-            if not is_available(CFG, d):
+            if not data_ready(d):
                 out.setdefault(d, []).append(exp_id)
     return out
 
@@ -138,7 +150,8 @@ def warn_left_out():
         f"fedrepro: {n} experiment(s) left out of the default target, their data being unavailable here (not in "
         f"{CFG['data']['dir']}/ or the mirror {CFG['data'].get('mirror')}); the report lists them as not run. By missing dataset:\n"
         + "\n".join(lines)
-        + "\n  fetch one with `python -m fedrepro data fetch DATASET` on a networked machine, or set data.mirror."
+        + "\n  on a networked machine: `python -m fedrepro data fetch --all` (or DATASET), or run snakemake with "
+        + "--config 'data={online: true}'; or set data.mirror."
     )
 
 
@@ -217,7 +230,7 @@ def figure_inputs(wildcards):
 
 def available_partitions():
     """Partitions whose dataset is available here."""
-    return [name for name, spec in PARTITIONS.items() if is_available(CFG, spec["dataset"])]
+    return [name for name, spec in PARTITIONS.items() if data_ready(spec["dataset"])]
 
 
 def partition_plots():

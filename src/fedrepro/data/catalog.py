@@ -1,8 +1,17 @@
-"""The datasets fedrepro reads: canonical URL, file name and sha256 of every file.
+"""The datasets fedrepro reads: canonical URL, file name and how each file is verified.
 
-A file whose sha256 is ``None`` has not yet been pinned (no networked machine has fetched it for this project);
-fetching it fails unless ``--allow-unpinned`` is given, which records the observed hash beside the file so it can
-be pinned here.
+Every file is verified, one of two ways:
+
+* ``sha256``: the pinned hash (published by the upstream or a maintained loader: TFDS url_checksums, TFF's
+  ``file_hash``; or computed here from a copy whose provenance the source module states). A different file is an
+  error.
+* ``content_check`` where no sha256 is published and no machine has fetched the file for fedrepro yet: a function
+  that reads the file and raises :class:`~fedrepro.errors.DataError` when its content is not what its publisher
+  states (member layout and counts, columns, row counts). The first fetch that passes it records the file's sha256
+  next to the data (``.verified.json``, ``"pinned": false``) and prints the catalog line that pins it; a later fetch
+  into the same data dir that gets another sha256 is an error (trust on first use).
+
+A file with neither cannot be verified: :func:`unverifiable` names it, and a test keeps the catalog free of them.
 
 A file name may contain a subdirectory (``train/all_data_0.json``): it is a relative POSIX path, stored as
 ``<data.dir>/<dataset>/<name>`` and looked up as ``<mirror>/<dataset>/<name>`` or ``<mirror>/<name>``; absolute
@@ -28,6 +37,7 @@ class RemoteFile:
     name: str
     url: str
     sha256: str | None
+    content_check: Callable[[Path], None] | None = None  # raises DataError when the content is not what its publisher states
 
     def __post_init__(self) -> None:
         parts = self.name.split("/")
@@ -99,6 +109,21 @@ def _load_all() -> None:
         if mod.name not in ("catalog", "sources"):
             importlib.import_module(f"{pkg.__name__}.{mod.name}")
     _loaded = True
+
+
+def verification(f: RemoteFile) -> str:
+    """How a file is verified, in words: ``sha256 pinned``, ``content check: <what>`` or ``UNVERIFIED``."""
+    if f.sha256:
+        return "sha256 pinned"
+    if f.content_check is not None:
+        doc = (f.content_check.__doc__ or f.content_check.__name__).strip().split("\n\n")[0]
+        return "content check: " + " ".join(doc.split())
+    return "UNVERIFIED (no sha256, no content check)"
+
+
+def unverifiable() -> list[str]:
+    """``dataset/file`` of every catalog file with neither a pinned sha256 nor a content check."""
+    return [f"{d.id}/{f.name}" for d in all_datasets().values() for f in d.files if not f.sha256 and not f.content_check]
 
 
 def all_datasets() -> dict[str, Dataset]:

@@ -111,6 +111,43 @@ def republican_wins(path: str | Path, years=(2000, 2004, 2008, 2012, 2016, 2020)
                           outcomes=win.to_numpy(dtype=np.int8), stats=stats)
 
 
+#: What MIT Election Lab's codebook ("County Presidential Returns 2000-2020.md", in the Dataverse record) states
+#: of this file: the columns above, county-level returns of the presidential elections 2000-2020 for the states
+#: and DC. The codebook gives no row count per year, so the check asks for what it does state.
+ELECTION_YEARS = (2000, 2004, 2008, 2012, 2016, 2020)
+STATES_AND_DC = 51
+MIN_COUNTIES = 3_000  # county-equivalents with returns, per year (the US has ~3,150; Alaska reports districts)
+
+
+def check_returns_file(path: Path) -> None:
+    """countypres_2000-2020.csv as MIT Election Lab's codebook states it: exactly its 12 columns, office US
+    PRESIDENT, the six elections 2000-2020, each with returns of all 50 states and DC and >= 3,000 counties."""
+    path = Path(path)
+    try:
+        header = pd.read_csv(path, nrows=0).columns.tolist()
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read as CSV: {exc}") from None
+    if tuple(header) != COLUMNS:
+        raise DataError(f"{path}: columns {', '.join(header[:14])} are not the codebook's {', '.join(COLUMNS)}")
+    df = read_returns(path)
+    offices = set(df["office"].dropna().astype(str).str.upper())
+    if offices != {"US PRESIDENT"}:
+        raise DataError(f"{path}: office values {sorted(offices)[:5]}, expected only US PRESIDENT")
+    years = pd.to_numeric(df["year"], errors="coerce")
+    found = sorted(int(y) for y in years.dropna().unique())
+    if found != list(ELECTION_YEARS) or years.isna().any():
+        raise DataError(f"{path}: election years {found}, expected {list(ELECTION_YEARS)}")
+    for y in ELECTION_YEARS:
+        rows = df[years == y]
+        states = rows["state_po"].nunique()
+        counties = pd.to_numeric(rows["county_fips"], errors="coerce").dropna().nunique()
+        if states != STATES_AND_DC or counties < MIN_COUNTIES:
+            raise DataError(
+                f"{path}: {y} has returns of {states} states and {counties} counties, expected {STATES_AND_DC} "
+                f"(50 states and DC) and >= {MIN_COUNTIES:,}"
+            )
+
+
 ELECTION = register(
     Dataset(
         id="election_county_returns",
@@ -121,10 +158,12 @@ ELECTION = register(
                 # Harvard Dataverse, doi:10.7910/DVN/VOQCHQ, file IQNIFU; format=original serves the CSV as deposited.
                 url="https://dataverse.harvard.edu/api/access/datafile/:persistentId"
                 "?persistentId=doi:10.7910/DVN/VOQCHQ/IQNIFU&format=original",
-                # GAP: not pinned. No machine with internet access has fetched this file for fedrepro yet; run
-                # `python -m fedrepro data fetch election_county_returns --allow-unpinned` on one and pin the
-                # sha256 it records here (the comment in catalog.py explains unpinned files).
+                # GAP: not pinned. No machine with internet access has fetched this file for fedrepro yet;
+                # verified by its content check until then, and `python -m fedrepro data fetch
+                # election_county_returns` on one prints the line that pins the sha256 it got. Dataverse lists an
+                # MD5 per file (api/datasets/:persistentId), pooch's registry source; not pinned from here.
                 sha256=None,
+                content_check=check_returns_file,
             ),
         ),
         citation='MIT Election Data and Science Lab, 2018, "County Presidential Election Returns 2000-2020", '

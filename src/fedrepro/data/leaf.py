@@ -28,7 +28,8 @@ FEMNIST
       ``data/femnist/preprocess/get_data.sh`` downloads from NIST's host; the json shards are then produced by
       LEAF's preprocessing (``preprocess.sh``, with the sampling/splitting options of the experiment), which
       fedrepro does not run. sha256 not pinned: NIST publishes no sha256 and no networked machine has fetched the
-      archives for fedrepro yet.
+      archives for fedrepro yet; they are verified by :func:`check_nist_by_class` / :func:`check_nist_by_write`
+      (layout and counts NIST states) and the sha256 of the first fetch is recorded and printed for pinning.
 
 Reddit
     LEAF's Reddit data (pushshift.io comments of December 2017, cleaned and tokenized; ``data/reddit/README.md``)
@@ -43,8 +44,9 @@ Reddit
     each user's total comment count into ``num_samples`` of all three splits, so ``num_samples`` is kept as given
     and NOT checked against ``len(x)``. :func:`load_reddit` returns per split a :class:`RedditSplit` whose users
     hold token arrays (str, (n_seq, 10)), the mask and the comment index of each sequence. Google Drive serves an
-    HTML confirmation page instead of a large file to plain HTTP clients, so fetch the archive by hand (browser or
-    ``gdown``) and pin the sha256 that ``fedrepro data fetch reddit --allow-unpinned`` records.
+    HTML confirmation page instead of a large file to plain HTTP clients; ``fedrepro data fetch reddit`` downloads
+    it through ``gdown``, which answers that page. No checksum is published: the archive is verified by
+    :func:`check_reddit_archive` and the sha256 of its first fetch is recorded and printed for pinning.
 
 json is parsed with the standard library; no pickle is involved anywhere (LEAF's Reddit vocabulary is a pickle
 file and is deliberately not read: build the vocabulary from the train split instead).
@@ -318,6 +320,71 @@ def load_reddit(archive: str | Path) -> dict[str, RedditSplit]:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# content checks of the unpinned archives (fedrepro.data.catalog: what their publishers state, since no sha256 is)
+
+#: NIST SD19's 62 character classes, as directory names: the ASCII code in lower-case hex (0-9: 30-39, A-Z: 41-5a,
+#: a-z: 61-7a), per the SD19 user's guide (2nd ed.) and LEAF's data/femnist/preprocess/get_file_dirs.py.
+NIST_CLASSES = frozenset(f"{c:02x}" for c in [*range(0x30, 0x3A), *range(0x41, 0x5B), *range(0x61, 0x7B)])
+#: EMNIST ByClass (Cohen et al. 2017), built from SD19's by_class hsf_* images, counts 814,255 characters; NIST
+#: publishes no per-archive member count, so the checks ask for at least this many images, not exactly 814,255.
+NIST_MIN_IMAGES = 800_000
+#: SD19 holds the forms of 3,600 writers (the user's guide; LEAF keeps 3,550 of them): at least this many writers.
+NIST_MIN_WRITERS = 3_500
+_HSF = re.compile(r"hsf_\d+$")
+
+
+def check_nist_by_class(path: Path) -> None:
+    """NIST SD19 by_class.zip: members under by_class/<class>/, exactly the 62 classes (hex 30-39, 41-5a, 61-7a),
+    each with hsf_* directories of PNG images, >= 800,000 of them in all."""
+    from fedrepro.data.archive import zip_names
+
+    classes: dict[str, int] = {}
+    for name in zip_names(path):
+        parts = name.rstrip("/").split("/")
+        if parts[0] != "by_class" or (len(parts) > 1 and parts[1] not in NIST_CLASSES):
+            raise DataError(f"{path}: member {name!r} is not under by_class/<one of the 62 SD19 classes>/")
+        if len(parts) == 4 and _HSF.match(parts[2]) and parts[3].lower().endswith(".png"):
+            classes[parts[1]] = classes.get(parts[1], 0) + 1
+    _nist_counts(path, classes, "class")
+
+
+def check_nist_by_write(path: Path) -> None:
+    """NIST SD19 by_write.zip: members under by_write/hsf_*/<writer form f####_##>/<field dir>/, PNG images,
+    >= 800,000 of them, from >= 3,500 writers' forms."""
+    from fedrepro.data.archive import zip_names
+
+    writers: dict[str, int] = {}
+    for name in zip_names(path):
+        parts = name.rstrip("/").split("/")
+        if parts[0] != "by_write" or (len(parts) > 1 and not _HSF.match(parts[1])):
+            raise DataError(f"{path}: member {name!r} is not under by_write/hsf_*/")
+        if len(parts) == 5 and parts[4].lower().endswith(".png"):
+            writers[parts[2]] = writers.get(parts[2], 0) + 1
+    if len(writers) < NIST_MIN_WRITERS:
+        raise DataError(f"{path}: images of {len(writers)} writers' forms, SD19 has 3,600 writers")
+    _nist_counts(path, writers, "writer")
+
+
+def _nist_counts(path: Path, groups: dict[str, int], what: str) -> None:
+    if what == "class" and set(groups) != NIST_CLASSES:
+        missing = sorted(NIST_CLASSES - set(groups))
+        raise DataError(f"{path}: no hsf_* PNG images for class(es) {', '.join(missing[:10])} of SD19's 62")
+    n = sum(groups.values())
+    if n < NIST_MIN_IMAGES:
+        raise DataError(f"{path}: {n:,} PNG images, SD19 has 814,255 characters (a partial or other archive)")
+
+
+def check_reddit_archive(path: Path) -> None:
+    """LEAF reddit_subsampled.zip: a zip holding new_small_data/{train,val,test}_data.json, each a LEAF json with
+    users / num_samples / user_data in the token-sequence schema of LEAF's Reddit preprocessing, users in train.
+
+    LEAF states no user or comment count for this archive (data/reddit/README.md), so none is checked.
+    """
+    if not load_reddit(path)["train"].users:
+        raise DataError(f"{path}: the train split has no users")
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # catalog
 
 _LEAF_CITATION = ("S. Caldas, S. M. K. Duddu, P. Wu, T. Li, J. Konecny, H. B. McMahan, V. Smith, A. Talwalkar, "
@@ -432,10 +499,10 @@ LEAF_FEMNIST = register(
         files=(
             # GAP: not pinned. NIST publishes no sha256 and no networked machine has fetched these for fedrepro
             # (~4 GB + ~0.5 GB). Unverified hint: third-party loaders list MD5 79572b1694a8506f2b722c7be54130c4
-            # (by_class.zip) and a29f21babf83db0bb28a2f77b2b456cb (by_write.zip). Pin after
-            # `python -m fedrepro data fetch leaf_femnist --allow-unpinned`.
-            RemoteFile("by_class.zip", _NIST + "by_class.zip", None),
-            RemoteFile("by_write.zip", _NIST + "by_write.zip", None),
+            # (by_class.zip) and a29f21babf83db0bb28a2f77b2b456cb (by_write.zip). Verified by content check until
+            # pinned: `python -m fedrepro data fetch leaf_femnist` prints the line that pins the sha256 it got.
+            RemoteFile("by_class.zip", _NIST + "by_class.zip", None, content_check=check_nist_by_class),
+            RemoteFile("by_write.zip", _NIST + "by_write.zip", None, content_check=check_nist_by_write),
         ),
         citation=_LEAF_CITATION + "; data: " + _NIST_CITATION,
         licence="NIST SD19: NIST SRD terms (https://www.nist.gov/srd/nist-special-database-19); LEAF code BSD-2-Clause",
@@ -448,10 +515,12 @@ REDDIT = register(
         title="LEAF Reddit, subsampled (pushshift.io Dec 2017 comments, tokenized; train/val/test json)",
         files=(
             # GAP: not pinned. LEAF hosts the preprocessed data only on Google Drive (data/reddit/README.md) and
-            # publishes no checksum; no networked machine has fetched it for fedrepro. Landing page:
+            # publishes no checksum; no networked machine has fetched it for fedrepro (verified by content check until
+            # pinned; the first fetch prints the pinning line). Landing page:
             # https://drive.google.com/file/d/1ISzp69JmaIJqBpQCX-JJ8-kVyUns8M7o/view
             RemoteFile(REDDIT_ARCHIVE,
-                       "https://drive.google.com/uc?id=1ISzp69JmaIJqBpQCX-JJ8-kVyUns8M7o&export=download", None),
+                       "https://drive.google.com/uc?id=1ISzp69JmaIJqBpQCX-JJ8-kVyUns8M7o&export=download", None,
+                       content_check=check_reddit_archive),
         ),
         citation=_LEAF_CITATION + "; data: pushshift.io Reddit comments, December 2017",
         licence="Reddit content; LEAF code BSD-2-Clause",

@@ -3,8 +3,8 @@
 A *partition spec* (config/partitions.yaml) names a dataset, a scheme from fedrepro.data.partition, its parameters
 and a seed. :func:`prepare` is what the `partition_dataset` rule runs. It verifies the input files again
 (fedrepro.data.sources.verified_files) and the manifest records the sha256 each one matched (the catalog's pin; a
-file fetched with --allow-unpinned is listed under ``unpinned``), so a partitioned dataset can always be traced to
-the exact bytes it came from.
+file verified by its content check, whose sha256 was recorded at its first fetch, is listed under ``unpinned``), so
+a partitioned dataset can always be traced to the exact bytes it came from.
 """
 
 from __future__ import annotations

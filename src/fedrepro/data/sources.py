@@ -1,28 +1,32 @@
-"""Locate, fetch and verify dataset files: data dir, then offline mirror, then local provider, then canonical URL.
+"""Locate, fetch and verify dataset files: data dir, then mirror, then local provider, then canonical URL.
 
 Lookup order for a file ``NAME`` of dataset ``ID``:
   1. ``<data.dir>/<ID>/NAME`` (already fetched),
-  2. the mirror: ``<data.mirror>/<ID>/NAME`` or ``<data.mirror>/NAME`` (a directory or file:// URL),
+  2. the mirror: ``<data.mirror>/<ID>/NAME`` or ``<data.mirror>/NAME``; a directory or file:// URL is read in place,
+     an http(s) URL is downloaded like a canonical URL (a 404 tries the next name, then the canonical URL),
   3. the dataset's local provider (:func:`fedrepro.data.catalog.register_provider`), when a file is in neither and
      the provider is available here: it writes all the dataset's files into the data dir; a provider that fails
      stops the fetch with its own one-line error,
   4. the canonical URL.
-Every file is checked against its sha256; a mismatch is an error, never a warning, naming the file that is wrong
-where it came from (the mirror file, the URL, the local provider that wrote it or the data dir) and the expected
-sha256.
+Downloads (steps 2 and 4) go through :mod:`fedrepro.data.download` (pooch, retries, resume, HTML detection, Google
+Drive via gdown, Dataverse guestbook); ``offline`` (``--offline``) never touches the network.
+Every file is verified (:mod:`fedrepro.data.catalog`): against its pinned sha256, or, where none is published, by
+its content check, whose first pass records the sha256 in ``.verified.json`` (``"pinned": false``) and prints the
+catalog line that pins it; a later different sha256 in the same data dir is an error. A mismatch or failed check is
+an error, never a warning, naming the file that is wrong where it came from (the mirror file, the URL, the local
+provider that wrote it or the data dir), and a file that failed is removed from the data dir.
 ``NAME`` may contain a subdirectory (``train/x.json``); a bundled dataset (no files) is always available.
 
 Data is verified again where it is used: :func:`verified_files` (and :func:`dataset_files`), which partitioning and
-every run call, compare each file with the sha256 it was verified against. Cheaply (fedrepro.data.stamps):
-``<data.dir>/<ID>/.verified.json`` records each file's size, mtime and origin when it was last hashed, and a file is
-hashed again only when these changed. ``.verified`` itself (the fetch rule's output) is never rewritten on use, so a
-check does not rerun the workflow.
+every run call, compare each file with the sha256 it was verified against (pinned, or recorded at its first fetch).
+Cheaply (fedrepro.data.stamps): ``<data.dir>/<ID>/.verified.json`` records each file's size, mtime and origin when
+it was last hashed, and a file is hashed again only when these changed. ``.verified`` itself (the fetch rule's
+output) is never rewritten on use, so a check does not rerun the workflow.
 """
 
 from __future__ import annotations
 
-import shutil
-import urllib.request
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +46,20 @@ def data_dir(cfg: Mapping, dataset_id: str) -> Path:
     return resolve_path(cfg["data"]["dir"]) / dataset_id
 
 
-def mirror_root(cfg: Mapping) -> Path | None:
+def is_url(text: str | None) -> bool:
+    return bool(text) and urlparse(text).scheme in ("http", "https")
+
+
+def mirror_url(cfg: Mapping) -> str | None:
+    """The mirror when it is an http(s) URL (ending in ``/``), else None."""
     mirror = cfg["data"].get("mirror")
-    if not mirror:
+    return (mirror.rstrip("/") + "/") if is_url(mirror) else None
+
+
+def mirror_root(cfg: Mapping) -> Path | None:
+    """The mirror when it is a directory or file:// URL, else None."""
+    mirror = cfg["data"].get("mirror")
+    if not mirror or is_url(mirror):
         return None
     if mirror.startswith("file://"):
         return Path(urlparse(mirror).path)
@@ -56,15 +71,21 @@ def mirror_candidates(cfg: Mapping, ds: Dataset, f: RemoteFile) -> list[Path]:
     return [] if root is None else [root / ds.id / f.name, root / f.name]
 
 
+def mirror_urls(cfg: Mapping, ds: Dataset, f: RemoteFile) -> list[str]:
+    root = mirror_url(cfg)
+    return [] if root is None else [f"{root}{ds.id}/{f.name}", f"{root}{f.name}"]
+
+
 def stamp_path(cfg: Mapping, dataset_id: str) -> Path:
     return data_dir(cfg, dataset_id) / STAMP
 
 
 def _missing_message(cfg: Mapping, ds: Dataset, f: RemoteFile, why: str) -> str:
     searched = [str(data_dir(cfg, ds.id) / f.name)] + [str(p) for p in mirror_candidates(cfg, ds, f)]
+    searched += mirror_urls(cfg, ds, f)
     return (
         f"dataset {ds.id} ({ds.title}): file {f.name} is not available ({why}).\n"
-        f"  expected sha256: {f.sha256 or 'not pinned yet (see src/fedrepro/data/catalog.py)'}\n"
+        f"  verified by:     {_verified_by(f)}\n"
         f"  canonical URL:   {f.url}\n"
         f"  searched:        {', '.join(searched)}\n"
         f"  fix: download it on a networked machine and put it at {searched[0]}, or into the mirror directory "
@@ -72,22 +93,67 @@ def _missing_message(cfg: Mapping, ds: Dataset, f: RemoteFile, why: str) -> str:
     )
 
 
+def _verified_by(f: RemoteFile) -> str:
+    from fedrepro.data.catalog import verification
+
+    return f"sha256 {f.sha256}" if f.sha256 else verification(f)
+
+
 def _expected_where(f: RemoteFile) -> str:
-    return f"pinned in {CATALOG}" if f.sha256 else "recorded when it was fetched with --allow-unpinned"
+    return f"pinned in {CATALOG}" if f.sha256 else "recorded when it was first fetched and passed its content check"
 
 
-def verify(path: Path, f: RemoteFile, ds: Dataset, allow_unpinned: bool = False, origin: str = "") -> str:
-    """The file's sha256, checked against the pinned one. ``origin`` says where ``path`` just came from: "mirror
-    <file>", "download <url>", "written by <provider>", or "" for a file already in the data dir; the error names
-    that as the thing that is wrong."""
-    digest = sha256_of(path)
+def pin_line(f: RemoteFile, digest: str) -> str:
+    """The catalog line that pins an unpinned file to ``digest`` (in the module that defines its content check)."""
+    module = getattr(f.content_check, "__module__", "") or "fedrepro.data.catalog"
+    return f"src/{module.replace('.', '/')}.py: RemoteFile({f.name!r}, {f.url!r}, sha256={digest!r}, ...)"
+
+
+def _what_is_wrong(path: Path, origin: str, f: RemoteFile) -> str:
+    if origin.startswith("mirror "):
+        return f"the mirror file {origin[len('mirror ') :]}"
+    if origin.startswith("download "):
+        return f"{origin[len('download ') :]} (downloaded to {path})"
+    if origin.startswith("written by "):
+        return f"{path} ({origin}, the dataset's local provider)"
+    return f"{path} (in the data dir)"
+
+
+def verify(
+    path: Path,
+    f: RemoteFile,
+    ds: Dataset,
+    origin: str = "",
+    recorded: str | None = None,
+    digest: str | None = None,
+) -> str:
+    """The file's sha256, checked: against the pinned one, or for an unpinned file by its content check and against
+    ``recorded`` (the sha256 an earlier fetch into this data dir recorded, if any). ``origin`` says where ``path``
+    just came from: "mirror <file>", "download <url>", "written by <provider>", or "" for a file already in the data
+    dir; the error names that as the thing that is wrong. ``digest``: the sha256 if already known (pooch checked it)."""
+    digest = digest or sha256_of(path)
     if f.sha256 is None:
-        if not allow_unpinned:
+        if f.content_check is None:
             raise DataError(
-                f"dataset {ds.id}: {path} has no pinned sha256 in the catalog (observed {digest}); "
-                "re-run with --allow-unpinned to accept it and record the hash, then pin it in catalog.py"
+                f"dataset {ds.id}: catalog error: {f.name} is not pinned (no sha256) and has no content check, so "
+                f"it cannot be verified; add one of them to its RemoteFile ({CATALOG} explains both)"
             )
-    elif digest != f.sha256:
+        try:
+            f.content_check(path)
+        except DataError as exc:
+            raise DataError(
+                f"dataset {ds.id}: content check failed: {_what_is_wrong(path, origin, f)} is not the file its "
+                f"publisher describes ({' '.join(str(exc).split())}); source: {f.url}"
+            ) from None
+        if recorded and digest != recorded:
+            raise DataError(
+                f"dataset {ds.id}: checksum mismatch: {_what_is_wrong(path, origin, f)} has sha256 {digest}, but "
+                f"the first fetch into {path.parent} recorded {recorded} (in {STATE}): the upstream file changed or "
+                f"one copy is corrupt; compare them, then pin the right one in the catalog or delete "
+                f"{data_dir_of(path, f)} to start over"
+            )
+        return digest
+    if digest != f.sha256:
         if origin.startswith("mirror "):
             what = (
                 f"the mirror file {origin[len('mirror ') :]} has sha256 {digest}, expected {f.sha256} "
@@ -96,7 +162,7 @@ def verify(path: Path, f: RemoteFile, ds: Dataset, allow_unpinned: bool = False,
             )
         elif origin.startswith("download "):
             what = (
-                f"{f.url} (downloaded to {path}) has sha256 {digest}, expected {f.sha256} "
+                f"{origin[len('download ') :]} (downloaded to {path}) has sha256 {digest}, expected {f.sha256} "
                 f"({_expected_where(f)}): a corrupt download or a changed upstream file; fetch again, and if it "
                 "persists compare the upstream file before pinning its new hash"
             )
@@ -116,6 +182,11 @@ def verify(path: Path, f: RemoteFile, ds: Dataset, allow_unpinned: bool = False,
     return digest
 
 
+def data_dir_of(path: Path, f: RemoteFile) -> Path:
+    """The dataset directory holding ``path`` (``f.name`` may have subdirectories)."""
+    return Path(path).parents[len(Path(f.name).parts) - 1]
+
+
 def find_file(cfg: Mapping, ds: Dataset, f: RemoteFile) -> Path | None:
     """Where a file can be read from without the network, or None."""
     for p in [data_dir(cfg, ds.id) / f.name, *mirror_candidates(cfg, ds, f)]:
@@ -125,7 +196,8 @@ def find_file(cfg: Mapping, ds: Dataset, f: RemoteFile) -> Path | None:
 
 
 def is_available(cfg: Mapping, dataset_id: str) -> bool:
-    """True when every file is in the data dir or the mirror, or an installed local provider can write them."""
+    """True when every file is in the data dir or a local mirror, or an installed local provider can write them
+    (no network: an http(s) mirror is not asked)."""
     ds = get_dataset(dataset_id)
     if all(find_file(cfg, ds, f) is not None for f in ds.files):
         return True
@@ -133,16 +205,20 @@ def is_available(cfg: Mapping, dataset_id: str) -> bool:
     return provider is not None and provider.available()
 
 
-def _download(url: str, dest: Path, timeout: float = 60.0) -> None:
-    tmp = dest.with_name(dest.name + ".part")
-    with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:  # noqa: S310 (https only)
-        shutil.copyfileobj(resp, out)
-    tmp.replace(dest)
+def can_fetch(cfg: Mapping, dataset_id: str) -> bool:
+    """True when a networked machine can get the dataset: it is available here, or every missing file has an
+    http(s) canonical URL or there is an http(s) mirror (asked only when fetching)."""
+    if is_available(cfg, dataset_id):
+        return True
+    ds = get_dataset(dataset_id)
+    return all(
+        find_file(cfg, ds, f) is not None or is_url(f.url) or mirror_url(cfg) is not None for f in ds.files
+    )
 
 
 def _read_state(cfg: Mapping, ds: Dataset) -> dict:
-    """``.verified.json``: {file name: {sha256, origin, size, mtime_ns}}; {} when absent or unreadable (then every
-    file is hashed once more and the state written anew)."""
+    """``.verified.json``: {file name: {sha256, origin, size, mtime_ns[, pinned]}}; {} when absent or unreadable
+    (then every file is hashed once more and the state written anew)."""
     return read_state(data_dir(cfg, ds.id) / STATE)
 
 
@@ -151,7 +227,7 @@ def _write_state(cfg: Mapping, ds: Dataset, state: dict) -> None:
 
 
 def _stamp_digests(stamp: Path) -> dict[str, str]:
-    """{file name: sha256} from the lines ``<sha256>  <name>[  (unpinned)]`` of a ``.verified`` stamp."""
+    """{file name: sha256} from the lines ``<sha256>  <name>[  (...)]`` of a ``.verified`` stamp."""
     out = {}
     for line in stamp.read_text(encoding="utf-8").splitlines():
         parts = line.split()
@@ -160,12 +236,33 @@ def _stamp_digests(stamp: Path) -> dict[str, str]:
     return out
 
 
-def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: bool = False) -> Path:
+def _download(cfg: Mapping, ds: Dataset, f: RemoteFile, dest: Path, offline: bool) -> tuple[str, str | None]:
+    """Fetch a file from the http(s) mirror or the canonical URL into ``dest``: (origin, sha256 pooch checked)."""
+    from fedrepro.data.download import NotFound, download
+
+    guestbook = cfg["data"].get("guestbook")
+    label = f"dataset {ds.id}"
+    urls = [(u, "mirror") for u in mirror_urls(cfg, ds, f)] + ([(f.url, "canonical")] if is_url(f.url) else [])
+    if offline or not urls:
+        why = "offline: not in the data dir or mirror" if offline else "not downloadable: no http(s) URL or mirror"
+        raise DataError(_missing_message(cfg, ds, f, why))
+    not_found = []
+    for url, kind in urls:
+        try:
+            download(url, dest, sha256=f.sha256, label=label, guestbook=guestbook)
+        except NotFound as exc:
+            not_found.append(f"{url} ({exc})")
+            continue
+        return (f"mirror {url}" if kind == "mirror" else f"download {url}"), f.sha256
+    raise DataError(_missing_message(cfg, ds, f, f"not found: {'; '.join(not_found)}"))
+
+
+def fetch(cfg: Mapping, dataset_id: str, offline: bool = False) -> Path:
     """Make every file of the dataset present and verified in the data dir; return the stamp file."""
     ds = get_dataset(dataset_id)
     target_dir = data_dir(cfg, ds.id)
     target_dir.mkdir(parents=True, exist_ok=True)
-    lines = []
+    lines, pins = [], []
     previous = _read_state(cfg, ds)
     state = {}
     provider = get_provider(ds.id)
@@ -179,44 +276,53 @@ def fetch(cfg: Mapping, dataset_id: str, allow_unpinned: bool = False, offline: 
         dest = target_dir / f.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         src = find_file(cfg, ds, f)
+        known = None
         if src is None:
-            if offline or not f.url.startswith("https://"):
-                raise DataError(_missing_message(cfg, ds, f, "offline: not in the data dir or mirror"))
-            try:
-                _download(f.url, dest)
-            except OSError as exc:
-                raise DataError(_missing_message(cfg, ds, f, f"download failed: {exc}")) from None
-            origin = f"download {f.url}"
+            origin, known = _download(cfg, ds, f, dest, offline)
         elif src != dest:
-            tmp = dest.with_name(dest.name + ".part")
-            shutil.copyfile(src, tmp)
-            tmp.replace(dest)
+            from fedrepro.data.download import copy_atomic
+
+            copy_atomic(src, dest)
             origin = f"mirror {src}"
         elif provided:
             origin = f"written by {provider.name}"
         else:
             origin = ""
+        before = previous.get(f.name) if isinstance(previous.get(f.name), dict) else {}
+        recorded = before.get("sha256") if f.sha256 is None and before.get("pinned") is False else None
         try:
-            digest = verify(dest, f, ds, allow_unpinned, origin)
+            if not origin and recorded and unchanged(before, dest, recorded):
+                digest = recorded  # passed its content check when recorded, and unchanged since
+            else:
+                digest = verify(dest, f, ds, origin, recorded=recorded, digest=known)
         except DataError:
             if origin:
                 dest.unlink(missing_ok=True)  # never leave an unverified copy in the data dir
             raise
-        lines.append(f"{digest}  {f.name}{'  (unpinned)' if f.sha256 is None else ''}")
-        earlier = (previous.get(f.name) or {}).get("origin") if isinstance(previous.get(f.name), dict) else None
-        state[f.name] = {"sha256": digest, "origin": origin or earlier or "the data dir", **file_stat(dest)}
+        lines.append(f"{digest}  {f.name}{'  (unpinned: content check passed)' if f.sha256 is None else ''}")
+        entry = {"sha256": digest, "origin": origin or before.get("origin") or "the data dir", **file_stat(dest)}
+        if f.sha256 is None:
+            entry["pinned"] = False
+            if recorded is None:
+                pins.append(
+                    f"[fedrepro] {ds.id}/{f.name} is not pinned; it passed its content check and has sha256 {digest} "
+                    f"(recorded in {target_dir / STATE}); pin it: {pin_line(f, digest)}"
+                )
+        state[f.name] = entry
     _write_state(cfg, ds, state)
     stamp = stamp_path(cfg, ds.id)
     tmp = stamp.with_name(STAMP + ".part")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(stamp)
+    for line in pins:
+        print(line, file=sys.stderr, flush=True)
     return stamp
 
 
 @dataclass(frozen=True)
 class VerifiedFile:
     """A dataset file as it is used: its catalog name, path, and the sha256 it matched (the catalog's pin, or for an
-    unpinned file the hash recorded when it was fetched with --allow-unpinned)."""
+    unpinned file the hash recorded when its first fetch passed its content check)."""
 
     name: str
     path: Path

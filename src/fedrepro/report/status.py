@@ -70,11 +70,7 @@ def unavailable_datasets(cfg: Mapping, exp_entry: Mapping) -> list[str]:
 
 def fetch_command(datasets: tuple[str, ...] | list[str]) -> str:
     """The command that fetches and verifies the datasets (on a networked machine, or from a mirror)."""
-    return " && ".join(
-        f"python -m fedrepro data fetch {d}"
-        + ("" if all(f.sha256 for f in get_dataset(d).files) else " --allow-unpinned")
-        for d in datasets
-    )
+    return " && ".join(f"python -m fedrepro data fetch {d}" for d in datasets)
 
 
 def calibrations(paper: str, doc: Mapping) -> list[Calibration]:

@@ -12,7 +12,7 @@ import pytest
 
 from fedrepro.config import REPO_ROOT, validate_global
 from fedrepro.data import catalog
-from fedrepro.data.election import COLUMNS, republican_wins
+from fedrepro.data.election import COLUMNS, check_returns_file, read_returns, republican_wins
 from fedrepro.data.sources import dataset_files, fetch
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, get_kind
@@ -47,12 +47,53 @@ def _cfg(tmp_path: Path, mirror: Path) -> dict:
     )
 
 
+def sample_check(path: Path) -> None:
+    """the test fixture's check: the codebook's columns (the real check also wants every county of six elections)"""
+    read_returns(path)
+
+
+def with_sample_check(monkeypatch) -> None:
+    """Stand the real election entry's content check in for one the 150-row fixture passes (test only)."""
+    ds = catalog.get_dataset(DS)
+    f = dataclasses.replace(ds.files[0], content_check=sample_check)
+    monkeypatch.setitem(catalog.DATASETS, DS, dataclasses.replace(ds, files=(f,)))
+
+
 @pytest.fixture
-def mirrored(tmp_path):
+def mirrored(tmp_path, monkeypatch):
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     shutil.copyfile(FIXTURE, mirror / FILE)
+    with_sample_check(monkeypatch)
     return _cfg(tmp_path, mirror)
+
+
+def _full_returns(path: Path, drop_state: str | None = None) -> None:
+    """A synthetic file the size the codebook describes: 6 elections x 51 states and DC x 3,060 counties."""
+    states = [f"S{i:02d}" for i in range(51)]
+    rows = [
+        (y, s, s, f"C{c}", 1000 * i + c, "US PRESIDENT", "X", "DEMOCRAT", 1, 2, 20220315, "TOTAL")
+        for y in (2000, 2004, 2008, 2012, 2016, 2020)
+        for i, s in enumerate(states)
+        if not (drop_state == s and y == 2020)
+        for c in range(60)
+    ]
+    pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(path, index=False)
+
+
+def test_content_check_asks_what_the_codebook_states(tmp_path):
+    good = tmp_path / "full.csv"
+    _full_returns(good)
+    check_returns_file(good)
+    with pytest.raises(DataError, match=r"2020 has returns of 50 states"):
+        _full_returns(good, drop_state="S07")
+        check_returns_file(good)
+    with pytest.raises(DataError, match="counties, expected 51"):
+        check_returns_file(FIXTURE)  # the 150-row sample is not the published file
+    bad = tmp_path / "bad.csv"
+    bad.write_text("<!DOCTYPE html><html><body>Guestbook</body></html>\n")
+    with pytest.raises(DataError, match="columns"):
+        check_returns_file(bad)
 
 
 def test_fixture_has_the_upstream_columns():
@@ -144,7 +185,7 @@ def _brute_force_gain(y: np.ndarray) -> list[float]:
 
 
 def test_political_kind_through_the_mirror(mirrored):
-    stamp = fetch(mirrored, DS, allow_unpinned=True, offline=True)
+    stamp = fetch(mirrored, DS, offline=True)
     assert stamp.is_file()
     files = dataset_files(mirrored, DS)
     assert files[0].name == FILE and files[0].read_bytes() == FIXTURE.read_bytes()
@@ -178,7 +219,7 @@ def test_missing_file_names_file_and_url(tmp_path):
     cfg = _cfg(tmp_path, empty)
     url = catalog.get_dataset(DS).files[0].url
     with pytest.raises(DataError) as err:
-        fetch(cfg, DS, allow_unpinned=True, offline=True)
+        fetch(cfg, DS, offline=True)
     assert FILE in str(err.value) and url in str(err.value)
 
 
