@@ -28,6 +28,7 @@ class RemoteFile:
     name: str
     url: str
     sha256: str | None
+    content_check: Callable[[Path], None] | None = None  # raises DataError when the content is not what its publisher states
 
     def __post_init__(self) -> None:
         parts = self.name.split("/")
