@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import lzma
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -437,7 +438,23 @@ def test_decompress_once_atomically(tmp_path, fmt):
     assert _decompress(src).stat().st_mtime_ns == stamp  # up to date: not decompressed again
     src.write_bytes(lzma.compress(PAYLOAD[:-10], format=fmt))  # a new download
     assert _decompress(src).read_bytes() == PAYLOAD[:-10]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".decompressed-x.sqlite", "x.sqlite", "x.sqlite.lzma"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".decompressed-x.sqlite",
+        ".decompressed-x.sqlite.lock",
+        "x.sqlite",
+        "x.sqlite.lzma",
+    ]
+
+
+def test_concurrent_decompressions_take_turns(tmp_path, monkeypatch):
+    """Two partitions of one file built at once: one decompresses, the other waits and finds it done."""
+    src = _lz(tmp_path, data=PAYLOAD * 20)
+    calls = []
+    real = tff_sqlite._decompress
+    monkeypatch.setattr(tff_sqlite, "_decompress", lambda *a: (calls.append(1), real(*a)))
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda _: _decompress(src).read_bytes(), range(4)))
+    assert outs == [PAYLOAD * 20] * 4 and calls == [1]
 
 
 @pytest.mark.parametrize(
@@ -475,7 +492,8 @@ def test_decompress_refuses_a_bad_file_in_one_line_naming_it(tmp_path, fault, ma
     assert msg.startswith(f"{src}: ")
     if fault != "disk_full":
         assert "delete it and fetch it again (`python -m fedrepro data fetch tff_x`)" in msg
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.sqlite.lzma"]  # no output, no .part, no marker
+    # no output, no .part, no marker
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".decompressed-x.sqlite.lock", "x.sqlite.lzma"]
 
 
 def test_truncated_release_through_the_loaders_is_one_line(so_mirror, monkeypatch):

@@ -7,17 +7,18 @@ datasets/):
   * ``download.py`` (``get_compressed_file``): the ``.lzma`` file is decompressed with ``lzma.LZMADecompressor()``
     (container auto-detected) to the same name without ``.lzma``; no hash is checked. Here :func:`decompress`
     streams it once into the same directory through a ``.part`` file, refuses a stream cut before its end marker
-    (TFF's loop would keep the truncated database), and stops before the output exceeds a size bound or the disk's
-    free space falls below a margin.
+    (TFF's loop would keep the truncated database), and stops when the output would exceed a size bound or the
+    disk's free space falls below a margin (checked every 64 MiB written).
   * ``sql_client_data.py`` (``SqlClientData``, ``_check_database_format``): tables ``examples`` with columns
     ``split_name``, ``client_id``, ``serialized_example_proto`` (a serialized ``tf.train.Example``) and
     ``client_metadata`` with ``client_id``, ``split_name``, ``num_examples`` (the columns TFF's docstring requires
     and ``sql_client_data_utils.save_to_sql_client_data`` writes). A split's clients are
     ``sorted(SELECT DISTINCT client_id FROM client_metadata WHERE split_name = <split>)``; a client's examples are
     ``SELECT serialized_example_proto FROM examples WHERE client_id = <id> and split_name = <split>``, without
-    ORDER BY. SQLite returns such rows in rowid order, both by a table scan and through an index on
-    ``(split_name, client_id)`` (the index ``sql_client_data_test.py`` builds; an index's entries end with the
-    rowid), so :class:`SqliteSplit` asks for ``ORDER BY rowid``: the same order, stated.
+    ORDER BY. SQLite answers such a query in rowid order, by a table scan and through an index on
+    ``(split_name, client_id)`` alike (the index ``sql_client_data_test.py`` builds; an index's entries end with
+    the rowid): its behaviour, not a documented guarantee. :class:`SqliteSplit` asks for ``ORDER BY rowid``, the
+    same order, stated (tests/data/test_tff_releases.py compares the two with and without the index).
 
 The database is opened read-only (``mode=ro``); nothing is unpickled (the rows are protobuf messages, decoded by
 :mod:`fedrepro.data.tf_example`). The content check (:func:`check_release`) compares what TFF states about a
@@ -27,6 +28,7 @@ the first example of each split with the release's feature spec.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import lzma
 import os
@@ -87,10 +89,13 @@ def decompress(
 
     The output is written to ``<name>.part`` and renamed when the stream has ended cleanly; a marker file
     ``.decompressed-<name>`` records the source's size and mtime and the output's size, and a later call with an
-    unchanged source and output returns at once. Refused with one DataError line naming the file and the command
-    that fetches it again: a stream cut before its end marker, corrupt data, bytes after the end of the stream, an
-    output larger than ``max_bytes`` (a bound far above the real file, against a decompression bomb), or less than
-    ``min_free_bytes`` left on the disk while writing. A refused run leaves no ``.part`` file.
+    unchanged source and output returns at once. Concurrent calls (two partitions of one file built at once) take
+    turns on a lock file ``.decompressed-<name>.lock``: one decompresses, the others then find it done.
+
+    Refused with one DataError line naming the file and what to do (the command that fetches it again): a stream
+    cut before its end marker, corrupt data, bytes after the end of the stream, an output larger than
+    ``max_bytes`` (a bound far above the real file, against a decompression bomb), or less than ``min_free_bytes``
+    left on the disk while writing. A refused run leaves no ``.part`` file (only the lock file).
     """
     src = Path(src)
     if not name or "/" in name or name in (".", "..") or "\\" in name:
@@ -101,6 +106,30 @@ def decompress(
         raise DataError(f"{src}: not found; fetch it with `{fetch_hint(dataset_id)}`")
     if _up_to_date(marker, src, out):
         return out
+    with _locked(marker.with_name(marker.name + ".lock")):
+        if _up_to_date(marker, src, out):  # another process did it while this one waited
+            return out
+        _decompress(src, out, marker, dataset_id, max_bytes, min_free_bytes)
+    return out
+
+
+@contextlib.contextmanager
+def _locked(lock: Path):
+    """An exclusive advisory lock (fcntl.flock) held while the block runs; no lock where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _decompress(src: Path, out: Path, marker: Path, dataset_id: str, max_bytes: int, min_free_bytes: int) -> None:
     again = f"delete it and fetch it again (`{fetch_hint(dataset_id)}`)"
     part = out.with_name(out.name + ".part")
     if part.is_symlink() or part.exists():
@@ -142,7 +171,10 @@ def decompress(
         raise DataError(f"{src}: corrupt lzma data ({exc}); {again}") from None
     except OSError as exc:
         part.unlink(missing_ok=True)
-        raise DataError(f"{src}: cannot decompress to {out} ({exc})") from None
+        raise DataError(
+            f"{src}: cannot decompress to {out} ({exc}); make that directory writable with room for it, or point "
+            "data.dir at another disk"
+        ) from None
     except BaseException:
         part.unlink(missing_ok=True)
         raise
@@ -150,7 +182,6 @@ def decompress(
     tmp = marker.with_name(marker.name + ".part")
     tmp.write_text(json.dumps({**_src_state(src, out), "output_size": out.stat().st_size}, sort_keys=True))
     os.replace(tmp, marker)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------
