@@ -83,7 +83,9 @@ def _tff_emnist(dataset_id: str) -> Callable[..., Arrays]:
         from fedrepro.data.partition import LabelSet
 
         if only_digits is not None and not isinstance(only_digits, bool):
-            raise ConfigError(f"partitions: dataset {dataset_id}: only_digits must be true or false, got {only_digits!r}")
+            raise ConfigError(
+                f"partitions: dataset {dataset_id}: only_digits must be true or false, got {only_digits!r}"
+            )
         if dataset_id == em.SQLITE_ID and only_digits is None:
             raise ConfigError(
                 f"partitions: dataset {dataset_id} holds both TFF EMNIST label sets: say which with "
