@@ -284,7 +284,9 @@ def test_catalog_sqlite_entries_are_checked_by_content():
 def test_emnist_content_check_passes_on_the_release_and_fails_on_tffs_numbers(emnist_mirror, monkeypatch):
     cfg, digits_dir, _ = emnist_mirror
     (lz,) = _fetched(cfg, digits_dir.parent, monkeypatch, em.SQLITE_ID)
-    check = catalog.get_dataset(em.SQLITE_ID).files[0].content_check
+    check = (
+        em.check_sqlite_release
+    )  # the catalog's (test_catalog_sqlite_entries_are_checked_by_content); pin() drops it
     with pytest.raises(DataError) as err:  # the fixture is not TFF's file: 3 writers, not 3,383
         check(lz)
     msg = _one_line(err)
@@ -312,7 +314,7 @@ def test_so_content_check_passes_on_the_release_and_fails_on_tffs_numbers(so_mir
     pin(monkeypatch, so.SQLITE_ID, mirror)
     fetch(cfg, so.SQLITE_ID, offline=True)
     (lz,) = dataset_files(cfg, so.SQLITE_ID)
-    check = catalog.get_dataset(so.SQLITE_ID).files[0].content_check
+    check = so.check_sqlite_release
     with pytest.raises(DataError) as err:
         check(lz)
     msg = _one_line(err)
