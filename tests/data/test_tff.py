@@ -50,7 +50,8 @@ def test_catalog_entries_and_published_checksums():
         "tff_stackoverflow_counts": {
             "stackoverflow.word_count.tar.bz2": "1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
             "stackoverflow.tag_count.tar.bz2": "6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d"},
-        "tff_stackoverflow_sqlite": {"stackoverflow.sqlite.lzma": None},
+        "tff_stackoverflow_sqlite": {"stackoverflow.sqlite.lzma": None},  # checked by content (test_tff_releases.py)
+        "tff_emnist_sqlite": {"emnist_all.sqlite.lzma": None},
     }
     for ds_id, files in expect.items():
         got = {f.name: f.sha256 for f in ds[ds_id].files}

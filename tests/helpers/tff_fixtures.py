@@ -1,10 +1,13 @@
 """Fixtures in the exact upstream formats of TFF federated EMNIST and Stack Overflow (h5 / sqlite with serialized
 tf.train.Example protos, wrapped in tar.bz2 / lzma as published), and a mirror config to fetch them through.
 
-Written with h5py / sqlite3 from the layouts in TFF's hdf5_client_data.py and sql_client_data.py; shared by the
-data-layer tests (tests/data/test_tff.py, test_tf_example.py), PPSGD's featurisation tests and the end-to-end
-experiment tests on these formats. The tf.train.Example encoder below is written from the protobuf encoding spec,
-independently of the reader it tests (fedrepro.data.tf_example, the protobuf runtime).
+The data are small synthetic arrays (random pixels, made-up posts), test-only; each dataset is written in both
+releases from the same arrays, so the two readers can be compared. Written with h5py / sqlite3 from the layouts in
+TFF's hdf5_client_data.py and sql_client_data.py (the tables exactly as sql_client_data_utils.py creates them, the
+indexes as sql_client_data_test.py builds them); shared by the data-layer tests (tests/data/test_tff*.py,
+test_tf_example.py), PPSGD's featurisation tests and the end-to-end experiment tests on these formats. The
+tf.train.Example encoder below is written from the protobuf encoding spec, independently of the reader it tests
+(fedrepro.data.tf_example, the protobuf runtime).
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ def mirror_cfg(tmp_path: Path, mirror: Path) -> dict:
 
 
 def pin(monkeypatch, ds_id: str, mirror_dir: Path) -> None:
-    """Pin the catalog entry's sha256 values to the fixture files in the mirror (the real values are upstream's)."""
+    """Pin the catalog entry's sha256 values to the fixture files in the mirror (the real values are upstream's).
+    A content check goes with the pin: it checks TFF's real sizes, which a small fixture never has (the checks are
+    tested on their own, tests/data/test_tff_releases.py)."""
     ds = catalog.get_dataset(ds_id)
-    files = tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name)) for f in ds.files)
+    files = tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name), content_check=None) for f in ds.files)
     monkeypatch.setitem(catalog.DATASETS, ds_id, dataclasses.replace(ds, files=files))
 
 
@@ -67,12 +72,14 @@ def tar_bz2(path: Path, members: dict[str, Path | bytes]) -> Path:
 # --- TFF federated EMNIST fixture ---------------------------------------------------------------------------------
 
 EMNIST_CLIENTS = {"f0007_12": (4, 2), "f0002_45": (3, 1), "f3100_30": (5, 2)}  # id -> (n_train, n_test)
+# the 62-class release: one writer more (in TFF's, 3,400 writers against the digits' 3,383)
+EMNIST_ALL_CLIENTS = {**EMNIST_CLIENTS, "f0150_08": (2, 1)}
 
 
-def _emnist_arrays(seed: int, n_classes: int = 10):
+def _emnist_arrays(seed: int, n_classes: int = 10, clients: dict | None = None):
     rng = np.random.default_rng(seed)
     out = {}
-    for cid, (ntr, nte) in EMNIST_CLIENTS.items():
+    for cid, (ntr, nte) in (clients or EMNIST_CLIENTS).items():
         split = {}
         for s, n in (("train", ntr), ("test", nte)):
             pix = np.ones((n, 28, 28), dtype=np.float32)  # 1.0 = background, as TFF ships it
@@ -93,18 +100,44 @@ def _write_emnist_h5(path: Path, arrays, split: str) -> Path:
     return path
 
 
+def emnist_release_arrays() -> dict[bool, dict]:
+    """{only_digits: {client: {split: (pixels, labels)}}}: the synthetic arrays both EMNIST releases are written
+    from (digits: 3 writers, labels 0-9; all: 4 writers, labels 0-61)."""
+    return {True: _emnist_arrays(0), False: _emnist_arrays(1, 62, EMNIST_ALL_CLIENTS)}
+
+
+def emnist_sqlite_rows(arrays: dict[bool, dict]) -> dict[str, dict[str, list[dict]]]:
+    """{split_name: {client: [tf.train.Example features]}} of emnist_all.sqlite, as TFF's serializer writes them
+    (sql_client_data_utils._float_feature / _int64_feature: pixels flattened to 784 floats, label an int64)."""
+    out: dict[str, dict[str, list[dict]]] = {}
+    for (only_digits, split), name in em.SQL_SPLIT.items():
+        out[name] = {
+            cid: [{"label": int(lab), "pixels": pix} for pix, lab in zip(*splits[split])]
+            for cid, splits in arrays[only_digits].items()
+        }
+    return out
+
+
 def make_emnist_mirror(tmp_path):
-    arrays = _emnist_arrays(0)
+    """A mirror with both EMNIST releases written from :func:`emnist_release_arrays`: ``tff_emnist_digits/``
+    (digits h5 archive), ``tff_emnist/`` (62-class h5 archive) and ``tff_emnist_sqlite/`` (emnist_all.sqlite.lzma).
+    Returns (config, the digits h5 directory, the digits arrays)."""
+    arrays = emnist_release_arrays()
     src = tmp_path / "src"
     src.mkdir()
-    h5s = {s: _write_emnist_h5(src / f"fed_emnist_digitsonly_{s}.h5", arrays, s) for s in ("train", "test")}
     mirror = tmp_path / "mirror"
-    (mirror / em.DIGITS_ID).mkdir(parents=True)
-    tar_bz2(
-        mirror / em.DIGITS_ID / "fed_emnist_digitsonly.tar.bz2",
-        {"fed_emnist_digitsonly_train.h5": h5s["train"], "./fed_emnist_digitsonly_test.h5": h5s["test"]},
-    )
-    return mirror_cfg(tmp_path, mirror), mirror / em.DIGITS_ID, arrays
+    for ds_id, only_digits in ((em.DIGITS_ID, True), (em.FULL_ID, False)):
+        prefix = em.PREFIX[ds_id]
+        h5s = {s: _write_emnist_h5(src / f"{prefix}_{s}.h5", arrays[only_digits], s) for s in ("train", "test")}
+        (mirror / ds_id).mkdir(parents=True)
+        tar_bz2(
+            mirror / ds_id / f"{prefix}.tar.bz2",
+            {f"{prefix}_train.h5": h5s["train"], f"./{prefix}_test.h5": h5s["test"]},
+        )
+    (mirror / em.SQLITE_ID).mkdir()
+    db = write_tff_sqlite(src / em.SQLITE_FILE, emnist_sqlite_rows(arrays))
+    (mirror / em.SQLITE_ID / em.SQLITE_ARCHIVE).write_bytes(lzma.compress(db.read_bytes(), format=lzma.FORMAT_XZ))
+    return mirror_cfg(tmp_path, mirror), mirror / em.DIGITS_ID, arrays[True]
 
 
 # client -> list of (tokens, title, tags, type, creation_date, score); split by file
@@ -168,35 +201,69 @@ def _pb_ld(field: int, payload: bytes) -> bytes:
 
 
 def encode_example(features: dict) -> bytes:
+    """int -> Int64List (packed), numpy float array -> FloatList (packed little-endian float32, flattened), bytes
+    -> BytesList."""
     entries = b""
     for key, v in features.items():
-        if isinstance(v, int):
-            feat = _pb_ld(3, _pb_ld(1, _pb_varint(v)))  # Int64List, packed
+        if isinstance(v, (int, np.integer)):
+            feat = _pb_ld(3, _pb_ld(1, _pb_varint(int(v))))  # Int64List, packed
+        elif isinstance(v, np.ndarray):
+            feat = _pb_ld(2, _pb_ld(1, np.ascontiguousarray(v, dtype="<f4").tobytes()))  # FloatList, packed
         else:
             feat = _pb_ld(1, _pb_ld(1, v))  # BytesList
         entries += _pb_ld(1, _pb_ld(1, key.encode()) + _pb_ld(2, feat))
     return _pb_ld(1, entries)
 
 
-def _write_so_sqlite(path: Path) -> Path:
+# TFF sql_client_data_utils.py, save_to_sql_client_data: the two tables exactly; sql_client_data_test.py: the indexes
+TFF_SQLITE_SCHEMA = (
+    """CREATE TABLE examples (
+           split_name TEXT NOT NULL,
+           client_id TEXT NOT NULL,
+           serialized_example_proto BLOB NOT NULL);""",
+    """CREATE INDEX idx_client_id_split
+           ON examples (split_name, client_id);""",
+    """CREATE TABLE client_metadata (
+           client_id TEXT NOT NULL,
+           split_name TEXT NOT NULL,
+           num_examples INTEGER NOT NULL);""",
+    """CREATE INDEX idx_metadata_client_id
+           ON client_metadata (client_id);""",
+)
+
+
+def write_tff_sqlite(path: Path, splits: dict[str, dict[str, list[dict]]], schema=TFF_SQLITE_SCHEMA) -> Path:
+    """A TFF sqlite release: {split_name: {client: [features]}}. Clients go in reverse order (the reader sorts)
+    and the examples of a split's clients are interleaved row by row, so a client's rowids are not contiguous and
+    only their order (TFF's) keeps each client's examples in order."""
     con = sqlite3.connect(path)
-    con.execute(
-        "CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
-        "serialized_example_proto BLOB NOT NULL)"
-    )
-    con.execute(
-        "CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
-        "num_examples INTEGER NOT NULL)"
-    )
-    for split, clients in SO_DATA.items():
-        for cid, rows in reversed(list(clients.items())):  # not sorted on disk: the reader sorts
-            con.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (cid, so.SQL_SPLIT[split], len(rows)))
-            for r in rows:
-                feats = {c: (v if c == "score" else v.encode()) for c, v in zip(COLS, r)}
-                con.execute("INSERT INTO examples VALUES (?, ?, ?)", (so.SQL_SPLIT[split], cid, encode_example(feats)))
+    for q in schema:
+        con.execute(q)
+    for split, clients in splits.items():
+        items = list(reversed(list(clients.items())))
+        for cid, rows in items:
+            con.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (cid, split, len(rows)))
+        for j in range(max((len(rows) for _, rows in items), default=0)):
+            for cid, rows in items:
+                if j < len(rows):
+                    con.execute("INSERT INTO examples VALUES (?, ?, ?)", (split, cid, encode_example(rows[j])))
     con.commit()
     con.close()
     return path
+
+
+def so_sqlite_rows() -> dict[str, dict[str, list[dict]]]:
+    return {
+        so.SQL_SPLIT[split]: {
+            cid: [{c: (v if c == "score" else v.encode()) for c, v in zip(COLS, r)} for r in rows]
+            for cid, rows in clients.items()
+        }
+        for split, clients in SO_DATA.items()
+    }
+
+
+def _write_so_sqlite(path: Path) -> Path:
+    return write_tff_sqlite(path, so_sqlite_rows())
 
 
 def make_so_mirror(tmp_path):

@@ -7,23 +7,31 @@ Catalog ids (files on storage.googleapis.com/tff-datasets-public/):
   * ``tff_stackoverflow_counts``: ``stackoverflow.word_count.tar.bz2`` -> ``stackoverflow.word_count`` (one
     ``<word> <count>`` per line, most frequent first) and ``stackoverflow.tag_count.tar.bz2`` ->
     ``stackoverflow.tag_count`` (a JSON object tag -> count). Needed by both releases for the vocabularies.
-  * ``tff_stackoverflow_sqlite``: ``stackoverflow.sqlite.lzma`` (newer TFF releases) -> ``stackoverflow.sqlite``.
+  * ``tff_stackoverflow_sqlite``: ``stackoverflow.sqlite.lzma`` -> ``stackoverflow.sqlite``: the release TFF reads
+    since Feb 2021 (TFF commit 7bb20162f) and the one the experiments name (config/ppsgd.yaml); the h5 release is
+    the alternative.
 
 h5 layout (TFF ``hdf5_client_data.py``): ``examples/<client id>/`` with one dataset per feature, all of length n:
 ``creation_date``, ``tags`` (``|``-separated), ``title``, ``tokens`` (space-separated), ``type`` ('question' or
 'answer') as strings and ``score`` (int64). The string storage (variable-length or fixed-length bytes) is not
 documented upstream; every h5py string type is accepted and decoded as UTF-8.
 
-sqlite layout (TFF ``sql_client_data.py``): table ``examples(split_name, client_id, serialized_example_proto)``
-and table ``client_metadata(client_id, split_name, ...)``; split names 'train', 'heldout', 'test'. Each
-``serialized_example_proto`` is a ``tf.train.Example`` whose features are parsed by TFF as
-``FixedLenFeature(shape=())``: the same six keys, strings as ``bytes_list`` and ``score`` as ``int64_list``.
-:func:`fedrepro.data.tf_example.parse_tf_example` decodes that message.
+sqlite layout (TFF ``sql_client_data.py``; read by :mod:`fedrepro.data.tff_sqlite`): table
+``examples(split_name, client_id, serialized_example_proto)`` and table ``client_metadata(client_id, split_name,
+num_examples)``; split names 'train', 'heldout', 'test'. Each ``serialized_example_proto`` is a
+``tf.train.Example`` whose features are parsed by TFF as ``FixedLenFeature(shape=())``: the same six keys, strings
+as ``bytes_list`` and ``score`` as ``int64_list``. :func:`fedrepro.data.tf_example.parse_tf_example` decodes that
+message. Both readers return the same :class:`StackOverflowClient` (clients sorted, a client's examples in stored
+order: h5 dataset order, sqlite rowid order, the order TFF's query returns); whether the two published releases
+store each user's examples in the same order has not been checked here (no network).
 
 Checksums: the three ``.tar.bz2`` sha256 values are the ``file_hash=..., hash_algorithm='sha256'`` passed to
 ``tf.keras.utils.get_file`` in TFF's ``tensorflow_federated/python/simulation/datasets/stackoverflow.py``
 (``load_data``, ``load_word_counts``, ``load_tag_counts``). TFF downloads the ``.sqlite.lzma`` file through
-``download.get_compressed_file`` without any hash, so that file is unpinned here.
+``download.get_compressed_file`` without any hash and none is published, so that file is checked by content
+(:func:`check_sqlite_release`): TFF's schema, the users and examples per split that TFF's ``load_data``
+docstring states (:data:`UPSTREAM_SIZES`; the user counts are also what TFF's ``stackoverflow_test.py``
+``test_load_from_gcs`` asserts of this file), and the first example of each split decodes.
 
 The text these readers return is split into words and tags by :mod:`fedrepro.data.tokenizer`; PPSGD's
 tag-prediction features are built from them in :mod:`fedrepro.papers.ppsgd.stackoverflow_tags`.
@@ -33,14 +41,14 @@ from __future__ import annotations
 
 import collections
 import json
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 
-from fedrepro.data.archive import decompress_file, extract_members
+from fedrepro.data import tff_sqlite
+from fedrepro.data.archive import extract_members
 from fedrepro.data.catalog import Dataset, RemoteFile, register
 from fedrepro.data.tf_example import TfExampleError, parse_tf_example
 from fedrepro.data.tff_h5 import TffH5, decode_strings
@@ -58,6 +66,11 @@ WORD_COUNT_ARCHIVE, WORD_COUNT_FILE = "stackoverflow.word_count.tar.bz2", "stack
 TAG_COUNT_ARCHIVE, TAG_COUNT_FILE = "stackoverflow.tag_count.tar.bz2", "stackoverflow.tag_count"
 SQLITE_ARCHIVE, SQLITE_FILE = "stackoverflow.sqlite.lzma", "stackoverflow.sqlite"
 SQL_SPLIT = {"train": "train", "held_out": "heldout", "test": "test"}
+#: TFF stackoverflow.load_data docstring: (users, examples) per split
+UPSTREAM_SIZES = {"train": (342_477, 135_818_730), "held_out": (38_758, 16_491_230), "test": (204_088, 16_586_035)}
+#: a bound far above the decompressed file's real size (not measured here: 168,895,995 examples of a post's text
+#: and metadata), against a decompression bomb
+SQLITE_MAX_BYTES = 1 << 40
 
 STRING_FEATURES = ("creation_date", "tags", "title", "tokens", "type")
 INT_FEATURES = ("score",)
@@ -93,19 +106,6 @@ register(Dataset(
             sha256="6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d",
         ),
     ),
-    citation=_CITATION, licence=_LICENCE,
-))
-
-register(Dataset(
-    id=SQLITE_ID,
-    title="TFF federated Stack Overflow (sqlite release)",
-    files=(RemoteFile(
-        name=SQLITE_ARCHIVE, url=BASE_URL + SQLITE_ARCHIVE,
-        # GAP: not pinned. TFF's stackoverflow.load_data (sqlite releases) fetches this file with
-        # download.get_compressed_file, which takes no hash, and no published checksum was found. Fetch it once
-        # with `python -m fedrepro data fetch tff_stackoverflow_sqlite --allow-unpinned` and pin the recorded value.
-        sha256=None,
-    ),),
     citation=_CITATION, licence=_LICENCE,
 ))
 
@@ -177,83 +177,57 @@ def _stackoverflow_example(buf: bytes) -> dict[str, object]:
     return row
 
 
-class StackOverflowSqlite:
+class StackOverflowSqlite(tff_sqlite.SqliteSplit):
     """One split of the sqlite release; same ``client`` API as :class:`StackOverflowH5`."""
 
     def __init__(self, path: str | Path, split: str = "train"):
         if split not in SQL_SPLIT:
             raise ValueError(f"split must be one of {tuple(SQL_SPLIT)}, got {split!r}")
-        self.path = Path(path)
+        todo = f"delete it and fetch it again (`{tff_sqlite.fetch_hint(SQLITE_ID)}`)"
+        super().__init__(path, SQL_SPLIT[split], todo)
         self.split = split
-        self._split_name = SQL_SPLIT[split]
-        if not self.path.is_file():
-            raise DataError(f"{self.path}: no such file")
-        try:
-            self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-            tables = {r[0] for r in self._con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as exc:
-            raise DataError(f"{self.path}: cannot open as sqlite: {exc}") from None
-        missing = {"examples", "client_metadata"} - tables
-        if missing:
-            self._con.close()
-            raise DataError(f"{self.path}: not a TFF sqlite dataset (missing table(s) {', '.join(sorted(missing))})")
-        cols = {r[1] for r in self._con.execute("PRAGMA table_info(examples)")}
-        need = {"split_name", "client_id", "serialized_example_proto"}
-        if need - cols:
-            self._con.close()
-            raise DataError(f"{self.path}: table examples lacks column(s) {', '.join(sorted(need - cols))}")
-        self._client_ids: list[str] | None = None
-
-    def close(self) -> None:
-        self._con.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def client_ids(self) -> list[str]:
-        if self._client_ids is None:
-            rows = self._con.execute("SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?",
-                                     (self._split_name,))
-            self._client_ids = sorted(str(r[0]) for r in rows)
-        return self._client_ids
-
-    def __len__(self) -> int:
-        return len(self.client_ids)
-
-    def __contains__(self, client_id: object) -> bool:
-        return isinstance(client_id, str) and self._con.execute(
-            "SELECT 1 FROM client_metadata WHERE split_name = ? AND client_id = ? LIMIT 1",
-            (self._split_name, client_id)).fetchone() is not None
-
-    def __iter__(self):
-        return iter(self.client_ids)
-
-    def num_examples(self, client_id: str) -> int:
-        return int(self._con.execute("SELECT COUNT(*) FROM examples WHERE split_name = ? AND client_id = ?",
-                                     (self._split_name, client_id)).fetchone()[0])
 
     def client(self, client_id: str, limit: int | None = None) -> StackOverflowClient:
-        if client_id not in self:
-            raise KeyError(f"{self.path}: no client {client_id!r} in split {self._split_name!r}")
-        sql = ("SELECT serialized_example_proto FROM examples WHERE split_name = ? AND client_id = ? "
-               "ORDER BY rowid")
-        args: tuple = (self._split_name, client_id)
-        if limit is not None:
-            sql += " LIMIT ?"
-            args += (max(int(limit), 0),)
+        """The client's examples (the first ``limit`` in stored order, if given)."""
         cols: dict[str, list] = {f: [] for f in FEATURES}
-        for (blob,) in self._con.execute(sql, args):
+        for blob in self.records(client_id, limit):
             try:
                 row = _stackoverflow_example(blob)
             except TfExampleError as exc:
-                raise DataError(f"{self.path}: client {client_id!r}: bad tf.train.Example: {exc}") from None
+                raise DataError(
+                    f"{self.path}: client {client_id!r}: bad tf.train.Example: {exc}; {self.todo}"
+                ) from None
             for f in FEATURES:
                 cols[f].append(row[f])
         return _client_from_columns(client_id, cols, str(self.path))
+
+
+def check_sqlite_release(path: str | Path) -> None:
+    """Content check of ``stackoverflow.sqlite.lzma`` (or the decompressed ``stackoverflow.sqlite``): TFF's schema,
+    every split's users and examples as TFF states them, and the first example of each split decodes with TFF's
+    parse spec. The ``.lzma`` file is decompressed beside itself first (once; the readers reuse it). One DataError
+    line naming the file otherwise."""
+    path = Path(path)
+    db = path
+    if path.name.endswith(".lzma"):
+        db = tff_sqlite.decompress(path, SQLITE_FILE, dataset_id=SQLITE_ID, max_bytes=SQLITE_MAX_BYTES)
+    expected = {SQL_SPLIT[s]: n for s, n in UPSTREAM_SIZES.items()}
+    tff_sqlite.check_release(db, expected, label=str(path), dataset_id=SQLITE_ID, decode=_stackoverflow_example,
+                             source="TFF simulation/datasets/stackoverflow.py, load_data docstring")
+
+
+register(Dataset(
+    id=SQLITE_ID,
+    title="TFF federated Stack Overflow (sqlite release: train / heldout / test)",
+    files=(RemoteFile(
+        name=SQLITE_ARCHIVE, url=BASE_URL + SQLITE_ARCHIVE,
+        # TFF simulation/datasets/stackoverflow.py load_data: download.get_compressed_file takes no hash and none is
+        # published; verified by content instead
+        sha256=None,
+        content_check=check_sqlite_release,
+    ),),
+    citation=_CITATION, licence=_LICENCE,
+))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -272,23 +246,27 @@ def open_split(source: str | Path | Iterable[str | Path], split: str = "train"):
         raise ValueError(f"split must be one of {tuple(H5_MEMBERS)}, got {split!r}")
     paths = _as_paths(source)
     by_name = {p.name: p for p in paths}
+    if SQLITE_ARCHIVE in by_name:
+        a = by_name[SQLITE_ARCHIVE]
+        return StackOverflowSqlite(
+            tff_sqlite.decompress(a, SQLITE_FILE, dataset_id=SQLITE_ID, max_bytes=SQLITE_MAX_BYTES), split
+        )
+    if SQLITE_FILE in by_name:
+        return StackOverflowSqlite(by_name[SQLITE_FILE], split)
     if ARCHIVE in by_name:
         a = by_name[ARCHIVE]
         out = extract_members(a, a.parent, H5_MEMBERS.values())
         return StackOverflowH5(out[H5_MEMBERS[split]])
-    if SQLITE_ARCHIVE in by_name:
-        a = by_name[SQLITE_ARCHIVE]
-        return StackOverflowSqlite(decompress_file(a, a.parent, SQLITE_FILE, "lzma"), split)
-    if SQLITE_FILE in by_name:
-        return StackOverflowSqlite(by_name[SQLITE_FILE], split)
     for p in paths:
         if p.name in H5_MEMBERS.values():
             target = p.parent / H5_MEMBERS[split]
             if not target.is_file():
-                raise DataError(f"TFF Stack Overflow {split} file {target} not found")
+                raise DataError(f"TFF Stack Overflow {split} file {target} not found (extract {ARCHIVE} there, or "
+                                f"fetch it: `{tff_sqlite.fetch_hint(H5_ID)}`)")
             return StackOverflowH5(target)
-    raise DataError(f"no TFF Stack Overflow file among {', '.join(map(str, paths))} (expected {ARCHIVE}, "
-                    f"{SQLITE_ARCHIVE} or their extracted files)")
+    raise DataError(f"no TFF Stack Overflow file among {', '.join(map(str, paths)) or 'the given files'} (expected "
+                    f"{SQLITE_ARCHIVE}, {ARCHIVE} or their extracted files): fetch the release with "
+                    f"`{tff_sqlite.fetch_hint(SQLITE_ID)}` (or the h5 one, `{tff_sqlite.fetch_hint(H5_ID)}`)")
 
 
 def load_data(source: str | Path | Iterable[str | Path]):

@@ -188,8 +188,8 @@ def test_config_entries_follow_the_naming_contract():
     expected = {
         "noniid_mnist": "mnist",
         "skewed_mnist": "mnist",
-        "fmnist": "tff_emnist_digits",
-        "femnist": "tff_emnist",
+        "fmnist": ("tff_emnist_sqlite", True),
+        "femnist": ("tff_emnist_sqlite", False),
         "x_femnist_sample": "leaf_femnist_sf005",
     }
     for name, dataset in expected.items():
@@ -198,7 +198,11 @@ def test_config_entries_follow_the_naming_contract():
         for scale in ("quick", "paper"):
             exp = resolve_experiment(cfg, f"fedhdp.{name}", scale)
             assert exp.params["partition"] in entry["partitions"]
-            assert parts[exp.params["partition"]]["dataset"] == dataset
+            part = parts[exp.params["partition"]]
+            if isinstance(dataset, tuple):  # TFF's emnist_all.sqlite: one file, only_digits picks the label set
+                assert (part["dataset"], part["params"]["only_digits"]) == dataset
+            else:
+                assert part["dataset"] == dataset
             methods = exp.params["methods"]
             assert {"nonprivate_ditto", "dp_fedavg_ditto", "hdp_fedavg_ditto"} <= set(methods)
             assert all(

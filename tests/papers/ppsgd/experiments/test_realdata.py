@@ -1,6 +1,7 @@
 """PPSGD's real-data experiments end to end on fixtures in the exact upstream formats (no network): TFF EMNIST digits
-through the mirror -> the `tff_emnist_digits_first1000` partition -> Fig. 1c's `ppsgd_linear` run (and Fig. 1d's
-`ppsgd_cnn`), and TFF Stack Overflow through the mirror -> Fig. 1b's run. The experiments' own config (quick scale)
+(the sqlite release the config names, and the h5 alternative) through the mirror -> the
+`tff_emnist_digits_first1000` partition -> Fig. 1c's `ppsgd_linear` run (and Fig. 1d's `ppsgd_cnn`), and TFF Stack
+Overflow (both releases) through the mirror -> Fig. 1b's run. The experiments' own config (quick scale)
 is used, with only the sizes the 3-writer fixtures cannot satisfy overridden."""
 
 from __future__ import annotations
@@ -25,18 +26,21 @@ from fedrepro.experiments import RunContext, get_kind  # noqa: E402
 PART = "tff_emnist_digits_first1000"
 
 
-def _emnist_partition(emnist_mirror, monkeypatch, tmp_path, n_clients=2):
+def _emnist_partition(emnist_mirror, monkeypatch, tmp_path, n_clients=2, release="sqlite"):
     cfg, mirror, _ = emnist_mirror
-    pin(monkeypatch, em.DIGITS_ID, mirror)
-    fetch(cfg, em.DIGITS_ID, offline=True)
     spec = dict(load_partitions(load_global())[PART])
-    assert spec["dataset"] == em.DIGITS_ID and spec["scheme"] == "natural"
+    assert spec["dataset"] == em.SQLITE_ID and spec["scheme"] == "natural" and spec["params"]["only_digits"] is True
+    if release == "h5":  # the alternative the config names in its comment
+        spec["dataset"] = em.DIGITS_ID
+    pin(monkeypatch, spec["dataset"], mirror.parent / spec["dataset"])
+    fetch(cfg, spec["dataset"], offline=True)
     spec["params"] = {**spec["params"], "n_clients": n_clients}  # the fixture has 3 writers, not 1000
     return prepare(cfg, PART, spec, tmp_path / PART)
 
 
-def test_emnist_first_writers_partition_keeps_tff_order_and_split(emnist_mirror, monkeypatch, tmp_path):
-    out = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
+@pytest.mark.parametrize("release", ["sqlite", "h5"])
+def test_emnist_first_writers_partition_keeps_tff_order_and_split(emnist_mirror, monkeypatch, tmp_path, release):
+    out = _emnist_partition(emnist_mirror, monkeypatch, tmp_path, release=release)
     ds = fedformat.load(out)
     first_two = sorted(EMNIST_CLIENTS)[:2]  # TFF lists client ids sorted
     assert ds.client_meta("writer").tolist() == first_two
@@ -67,17 +71,19 @@ def test_fig1c_linear_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, t
     assert out.accountant["name"].startswith("opacus")
 
 
-def test_fig1b_runs_on_stackoverflow_h5(so_mirror, monkeypatch):
+@pytest.mark.parametrize("release", [so.SQLITE_ID, so.H5_ID])
+def test_fig1b_runs_on_stackoverflow(so_mirror, monkeypatch, release):
     cfg, mirror = so_mirror
-    for ds_id in (so.H5_ID, so.COUNTS_ID):
+    for ds_id in (release, so.COUNTS_ID):
         pin(monkeypatch, ds_id, mirror)
         fetch(cfg, ds_id, offline=True)
-    files = {so.H5_ID: dataset_files(cfg, so.H5_ID), so.COUNTS_ID: dataset_files(cfg, so.COUNTS_ID)}
+    files = {release: dataset_files(cfg, release), so.COUNTS_ID: dataset_files(cfg, so.COUNTS_ID)}
     exp = resolve_experiment(load_global(), "ppsgd.fig1b_stackoverflow", "quick")
-    assert set(exp.datasets) == set(files)
+    assert set(exp.datasets) == {so.SQLITE_ID, so.COUNTS_ID} and exp.params["data"] == so.SQLITE_ID
     out = _run(
         "ppsgd.fig1b_stackoverflow",
         {
+            "data": release,
             "n_users": 2,
             "word_vocab_size": 3,
             "tag_vocab_size": 2,

@@ -28,7 +28,7 @@ from fedrepro.papers.ppsgd.clients import Clients, load_partition, rows_of
 from fedrepro.papers.ppsgd.grid import ALPHA, GRID_PROPERTIES, run_grid
 from fedrepro.papers.ppsgd.sampler import BatchSampler
 
-SO = "tff_stackoverflow"
+SO_RELEASES = ("tff_stackoverflow_sqlite", "tff_stackoverflow")  # TFF's sqlite release (today's), its h5 release
 
 SCHEMA = {
     "type": "object",
@@ -51,7 +51,7 @@ SCHEMA = {
         "checks",
     ],
     "properties": {
-        "data": {"type": "string", "minLength": 1},  # a partition name, or tff_stackoverflow
+        "data": {"type": "string", "minLength": 1},  # a partition name, or one of SO_RELEASES
         "n_users": INT1,  # Stack Overflow only
         "word_vocab_size": INT1,
         "tag_vocab_size": INT1,
@@ -198,10 +198,14 @@ def ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutpu
 
 
 def _ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
-    if p["data"] == SO:
-        files = ctx.data.get(SO)
+    if p["data"] in SO_RELEASES:
+        files = ctx.data.get(p["data"])
         if not files:
-            raise DataError(f"{ctx.exp_id}: needs datasets {SO} and tff_stackoverflow_counts (declare them)")
+            raise DataError(
+                f"{ctx.exp_id}: needs datasets {p['data']} and tff_stackoverflow_counts (declare them under "
+                f"`datasets:`; fetch them with `python -m fedrepro data fetch {p['data']}` and "
+                "`python -m fedrepro data fetch tff_stackoverflow_counts`)"
+            )
         files = list(files) + list(ctx.data.get("tff_stackoverflow_counts", []))
         cl = load_stackoverflow(files, p, rng)
     else:
