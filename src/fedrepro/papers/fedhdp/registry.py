@@ -8,6 +8,9 @@ Sources
                                          extracted once verbatim (notes id, artifact, setting, metric, printed)
   config/targets/fedhdp_extra_rows.csv   hand-written rows in the registry's own columns, copied first and verbatim:
                                          the privacy rows of issue 3 (table captions' epsilons) and the extras (X.*)
+  config/fedhdp.yaml                     the relations of experiment printed_relations (Tables 3 and 8-11 against
+                                         themselves): one consistency row each, last, id = the id of the cell the
+                                         relation judges (its `value`) + ".rel", key check:<relation name>
 tests/papers/fedhdp/test_registry.py asserts that the committed fedhdp.csv equals this module's output, so the registry
 cannot drift from its sources.
 
@@ -543,6 +546,71 @@ def _setting_rows(r: dict, base: dict) -> list[dict]:
     ]
 
 
+# --------------------------------------------------------------------------------------------- the paper against itself
+PAPER_CONFIG = ROOT / "config" / "fedhdp.yaml"
+RELATIONS = "printed_relations"
+
+
+def two_decimals(text: str) -> str:
+    """A cell printed with fewer than two decimals read with its trailing zeros dropped ('80' -> '80.00')."""
+    places = -Decimal(text).as_tuple().exponent
+    return text if places >= 2 else str(Decimal(text).quantize(Decimal("0.01")))
+
+
+def relation_rows(learning: list[dict], config: Path = PAPER_CONFIG) -> list[dict]:
+    """One consistency row per relation of experiment printed_relations, in the config's order.
+
+    The note gives the printed operands and, where one is printed with fewer than two decimals (the tables drop
+    trailing zeros: '80', '99.8'), whether the relation holds under both readings of those digits: +- half a unit of
+    the last printed digit (the kind's rule, the verdict) or two decimals with the zeros dropped."""
+    import yaml
+
+    from fedrepro.experiments.consistency import RELATIONS as HOW
+    from fedrepro.experiments.consistency import judge, row_ids
+
+    doc = yaml.safe_load(config.read_text(encoding="utf-8"))
+    by_id = {r["id"]: r for r in learning}
+    out = []
+    for name, rel in doc["experiments"][RELATIONS]["params"]["relations"].items():
+        cell = by_id[rel["value"]]
+        how = next(h for h in HOW if h in rel)
+        operands = list(dict.fromkeys(row_ids(rel["value"]) + row_ids(rel[how])))
+        printed = {i: by_id[i]["value"] for i in operands}
+        note = (
+            "Printed in the same row: "
+            + ", ".join(f"{by_id[i]['table_col']} {t}" for i, t in printed.items())
+            + "; a printed number stands for the interval of +- half a unit of its last digit."
+        )
+        coarse = [t for t in printed.values() if two_decimals(t) != t]
+        if coarse:
+            holds = [
+                judge(name, rel, {i: (float(t), read(t)) for i, t in printed.items()}).passed
+                for read in (str, two_decimals)
+            ]
+            zeros = ", ".join(f"'{t}' as {two_decimals(t)}" for t in coarse)
+            if holds[0] == holds[1]:
+                note += f" It {'holds' if holds[0] else 'fails'} also with trailing zeros dropped ({zeros})."
+            else:
+                note += (
+                    f" Reading-dependent: it {'holds' if holds[0] else 'fails'} with {', '.join(map(repr, coarse))} "
+                    f"as printed (+- half a unit) and {'holds' if holds[1] else 'fails'} with trailing zeros "
+                    f"dropped ({zeros})."
+                )
+        out.append(
+            _row(
+                id=cell["id"] + ".rel",
+                artifact=f"{cell['artifact']} (printed arithmetic)",
+                setting=cell["setting"],
+                metric=rel["what"],
+                experiment=f"fedhdp.{RELATIONS}",
+                key=f"check:{name}",
+                row="consistency",
+                note=note,
+            )
+        )
+    return out
+
+
 def source_id(registry_id: str) -> str:
     """The notes §5 id (',' written '_') a generated registry row comes from."""
     if registry_id.startswith("X.F") and registry_id.endswith(".closed_forms"):  # a figure's implementation check
@@ -564,7 +632,7 @@ def generate() -> str:
     generated = other_rows(rows, learning) + learning
     order = {r["notes_id"].replace(",", "_"): i for i, r in enumerate(rows)}
     generated.sort(key=lambda g: order[source_id(g["id"])])  # stable: the notes' (= the paper's) order
-    body = extra + generated
+    body = extra + generated + relation_rows(learning)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     w.writeheader()
