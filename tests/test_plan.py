@@ -11,8 +11,9 @@ import yaml
 
 from fedrepro import plan
 from fedrepro.cli import main
-from fedrepro.config import experiment_resources, load_global, load_paper
+from fedrepro.config import load_global, load_paper
 from fedrepro.errors import ConfigError
+from fedrepro.plan import experiment_resources
 
 
 def _doc(**experiments):

@@ -312,34 +312,6 @@ def experiment_datasets(cfg: Mapping, entry: Mapping, where: str = "experiment")
 RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu")
 
 
-def experiment_resources(cfg: Mapping, entry: Mapping, scale: str, exp_id: str | None = None) -> dict:
-    """Cluster resources of one run (one seed) of an experiment at ``scale``: config.yaml's ``resources.<scale>``
-    (threads, mem_mb, runtime in minutes, gpu), then at paper scale those config/compute.yaml gives experiment
-    ``exp_id`` (its measured or extrapolated cost with margins: fedrepro.plan.paper_resources), then the
-    experiment's own ``resources.<scale>`` in config/<paper>.yaml (``entry`` is its validated entry), key by key.
-    Where compute.yaml has the experiment, its own block may not set runtime, mem_mb or gpu at paper scale (one
-    source). ``gpu`` defaults to 0; a global config without a ``resources`` block (e.g. a test's) gives
-    ``{"threads": 1, "gpu": 0}`` and leaves memory and wall time to the executor's defaults."""
-    if scale not in SCALES:
-        raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
-    out = {"threads": 1, "gpu": 0}
-    out.update((cfg.get("resources") or {}).get(scale) or {})
-    own = (entry.get("resources") or {}).get(scale) or {}
-    if scale == "paper" and exp_id is not None:
-        from fedrepro.plan import load_compute, paper_resources
-
-        derived = paper_resources(load_compute(cfg), exp_id, int(own.get("threads", out["threads"])))
-        clash = sorted(set(derived) & set(own))
-        if clash:
-            raise ConfigError(
-                f"{exp_id}: resources.paper sets {', '.join(clash)}, which {cfg['compute']} derives from its "
-                "paper-scale cost: change the cost there (one source), not the resources"
-            )
-        out.update(derived)
-    out.update(own)
-    return {k: out[k] for k in RESOURCE_KEYS if k in out}
-
-
 def paper_seeds(cfg: Mapping, entry: Mapping, scale: str) -> list[int]:
     """The seeds an experiment runs at ``scale``: its own ``seeds.<scale>`` where it sets them, else config.yaml's."""
     return list(((entry.get("seeds") or {}).get(scale)) or cfg["seeds"][scale])

@@ -1,5 +1,5 @@
 """The compute plan: what each experiment costs at paper scale, from ``config/compute.yaml``, the one source of
-``python -m fedrepro plan`` and of the paper-scale cluster resources (:func:`fedrepro.config.experiment_resources`).
+``python -m fedrepro plan`` and of the paper-scale cluster resources (:func:`experiment_resources`).
 
 Each experiment's entry gives the CPU seconds of one seed on one thread and its peak memory, with how the number was
 obtained (``basis``): measured here, a lower bound, extrapolated (client steps x a measured step of the same model
@@ -97,6 +97,34 @@ def paper_resources(doc: Mapping, exp_id: str, threads: int = 1) -> dict:
         "mem_mb": max(doc["min_mem_mb"], mem),
         "gpu": int(c.gpu),
     }
+
+
+def experiment_resources(cfg: Mapping, entry: Mapping, scale: str, exp_id: str | None = None) -> dict:
+    """Cluster resources of one run (one seed) of an experiment at ``scale``: config.yaml's ``resources.<scale>``
+    (threads, mem_mb, runtime in minutes, gpu), then at paper scale those config/compute.yaml gives experiment
+    ``exp_id`` (its measured or extrapolated cost with margins: fedrepro.plan.paper_resources), then the
+    experiment's own ``resources.<scale>`` in config/<paper>.yaml (``entry`` is its validated entry), key by key.
+    Where compute.yaml has the experiment, its own block may not set runtime, mem_mb or gpu at paper scale (one
+    source). ``gpu`` defaults to 0; a global config without a ``resources`` block (e.g. a test's) gives
+    ``{"threads": 1, "gpu": 0}`` and leaves memory and wall time to the executor's defaults."""
+    from fedrepro.config import RESOURCE_KEYS, SCALES
+
+    if scale not in SCALES:
+        raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
+    out = {"threads": 1, "gpu": 0}
+    out.update((cfg.get("resources") or {}).get(scale) or {})
+    own = (entry.get("resources") or {}).get(scale) or {}
+    if scale == "paper" and exp_id is not None:
+        derived = paper_resources(load_compute(cfg), exp_id, int(own.get("threads", out["threads"])))
+        clash = sorted(set(derived) & set(own))
+        if clash:
+            raise ConfigError(
+                f"{exp_id}: resources.paper sets {', '.join(clash)}, which {cfg['compute']} derives from its "
+                "paper-scale cost: change the cost there (one source), not the resources"
+            )
+        out.update(derived)
+    out.update(own)
+    return {k: out[k] for k in RESOURCE_KEYS if k in out}
 
 
 @dataclass(frozen=True)

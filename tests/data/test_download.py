@@ -26,7 +26,7 @@ SHA = hashlib.sha256(PAYLOAD).hexdigest()
 SF005 = "leaf_femnist_sf005"
 SHARED_SF005 = REPO_ROOT.parent / "shared" / "data" / SF005
 #: catalog entries whose content check another branch adds (issue 28, TFF sqlite): remove them on merge
-PENDING_CHECK = {"tff_stackoverflow_sqlite/stackoverflow.sqlite.lzma"}
+PENDING_CHECK: set[str] = set()
 
 
 @pytest.fixture(autouse=True)
@@ -358,8 +358,10 @@ def test_dry_run_lists_every_dataset_with_how_it_is_verified(tmp_path):
         assert f"\n{ds_id}: " in "\n" + out, ds_id
         for f in ds.files:
             line = next(x for x in out.splitlines() if x.startswith(f"  {f.name}: "))
-            assert "verified by sha256 pinned" in line or "verified by content check: " in line or (
-                f"{ds_id}/{f.name}" in PENDING_CHECK
+            assert (
+                "verified by sha256 pinned" in line
+                or "verified by content check: " in line
+                or (f"{ds_id}/{f.name}" in PENDING_CHECK)
             ), line
     assert "bundled with the installed package" in out  # digits
     assert "unlocks: " in out and "adaped.political" in out
@@ -370,12 +372,29 @@ def test_fetch_all_goes_on_past_failures_and_sums_them_up(tmp_path, monkeypatch,
     from fedrepro.cli import main
 
     monkeypatch.setattr(catalog, "PROVIDERS", {})  # no package-manager providers (npm) in this test
-    rc = main(["data", "fetch", "--all", "--offline", "--config-set", f"data.dir={tmp_path / 'data'}",
-               "--config-set", "data.mirror="])
+    rc = main(
+        [
+            "data",
+            "fetch",
+            "--all",
+            "--offline",
+            "--config-set",
+            f"data.dir={tmp_path / 'data'}",
+            "--config-set",
+            "data.mirror=",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 1 and "Traceback" not in out.err
     failed = [line for line in out.err.splitlines() if line.startswith("FAILED ")]
-    assert len(failed) == len(catalog.all_datasets()) - 1  # all but the bundled digits
+    from fedrepro.config import load_global
+    from fedrepro.data.plan import unlocks
+
+    used = set(unlocks(load_global()))
+    assert len(failed) == len(used) - 1  # every dataset a configured experiment reads, but the bundled digits
+    skipped = sorted(set(catalog.all_datasets()) - used)  # alternative releases (TFF's h5 files)
+    assert skipped and f"skipping {', '.join(skipped)}: no configured experiment" in out.err
+    assert not any(f"FAILED {d}:" in x for d in skipped for x in failed)
     assert all("\n" not in x for x in failed) and any("FAILED mnist: " in x for x in failed)
     assert (tmp_path / "data" / "digits" / ".verified").is_file()
 

@@ -7,8 +7,9 @@ import copy
 import pytest
 import yaml
 
-from fedrepro.config import REPO_ROOT, experiment_resources, load_global, load_paper, load_schema, validate
+from fedrepro.config import REPO_ROOT, load_global, load_paper, load_schema, validate
 from fedrepro.errors import ConfigError
+from fedrepro.plan import experiment_resources
 
 ROOT = REPO_ROOT
 

@@ -10,7 +10,6 @@ from snakemake.logging import logger
 
 from fedrepro import paths
 from fedrepro.config import (
-    experiment_resources,
     load_paper,
     load_partitions,
     paper_seeds,
@@ -20,6 +19,7 @@ from fedrepro.config import (
 from fedrepro.data.sources import can_fetch, is_available, stamp_path
 from fedrepro.errors import FedreproError
 from fedrepro.experiments import get_kind
+from fedrepro.plan import experiment_resources
 from fedrepro.report.tables import table_artifacts
 
 try:

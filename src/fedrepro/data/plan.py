@@ -52,9 +52,11 @@ def describe(cfg: Mapping, dataset_id: str, used: Mapping | None = None) -> list
             source = f"present: {here}"
         elif is_url(f.url):
             how = " (Google Drive, via gdown)" if is_drive(f.url) else ""
-            how = " (Dataverse access API; guestbook answered from data.guestbook if asked)" if (
-                is_dataverse_access(f.url)
-            ) else how
+            how = (
+                " (Dataverse access API; guestbook answered from data.guestbook if asked)"
+                if (is_dataverse_access(f.url))
+                else how
+            )
             source = f"{f.url}{how}"
             if mirrors:
                 source = f"mirror ({', '.join(mirrors)}), else {source}"
@@ -63,7 +65,7 @@ def describe(cfg: Mapping, dataset_id: str, used: Mapping | None = None) -> list
         lines.append(f"  {f.name}: {source}; {_size(cfg, ds, f)}; verified by {verification(f)}")
     u = (used or {}).get(ds.id) or {}
     exps, parts = u.get("experiments") or [], u.get("partitions") or []
-    what = ", ".join(exps) if exps else "no configured experiment"
+    what = ", ".join(exps) if exps else "no configured experiment (an alternative release: --all skips it)"
     lines.append(f"  unlocks: {what}" + (f"; partitions: {', '.join(parts)}" if parts else ""))
     return lines
 
@@ -81,11 +83,22 @@ def dry_run(cfg: Mapping, ids: list[str]) -> int:
 
 
 def fetch_all(cfg: Mapping, offline: bool = False) -> int:
-    """Fetch every dataset, going on past failures; end with one line per failure. 0 when all succeeded, else 1."""
+    """Fetch every dataset a configured experiment or partition reads, going on past failures; end with one line per
+    failure. A dataset nothing reads (an alternative release, e.g. TFF's h5 files beside the sqlite ones the
+    experiments read) is skipped, saying so: `data fetch ID` fetches it. 0 when all succeeded, else 1."""
     from fedrepro.data.sources import fetch
 
     failures = []
-    ids = sorted(all_datasets())
+    used = unlocks(cfg)
+    skipped = sorted(d for d in all_datasets() if d not in used)
+    if skipped:
+        print(
+            f"[fedrepro] skipping {', '.join(skipped)}: no configured experiment or partition reads them "
+            "(fetch one with `python -m fedrepro data fetch ID`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    ids = sorted(d for d in all_datasets() if d in used)
     for d in ids:
         print(f"[fedrepro] fetching {d}", file=sys.stderr, flush=True)
         try:
