@@ -61,7 +61,7 @@ import csv
 import io
 import re
 import sys
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 from fedrepro.config import REPO_ROOT
@@ -169,6 +169,14 @@ NOTES_BY_ID = {
 }
 
 
+def _delta_holds(delta: str, acc_np: str, acc_p: str) -> bool:
+    """Printed Delta = Acc_np - Acc_p within the printed digits (fedrepro.experiments.consistency's rule)."""
+    from fedrepro.experiments.consistency import judge
+
+    values = {"d": (float(delta), delta), "np": (float(acc_np), acc_np), "p": (float(acc_p), acc_p)}
+    return judge("delta", {"what": "Delta", "value": "d", "equals": {"minus": ["np", "p"]}}, values).passed
+
+
 def _consistency_notes(index: dict) -> dict[tuple, list[str]]:
     """Notes for appendix cells that contradict the other printed cells of their own row."""
     notes: dict[tuple, list[str]] = {}
@@ -179,16 +187,14 @@ def _consistency_notes(index: dict) -> dict[tuple, list[str]]:
         for d, (np_, p_) in {"D_g": ("Acc_g,np", "Acc_g,p"), "D_l": ("Acc_l,np", "Acc_l,p")}.items():
             if d in row and np_ in row and p_ in row:
                 diff = Decimal(row[np_]["value"]) - Decimal(row[p_]["value"])
-                printed = Decimal(row[d]["value"])
-                places = -printed.as_tuple().exponent
-                # operands printed to 0.01 (trailing zeros dropped): |diff error| <= 0.01; a Delta printed with
-                # fewer decimals is consistent when the difference rounds to it
-                coarse = places < 2 and diff.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP) == printed
-                if abs(printed - diff) > Decimal("0.015") and not coarse:
+                # one rule with the relation rows (fedhdp.printed_relations, issue 30): interval arithmetic over the
+                # printed digits, each value standing for +- half a unit of its last digit
+                if not _delta_holds(row[d]["value"], row[np_]["value"], row[p_]["value"]):
                     notes.setdefault((table, block, alg, d), []).append(
                         f"INCONSISTENT in the paper: printed {METRIC_NAME[d]} = {row[d]['value']} but "
                         f"{METRIC_NAME[np_]} - {METRIC_NAME[p_]} of the same row = {row[np_]['value']} - "
-                        f"{row[p_]['value']} = {diff} (notes §7 #9)."
+                        f"{row[p_]['value']} = {diff}, beyond what the printed digits allow (interval arithmetic, "
+                        "as its relation row .rel)."
                     )
                 elif len(row[d]["value"].split(".")[-1]) > 2:
                     notes.setdefault((table, block, alg, d), []).append(
@@ -205,13 +211,14 @@ def _consistency_notes(index: dict) -> dict[tuple, list[str]]:
                 for m in (m for m in row if m != "Acc_g"):
                     notes.setdefault((table, block, alg, m), []).append(
                         "INCONSISTENT in the paper: this r = 0 row repeats the r = 0.001 row of the same block in "
-                        "every column except Acc_g, and its Acc_l,p differs from Acc_g,p although private clients "
-                        "are never trained at r = 0; likely a copy error (notes §7 #10)."
+                        "every column except Acc_g, and its Acc_l,p differs from Acc_g,p although, under App. C's "
+                        "reading that at r = 0 the server ignores the private clients, they are never trained; "
+                        "likely a copy error (notes §7 #10)."
                     )
             elif row["Acc_l,p"]["value"] != row["Acc_g,p"]["value"]:
                 notes.setdefault((table, block, alg, "Acc_l,p"), []).append(
-                    "INCONSISTENT in the paper: at r = 0 private clients are never trained, so Acc_l,p should equal "
-                    "Acc_g,p of the same row."
+                    "INCONSISTENT in the paper: under App. C's reading that at r = 0 the server ignores the private "
+                    "clients, they are never trained, so Acc_l,p should equal Acc_g,p of the same row."
                 )
     return notes
 
