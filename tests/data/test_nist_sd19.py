@@ -172,12 +172,18 @@ def test_all_data_shards_have_leafs_schema_and_content(fx, monkeypatch):
     assert users == list(dict.fromkeys(w for _, (w, _) in sorted(fx.truth.items())))  # hsf_0's, then hsf_1's
     marker = json.loads((shards[0].parent / ns.MARKER).read_text())
     assert marker["counts"] == {"by_class_images": len(fx.truth) + 1, "by_write_images": len(fx.truth),
-                                "writers": len(fx.writers), "by_class_images_without_by_write_twin": 1}
+                                "writers": len(fx.writers), "by_class_digests_without_by_write_twin": 1}
 
 
 def test_all_data_without_leafs_duplicate(fx):
     shards = _build(fx, options=ns.BuildOptions(duplicate_first=False))
     assert sum(read_leaf_json(shards[0])["num_samples"]) == len(fx.truth)
+
+
+def test_leaf_before_2021_left_the_last_partial_shard_out(fx, monkeypatch):
+    monkeypatch.setattr(ns, "MAX_WRITERS", 3)
+    shards = _build(fx, options=ns.BuildOptions(last_partial_shard=False))
+    assert [p.name for p in shards] == ["all_data_0.json"] and len(read_leaf_json(shards[0])["users"]) == 3
 
 
 def test_a_rerun_reuses_all_data_and_a_changed_input_rebuilds_it(fx, monkeypatch):

@@ -388,7 +388,8 @@ def image_vector(data: bytes, label: str, reducing_gap: float | None = None) -> 
     LEAF ``data/femnist/preprocess/data_to_json.py``: ``Image.open`` -> ``convert('L')`` ->
     ``thumbnail((28, 28), Image.ANTIALIAS)`` (ANTIALIAS is LANCZOS) -> ``np.asarray(...).flatten() / 255``.
     ``reducing_gap``: Pillow >= 7.0 gives ``thumbnail`` a default ``reducing_gap=2.0`` (first a 2x box reduction of
-    the 128x128 image, then Lanczos); the Pillow LEAF was written for resized directly, which ``None`` reproduces.
+    the 128x128 image, then Lanczos); earlier Pillow (LEAF's script dates from 2018) resized directly, which ``None``
+    reproduces. (Pillow >= 10 has no ``Image.ANTIALIAS``: LEAF's script no longer runs there.)
     An image that is not 128x128 or cannot be decoded is a DataError naming ``label``.
     """
     from PIL import Image
@@ -499,12 +500,15 @@ def read_shard(path: Path) -> Shard:
 
 
 def data_to_json(groups: Iterable[tuple[str, list[tuple[tuple[str, bytes], int]]]], out_dir: Path, label: str,
-                 reducing_gap: float | None = None, log: Callable[[str], None] = _log_default) -> list[Path]:
+                 reducing_gap: float | None = None, last_partial_shard: bool = True,
+                 log: Callable[[str], None] = _log_default) -> list[Path]:
     """Convert writer groups to ``out_dir/all_data_<k>.json``, :data:`MAX_WRITERS` writers per shard.
 
     LEAF ``data/femnist/preprocess/data_to_json.py``: per writer, every (file, class) in list order becomes
-    (:func:`image_vector`, :func:`relabel_class`); shards hold 100 writers, the last one the rest. ``label`` names the
-    archive in errors. A writer name seen twice (LEAF would list it twice in a shard) is a DataError.
+    (:func:`image_vector`, :func:`relabel_class`); shards hold 100 writers, the last one the rest. LEAF wrote that
+    last, partial shard only from commit 0d30b4d (2021-01-12) on; before, the writers after the last full hundred
+    were left out, which ``last_partial_shard=False`` reproduces. ``label`` names the archive in errors. A writer name
+    seen twice (LEAF would list it twice in a shard) is a DataError.
     """
     out_dir = Path(out_dir)
     written: list[Path] = []
@@ -532,7 +536,7 @@ def data_to_json(groups: Iterable[tuple[str, list[tuple[tuple[str, bytes], int]]
         if len(cur.users) == MAX_WRITERS:
             flush()
             cur = Shard([], [], [])
-    if cur.users:
+    if cur.users and last_partial_shard:
         flush()
     return written
 
@@ -581,11 +585,12 @@ def _locked(path: Path):
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """Options of LEAF's NIST steps that change ``all_data``: see :func:`group_by_writer` (``duplicate_first``) and
-    :func:`image_vector` (``reducing_gap``)."""
+    """Options of LEAF's NIST steps that change ``all_data``: see :func:`group_by_writer` (``duplicate_first``),
+    :func:`image_vector` (``reducing_gap``) and :func:`data_to_json` (``last_partial_shard``)."""
 
     duplicate_first: bool = True
     reducing_gap: float | None = None
+    last_partial_shard: bool = True
 
 
 def _remove_stale(out_dir: Path, keep: set[str]) -> None:
@@ -624,12 +629,12 @@ def build_all_data(by_class: Path, by_write: Path, out_dir: Path, options: Build
             out_dir.mkdir(parents=True, exist_ok=True)
             triples = write_with_class(zf, by_write, members, table, stats, log)
             shards = data_to_json(group_by_writer(triples, options.duplicate_first), out_dir, str(by_write),
-                                  options.reducing_gap, log)
+                                  options.reducing_gap, options.last_partial_shard, log)
         _remove_stale(out_dir, {p.name for p in shards})
         _write_marker(marker, {**key, "shards": {p.name: p.stat().st_size for p in shards},
                                "counts": {"by_class_images": table.n_images, "by_write_images": stats.write_images,
                                           "writers": stats.writers,
-                                          "by_class_images_without_by_write_twin": stats.unmatched_class_images()}})
+                                          "by_class_digests_without_by_write_twin": stats.unmatched_class_images()}})
         log(f"all_data: {len(shards)} shards, {stats.writers} writers, {stats.write_images} by_write images; "
             f"{stats.unmatched_class_images()} by_class digests unused")
         return shards
@@ -819,7 +824,8 @@ class LeafOptions:
         parts += [f"k{'na' if self.min_samples is None else self.min_samples}", f"t{self.split}",
                   f"tf{self.train_fraction:g}", f"smpl{self.sampling_seed}", f"splt{self.split_seed}"]
         if self.build != BuildOptions():
-            parts.append(f"dup{int(self.build.duplicate_first)}_gap{self.build.reducing_gap}")
+            b = self.build
+            parts.append(f"dup{int(b.duplicate_first)}_gap{b.reducing_gap}_last{int(b.last_partial_shard)}")
         return "_".join(parts)
 
 
