@@ -33,10 +33,12 @@ the ASCII code of the character; only subdirectories whose name contains ``hsf``
 ``by_write/hsf_0/f0000_14/d0000_14/d0000_14_00000.png``; the writer is the ``f<form>_<template>`` directory name).
 
 Memory. by_class is hashed in one pass keeping only a 16-byte MD5 digest and a class byte per image (~17 bytes x
-814k images, plus the zip's member list); by_write is then read writer by writer: a writer's images are hashed,
-labelled, converted and kept as 28x28 uint8 until their shard of :data:`MAX_WRITERS` writers is written. The
-sampling steps hold one shard at a time as uint8 (one json parse of the shard, ~0.15 GB for 100 writers), except
-``split_by_user`` (one shard at a time too, each read once per output set). The final arrays are float32.
+814k images, plus zipfile's list of the archive's members, ~0.6 KB each); by_write is then read writer by writer:
+a writer's images are hashed, labelled, converted and kept as 28x28 uint8 until their shard of :data:`MAX_WRITERS`
+writers is written. The sampling steps hold one shard at a time (its json parse peaks at ~14 KB per image, ~0.3 GB
+for 100 writers), ``split_by_user`` too (each shard read once per output set). The final arrays are float32, built
+from uint8 at the end of each split (at the peak ~5 bytes per pixel of the split being read: its uint8
+concatenation and the float32 result; ~3 GB for the full data set's train split).
 
 Order. LEAF lists files with ``os.listdir`` (an order that depends on the file system), and that order decides which
 writer opens each shard, the shards' contents and, through the shared random generators of ``sample.py`` and
@@ -695,7 +697,7 @@ def sample_iid(shard: Shard, rng: random.Random, fraction: float, users_fraction
     """LEAF ``data/utils/sample.py``, iid branch, on one shard: pool all samples (users in order),
     ``rng.sample`` ``int(fraction * total)`` of them and deal them with :func:`iid_divide` to
     ``round(users_fraction * n_users)`` (at least 1) new users named ``str(new_user_count + i)``. Returns the shard
-    and the updated count. Writer identity is lost, so the writer_groups partition cannot use its output."""
+    and the updated count. The new users are not writers: each holds samples of many."""
     n_users = len(shard.users)
     total = sum(shard.num_samples)
     n_new = int(fraction * total)
