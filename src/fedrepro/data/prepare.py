@@ -65,6 +65,17 @@ def _femnist(files: list[Path]) -> Arrays:
     return Arrays(d["train"].x, ls["train"], d["test"].x, ls["test"], 62)
 
 
+def _leaf_femnist(files: list[Path]) -> Arrays:
+    """Full LEAF FEMNIST built from NIST SD19's zips by LEAF's pipeline (fedrepro.data.nist_sd19, its options
+    ADAPED_FEMNIST), in the same form as ``_femnist``."""
+    from fedrepro.data.nist_sd19 import load_splits
+    from fedrepro.data.partition import LabelSet
+
+    d = load_splits(files)
+    ls = {s: LabelSet(d[s].y, groups=np.asarray(d[s].users)[d[s].client]) for s in ("train", "test")}
+    return Arrays(d["train"].x, ls["train"], d["test"].x, ls["test"], 62)
+
+
 def _digits(files: list[Path]) -> Arrays:
     from fedrepro.data.digits import load_digits
     from fedrepro.data.partition import LabelSet
@@ -116,6 +127,7 @@ LOADERS: dict[str, Callable[..., Arrays]] = {
     "cifar10": _cifar("load_cifar10", 10),
     "cifar100": _cifar("load_cifar100", 100),
     "leaf_femnist_sf005": _femnist,
+    "leaf_femnist": _leaf_femnist,
     "digits": _digits,
 }
 
