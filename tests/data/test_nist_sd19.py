@@ -8,6 +8,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from catalog_pins import pin
 from nist_fixtures import make_nist_zips
 from PIL import Image
 
@@ -34,8 +35,11 @@ def _build(fx, **kw):
 
 def _shard(users, sizes, seed=0):
     rng = np.random.default_rng(seed)
-    return ns.Shard(list(users), [rng.integers(0, 256, (n, 784), dtype=np.uint8) for n in sizes],
-                    [rng.integers(0, 62, n).astype(np.int64) for n in sizes])
+    return ns.Shard(
+        list(users),
+        [rng.integers(0, 256, (n, 784), dtype=np.uint8) for n in sizes],
+        [rng.integers(0, 62, n).astype(np.int64) for n in sizes],
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -81,8 +85,9 @@ def test_class_hashes_are_cached_beside_the_data(fx, tmp_path, monkeypatch):
     np.testing.assert_array_equal(a.labels, b.labels)
 
 
-@pytest.mark.parametrize("code, label", [("30", 0), ("39", 9), ("41", 10), ("5a", 35), ("4A", 19), ("61", 36),
-                                         ("7a", 61)])
+@pytest.mark.parametrize(
+    "code, label", [("30", 0), ("39", 9), ("41", 10), ("5a", 35), ("4A", 19), ("61", 36), ("7a", 61)]
+)
 def test_relabel_class_as_leaf(code, label):
     assert ns.relabel_class(code) == label
 
@@ -100,9 +105,15 @@ def test_relabel_class_refuses_codes_that_are_no_character(code):
 def test_group_by_writer_repeats_the_first_image_of_every_later_writer_as_leaf_does():
     triples = [("a", "a1", 1), ("a", "a2", 2), ("b", "b1", 3), ("b", "b2", 4), ("c", "c1", 5)]
     assert list(ns.group_by_writer(triples)) == [
-        ("a", [("a1", 1), ("a2", 2)]), ("b", [("b1", 3), ("b1", 3), ("b2", 4)]), ("c", [("c1", 5), ("c1", 5)])]
+        ("a", [("a1", 1), ("a2", 2)]),
+        ("b", [("b1", 3), ("b1", 3), ("b2", 4)]),
+        ("c", [("c1", 5), ("c1", 5)]),
+    ]
     assert list(ns.group_by_writer(triples, duplicate_first=False)) == [
-        ("a", [("a1", 1), ("a2", 2)]), ("b", [("b1", 3), ("b2", 4)]), ("c", [("c1", 5)])]
+        ("a", [("a1", 1), ("a2", 2)]),
+        ("b", [("b1", 3), ("b2", 4)]),
+        ("c", [("c1", 5)]),
+    ]
     assert list(ns.group_by_writer([])) == []
 
 
@@ -144,8 +155,11 @@ def test_image_vector_refuses_a_non_nist_image():
 def test_write_shard_is_the_text_of_leafs_json_dump(tmp_path):
     s = _shard(["f0001_01", "w\u00e9", "empty"], [3, 2, 0])
     p = ns.write_shard(tmp_path / "s.json", s)
-    doc = {"users": s.users, "num_samples": s.num_samples,
-           "user_data": {u: {"x": (x / 255).tolist(), "y": y.tolist()} for u, x, y in zip(s.users, s.x, s.y)}}
+    doc = {
+        "users": s.users,
+        "num_samples": s.num_samples,
+        "user_data": {u: {"x": (x / 255).tolist(), "y": y.tolist()} for u, x, y in zip(s.users, s.x, s.y)},
+    }
     assert p.read_text(encoding="utf-8") == json.dumps(doc)
     back = ns.read_shard(p)
     assert back.users == s.users and all(np.array_equal(a, b) for a, b in zip(back.x, s.x))
@@ -171,8 +185,12 @@ def test_all_data_shards_have_leafs_schema_and_content(fx, monkeypatch):
         users += us
     assert users == list(dict.fromkeys(w for _, (w, _) in sorted(fx.truth.items())))  # hsf_0's, then hsf_1's
     marker = json.loads((shards[0].parent / ns.MARKER).read_text())
-    assert marker["counts"] == {"by_class_images": len(fx.truth) + 1, "by_write_images": len(fx.truth),
-                                "writers": len(fx.writers), "by_class_digests_without_by_write_twin": 1}
+    assert marker["counts"] == {
+        "by_class_images": len(fx.truth) + 1,
+        "by_write_images": len(fx.truth),
+        "writers": len(fx.writers),
+        "by_class_digests_without_by_write_twin": 1,
+    }
 
 
 def test_all_data_without_leafs_duplicate(fx):
@@ -215,8 +233,10 @@ def test_a_killed_build_leaves_no_complete_looking_output(fx, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _build(fx)
     out = fx.by_class.parent / "all_data"
-    assert not (out / ns.MARKER).exists() and sorted(p.name for p in out.iterdir()) == ["all_data_0.json",
-                                                                                       "all_data_1.json"]
+    assert not (out / ns.MARKER).exists() and sorted(p.name for p in out.iterdir()) == [
+        "all_data_0.json",
+        "all_data_1.json",
+    ]
     monkeypatch.setattr(ns, "write_shard", real)
     assert len(_build(fx)) == len(fx.writers) and (out / ns.MARKER).is_file()
 
@@ -268,9 +288,15 @@ def test_a_corrupt_member_is_a_data_error_naming_it(fx):
     _one_line(e, str(fx.by_write), info.filename)
 
 
-@pytest.mark.parametrize("name, why", [("../evil.png", "'..' component"), ("/etc/evil.png", "absolute path"),
-                                       ("by_write\\hsf_0\\x.png", "backslash"),
-                                       ("by_write/hsf_0/f1/d1/../../../../x.png", "'..' component")])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("../evil.png", "'..' component"),
+        ("/etc/evil.png", "absolute path"),
+        ("by_write\\hsf_0\\x.png", "backslash"),
+        ("by_write/hsf_0/f1/d1/../../../../x.png", "'..' component"),
+    ],
+)
 def test_unsafe_member_names_refuse_the_archive(tmp_path, name, why):
     fx = make_nist_zips(tmp_path / "d", extra_members=((name, b"x"),))
     with pytest.raises(DataError, match="refusing archive") as e:
@@ -280,7 +306,7 @@ def test_unsafe_member_names_refuse_the_archive(tmp_path, name, why):
 
 def test_a_symlink_member_refuses_the_archive(fx):
     info = zipfile.ZipInfo("by_write/hsf_0/f9000_00/d9000_00/link.png")
-    info.external_attr = (0o120777 << 16)
+    info.external_attr = 0o120777 << 16
     with zipfile.ZipFile(fx.by_write, "a") as zf:
         zf.writestr(info, "/etc/passwd")
     with pytest.raises(DataError, match="is a symlink") as e:
@@ -367,8 +393,10 @@ def test_split_by_sample_as_leaf():
 
 
 def test_split_by_user_partitions_the_writers(tmp_path):
-    files = [ns.write_shard(tmp_path / f"all_data_{k}.json", _shard([f"u{k}{j}" for j in range(4)], [2] * 4, k))
-             for k in range(3)]
+    files = [
+        ns.write_shard(tmp_path / f"all_data_{k}.json", _shard([f"u{k}{j}" for j in range(4)], [2] * 4, k))
+        for k in range(3)
+    ]
     dirs = {s: tmp_path / s for s in ("train", "test")}
     out = ns.split_by_user(files, random.Random(5), 0.75, dirs, "_niid_0")
     got = {s: [u for p in ps for u in ns.read_shard(p).users] for s, ps in out.items()}
@@ -393,8 +421,7 @@ def test_preprocess_is_deterministic_under_its_seeds_and_loads_with_leaf(fx, tmp
     opts = ns.LeafOptions(11, 12, sample="niid", fraction=0.7, min_samples=2)
     a = ns.preprocess(shards, tmp_path / "a", opts, QUIET)
     b = ns.preprocess(shards, tmp_path / "b", opts, QUIET)
-    c = ns.preprocess(shards, tmp_path / "c", ns.LeafOptions(13, 12, sample="niid", fraction=0.7, min_samples=2),
-                      QUIET)
+    c = ns.preprocess(shards, tmp_path / "c", ns.LeafOptions(13, 12, sample="niid", fraction=0.7, min_samples=2), QUIET)
     names = [p.name for p in a["train"]]
     assert names == ["all_data_0_niid_7_keep_2_train_9.json", "all_data_1_niid_7_keep_2_train_9.json"]
     assert [p.read_bytes() for p in a["train"] + a["test"]] == [p.read_bytes() for p in b["train"] + b["test"]]
@@ -425,16 +452,17 @@ def test_leaf_femnist_has_an_array_loader():
     assert "leaf_femnist" in LOADERS
 
 
-def test_adaped_partitions_built_end_to_end_from_nist_layout_zips(tmp_path):
+def test_adaped_partitions_built_end_to_end_from_nist_layout_zips(tmp_path, monkeypatch):
     """femnist_digits_m66 and _m30 as config/partitions.yaml defines them, from synthetic zips in NIST's layout
-    fetched through the real fetch layer (a mirror directory, ``--allow-unpinned`` as the catalog pins no sha256)
-    and the registered loader ``leaf_femnist`` (LEAF pipeline with ADAPED_FEMNIST)."""
+    fetched through the real fetch layer (a mirror directory; the zips pinned test-only, as NIST's content check
+    wants NIST's real counts) and the registered loader ``leaf_femnist`` (LEAF pipeline with ADAPED_FEMNIST)."""
     mirror = tmp_path / "mirror"
     # 240 writers, mostly digits, so that >= 198 keep a digit in both their train and test split
     fx = make_nist_zips(mirror / "leaf_femnist", n_writers=240, digits=12, upper=1, lower=1, const=0, shuffle=False)
     cfg = copy.deepcopy(load_global())
     cfg["data"] = {"dir": str(tmp_path / "data"), "mirror": str(mirror)}
-    fetch(cfg, "leaf_femnist", allow_unpinned=True, offline=True)
+    pin(monkeypatch, "leaf_femnist", mirror / "leaf_femnist")
+    fetch(cfg, "leaf_femnist", offline=True)
     specs = load_partitions(load_global())
     for name, n_clients in (("femnist_digits_m66", 66), ("femnist_digits_m30", 30)):
         ds = fedformat.load(prepare(cfg, name, specs[name], tmp_path / name), verify=True)

@@ -12,7 +12,6 @@ tf.train.Example encoder below is written from the protobuf encoding spec, indep
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import lzma
@@ -22,12 +21,11 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+from catalog_pins import pin  # noqa: F401  (the TFF tests import it from here)
 
 from fedrepro.config import validate_global
-from fedrepro.data import catalog
 from fedrepro.data import tff_emnist as em
 from fedrepro.data import tff_stackoverflow as so
-from fedrepro.data.sources import sha256_of
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
@@ -46,15 +44,6 @@ def mirror_cfg(tmp_path: Path, mirror: Path) -> dict:
             "papers": {"adaped": "config/adaped.yaml"},
         }
     )
-
-
-def pin(monkeypatch, ds_id: str, mirror_dir: Path) -> None:
-    """Pin the catalog entry's sha256 values to the fixture files in the mirror (the real values are upstream's).
-    A content check goes with the pin: it checks TFF's real sizes, which a small fixture never has (the checks are
-    tested on their own, tests/data/test_tff_releases.py)."""
-    ds = catalog.get_dataset(ds_id)
-    files = tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name), content_check=None) for f in ds.files)
-    monkeypatch.setitem(catalog.DATASETS, ds_id, dataclasses.replace(ds, files=files))
 
 
 def tar_bz2(path: Path, members: dict[str, Path | bytes]) -> Path:

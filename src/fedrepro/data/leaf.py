@@ -27,7 +27,8 @@ FEMNIST
       source is NIST Special Database 19 (``by_class.zip``, ``by_write.zip``), which LEAF's
       ``data/femnist/preprocess/get_data.sh`` downloads from NIST's host; the json shards are then produced by
       LEAF's preprocessing (``preprocess.sh``, with the sampling/splitting options of the experiment), which
-      fedrepro does not run. sha256 not pinned: NIST publishes no sha256 and no networked machine has fetched the
+      fedrepro reimplements step by step in :mod:`fedrepro.data.nist_sd19` (the ``leaf_femnist`` array loader).
+      sha256 not pinned: NIST publishes no sha256 and no networked machine has fetched the
       archives for fedrepro yet; they are verified by :func:`check_nist_by_class` / :func:`check_nist_by_write`
       (layout and counts NIST states) and the sha256 of the first fetch is recorded and printed for pinning.
 

@@ -1,0 +1,19 @@
+"""Test-only catalog pins: a fixture in a dataset's exact upstream layout is verified like the real file, against
+the sha256 of the fixture (the real values are upstream's and stay in the catalog)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from fedrepro.data import catalog
+from fedrepro.data.stamps import sha256_of
+
+
+def pin(monkeypatch, ds_id: str, mirror_dir: Path) -> None:
+    """Pin the catalog entry's sha256 values to the fixture files in the mirror (the real values are upstream's).
+    A content check goes with the pin: it checks the publisher's real sizes, which a small fixture never has (each
+    check is tested on its own)."""
+    ds = catalog.get_dataset(ds_id)
+    files = tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name), content_check=None) for f in ds.files)
+    monkeypatch.setitem(catalog.DATASETS, ds_id, dataclasses.replace(ds, files=files))
