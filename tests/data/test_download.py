@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fault_server import DRIVE_PAGE, FaultServer, fault_server  # noqa: F401 (fixture)
+from fault_server import DRIVE_PAGE, FaultServer
 
 from fedrepro.config import REPO_ROOT
 from fedrepro.data import catalog, download, sources
@@ -345,7 +345,7 @@ def test_acceptance_sf005_through_a_flaky_http_mirror(tmp_path):
     assert sum(1 for line in r.stdout.splitlines() if len(line.split()[0]) == 64) == len(ds.files)
     assert not list((d / SF005).rglob("*.part"))
     per_file = {}
-    for method, path, rng in server.log:
+    for _method, path, rng in server.log:
         per_file.setdefault(path, []).append(rng)
     assert len(per_file) == len(ds.files) and all(len(v) == 3 and v[2] for v in per_file.values())
 

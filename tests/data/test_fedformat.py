@@ -67,8 +67,19 @@ def test_round_trip_views_and_manifest(small, tmp_path):
     assert np.array_equal(ds.class_counts("train"), p.class_counts(ytr))
 
     m = json.loads((out / "manifest.json").read_text())
-    for key in ("format", "format_version", "fedrepro_version", "source", "partition", "n_clients", "n_classes",
-                "features", "index", "splits", "clients"):
+    for key in (
+        "format",
+        "format_version",
+        "fedrepro_version",
+        "source",
+        "partition",
+        "n_clients",
+        "n_classes",
+        "features",
+        "index",
+        "splits",
+        "clients",
+    ):
         assert key in m
     assert m["source"] == {"dataset": "synthetic", "files": {"train.bin": "0" * 64}}
     assert m["partition"]["scheme"] == "pathological" and m["partition"]["seed"] == 0
@@ -265,8 +276,11 @@ def test_plot_is_written_and_reproducible(small, tmp_path):
 
 
 def test_modules_are_import_light():
-    code = ("import sys, fedrepro.data.fedformat, fedrepro.data.plots, fedrepro.data.partition as P; [P.get_partitioner(s) for s in P.partitioners()]; "
-            "bad = [m for m in ('matplotlib', 'pyarrow', 'pandas') if m in sys.modules]; "
-            "assert not bad, bad; "
-            "from fedrepro.data.catalog import all_datasets; all_datasets()")  # the catalog imports them all
+    code = (
+        "import sys, fedrepro.data.fedformat, fedrepro.data.plots, fedrepro.data.partition as P; "
+        "[P.get_partitioner(s) for s in P.partitioners()]; "
+        "bad = [m for m in ('matplotlib', 'pyarrow', 'pandas') if m in sys.modules]; "
+        "assert not bad, bad; "
+        "from fedrepro.data.catalog import all_datasets; all_datasets()"
+    )  # the catalog imports them all
     subprocess.run([sys.executable, "-c", code], check=True)

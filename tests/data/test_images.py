@@ -25,19 +25,25 @@ HEX64 = set("0123456789abcdef")
 
 
 def _cfg(tmp_path: Path, mirror: Path | None) -> dict:
-    return validate_global({
-        "scale": "quick", "seeds": {"quick": [0], "paper": [0]}, "results_dir": str(tmp_path / "results"),
-        "figures_dir": str(tmp_path / "figures"), "logs_dir": str(tmp_path / "logs"),
-        "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror) if mirror else None},
-        "papers": {"adaped": "config/adaped.yaml"},
-    })
+    return validate_global(
+        {
+            "scale": "quick",
+            "seeds": {"quick": [0], "paper": [0]},
+            "results_dir": str(tmp_path / "results"),
+            "figures_dir": str(tmp_path / "figures"),
+            "logs_dir": str(tmp_path / "logs"),
+            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror) if mirror else None},
+            "papers": {"adaped": "config/adaped.yaml"},
+        }
+    )
 
 
 def _pin_to(monkeypatch, dataset_id: str, mirror_dir: Path) -> catalog.Dataset:
     """Replace the dataset's sha256 pins by those of the fixture files in ``mirror_dir`` (names/URLs unchanged)."""
     ds = catalog.get_dataset(dataset_id)
-    pinned = dataclasses.replace(ds, files=tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name))
-                                                 for f in ds.files))
+    pinned = dataclasses.replace(
+        ds, files=tuple(dataclasses.replace(f, sha256=sha256_of(mirror_dir / f.name)) for f in ds.files)
+    )
     monkeypatch.setitem(catalog.DATASETS, dataset_id, pinned)
     return pinned
 
@@ -72,18 +78,20 @@ def _idx_fixture(directory: Path, n_train: int = 5, n_test: int = 3) -> dict[str
 def test_idx_fixture_header_is_the_upstream_byte_layout(tmp_path):
     arrays = _idx_fixture(tmp_path)
     raw = gzip.decompress((tmp_path / mnist.TRAIN_IMAGES).read_bytes())
-    assert raw[:16] == bytes.fromhex("00000803" "00000005" "0000001c" "0000001c")
-    assert raw[16:16 + 28] == arrays[mnist.TRAIN_IMAGES][0, 0].tobytes()  # first row of the first image
+    assert raw[:16] == bytes.fromhex("00000803000000050000001c0000001c")
+    assert raw[16 : 16 + 28] == arrays[mnist.TRAIN_IMAGES][0, 0].tobytes()  # first row of the first image
     assert len(raw) == 16 + 5 * 784
     raw = gzip.decompress((tmp_path / mnist.TEST_LABELS).read_bytes())
-    assert raw[:8] == bytes.fromhex("00000801" "00000003") and len(raw) == 8 + 3
+    assert raw[:8] == bytes.fromhex("0000080100000003") and len(raw) == 8 + 3
 
 
 def test_idx_parsed_back_exactly(tmp_path):
     arrays = _idx_fixture(tmp_path)
     data = mnist.load_idx_dir(tmp_path)
-    for split, (im, lb) in {"train": (mnist.TRAIN_IMAGES, mnist.TRAIN_LABELS),
-                            "test": (mnist.TEST_IMAGES, mnist.TEST_LABELS)}.items():
+    for split, (im, lb) in {
+        "train": (mnist.TRAIN_IMAGES, mnist.TRAIN_LABELS),
+        "test": (mnist.TEST_IMAGES, mnist.TEST_LABELS),
+    }.items():
         assert data[split].images.dtype == np.uint8 and data[split].labels.dtype == np.int64
         np.testing.assert_array_equal(data[split].images, arrays[im])
         np.testing.assert_array_equal(data[split].labels, arrays[lb].astype(np.int64))
@@ -246,14 +254,17 @@ def _evil(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tuple
     return info, data
 
 
-@pytest.mark.parametrize("member, why", [
-    (("../evil", tarfile.REGTYPE, ""), "'..' component"),
-    (("cifar-10-batches-bin/../../evil", tarfile.REGTYPE, ""), "'..' component"),
-    (("/tmp/fedrepro-abs-evil", tarfile.REGTYPE, ""), "absolute path"),
-    ((cifar.CIFAR10_TEST, tarfile.SYMTYPE, "/etc/passwd"), "symlink"),
-    ((cifar.CIFAR10_TEST, tarfile.LNKTYPE, "cifar-10-batches-bin/data_batch_1.bin"), "hardlink"),
-    (("cifar-10-batches-bin/link", tarfile.SYMTYPE, "../../outside"), "symlink"),
-])
+@pytest.mark.parametrize(
+    "member, why",
+    [
+        (("../evil", tarfile.REGTYPE, ""), "'..' component"),
+        (("cifar-10-batches-bin/../../evil", tarfile.REGTYPE, ""), "'..' component"),
+        (("/tmp/fedrepro-abs-evil", tarfile.REGTYPE, ""), "absolute path"),
+        ((cifar.CIFAR10_TEST, tarfile.SYMTYPE, "/etc/passwd"), "symlink"),
+        ((cifar.CIFAR10_TEST, tarfile.LNKTYPE, "cifar-10-batches-bin/data_batch_1.bin"), "hardlink"),
+        (("cifar-10-batches-bin/link", tarfile.SYMTYPE, "../../outside"), "symlink"),
+    ],
+)
 def test_cifar_tar_path_traversal_and_links_refused(tmp_path, member, why):
     members, _ = _cifar10_members()
     name, kind, link = member
@@ -283,8 +294,9 @@ def test_cifar_extracts_only_expected_members_never_through_tar_extract(tmp_path
     out = tmp_path / "out"
     got = cifar.extract_members(archive, out, [cifar.CIFAR10_TEST])
     assert list(got) == [cifar.CIFAR10_TEST] and got[cifar.CIFAR10_TEST].read_bytes() == members[cifar.CIFAR10_TEST]
-    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
-                  and not p.name.startswith(".extracted-")) == [cifar.CIFAR10_TEST]
+    assert sorted(
+        p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and not p.name.startswith(".extracted-")
+    ) == [cifar.CIFAR10_TEST]
     with pytest.raises(DataError, match="lacks expected member.*'cifar-10-batches-bin/nope.bin'"):
         cifar.extract_members(archive, out, [f"{cifar.CIFAR10_DIR}/nope.bin"])
 
@@ -359,14 +371,24 @@ def test_missing_file_message_names_file_sha_url_and_paths(tmp_path, monkeypatch
     with pytest.raises(DataError) as err:
         fetch(cfg, dataset_id, offline=True)
     msg = str(err.value)
-    for part in (f.name, f.sha256, f.url, str(Path(cfg["data"]["dir"]) / dataset_id / f.name),
-                 str(mirror / dataset_id / f.name), str(mirror / f.name)):
+    for part in (
+        f.name,
+        f.sha256,
+        f.url,
+        str(Path(cfg["data"]["dir"]) / dataset_id / f.name),
+        str(mirror / dataset_id / f.name),
+        str(mirror / f.name),
+    ):
         assert part in msg
 
 
 def test_catalog_entries_are_pinned_https_and_named_upstream():
-    expect = {"mnist": list(mnist.FILE_NAMES), "fashion_mnist": list(mnist.FILE_NAMES),
-              "cifar10": ["cifar-10-binary.tar.gz"], "cifar100": ["cifar-100-binary.tar.gz"]}
+    expect = {
+        "mnist": list(mnist.FILE_NAMES),
+        "fashion_mnist": list(mnist.FILE_NAMES),
+        "cifar10": ["cifar-10-binary.tar.gz"],
+        "cifar100": ["cifar-100-binary.tar.gz"],
+    }
     for dataset_id, names in expect.items():
         ds = catalog.get_dataset(dataset_id)
         assert [f.name for f in ds.files] == names
@@ -408,8 +430,9 @@ def test_fashion_mnist_from_debian_package(tmp_path):
     for f, p in zip(catalog.get_dataset("fashion_mnist").files, dataset_files(cfg, "fashion_mnist")):
         assert sha256_of(p) == f.sha256
         assert gzip.decompress(p.read_bytes()) == gzip.decompress((src / f.name).read_bytes())
-    np.testing.assert_array_equal(mnist.load_fashion_mnist(dataset_files(cfg, "fashion_mnist"))["test"].images,
-                                  data["test"].images)
+    np.testing.assert_array_equal(
+        mnist.load_fashion_mnist(dataset_files(cfg, "fashion_mnist"))["test"].images, data["test"].images
+    )
 
 
 def test_pointing_the_mirror_straight_at_debian_files_fails_the_checksum(tmp_path):
@@ -481,12 +504,15 @@ def test_no_pickle(module):
         elif isinstance(node, ast.Name):
             assert node.id not in PICKLE_FAMILY
         elif isinstance(node, ast.Attribute):
-            assert node.attr not in {"load", "loads"} or not isinstance(node.value, ast.Name) or \
-                node.value.id in ("json",), f"{module.__name__}: {ast.unparse(node)}"
+            assert (
+                node.attr not in {"load", "loads"} or not isinstance(node.value, ast.Name) or node.value.id in ("json",)
+            ), f"{module.__name__}: {ast.unparse(node)}"
     assert not PICKLE_FAMILY & set(vars(module))
 
 
-@pytest.mark.skipif(mnist.debian_fashion_mnist_dir() is None, reason="Debian package dataset-fashion-mnist not installed")
+@pytest.mark.skipif(
+    mnist.debian_fashion_mnist_dir() is None, reason="Debian package dataset-fashion-mnist not installed"
+)
 def test_debian_provider_makes_fashion_mnist_available_and_verified(tmp_path):
     cfg = _cfg(tmp_path, None)
     assert is_available(cfg, "fashion_mnist")

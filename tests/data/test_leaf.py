@@ -24,12 +24,17 @@ RNG = np.random.default_rng(7)
 
 
 def _cfg(tmp_path: Path, mirror: Path | None) -> dict:
-    return validate_global({
-        "scale": "quick", "seeds": {"quick": [0], "paper": [0]}, "results_dir": str(tmp_path / "results"),
-        "figures_dir": str(tmp_path / "figures"), "logs_dir": str(tmp_path / "logs"),
-        "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror) if mirror else None},
-        "papers": {"adaped": "config/adaped.yaml"},
-    })
+    return validate_global(
+        {
+            "scale": "quick",
+            "seeds": {"quick": [0], "paper": [0]},
+            "results_dir": str(tmp_path / "results"),
+            "figures_dir": str(tmp_path / "figures"),
+            "logs_dir": str(tmp_path / "logs"),
+            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror) if mirror else None},
+            "papers": {"adaped": "config/adaped.yaml"},
+        }
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -92,17 +97,20 @@ def test_femnist_fixture_parsed_back_exactly(tmp_path):
     assert np.array_equal(np.round(data["train"].x * 255), np.round(data["train"].x.astype(np.float64) * 255))
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (lambda d: d.pop("num_samples"), "missing key"),
-    (lambda d: d["num_samples"].__setitem__(0, 99), "num_samples says 99"),
-    (lambda d: d["user_data"]["f0200_21"]["x"][0].pop(), "image 0 has 783 values, expected 784"),
-    (lambda d: d["user_data"]["f0200_21"]["y"].__setitem__(0, 62), "labels outside 0..61"),
-    (lambda d: d["user_data"]["f0200_21"]["x"][1].__setitem__(0, 1.5), r"outside \[0, 1\]"),
-    (lambda d: d["user_data"].pop("f0200_21"), "no user_data"),
-    (lambda d: d["user_data"]["f0200_21"]["y"].pop(), "4 x but 3 y"),
-    (lambda d: d["user_data"]["f0200_21"]["y"].__setitem__(1, 3.5), "not all integers"),
-    (lambda d: d["user_data"]["f0200_21"]["x"][1].__setitem__(5, None), "not finite"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda d: d.pop("num_samples"), "missing key"),
+        (lambda d: d["num_samples"].__setitem__(0, 99), "num_samples says 99"),
+        (lambda d: d["user_data"]["f0200_21"]["x"][0].pop(), "image 0 has 783 values, expected 784"),
+        (lambda d: d["user_data"]["f0200_21"]["y"].__setitem__(0, 62), "labels outside 0..61"),
+        (lambda d: d["user_data"]["f0200_21"]["x"][1].__setitem__(0, 1.5), r"outside \[0, 1\]"),
+        (lambda d: d["user_data"].pop("f0200_21"), "no user_data"),
+        (lambda d: d["user_data"]["f0200_21"]["y"].pop(), "4 x but 3 y"),
+        (lambda d: d["user_data"]["f0200_21"]["y"].__setitem__(1, 3.5), "not all integers"),
+        (lambda d: d["user_data"]["f0200_21"]["x"][1].__setitem__(5, None), "not finite"),
+    ],
+)
 def test_femnist_schema_errors_name_the_file(tmp_path, mutate, match):
     _femnist_fixture(tmp_path)
     path = tmp_path / "train/all_data_2_niid_05_keep_0_train_9.json"
@@ -176,8 +184,14 @@ def test_femnist_missing_file_names_file_sha_url_and_paths(tmp_path):
     with pytest.raises(DataError) as err:
         fetch(cfg, DS, offline=True)
     msg = str(err.value)
-    for part in (f.name, f.sha256, f.url, str(Path(cfg["data"]["dir"]) / DS / f.name), str(mirror / DS / f.name),
-                 str(mirror / f.name)):
+    for part in (
+        f.name,
+        f.sha256,
+        f.url,
+        str(Path(cfg["data"]["dir"]) / DS / f.name),
+        str(mirror / DS / f.name),
+        str(mirror / f.name),
+    ):
         assert part in msg
 
 
@@ -188,8 +202,10 @@ def test_catalog_leaf_entries():
     assert {f.name.split("/")[0] for f in sample.files} == {"train", "test"}
     assert not sample.files[0].url.startswith("https://")  # not downloadable: fetch never tries a URL
     full = catalog.get_dataset("leaf_femnist")
-    assert [f.url for f in full.files] == ["https://s3.amazonaws.com/nist-srd/SD19/by_class.zip",
-                                           "https://s3.amazonaws.com/nist-srd/SD19/by_write.zip"]
+    assert [f.url for f in full.files] == [
+        "https://s3.amazonaws.com/nist-srd/SD19/by_class.zip",
+        "https://s3.amazonaws.com/nist-srd/SD19/by_write.zip",
+    ]
     assert all(f.sha256 is None for f in full.files)
     reddit = catalog.get_dataset("reddit")
     assert [f.name for f in reddit.files] == ["reddit_subsampled.zip"]
@@ -244,14 +260,16 @@ def _create_seqs(comment: str, meta: dict) -> tuple[list[list[str]], dict]:
         return seq + [fill] * (-len(seq) % 10)
 
     c, t, counts = pad(c, "<PAD>"), pad(t, "<PAD>"), pad(counts, 0.0)
-    cut = lambda s: [s[i:i + 10] for i in range(0, len(s), 10)]  # noqa: E731
+    cut = lambda s: [s[i : i + 10] for i in range(0, len(s), 10)]  # noqa: E731
     return cut(c), dict(meta, target_tokens=cut(t), count_tokens=cut(counts))
 
 
 REDDIT_USERS = {
-    "1": [("i like this game a lot", "gaming", 1512086400, 3),
-          ("<url> is where the patch notes are , read them before you post again please", "gaming", 1512090000, 1),
-          ("ok", "AskReddit", 1512100000, -2)],
+    "1": [
+        ("i like this game a lot", "gaming", 1512086400, 3),
+        ("<url> is where the patch notes are , read them before you post again please", "gaming", 1512090000, 1),
+        ("ok", "AskReddit", 1512100000, -2),
+    ],
     "2": [("what a time to be alive", "AskReddit", 1512200000, 12)],
 }
 
@@ -260,11 +278,14 @@ def _reddit_zip(path: Path, members=None) -> dict:
     truth = {}
     docs = {}
     for split in ("train", "val", "test"):
-        doc = {"users": list(REDDIT_USERS), "num_samples": [len(c) + 2 for c in REDDIT_USERS.values()],
-               "user_data": {}}
+        doc = {"users": list(REDDIT_USERS), "num_samples": [len(c) + 2 for c in REDDIT_USERS.values()], "user_data": {}}
         for u, comments in REDDIT_USERS.items():
-            xs, ys = zip(*(_create_seqs(text, {"subreddit": sub, "created_utc": t, "score": sc})
-                           for text, sub, t, sc in comments))
+            xs, ys = zip(
+                *(
+                    _create_seqs(text, {"subreddit": sub, "created_utc": t, "score": sc})
+                    for text, sub, t, sc in comments
+                )
+            )
             doc["user_data"][u] = {"x": list(xs), "y": list(ys)}
             truth[(split, u)] = (list(xs), list(ys))
         docs[f"new_small_data/{split}_data.json"] = json.dumps(doc)
@@ -306,8 +327,11 @@ def test_reddit_errors(tmp_path):
     with pytest.raises(DataError, match="not a zip archive"):
         leaf.load_reddit(path)
     bad = tmp_path / "train_data.json"
-    doc = {"users": ["1"], "num_samples": [1], "user_data": {"1": {"x": [[["a"] * 9]], "y": [
-        {"target_tokens": [["a"] * 9], "count_tokens": [[1.0] * 9]}]}}}
+    doc = {
+        "users": ["1"],
+        "num_samples": [1],
+        "user_data": {"1": {"x": [[["a"] * 9]], "y": [{"target_tokens": [["a"] * 9], "count_tokens": [[1.0] * 9]}]}},
+    }
     bad.write_text(json.dumps(doc))
     with pytest.raises(DataError, match="10-token sequences") as err:
         leaf.read_reddit_json(bad)
@@ -330,8 +354,13 @@ def test_reddit_through_the_mirror(tmp_path, monkeypatch):
         fetch(cfg, "reddit", offline=True)
     (mirror / "reddit_subsampled.zip").write_bytes(good)
     ds = catalog.get_dataset("reddit")
-    monkeypatch.setitem(catalog.DATASETS, "reddit", dataclasses.replace(ds, files=(
-        dataclasses.replace(ds.files[0], sha256=sha256_of(mirror / "reddit_subsampled.zip")),)))
+    monkeypatch.setitem(
+        catalog.DATASETS,
+        "reddit",
+        dataclasses.replace(
+            ds, files=(dataclasses.replace(ds.files[0], sha256=sha256_of(mirror / "reddit_subsampled.zip")),)
+        ),
+    )
     fetch(cfg, "reddit", offline=True)
     data = leaf.load_reddit(dataset_files(cfg, "reddit")[0])
     assert data["test"].data["2"].inputs.tolist() == truth[("test", "2")][0][0]

@@ -55,6 +55,7 @@ def class_sets(p: Partition, labels, split="train"):
 
 # ------------------------------------------------------------------------------------------- all schemes
 
+
 def _run(name, mnist, writers, seed):
     if name in ("writer_groups", "natural"):
         tr, te = writers
@@ -99,11 +100,12 @@ def test_csr_offsets_match_indices(mnist):
     p = partition("dirichlet", *mnist, seed=0, n_clients=20, alpha=0.5)
     order, off = p.offsets("train")
     for c in (0, 7, 19):
-        assert np.array_equal(order[off[c]:off[c + 1]], p.indices(c))
+        assert np.array_equal(order[off[c] : off[c + 1]], p.indices(c))
     assert off[-1] == (p.train_client >= 0).sum()
 
 
 # ----------------------------------------------------------------------------------------- pathological
+
 
 @pytest.mark.parametrize("ds,m,k", [("mnist", 50, 3), ("cifar10", 50, 4), ("cifar10", 30, 4)])
 def test_pathological_k_classes_per_client(request, ds, m, k):
@@ -156,6 +158,7 @@ def test_pathological_uneven_slots_still_use_every_class():
 
 # ----------------------------------------------------------------------------------------- writer groups
 
+
 def test_writer_groups_three_writers_per_client(writers):
     tr, te = writers
     p = partition("writer_groups", tr, te, seed=0, n_writers=198, writers_per_client=3)
@@ -185,6 +188,7 @@ def test_writer_groups_digits_only_and_errors(writers):
 
 
 # ----------------------------------------------------------------------------------------------- FedHDP
+
 
 def test_fedhdp_noniid_single_digit_clients(mnist):
     tr, te = mnist
@@ -228,6 +232,7 @@ def test_fedhdp_assignment_options(mnist):
 
 # ---------------------------------------------------------------------------------------------- natural
 
+
 def test_natural_one_client_per_user(writers):
     tr, te = writers
     p = partition("natural", tr, te)
@@ -259,6 +264,7 @@ def test_natural_filters(writers):
 
 # -------------------------------------------------------------------------------------------- Dirichlet
 
+
 def _mean_tv_to_global(p, labels):
     cc = p.class_counts(labels).astype(float)
     cc = cc[cc.sum(1) > 0]
@@ -270,8 +276,10 @@ def _mean_tv_to_global(p, labels):
 @pytest.mark.parametrize("variant", ["hsu", "per_class"])
 def test_dirichlet_alpha_controls_heterogeneity(mnist, variant):
     tr, te = mnist
-    tv = {a: _mean_tv_to_global(partition("dirichlet", tr, te, seed=0, n_clients=50, alpha=a, variant=variant), tr)
-          for a in (0.05, 1.0, 100.0, float("inf"))}
+    tv = {
+        a: _mean_tv_to_global(partition("dirichlet", tr, te, seed=0, n_clients=50, alpha=a, variant=variant), tr)
+        for a in (0.05, 1.0, 100.0, float("inf"))
+    }
     assert tv[0.05] > tv[1.0] > tv[100.0] >= tv[float("inf")] - 0.02
     assert tv[float("inf")] < 0.06 and tv[0.05] > 0.6  # IID vs concentrated
     p = partition("dirichlet", tr, te, seed=0, n_clients=50, alpha=0.05, variant=variant)

@@ -26,9 +26,14 @@ def test_repository_partitions_are_valid():
     assert {"femnist_sample_writers3", "fashion_mnist_pathological_m50"} <= set(specs)
 
 
-@pytest.mark.parametrize("key, value, msg", [("dataset", "nope", "partitions.p.dataset: unknown dataset 'nope'"),
-                                             ("scheme", "nope", "partitions.p.scheme: unknown scheme 'nope'"),
-                                             ("seed", -1, "partitions.p.seed")])
+@pytest.mark.parametrize(
+    "key, value, msg",
+    [
+        ("dataset", "nope", "partitions.p.dataset: unknown dataset 'nope'"),
+        ("scheme", "nope", "partitions.p.scheme: unknown scheme 'nope'"),
+        ("seed", -1, "partitions.p.seed"),
+    ],
+)
 def test_bad_partition_spec_names_the_key(tmp_path, key, value, msg):
     spec = {"dataset": "digits", "scheme": "dirichlet", "seed": 0, "description": "x"}
     spec[key] = value
@@ -41,8 +46,13 @@ def test_bad_partition_spec_names_the_key(tmp_path, key, value, msg):
 def test_bundled_digits_partitioned_deterministically(tmp_path):
     cfg = _cfg(tmp_path)
     fetch(cfg, "digits", offline=True)
-    spec = {"dataset": "digits", "scheme": "dirichlet", "params": {"n_clients": 5, "alpha": 0.5}, "seed": 3,
-            "description": "t"}
+    spec = {
+        "dataset": "digits",
+        "scheme": "dirichlet",
+        "params": {"n_clients": 5, "alpha": 0.5},
+        "seed": 3,
+        "description": "t",
+    }
     a, b = (fedformat.load(prepare(cfg, "d", spec, tmp_path / n)) for n in ("a", "b"))
     assert a.n_clients == 5 and a.features.shape[1:] == (8, 8) and 1790 <= a.features.shape[0] <= 1797
     np.testing.assert_array_equal(a.client_id, b.client_id)

@@ -23,9 +23,19 @@ import pytest
 h5py = pytest.importorskip("h5py")
 
 from tff_fixtures import (  # noqa: E402
-    COLS, EMNIST_CLIENTS, SO_DATA, _emnist_arrays, _pb_ld, _write_emnist_h5, _write_so_h5, _write_so_sqlite,
-    encode_example, mirror_cfg as _cfg, pin as _pin, tar_bz2 as _tar_bz2,
+    COLS,
+    EMNIST_CLIENTS,
+    SO_DATA,
+    _emnist_arrays,
+    _pb_ld,
+    _write_emnist_h5,
+    _write_so_h5,
+    _write_so_sqlite,
+    encode_example,
 )
+from tff_fixtures import mirror_cfg as _cfg  # noqa: E402
+from tff_fixtures import pin as _pin  # noqa: E402
+from tff_fixtures import tar_bz2 as _tar_bz2  # noqa: E402
 
 from fedrepro.data import catalog  # noqa: E402
 from fedrepro.data import tff_emnist as em  # noqa: E402
@@ -34,22 +44,25 @@ from fedrepro.data.archive import decompress_file, extract_members  # noqa: E402
 from fedrepro.data.sources import dataset_files, fetch  # noqa: E402
 from fedrepro.errors import DataError  # noqa: E402
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # catalog
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def test_catalog_entries_and_published_checksums():
     ds = catalog.all_datasets()
     expect = {
-        "tff_emnist_digits": {"fed_emnist_digitsonly.tar.bz2":
-                              "55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b"},
+        "tff_emnist_digits": {
+            "fed_emnist_digitsonly.tar.bz2": "55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b"
+        },
         "tff_emnist": {"fed_emnist.tar.bz2": "fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0"},
-        "tff_stackoverflow": {"stackoverflow.tar.bz2":
-                              "99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2"},
+        "tff_stackoverflow": {
+            "stackoverflow.tar.bz2": "99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2"
+        },
         "tff_stackoverflow_counts": {
             "stackoverflow.word_count.tar.bz2": "1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
-            "stackoverflow.tag_count.tar.bz2": "6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d"},
+            "stackoverflow.tag_count.tar.bz2": "6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d",
+        },
         "tff_stackoverflow_sqlite": {"stackoverflow.sqlite.lzma": None},  # checked by content (test_tff_releases.py)
         "tff_emnist_sqlite": {"emnist_all.sqlite.lzma": None},
     }
@@ -58,13 +71,14 @@ def test_catalog_entries_and_published_checksums():
         assert got == files, ds_id
         for f in ds[ds_id].files:
             assert f.url == "https://storage.googleapis.com/tff-datasets-public/" + f.name
-    assert em.UPSTREAM_SIZES == {"tff_emnist_digits": (3383, 341_873, 40_832),
-                                 "tff_emnist": (3400, 671_585, 77_483)}
+    assert em.UPSTREAM_SIZES == {"tff_emnist_digits": (3383, 341_873, 40_832), "tff_emnist": (3400, 671_585, 77_483)}
 
 
 def test_source_modules_keep_h5py_and_protobuf_out_of_import():
-    code = ("import sys; from fedrepro.data import catalog; catalog.all_datasets(); "
-            "print(int('h5py' in sys.modules), int('scipy.sparse' in sys.modules), int('google.protobuf' in sys.modules))")
+    code = (
+        "import sys; from fedrepro.data import catalog; catalog.all_datasets(); "
+        "print(int('h5py' in sys.modules), int('scipy.sparse' in sys.modules), int('google.protobuf' in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "0", "0"]
 
@@ -72,6 +86,7 @@ def test_source_modules_keep_h5py_and_protobuf_out_of_import():
 # ---------------------------------------------------------------------------------------------------------------
 # EMNIST through the mirror
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def test_emnist_through_the_mirror_reads_back_exactly(emnist_mirror, monkeypatch):
     cfg, mdir, arrays = emnist_mirror
@@ -103,7 +118,10 @@ def test_emnist_through_the_mirror_reads_back_exactly(emnist_mirror, monkeypatch
     em.open_split(files, "train").close()
     assert h5.stat().st_mtime_ns == stamp
     assert sorted(p.name for p in data.iterdir() if not p.name.startswith(".")) == [
-        "fed_emnist_digitsonly.tar.bz2", "fed_emnist_digitsonly_test.h5", "fed_emnist_digitsonly_train.h5"]
+        "fed_emnist_digitsonly.tar.bz2",
+        "fed_emnist_digitsonly_test.h5",
+        "fed_emnist_digitsonly_train.h5",
+    ]
 
 
 def test_emnist_corrupted_byte_is_an_error(emnist_mirror, monkeypatch):
@@ -126,8 +144,14 @@ def test_emnist_missing_names_file_sha_url_and_searched_paths(tmp_path):
         fetch(cfg, em.FULL_ID, offline=True)
     msg = str(err.value)
     f = catalog.get_dataset(em.FULL_ID).files[0]
-    for part in (f.name, f.sha256, f.url, str(mirror / em.FULL_ID / f.name), str(mirror / f.name),
-                 str(tmp_path / "data" / em.FULL_ID / f.name)):
+    for part in (
+        f.name,
+        f.sha256,
+        f.url,
+        str(mirror / em.FULL_ID / f.name),
+        str(mirror / f.name),
+        str(tmp_path / "data" / em.FULL_ID / f.name),
+    ):
         assert part in msg
 
 
@@ -144,10 +168,13 @@ def test_emnist_reads_one_client_without_touching_the_others(tmp_path):
                 g.create_dataset("pixels", data=good)
                 g.create_dataset("label", data=np.array([1, 61, 7], dtype=np.int32))
             else:
-                g.create_dataset("pixels", shape=(n, 28, 28), dtype="f4",
-                                 external=[(str(tmp_path / "absent.bin"), 0, n * 28 * 28 * 4)])
-                g.create_dataset("label", shape=(n,), dtype="i4",
-                                 external=[(str(tmp_path / "absent2.bin"), 0, n * 4)])
+                g.create_dataset(
+                    "pixels",
+                    shape=(n, 28, 28),
+                    dtype="f4",
+                    external=[(str(tmp_path / "absent.bin"), 0, n * 28 * 28 * 4)],
+                )
+                g.create_dataset("label", shape=(n,), dtype="i4", external=[(str(tmp_path / "absent2.bin"), 0, n * 4)])
     with em.EmnistH5(path, num_classes=62) as h5:
         assert len(h5.client_ids) == 50  # listing reads the group index only
         assert [h5.num_examples(c) for c in h5.client_ids[:4]] == [2, 3, 4, 2]  # shapes only
@@ -186,14 +213,19 @@ def test_emnist_rejects_wrong_layout(tmp_path):
 # guarded extraction
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def _evil_tar(path: Path, kind: str) -> None:
     with tarfile.open(path, "w:bz2") as tar:
         ok = tarfile.TarInfo("good.h5")
         ok.size = 3
         tar.addfile(ok, io.BytesIO(b"abc"))
         if kind in ("dotdot", "absolute", "nested_dotdot", "backslash"):
-            name = {"dotdot": "../evil.h5", "absolute": "/tmp/evil.h5", "nested_dotdot": "a/../../evil.h5",
-                    "backslash": "..\\evil.h5"}[kind]
+            name = {
+                "dotdot": "../evil.h5",
+                "absolute": "/tmp/evil.h5",
+                "nested_dotdot": "a/../../evil.h5",
+                "backslash": "..\\evil.h5",
+            }[kind]
             info = tarfile.TarInfo(name)
             info.size = 4
             tar.addfile(info, io.BytesIO(b"evil"))
@@ -208,8 +240,9 @@ def _evil_tar(path: Path, kind: str) -> None:
             tar.addfile(info)
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "absolute", "nested_dotdot", "backslash", "symlink", "hardlink",
-                                  "directory", "missing"])
+@pytest.mark.parametrize(
+    "kind", ["dotdot", "absolute", "nested_dotdot", "backslash", "symlink", "hardlink", "directory", "missing"]
+)
 def test_archive_refuses_unsafe_or_unexpected_members(tmp_path, kind):
     arc = tmp_path / "a.tar.bz2"
     _evil_tar(arc, "missing" if kind == "missing" else kind)
@@ -298,8 +331,7 @@ def test_stackoverflow_h5_and_sqlite_through_the_mirror(so_mirror, monkeypatch):
     assert isinstance(so.open_split(h5_files, "test"), so.StackOverflowH5)
     assert isinstance(so.open_split(sql_files, "test"), so.StackOverflowSqlite)
     counts = dataset_files(cfg, so.COUNTS_ID)
-    assert list(so.load_word_counts(counts).items()) == [("the", 10), ("python", 8), ("to", 7), ("list", 5),
-                                                          (".", 4)]
+    assert list(so.load_word_counts(counts).items()) == [("the", 10), ("python", 8), ("to", 7), ("list", 5), (".", 4)]
     assert list(so.load_word_counts(counts, vocab_size=2)) == ["the", "python"]
     # sorted by decreasing count; the tie java/c++ keeps the file's order (a stable sort, as TFF)
     assert list(so.load_tag_counts(counts).items()) == [("python", 5), ("java", 3), ("c++", 3), ("sql", 1)]
@@ -340,20 +372,28 @@ def _so_row(client: str = "00000099", split: str = "test") -> dict:
 _TWO_TAGS = _pb_ld(1, _pb_ld(1, _pb_ld(1, b"tags") + _pb_ld(2, _pb_ld(1, _pb_ld(1, b"a") + _pb_ld(1, b"b")))))
 
 
-@pytest.mark.parametrize("record, match", [
-    (encode_example({k: v for k, v in _so_row().items() if k != "score"}), "'score': expected exactly one value, got none"),
-    # a second Example.features is merged into the first (protobuf semantics): tags gets two values
-    (encode_example({k: v for k, v in _so_row().items() if k != "tags"}) + _TWO_TAGS, "'tags'.* got 2"),
-    (encode_example({**_so_row(), "score": b"3"}), "'score': expected an int64_list"),
-    (encode_example({**_so_row(), "tokens": 5}), "'tokens': expected a bytes_list"),
-    (encode_example({**_so_row(), "title": b"caf\xe9"}), "'title': .* is not UTF-8"),
-    (b"\x0b", "not a valid tf.train.Example"),
-])
+@pytest.mark.parametrize(
+    "record, match",
+    [
+        (
+            encode_example({k: v for k, v in _so_row().items() if k != "score"}),
+            "'score': expected exactly one value, got none",
+        ),
+        # a second Example.features is merged into the first (protobuf semantics): tags gets two values
+        (encode_example({k: v for k, v in _so_row().items() if k != "tags"}) + _TWO_TAGS, "'tags'.* got 2"),
+        (encode_example({**_so_row(), "score": b"3"}), "'score': expected an int64_list"),
+        (encode_example({**_so_row(), "tokens": 5}), "'tokens': expected a bytes_list"),
+        (encode_example({**_so_row(), "title": b"caf\xe9"}), "'title': .* is not UTF-8"),
+        (b"\x0b", "not a valid tf.train.Example"),
+    ],
+)
 def test_stackoverflow_sqlite_refuses_examples_outside_tffs_parse_spec(tmp_path, record, match):
     path = _write_so_sqlite(tmp_path / so.SQLITE_FILE)
     with sqlite3.connect(path) as con:
-        con.execute("UPDATE examples SET serialized_example_proto = ? WHERE client_id = ? AND split_name = ?",
-                    (record, "00000099", "test"))
+        con.execute(
+            "UPDATE examples SET serialized_example_proto = ? WHERE client_id = ? AND split_name = ?",
+            (record, "00000099", "test"),
+        )
     with so.open_split(path, "test") as test:
         assert test.client("00000017").tokens == ["python to"]  # the other rows still read
         with pytest.raises(DataError, match=f"client '00000099': bad tf.train.Example: .*{match}"):

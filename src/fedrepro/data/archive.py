@@ -29,8 +29,8 @@ import lzma
 import os
 import tarfile
 import zlib
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
-from typing import Iterable
 
 from fedrepro.errors import DataError
 
@@ -114,14 +114,20 @@ def _write_atomically(src, target: Path) -> int:
 
 def _marker_state(archive: Path, outputs: dict[str, Path]) -> dict:
     st = archive.stat()
-    return {"archive": archive.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "members": {n: (p.stat().st_size if p.is_file() and not p.is_symlink() else None)
-                        for n, p in outputs.items()}}
+    return {
+        "archive": archive.name,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "members": {n: (p.stat().st_size if p.is_file() and not p.is_symlink() else None) for n, p in outputs.items()},
+    }
 
 
 def _up_to_date(marker: Path, archive: Path, outputs: dict[str, Path]) -> bool:
-    if not archive.is_file() or not marker.is_file() or not all(
-            p.is_file() and not p.is_symlink() for p in outputs.values()):
+    if (
+        not archive.is_file()
+        or not marker.is_file()
+        or not all(p.is_file() and not p.is_symlink() for p in outputs.values())
+    ):
         return False
     try:
         return json.loads(marker.read_text()) == _marker_state(archive, outputs)
@@ -156,8 +162,9 @@ def extract_members(archive: str | Path, dest: str | Path, members: Iterable[str
     try:
         tar = tarfile.open(archive, mode="r:*")
     except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, zlib.error) as exc:  # EOFError: cut short
-        raise DataError(f"{archive}: cannot open as a tar archive ({exc}): corrupt or truncated; delete it and fetch "
-                        "it again") from None
+        raise DataError(
+            f"{archive}: cannot open as a tar archive ({exc}): corrupt or truncated; delete it and fetch it again"
+        ) from None
     done: set[str] = set()
     try:
         with tar:
@@ -185,16 +192,19 @@ def extract_members(archive: str | Path, dest: str | Path, members: Iterable[str
         raise DataError(f"{archive}: corrupt or truncated archive ({exc}); delete it and fetch it again") from None
     missing = [n for n in wanted if n not in done]
     if missing:
-        raise DataError(f"archive {archive} lacks expected member(s) {', '.join(map(repr, missing))}: "
-                        "not the upstream file?")
+        raise DataError(
+            f"archive {archive} lacks expected member(s) {', '.join(map(repr, missing))}: not the upstream file?"
+        )
     _write_marker(marker, archive, outputs)
     return outputs
 
 
-_OPENERS = {"xz": lambda p: lzma.open(p, "rb", format=lzma.FORMAT_AUTO),
-            "lzma": lambda p: lzma.open(p, "rb", format=lzma.FORMAT_AUTO),
-            "bz2": lambda p: bz2.open(p, "rb"),
-            "gz": lambda p: gzip.open(p, "rb")}
+_OPENERS = {
+    "xz": lambda p: lzma.open(p, "rb", format=lzma.FORMAT_AUTO),
+    "lzma": lambda p: lzma.open(p, "rb", format=lzma.FORMAT_AUTO),
+    "bz2": lambda p: bz2.open(p, "rb"),
+    "gz": lambda p: gzip.open(p, "rb"),
+}
 
 
 def decompress_file(src: str | Path, dest: str | Path, name: str, fmt: str = "lzma") -> Path:
@@ -221,11 +231,11 @@ def decompress_file(src: str | Path, dest: str | Path, name: str, fmt: str = "lz
             _write_atomically(fh, outputs[name])
     except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
         outputs[name].with_name(name + ".part").unlink(missing_ok=True)
-        raise DataError(f"{src}: cannot decompress ({fmt}: {exc}): corrupt or truncated; delete it and fetch it "
-                        "again") from None
+        raise DataError(
+            f"{src}: cannot decompress ({fmt}: {exc}): corrupt or truncated; delete it and fetch it again"
+        ) from None
     _write_marker(marker, src, outputs)
     return outputs[name]
-
 
 
 def zip_names(archive: str | Path):

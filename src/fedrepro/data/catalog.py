@@ -37,7 +37,9 @@ class RemoteFile:
     name: str
     url: str
     sha256: str | None
-    content_check: Callable[[Path], None] | None = None  # raises DataError when the content is not what its publisher states
+    content_check: Callable[[Path], None] | None = (
+        None  # raises DataError when the content is not what its publisher states
+    )
 
     def __post_init__(self) -> None:
         parts = self.name.split("/")
@@ -123,7 +125,9 @@ def verification(f: RemoteFile) -> str:
 
 def unverifiable() -> list[str]:
     """``dataset/file`` of every catalog file with neither a pinned sha256 nor a content check."""
-    return [f"{d.id}/{f.name}" for d in all_datasets().values() for f in d.files if not f.sha256 and not f.content_check]
+    return [
+        f"{d.id}/{f.name}" for d in all_datasets().values() for f in d.files if not f.sha256 and not f.content_check
+    ]
 
 
 def all_datasets() -> dict[str, Dataset]:

@@ -77,8 +77,10 @@ def _records(path: Path, n_labels: int) -> np.ndarray:
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc}") from None
     if data.size == 0 or data.size % rec:
-        raise DataError(f"{path}: {data.size} bytes is not a whole number of {rec}-byte CIFAR records "
-                        f"({n_labels} label byte(s) + {PIXELS} pixels)")
+        raise DataError(
+            f"{path}: {data.size} bytes is not a whole number of {rec}-byte CIFAR records "
+            f"({n_labels} label byte(s) + {PIXELS} pixels)"
+        )
     return data.reshape(-1, rec)
 
 
@@ -99,13 +101,17 @@ def read_cifar100_bin(path: str | Path) -> CifarSplit:
     """One CIFAR-100 file (1 coarse + 1 fine label byte + 3072 pixel bytes per record)."""
     path = Path(path)
     rec = _records(path, 2)
-    return CifarSplit(rec[:, 2:].reshape(-1, 3, 32, 32).copy(), _check_range(path, rec[:, 1], 100, "fine"),
-                      _check_range(path, rec[:, 0], 20, "coarse"))
+    return CifarSplit(
+        rec[:, 2:].reshape(-1, 3, 32, 32).copy(),
+        _check_range(path, rec[:, 1], 100, "fine"),
+        _check_range(path, rec[:, 0], 20, "coarse"),
+    )
 
 
 def _names(path: Path, n: int) -> tuple[str, ...]:
-    names = tuple(line.strip() for line in path.read_text(encoding="ascii", errors="replace").splitlines()
-                  if line.strip())
+    names = tuple(
+        line.strip() for line in path.read_text(encoding="ascii", errors="replace").splitlines() if line.strip()
+    )
     if len(names) != n:
         raise DataError(f"{path}: {len(names)} label names, expected {n}")
     return names
@@ -135,18 +141,23 @@ def load_cifar10(archive: str | Path, extract_to: str | Path | None = None) -> C
 def load_cifar100(archive: str | Path, extract_to: str | Path | None = None) -> CifarData:
     """Parse ``cifar-100-binary.tar.gz``: train.bin (50,000) and test.bin (10,000), fine and coarse labels."""
     with _workdir(extract_to) as tmp:
-        got = extract_members(archive, tmp, [CIFAR100_TRAIN, CIFAR100_TEST, CIFAR100_COARSE_NAMES,
-                                             CIFAR100_FINE_NAMES])
-        return CifarData(read_cifar100_bin(got[CIFAR100_TRAIN]), read_cifar100_bin(got[CIFAR100_TEST]),
-                         _names(got[CIFAR100_FINE_NAMES], 100), _names(got[CIFAR100_COARSE_NAMES], 20))
+        got = extract_members(archive, tmp, [CIFAR100_TRAIN, CIFAR100_TEST, CIFAR100_COARSE_NAMES, CIFAR100_FINE_NAMES])
+        return CifarData(
+            read_cifar100_bin(got[CIFAR100_TRAIN]),
+            read_cifar100_bin(got[CIFAR100_TEST]),
+            _names(got[CIFAR100_FINE_NAMES], 100),
+            _names(got[CIFAR100_COARSE_NAMES], 20),
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # catalog
 
 _TORONTO = "https://www.cs.toronto.edu/~kriz/"
-_CITATION = "A. Krizhevsky, Learning Multiple Layers of Features from Tiny Images, tech. report, University of " \
-            "Toronto, 2009; https://www.cs.toronto.edu/~kriz/cifar.html"
+_CITATION = (
+    "A. Krizhevsky, Learning Multiple Layers of Features from Tiny Images, tech. report, University of "
+    "Toronto, 2009; https://www.cs.toronto.edu/~kriz/cifar.html"
+)
 
 CIFAR10 = register(
     Dataset(
@@ -154,8 +165,11 @@ CIFAR10 = register(
         title="CIFAR-10, binary version (50,000 train / 10,000 test, 10 classes)",
         files=(
             # sha256: tensorflow/datasets tensorflow_datasets/url_checksums/cifar10.txt (same URL)
-            RemoteFile(CIFAR10_ARCHIVE, _TORONTO + CIFAR10_ARCHIVE,
-                       "c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd"),
+            RemoteFile(
+                CIFAR10_ARCHIVE,
+                _TORONTO + CIFAR10_ARCHIVE,
+                "c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd",
+            ),
         ),
         citation=_CITATION,
         licence="no licence stated; distributed by the authors for research",
@@ -168,8 +182,11 @@ CIFAR100 = register(
         title="CIFAR-100, binary version (50,000 train / 10,000 test, 100 classes in 20 superclasses)",
         files=(
             # sha256: tensorflow/datasets tensorflow_datasets/url_checksums/cifar100.txt (same URL)
-            RemoteFile(CIFAR100_ARCHIVE, _TORONTO + CIFAR100_ARCHIVE,
-                       "58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec"),
+            RemoteFile(
+                CIFAR100_ARCHIVE,
+                _TORONTO + CIFAR100_ARCHIVE,
+                "58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec",
+            ),
         ),
         citation=_CITATION,
         licence="no licence stated; distributed by the authors for research",

@@ -26,8 +26,10 @@ def load_digits() -> ImageSplit:
     bunch = _load()
     images = np.asarray(bunch.images)
     if images.shape != (N_IMAGES, 8, 8) or images.min() < 0 or images.max() > 16 or np.any(images != np.round(images)):
-        raise DataError(f"sklearn.datasets.load_digits returned unexpected images {images.shape}, "
-                        f"range {images.min()}..{images.max()}")
+        raise DataError(
+            f"sklearn.datasets.load_digits returned unexpected images {images.shape}, "
+            f"range {images.min()}..{images.max()}"
+        )
     return ImageSplit(images.astype(np.uint8), np.asarray(bunch.target, dtype=np.int64))
 
 

@@ -279,7 +279,9 @@ class Downloader:
             ) as exc:
                 if isinstance(exc, OSError) and not isinstance(exc, ConnectionError) and exc.errno is not None:
                     raise  # the disk, not the network: the caller names the file
-                raise _Transient(f"the body was cut after {start + received} bytes ({_reason(exc)})", received) from None
+                raise _Transient(
+                    f"the body was cut after {start + received} bytes ({_reason(exc)})", received
+                ) from None
             if length is not None and received < length:
                 raise _Transient(f"the body was cut after {start + received} of {start + length} bytes", received)
         return target, etag
@@ -331,7 +333,13 @@ class Downloader:
         out = self.part.with_name(self.part.name + ".gdown")
         try:
             gdown.download(
-                url, str(out), quiet=True, resume=True, retries=self.retries, timeout=TIMEOUT_S, progress=cb,
+                url,
+                str(out),
+                quiet=True,
+                resume=True,
+                retries=self.retries,
+                timeout=TIMEOUT_S,
+                progress=cb,
                 use_cookies=False,
             )
         except (GdownError, requests.exceptions.RequestException, http.client.HTTPException, OSError) as exc:
@@ -392,8 +400,10 @@ def _reason(exc: BaseException) -> str:
         (r"Connection refused", "connection refused"),
         (r"Connection reset|ConnectionResetError", "connection reset"),
         (r"timed out|Timeout", "timed out"),
-        (r"Name or service not known|nodename nor servname|getaddrinfo|Temporary failure in name resolution",
-         "host name not resolved"),
+        (
+            r"Name or service not known|nodename nor servname|getaddrinfo|Temporary failure in name resolution",
+            "host name not resolved",
+        ),
     ):
         if re.search(pat, text):
             return short
@@ -427,9 +437,11 @@ def download(url: str, dest: Path, *, sha256: str | None, label: str, guestbook:
     except NotFound:
         raise
     except _Fatal as exc:
-        kept = f"; the {part.stat().st_size} bytes received are kept in {part} and the next fetch resumes" if (
-            part.is_file()
-        ) else ""
+        kept = (
+            f"; the {part.stat().st_size} bytes received are kept in {part} and the next fetch resumes"
+            if (part.is_file())
+            else ""
+        )
         raise DataError(
             f"{label}: download of {url} to {dest} failed: {exc}{kept}; check the network and the URL, or put the "
             "file into the mirror (data.mirror)"

@@ -29,11 +29,22 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.data.catalog import Dataset, RemoteFile, register
-
 from fedrepro.errors import DataError
 
-COLUMNS = ("year", "state", "state_po", "county_name", "county_fips", "office", "candidate", "party",
-           "candidatevotes", "totalvotes", "version", "mode")
+COLUMNS = (
+    "year",
+    "state",
+    "state_po",
+    "county_name",
+    "county_fips",
+    "office",
+    "candidate",
+    "party",
+    "candidatevotes",
+    "totalvotes",
+    "version",
+    "mode",
+)
 REQUIRED = ("year", "county_fips", "candidate", "party", "candidatevotes", "mode")
 REPUBLICAN = "REPUBLICAN"
 TOTAL_MODE = "TOTAL"
@@ -53,14 +64,20 @@ def read_returns(path: str | Path) -> pd.DataFrame:
     """Read the CSV; check its columns; return it with mode/party upper-cased (no rows dropped yet)."""
     path = Path(path)
     try:
-        df = pd.read_csv(path, dtype={"county_fips": str, "candidate": str, "party": str, "mode": str},
-                         keep_default_na=True, low_memory=False)
+        df = pd.read_csv(
+            path,
+            dtype={"county_fips": str, "candidate": str, "party": str, "mode": str},
+            keep_default_na=True,
+            low_memory=False,
+        )
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read as the MIT county returns CSV: {exc}") from None
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
-        raise DataError(f"{path}: not the MIT county returns CSV: missing column(s) {', '.join(missing)} "
-                        f"(expected {', '.join(COLUMNS)})")
+        raise DataError(
+            f"{path}: not the MIT county returns CSV: missing column(s) {', '.join(missing)} "
+            f"(expected {', '.join(COLUMNS)})"
+        )
     df["mode"] = df["mode"].fillna(TOTAL_MODE).str.strip().str.upper()
     df["party"] = df["party"].fillna("").str.strip().str.upper()
     df["candidate"] = df["candidate"].fillna("").str.strip().str.upper()
@@ -76,9 +93,16 @@ def county_candidate_votes(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, in
     stats["rows_fips_na"] = int((~keep).sum())
     stats["rows_votes_na"] = int((keep & votes.isna()).sum())
     keep &= votes.notna()
-    d = pd.DataFrame({"fips": fips[keep].astype(np.int64), "year": pd.to_numeric(df.loc[keep, "year"]).astype(int),
-                      "candidate": df.loc[keep, "candidate"], "party": df.loc[keep, "party"],
-                      "mode": df.loc[keep, "mode"], "votes": votes[keep].astype(float)})
+    d = pd.DataFrame(
+        {
+            "fips": fips[keep].astype(np.int64),
+            "year": pd.to_numeric(df.loc[keep, "year"]).astype(int),
+            "candidate": df.loc[keep, "candidate"],
+            "party": df.loc[keep, "party"],
+            "mode": df.loc[keep, "mode"],
+            "votes": votes[keep].astype(float),
+        }
+    )
     key = ["fips", "year", "candidate", "party"]
     is_total = d["mode"].str.startswith(TOTAL_MODE)  # "TOTAL" (and a "TOTAL VOTES" spelling, should one occur)
     has_total = is_total.groupby([d[k] for k in key]).transform("any")
@@ -107,8 +131,9 @@ def republican_wins(path: str | Path, years=(2000, 2004, 2008, 2012, 2016, 2020)
     win = win[list(years)].dropna()
     stats["counties_all_years"] = int(len(win))
     stats["counties_dropped_incomplete"] = stats["counties_any_year"] - stats["counties_all_years"]
-    return CountyOutcomes(fips=win.index.to_numpy(dtype=np.int64), years=years,
-                          outcomes=win.to_numpy(dtype=np.int8), stats=stats)
+    return CountyOutcomes(
+        fips=win.index.to_numpy(dtype=np.int64), years=years, outcomes=win.to_numpy(dtype=np.int8), stats=stats
+    )
 
 
 #: What MIT Election Lab's codebook ("County Presidential Returns 2000-2020.md", in the Dataverse record) states

@@ -38,9 +38,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,7 @@ CHUNK_BYTES = 64 << 20
 
 
 # --------------------------------------------------------------------------------------------------- helpers
+
 
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, Mapping):
@@ -91,6 +93,7 @@ def _fedrepro_version() -> str:
 
 # ----------------------------------------------------------------------------------------------------- write
 
+
 @dataclass(frozen=True)
 class _Split:
     """One split as :func:`write` stores it: its inputs, and ``order``, its source rows in file order."""
@@ -113,12 +116,17 @@ def _classes_of(client: np.ndarray, labels: np.ndarray, n_clients: int) -> list[
     keep = client >= 0
     pairs = np.unique(np.stack([client[keep], labels[keep]]), axis=1) if keep.any() else np.zeros((2, 0), int)
     bounds = np.searchsorted(pairs[0], np.arange(n_clients + 1))
-    return [pairs[1, bounds[c]:bounds[c + 1]].tolist() for c in range(n_clients)]
+    return [pairs[1, bounds[c] : bounds[c + 1]].tolist() for c in range(n_clients)]
 
 
-def _validated_splits(partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
-                      test_features: np.ndarray | None, test: LabelSet | np.ndarray | None,
-                      keep_unassigned: bool) -> list[_Split]:
+def _validated_splits(
+    partition: Partition,
+    train_features: np.ndarray,
+    train: LabelSet | np.ndarray,
+    test_features: np.ndarray | None,
+    test: LabelSet | np.ndarray | None,
+    keep_unassigned: bool,
+) -> list[_Split]:
     """The splits to store, in file order (train, then test if given), after checking that they fit together."""
     train, test = as_labelset(train), as_labelset(test)
     given = [("train", train_features, train, partition.train_client)]
@@ -131,12 +139,14 @@ def _validated_splits(partition: Partition, train_features: np.ndarray, train: L
         if len(feats) != len(labels) or len(labels) != len(assign):
             raise ValueError(f"{name}: {len(feats)} feature rows, {len(labels)} labels, {len(assign)} assignments")
         if feats.dtype != ref.dtype or feats.shape[1:] != ref.shape[1:]:
-            raise ValueError(f"{name} features {feats.dtype}{feats.shape[1:]} differ from train "
-                             f"{ref.dtype}{ref.shape[1:]}")
+            raise ValueError(
+                f"{name} features {feats.dtype}{feats.shape[1:]} differ from train {ref.dtype}{ref.shape[1:]}"
+            )
     if ref.dtype.hasobject:
         raise ValueError("features must not be an object array (the format never pickles)")
-    return [_Split(name, feats, labels, assign, _order(assign, keep_unassigned))
-            for name, feats, labels, assign in given]
+    return [
+        _Split(name, feats, labels, assign, _order(assign, keep_unassigned)) for name, feats, labels, assign in given
+    ]
 
 
 def _write_features(path: Path, splits: list[_Split]) -> None:
@@ -149,8 +159,8 @@ def _write_features(path: Path, splits: list[_Split]) -> None:
     start = 0
     for s in splits:
         for a in range(0, len(s.order), chunk):
-            sel = s.order[a:a + chunk]
-            feat[start + a:start + a + len(sel)] = s.features[sel]
+            sel = s.order[a : a + chunk]
+            feat[start + a : start + a + len(sel)] = s.features[sel]
         start += len(s.order)
     feat.flush()
     del feat
@@ -165,13 +175,16 @@ def _write_index(path: Path, splits: list[_Split]) -> list[str]:
     def column(values) -> np.ndarray:
         return np.concatenate([values(s) for s in splits])
 
-    table = {"row": pa.array(np.arange(sum(len(s.order) for s in splits), dtype=np.int64)),
-             "client_id": pa.array(column(lambda s: s.assign[s.order]).astype(np.int64)),
-             "split": pa.DictionaryArray.from_arrays(
-                 pa.array(column(lambda s: np.full(len(s.order), SPLITS.index(s.name), dtype=np.int8))),
-                 pa.array(list(SPLITS))),
-             "label": pa.array(column(lambda s: s.labels.labels[s.order]).astype(np.int64)),
-             "source_index": pa.array(column(lambda s: s.order.astype(np.int64)))}
+    table = {
+        "row": pa.array(np.arange(sum(len(s.order) for s in splits), dtype=np.int64)),
+        "client_id": pa.array(column(lambda s: s.assign[s.order]).astype(np.int64)),
+        "split": pa.DictionaryArray.from_arrays(
+            pa.array(column(lambda s: np.full(len(s.order), SPLITS.index(s.name), dtype=np.int8))),
+            pa.array(list(SPLITS)),
+        ),
+        "label": pa.array(column(lambda s: s.labels.labels[s.order]).astype(np.int64)),
+        "source_index": pa.array(column(lambda s: s.order.astype(np.int64))),
+    }
     if all(s.labels.coarse is not None for s in splits):
         table["coarse_label"] = pa.array(column(lambda s: s.labels.coarse[s.order]).astype(np.int64))
     if all(s.labels.groups is not None for s in splits):
@@ -197,14 +210,26 @@ def _clients_entry(partition: Partition, splits: list[_Split]) -> list[dict[str,
     return clients
 
 
-def _manifest(directory: Path, partition: Partition, splits: list[_Split], index_columns: list[str], *,
-              source: Mapping[str, Any] | None, keep_unassigned: bool, n_classes: int | None,
-              extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def _manifest(
+    directory: Path,
+    partition: Partition,
+    splits: list[_Split],
+    index_columns: list[str],
+    *,
+    source: Mapping[str, Any] | None,
+    keep_unassigned: bool,
+    n_classes: int | None,
+    extra: Mapping[str, Any] | None,
+) -> dict[str, Any]:
     """The manifest of the data files already written in ``directory`` (see the module docstring)."""
     split_rows, offset = {}, 0
     for s in splits:
-        split_rows[s.name] = {"start": offset, "rows": len(s.order), "assigned": int((s.assign[s.order] >= 0).sum()),
-                              "source_rows": len(s.assign)}
+        split_rows[s.name] = {
+            "start": offset,
+            "rows": len(s.order),
+            "assigned": int((s.assign[s.order] >= 0).sum()),
+            "source_rows": len(s.assign),
+        }
         offset += len(s.order)
     if n_classes is None:
         n_classes = max(int(s.labels.labels.max(initial=-1)) for s in splits) + 1
@@ -215,16 +240,29 @@ def _manifest(directory: Path, partition: Partition, splits: list[_Split], index
         "format_version": FORMAT_VERSION,
         "fedrepro_version": _fedrepro_version(),
         "source": dict(source) if source is not None else None,
-        "partition": {"scheme": partition.scheme, "params": partition.params,
-                      "seed": partition.params.get("seed"), "n_clients": partition.n_clients,
-                      "client_meta": sorted(partition.client_meta)},
+        "partition": {
+            "scheme": partition.scheme,
+            "params": partition.params,
+            "seed": partition.params.get("seed"),
+            "n_clients": partition.n_clients,
+            "client_meta": sorted(partition.client_meta),
+        },
         "n_clients": partition.n_clients,
         "n_classes": n_classes,
         "n_coarse_classes": (max(int(s.labels.coarse.max(initial=-1)) for s in splits) + 1 if has_coarse else None),
-        "features": {"file": FEATURES, "dtype": first.dtype.str, "shape": [offset, *first.shape[1:]],
-                     "bytes": (directory / FEATURES).stat().st_size, "sha256": sha256_of(directory / FEATURES)},
-        "index": {"file": INDEX, "columns": index_columns, "bytes": (directory / INDEX).stat().st_size,
-                  "sha256": sha256_of(directory / INDEX)},
+        "features": {
+            "file": FEATURES,
+            "dtype": first.dtype.str,
+            "shape": [offset, *first.shape[1:]],
+            "bytes": (directory / FEATURES).stat().st_size,
+            "sha256": sha256_of(directory / FEATURES),
+        },
+        "index": {
+            "file": INDEX,
+            "columns": index_columns,
+            "bytes": (directory / INDEX).stat().st_size,
+            "sha256": sha256_of(directory / INDEX),
+        },
         "splits": split_rows,
         "keep_unassigned": keep_unassigned,
         "clients": _clients_entry(partition, splits),
@@ -295,10 +333,20 @@ def _atomic_directory(out_dir: Path, overwrite: bool):
             raise
 
 
-def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray, train: LabelSet | np.ndarray,
-          test_features: np.ndarray | None = None, test: LabelSet | np.ndarray | None = None, *,
-          source: Mapping[str, Any] | None = None, keep_unassigned: bool = False, overwrite: bool = False,
-          n_classes: int | None = None, extra: Mapping[str, Any] | None = None) -> Path:
+def write(
+    out_dir: str | Path,
+    partition: Partition,
+    train_features: np.ndarray,
+    train: LabelSet | np.ndarray,
+    test_features: np.ndarray | None = None,
+    test: LabelSet | np.ndarray | None = None,
+    *,
+    source: Mapping[str, Any] | None = None,
+    keep_unassigned: bool = False,
+    overwrite: bool = False,
+    n_classes: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
     """Write a partitioned dataset to ``out_dir`` atomically and return its path.
 
     ``train_features``/``test_features``: arrays whose first axis is the sample (any numeric dtype, same trailing
@@ -313,8 +361,16 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
     with _atomic_directory(out_dir, overwrite) as tmp:
         _write_features(tmp / FEATURES, splits)
         index_columns = _write_index(tmp / INDEX, splits)
-        manifest = _manifest(tmp, partition, splits, index_columns, source=source, keep_unassigned=keep_unassigned,
-                             n_classes=n_classes, extra=extra)
+        manifest = _manifest(
+            tmp,
+            partition,
+            splits,
+            index_columns,
+            source=source,
+            keep_unassigned=keep_unassigned,
+            n_classes=n_classes,
+            extra=extra,
+        )
         # the files as just hashed: the first use checks them cheaply (the rename keeps their mtimes)
         files = [manifest[k] for k in ("features", "index")]
         write_state(tmp / STATE, {e["file"]: {"sha256": e["sha256"], **file_stat(tmp / e["file"])} for e in files})
@@ -323,6 +379,7 @@ def write(out_dir: str | Path, partition: Partition, train_features: np.ndarray,
 
 
 # ------------------------------------------------------------------------------------------------------ load
+
 
 @dataclass
 class FederatedDataset:
@@ -333,11 +390,11 @@ class FederatedDataset:
 
     path: Path
     manifest: dict
-    features: np.ndarray            # np.memmap, all rows
-    labels: np.ndarray              # int64 per row
-    client_id: np.ndarray           # int64 per row (-1: unassigned, only with keep_unassigned)
-    split: np.ndarray               # int8 per row: 0 train, 1 test
-    source_index: np.ndarray        # int64 per row: index in the parser's split array
+    features: np.ndarray  # np.memmap, all rows
+    labels: np.ndarray  # int64 per row
+    client_id: np.ndarray  # int64 per row (-1: unassigned, only with keep_unassigned)
+    split: np.ndarray  # int8 per row: 0 train, 1 test
+    source_index: np.ndarray  # int64 per row: index in the parser's split array
     coarse_labels: np.ndarray | None = None
     writer: np.ndarray | None = None
     _offsets: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -390,7 +447,7 @@ class FederatedDataset:
     def class_counts(self, split: str = "train", coarse: bool = False) -> np.ndarray:
         """(n_clients, n_classes) sample counts per client and class (or superclass with ``coarse``)."""
         o = self.offsets(split)
-        lab = (self.coarse_labels if coarse else self.labels)[o[0]:o[-1]]
+        lab = (self.coarse_labels if coarse else self.labels)[o[0] : o[-1]]
         n_cls = int(self.manifest["n_coarse_classes"] if coarse else self.n_classes)
         cid = np.repeat(np.arange(self.n_clients), np.diff(o))
         return np.bincount(cid * n_cls + lab, minlength=self.n_clients * n_cls).reshape(self.n_clients, n_cls)
@@ -399,8 +456,9 @@ class FederatedDataset:
         """Per-client metadata from the manifest (e.g. "opt_out", "writers", "classes", "digit")."""
         return np.array([c[key] for c in self.manifest["clients"]])
 
-    def padded_rows(self, split: str = "train", clients: np.ndarray | None = None,
-                    pad: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    def padded_rows(
+        self, split: str = "train", clients: np.ndarray | None = None, pad: int = -1
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(rows, mask): ``rows[i, j]`` is the j-th row of ``clients[i]`` (``pad`` beyond its count), ``mask`` marks
         the real entries. Shape (len(clients), max count)."""
         o = self.offsets(split)
@@ -412,8 +470,9 @@ class FederatedDataset:
         rows = np.where(mask, start[:, None] + j[None, :], pad)
         return rows, mask
 
-    def sample_rows(self, clients: np.ndarray, size: int, rng: np.random.Generator, split: str = "train",
-                    replace: bool = True) -> np.ndarray:
+    def sample_rows(
+        self, clients: np.ndarray, size: int, rng: np.random.Generator, split: str = "train", replace: bool = True
+    ) -> np.ndarray:
         """(len(clients), size) rows, ``size`` per client drawn uniformly from the client's rows (vectorized).
 
         ``replace=False`` draws distinct rows per client and needs ``size`` <= every selected client's count.
@@ -460,28 +519,38 @@ def _rebuild(path: Path) -> str:
 
 
 # what the loader reads from a manifest: key -> the fields it needs inside that key's mapping
-_MANIFEST_FIELDS = {"features": ("file", "bytes", "sha256", "shape", "dtype"), "index": ("file", "bytes", "sha256"),
-                    "splits": (), "clients": (), "n_clients": (), "n_classes": ()}
+_MANIFEST_FIELDS = {
+    "features": ("file", "bytes", "sha256", "shape", "dtype"),
+    "index": ("file", "bytes", "sha256"),
+    "splits": (),
+    "clients": (),
+    "n_clients": (),
+    "n_classes": (),
+}
 
 
 def _read_manifest(path: Path) -> dict:
     mf = path / MANIFEST
     if not mf.is_file():
-        raise DataError(f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?); "
-                        f"{_rebuild(path)}")
+        raise DataError(
+            f"{path}: not a complete federated dataset (no {MANIFEST}; an interrupted write?); {_rebuild(path)}"
+        )
     try:
         manifest = json.loads(mf.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"{mf}: not valid JSON ({exc}); {_rebuild(path)}") from None
     got = manifest if isinstance(manifest, dict) else {}
     if got.get("format") != FORMAT or got.get("format_version") != FORMAT_VERSION:
-        raise DataError(f"{mf}: format {got.get('format')!r} v{got.get('format_version')}, expected "
-                        f"{FORMAT} v{FORMAT_VERSION}; {_rebuild(path)}")
+        raise DataError(
+            f"{mf}: format {got.get('format')!r} v{got.get('format_version')}, expected "
+            f"{FORMAT} v{FORMAT_VERSION}; {_rebuild(path)}"
+        )
     for key, fields in _MANIFEST_FIELDS.items():
         entry = manifest.get(key)
         if entry is None or (fields and not (isinstance(entry, dict) and all(f in entry for f in fields))):
-            raise DataError(f"{mf}: {key}: missing or incomplete (needs {', '.join(fields) or 'a value'}); "
-                            f"{_rebuild(path)}")
+            raise DataError(
+                f"{mf}: {key}: missing or incomplete (needs {', '.join(fields) or 'a value'}); {_rebuild(path)}"
+            )
     return manifest
 
 
@@ -500,8 +569,10 @@ def _check(path: Path, verify: str) -> dict:
             continue
         digest = sha256_of(f)
         if digest != entry["sha256"]:
-            raise DataError(f"{f}: checksum mismatch: changed after the partition was written (sha256 {digest}, "
-                            f"manifest {entry['sha256']}); {_rebuild(path)}")
+            raise DataError(
+                f"{f}: checksum mismatch: changed after the partition was written (sha256 {digest}, "
+                f"manifest {entry['sha256']}); {_rebuild(path)}"
+            )
         state[entry["file"]] = {"sha256": digest, **file_stat(f)}
         changed = True
     if changed:
@@ -532,8 +603,10 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
     except (OSError, ValueError) as exc:
         raise DataError(f"{path / FEATURES}: not a readable npy file ({exc}); {_rebuild(path)}") from None
     if list(features.shape) != manifest["features"]["shape"] or features.dtype.str != manifest["features"]["dtype"]:
-        raise DataError(f"{path}: {FEATURES} is {features.dtype.str}{features.shape}, manifest says "
-                        f"{manifest['features']['dtype']}{tuple(manifest['features']['shape'])}")
+        raise DataError(
+            f"{path}: {FEATURES} is {features.dtype.str}{features.shape}, manifest says "
+            f"{manifest['features']['dtype']}{tuple(manifest['features']['shape'])}"
+        )
     try:
         t = pq.read_table(path / INDEX)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
@@ -548,18 +621,26 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
     def col(name):
         return t.column(name).to_numpy() if name in t.column_names else None
 
-    ds = FederatedDataset(path=path, manifest=manifest, features=features,
-                          labels=col("label").astype(np.int64), client_id=col("client_id").astype(np.int64),
-                          split=codes, source_index=col("source_index").astype(np.int64),
-                          coarse_labels=None if col("coarse_label") is None else col("coarse_label").astype(np.int64),
-                          writer=col("writer"))
+    ds = FederatedDataset(
+        path=path,
+        manifest=manifest,
+        features=features,
+        labels=col("label").astype(np.int64),
+        client_id=col("client_id").astype(np.int64),
+        split=codes,
+        source_index=col("source_index").astype(np.int64),
+        coarse_labels=None if col("coarse_label") is None else col("coarse_label").astype(np.int64),
+        writer=col("writer"),
+    )
     if len(ds.labels) != len(features):
         raise DataError(f"{path}: {INDEX} has {len(ds.labels)} rows, {FEATURES} {len(features)}")
     for s in ds.splits:  # the blocks must be where the manifest says
         o = ds.offsets(s)
-        cid = ds.client_id[o[0]:o[-1]]
-        if not (np.array_equal(cid, np.repeat(np.arange(ds.n_clients), np.diff(o)))
-                and (ds.split[o[0]:o[-1]] == SPLITS.index(s)).all()):
+        cid = ds.client_id[o[0] : o[-1]]
+        if not (
+            np.array_equal(cid, np.repeat(np.arange(ds.n_clients), np.diff(o)))
+            and (ds.split[o[0] : o[-1]] == SPLITS.index(s)).all()
+        ):
             raise DataError(f"{path}: {INDEX} rows of split {s!r} do not match the manifest's client counts")
     return ds
 
@@ -567,5 +648,15 @@ def load(path: str | Path, verify: bool = False) -> FederatedDataset:
 write_federated = write
 load_federated = load
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "FederatedDataset", "check", "is_complete", "load", "load_federated", "source_info",
-           "write", "write_federated"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "FederatedDataset",
+    "check",
+    "is_complete",
+    "load",
+    "load_federated",
+    "source_info",
+    "write",
+    "write_federated",
+]

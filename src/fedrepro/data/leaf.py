@@ -60,9 +60,10 @@ import json
 import re
 import zipfile
 import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping
+from typing import IO, Any
 
 import numpy as np
 
@@ -232,9 +233,9 @@ def load_femnist_dir(root: str | Path, dtype=np.float32) -> dict[str, FederatedS
 class RedditUser:
     """One user's comments cut into LEAF's token sequences (``n_seq`` rows of :data:`REDDIT_SEQ_LEN` tokens)."""
 
-    inputs: np.ndarray   # str (n_seq, 10): <BOS> tokens <EOS> <PAD>...
+    inputs: np.ndarray  # str (n_seq, 10): <BOS> tokens <EOS> <PAD>...
     targets: np.ndarray  # str (n_seq, 10): the next token of each input position
-    mask: np.ndarray     # float32 (n_seq, 10): 1 real token, 0 padding (LEAF's count_tokens)
+    mask: np.ndarray  # float32 (n_seq, 10): 1 real token, 0 padding (LEAF's count_tokens)
     comment: np.ndarray  # int64 (n_seq,): index of the comment each sequence comes from
     meta: tuple[dict, ...]  # per comment: the y fields other than the tokens (subreddit, created_utc, score)
 
@@ -251,8 +252,11 @@ class RedditSplit:
 
 
 def _token_block(label: str, what: str, seqs: Any, dtype=None) -> np.ndarray:
-    if not isinstance(seqs, list) or not seqs or not all(isinstance(s, list) and len(s) == REDDIT_SEQ_LEN
-                                                         for s in seqs):
+    if (
+        not isinstance(seqs, list)
+        or not seqs
+        or not all(isinstance(s, list) and len(s) == REDDIT_SEQ_LEN for s in seqs)
+    ):
         raise DataError(f"{label}: {what} must be a non-empty list of {REDDIT_SEQ_LEN}-token sequences")
     if dtype is None:
         if not all(isinstance(t, str) for s in seqs for t in s):
@@ -287,8 +291,9 @@ def read_reddit_json(source: str | Path | IO[bytes], name: str | None = None) ->
             com.append(np.full(len(x), i, dtype=np.int64))
             meta.append({k: v for k, v in cy.items() if k not in ("target_tokens", "count_tokens")})
         if ins:
-            user = RedditUser(np.concatenate(ins), np.concatenate(tgs), np.concatenate(msk), np.concatenate(com),
-                              tuple(meta))
+            user = RedditUser(
+                np.concatenate(ins), np.concatenate(tgs), np.concatenate(msk), np.concatenate(com), tuple(meta)
+            )
         else:
             e = np.zeros((0, REDDIT_SEQ_LEN))
             user = RedditUser(e.astype(str), e.astype(str), e.astype(np.float32), np.zeros(0, np.int64), ())
@@ -303,8 +308,10 @@ def load_reddit(archive: str | Path) -> dict[str, RedditSplit]:
     try:
         zf = zipfile.ZipFile(archive)
     except (OSError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{archive}: not a zip archive ({exc}): cut short, or a Google Drive HTML page instead of "
-                        "the file? delete it and fetch it again") from None
+        raise DataError(
+            f"{archive}: not a zip archive ({exc}): cut short, or a Google Drive HTML page instead of "
+            "the file? delete it and fetch it again"
+        ) from None
     out = {}
     with zf:
         names = set(zf.namelist())
@@ -315,8 +322,10 @@ def load_reddit(archive: str | Path) -> dict[str, RedditSplit]:
                 with zf.open(member) as fh:
                     out[split] = read_reddit_json(io.BufferedReader(fh), f"{archive}:{member}")
             except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
-                raise DataError(f"{archive}: cannot read member {member!r} ({exc}): corrupt or truncated; delete it "
-                                "and fetch it again") from None
+                raise DataError(
+                    f"{archive}: cannot read member {member!r} ({exc}): corrupt or truncated; delete it "
+                    "and fetch it again"
+                ) from None
     return out
 
 
@@ -388,97 +397,123 @@ def check_reddit_archive(path: Path) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # catalog
 
-_LEAF_CITATION = ("S. Caldas, S. M. K. Duddu, P. Wu, T. Li, J. Konecny, H. B. McMahan, V. Smith, A. Talwalkar, "
-                  "LEAF: A Benchmark for Federated Settings, arXiv:1812.01097, 2018; "
-                  "https://github.com/TalwalkarLab/leaf")
-_NIST_CITATION = ("P. J. Grother, K. K. Hanaoka, NIST Special Database 19, Handprinted Forms and Characters, 2nd "
-                  "ed., NIST, 2016, https://doi.org/10.18434/T4H01C")
-SAMPLE_SOURCE = ("not downloadable: output of LEAF data/femnist/preprocess.sh -s niid --sf 0.05 -k 0 -t sample "
-                 "--tf 0.9 (project shared data leaf_femnist_sf005; see fedrepro.data.leaf)")
+_LEAF_CITATION = (
+    "S. Caldas, S. M. K. Duddu, P. Wu, T. Li, J. Konecny, H. B. McMahan, V. Smith, A. Talwalkar, "
+    "LEAF: A Benchmark for Federated Settings, arXiv:1812.01097, 2018; "
+    "https://github.com/TalwalkarLab/leaf"
+)
+_NIST_CITATION = (
+    "P. J. Grother, K. K. Hanaoka, NIST Special Database 19, Handprinted Forms and Characters, 2nd "
+    "ed., NIST, 2016, https://doi.org/10.18434/T4H01C"
+)
+SAMPLE_SOURCE = (
+    "not downloadable: output of LEAF data/femnist/preprocess.sh -s niid --sf 0.05 -k 0 -t sample "
+    "--tf 0.9 (project shared data leaf_femnist_sf005; see fedrepro.data.leaf)"
+)
 
 # name, sha256: exactly the 40 lines of ../shared/data/leaf_femnist_sf005/SHA256SUMS (sha256 of that file:
 # f74e25b11b612224c2d7745fc7c896809dd56667a26409b338cf0d535f983b54), re-computed from the files here.
 _SF005 = (
-    ("train/all_data_0_niid_05_keep_0_train_9.json",
-     "e52c8724a9a3ea3ff3fecc179b3f322efa25fe84a1d712a37ee94586f08123c6"),
-    ("train/all_data_10_niid_05_keep_0_train_9.json",
-     "dc687d0b52afc4cb038ba59504f5962217947b58be77708502f27aace6481f9d"),
-    ("train/all_data_16_niid_05_keep_0_train_9.json",
-     "927bb8cc27658e539c0781ac39918397b3ad712f42fff8ac687778dfabab2451"),
-    ("train/all_data_17_niid_05_keep_0_train_9.json",
-     "9fe910f90e73eb87989f8dbcbab94bd713b1ada05dad8c438f19d0febe4ea5d6"),
-    ("train/all_data_18_niid_05_keep_0_train_9.json",
-     "b0acfd82f3e3854d6a105928c46f66c25868b3ae1305488a9e91572dce0396b0"),
-    ("train/all_data_19_niid_05_keep_0_train_9.json",
-     "6e3184a7b11c700f89af4a779dcca275796768c48fa84e4e150af7d4bf4db513"),
-    ("train/all_data_1_niid_05_keep_0_train_9.json",
-     "e7e9a1b23bc206e1feeb94d4f993d911ed950adc47e92ce52954597197b99c13"),
-    ("train/all_data_20_niid_05_keep_0_train_9.json",
-     "46a4e20479468057c9b9462cc60ad2ad48c2b0c000e740d94d4a8310b23715bf"),
-    ("train/all_data_2_niid_05_keep_0_train_9.json",
-     "a71f9d0d1ab95b98bb95f20cdcab02097125efab27d9ce341045cb07d565409d"),
-    ("train/all_data_31_niid_05_keep_0_train_9.json",
-     "a2438bbf6e17a45d05ea9e28b9c7085dde298e1ed02e00372eee6da8161d6701"),
-    ("train/all_data_32_niid_05_keep_0_train_9.json",
-     "8c82d19646fbc0a96483d886c36a3502bdfc657e758c40cae12ee9eef83e3daf"),
-    ("train/all_data_33_niid_05_keep_0_train_9.json",
-     "b6f89d29618747d8431396bd2a9d2e54fd2286d1d8939a9b32c72f569d6ffd05"),
-    ("train/all_data_34_niid_05_keep_0_train_9.json",
-     "655a68578d2edd76a02f6ee8141e32c5aad079f48d4edeece711b0e04c84c1fc"),
-    ("train/all_data_3_niid_05_keep_0_train_9.json",
-     "1623ade048b1c1991d3aa6d5a658dcb67e83fe1def41c2b2647f466f3f3c91db"),
-    ("train/all_data_4_niid_05_keep_0_train_9.json",
-     "133facbc92bfaffe3b315a147cd458ca20e3283d3f48882ad72e953c4906e435"),
-    ("train/all_data_5_niid_05_keep_0_train_9.json",
-     "2a2b8dccb528033995b0d29ddd953edf002242ed4869c99b23983570b37348de"),
-    ("train/all_data_6_niid_05_keep_0_train_9.json",
-     "be03dc6a7fef7197501f75cb25285f03b9dbf6ae0e1367e48d82096da41cb32c"),
-    ("train/all_data_7_niid_05_keep_0_train_9.json",
-     "2e1008e286bdb71110e47ab0010edde2d5bcabfb96ba988926481aa401e85532"),
-    ("train/all_data_8_niid_05_keep_0_train_9.json",
-     "b72ad0551d01fa0b031f2580aac5bc415f4ffb8613a8cf62048389923d44be90"),
-    ("train/all_data_9_niid_05_keep_0_train_9.json",
-     "4c8ed42c941fa95250f21125cf35141b57147cce5063e6acb1bf1d02c7684b8d"),
-    ("test/all_data_0_niid_05_keep_0_test_9.json",
-     "979c4ab82ccbc6de67656cfdfc7412900910099014a7c134d64a36347ca6be41"),
-    ("test/all_data_10_niid_05_keep_0_test_9.json",
-     "9ed09f6d45455c66d8d442a8451d96d7f53b64e159149a2ccc0931651ae52851"),
-    ("test/all_data_16_niid_05_keep_0_test_9.json",
-     "b326cd7652b00073ae157e517b6d90e5bd45257bcdf8b6d6781f5e9beafdf628"),
-    ("test/all_data_17_niid_05_keep_0_test_9.json",
-     "40b93f70a73598b133443a7c5e332e706d82c2611de7d5cfd6066d2a2a3c9052"),
-    ("test/all_data_18_niid_05_keep_0_test_9.json",
-     "fefe2cf9c2f14fdb6cb757774ff841519fed1adf214c786c680492a94d6b63fc"),
-    ("test/all_data_19_niid_05_keep_0_test_9.json",
-     "c3f5506ff72efbce185955fb4778d7887389a31c0bb4d9090a08dbcb90101e82"),
-    ("test/all_data_1_niid_05_keep_0_test_9.json",
-     "e7dabc622469a0941c32ba03c14ba8c1f2f2c24e03378926f2b4d60a10f5a537"),
-    ("test/all_data_20_niid_05_keep_0_test_9.json",
-     "34a4aedc5b4e7a7c88c3ddb2f8f5beff944a5f3619e98a634879de9e509588f6"),
-    ("test/all_data_2_niid_05_keep_0_test_9.json",
-     "86f292986d0843c50f08d069125f73fddd4fff59a990e6a4c7cc7fff472696b1"),
-    ("test/all_data_31_niid_05_keep_0_test_9.json",
-     "7534a28d664082283e1fd678ced09faf2883b344cc87f12acdc8490c60562ece"),
-    ("test/all_data_32_niid_05_keep_0_test_9.json",
-     "83e62e7c499bf1211424b0a38082df3efd80de66f9f2a16a094d8f971f8f6f03"),
-    ("test/all_data_33_niid_05_keep_0_test_9.json",
-     "b5eec2f3d839cf2934a9581aaaee94b40bf368fcdf1c918b9107fd67f1fde519"),
-    ("test/all_data_34_niid_05_keep_0_test_9.json",
-     "1ccf595d2c2442141ba555cba762d4c72d76d8e7341314e45e7830d196013fe0"),
-    ("test/all_data_3_niid_05_keep_0_test_9.json",
-     "99f701d9394a8516a4cb86eb96e3565bf8a405e490ae00487f882419ca86d6fc"),
-    ("test/all_data_4_niid_05_keep_0_test_9.json",
-     "2a4c61b74d2efd1dcd6b7eaa6a970ca10da82f6b1f3b419839c6ae314e85b14b"),
-    ("test/all_data_5_niid_05_keep_0_test_9.json",
-     "63b48265b8ccae669c770ce7846976dbd62e7b848e9c36563d93a364f0109607"),
-    ("test/all_data_6_niid_05_keep_0_test_9.json",
-     "a7ece8a2f53b40671c5a58150d6b7f846bb44003a9b4b8c4628a1973387607ca"),
-    ("test/all_data_7_niid_05_keep_0_test_9.json",
-     "a2094cd1048f01072f4a9b8cbff2bd1f69c4e24c03f871e0b23796c19f2f8c97"),
-    ("test/all_data_8_niid_05_keep_0_test_9.json",
-     "3939db329891ce9a9b1def83e55af6193eabaa11672344d8129d4a9ab6300e86"),
-    ("test/all_data_9_niid_05_keep_0_test_9.json",
-     "09707e362bd5cf273c1948170eb0e3aed4264659b9b7efbb4d7bd0fd38be4b12"),
+    (
+        "train/all_data_0_niid_05_keep_0_train_9.json",
+        "e52c8724a9a3ea3ff3fecc179b3f322efa25fe84a1d712a37ee94586f08123c6",
+    ),
+    (
+        "train/all_data_10_niid_05_keep_0_train_9.json",
+        "dc687d0b52afc4cb038ba59504f5962217947b58be77708502f27aace6481f9d",
+    ),
+    (
+        "train/all_data_16_niid_05_keep_0_train_9.json",
+        "927bb8cc27658e539c0781ac39918397b3ad712f42fff8ac687778dfabab2451",
+    ),
+    (
+        "train/all_data_17_niid_05_keep_0_train_9.json",
+        "9fe910f90e73eb87989f8dbcbab94bd713b1ada05dad8c438f19d0febe4ea5d6",
+    ),
+    (
+        "train/all_data_18_niid_05_keep_0_train_9.json",
+        "b0acfd82f3e3854d6a105928c46f66c25868b3ae1305488a9e91572dce0396b0",
+    ),
+    (
+        "train/all_data_19_niid_05_keep_0_train_9.json",
+        "6e3184a7b11c700f89af4a779dcca275796768c48fa84e4e150af7d4bf4db513",
+    ),
+    (
+        "train/all_data_1_niid_05_keep_0_train_9.json",
+        "e7e9a1b23bc206e1feeb94d4f993d911ed950adc47e92ce52954597197b99c13",
+    ),
+    (
+        "train/all_data_20_niid_05_keep_0_train_9.json",
+        "46a4e20479468057c9b9462cc60ad2ad48c2b0c000e740d94d4a8310b23715bf",
+    ),
+    (
+        "train/all_data_2_niid_05_keep_0_train_9.json",
+        "a71f9d0d1ab95b98bb95f20cdcab02097125efab27d9ce341045cb07d565409d",
+    ),
+    (
+        "train/all_data_31_niid_05_keep_0_train_9.json",
+        "a2438bbf6e17a45d05ea9e28b9c7085dde298e1ed02e00372eee6da8161d6701",
+    ),
+    (
+        "train/all_data_32_niid_05_keep_0_train_9.json",
+        "8c82d19646fbc0a96483d886c36a3502bdfc657e758c40cae12ee9eef83e3daf",
+    ),
+    (
+        "train/all_data_33_niid_05_keep_0_train_9.json",
+        "b6f89d29618747d8431396bd2a9d2e54fd2286d1d8939a9b32c72f569d6ffd05",
+    ),
+    (
+        "train/all_data_34_niid_05_keep_0_train_9.json",
+        "655a68578d2edd76a02f6ee8141e32c5aad079f48d4edeece711b0e04c84c1fc",
+    ),
+    (
+        "train/all_data_3_niid_05_keep_0_train_9.json",
+        "1623ade048b1c1991d3aa6d5a658dcb67e83fe1def41c2b2647f466f3f3c91db",
+    ),
+    (
+        "train/all_data_4_niid_05_keep_0_train_9.json",
+        "133facbc92bfaffe3b315a147cd458ca20e3283d3f48882ad72e953c4906e435",
+    ),
+    (
+        "train/all_data_5_niid_05_keep_0_train_9.json",
+        "2a2b8dccb528033995b0d29ddd953edf002242ed4869c99b23983570b37348de",
+    ),
+    (
+        "train/all_data_6_niid_05_keep_0_train_9.json",
+        "be03dc6a7fef7197501f75cb25285f03b9dbf6ae0e1367e48d82096da41cb32c",
+    ),
+    (
+        "train/all_data_7_niid_05_keep_0_train_9.json",
+        "2e1008e286bdb71110e47ab0010edde2d5bcabfb96ba988926481aa401e85532",
+    ),
+    (
+        "train/all_data_8_niid_05_keep_0_train_9.json",
+        "b72ad0551d01fa0b031f2580aac5bc415f4ffb8613a8cf62048389923d44be90",
+    ),
+    (
+        "train/all_data_9_niid_05_keep_0_train_9.json",
+        "4c8ed42c941fa95250f21125cf35141b57147cce5063e6acb1bf1d02c7684b8d",
+    ),
+    ("test/all_data_0_niid_05_keep_0_test_9.json", "979c4ab82ccbc6de67656cfdfc7412900910099014a7c134d64a36347ca6be41"),
+    ("test/all_data_10_niid_05_keep_0_test_9.json", "9ed09f6d45455c66d8d442a8451d96d7f53b64e159149a2ccc0931651ae52851"),
+    ("test/all_data_16_niid_05_keep_0_test_9.json", "b326cd7652b00073ae157e517b6d90e5bd45257bcdf8b6d6781f5e9beafdf628"),
+    ("test/all_data_17_niid_05_keep_0_test_9.json", "40b93f70a73598b133443a7c5e332e706d82c2611de7d5cfd6066d2a2a3c9052"),
+    ("test/all_data_18_niid_05_keep_0_test_9.json", "fefe2cf9c2f14fdb6cb757774ff841519fed1adf214c786c680492a94d6b63fc"),
+    ("test/all_data_19_niid_05_keep_0_test_9.json", "c3f5506ff72efbce185955fb4778d7887389a31c0bb4d9090a08dbcb90101e82"),
+    ("test/all_data_1_niid_05_keep_0_test_9.json", "e7dabc622469a0941c32ba03c14ba8c1f2f2c24e03378926f2b4d60a10f5a537"),
+    ("test/all_data_20_niid_05_keep_0_test_9.json", "34a4aedc5b4e7a7c88c3ddb2f8f5beff944a5f3619e98a634879de9e509588f6"),
+    ("test/all_data_2_niid_05_keep_0_test_9.json", "86f292986d0843c50f08d069125f73fddd4fff59a990e6a4c7cc7fff472696b1"),
+    ("test/all_data_31_niid_05_keep_0_test_9.json", "7534a28d664082283e1fd678ced09faf2883b344cc87f12acdc8490c60562ece"),
+    ("test/all_data_32_niid_05_keep_0_test_9.json", "83e62e7c499bf1211424b0a38082df3efd80de66f9f2a16a094d8f971f8f6f03"),
+    ("test/all_data_33_niid_05_keep_0_test_9.json", "b5eec2f3d839cf2934a9581aaaee94b40bf368fcdf1c918b9107fd67f1fde519"),
+    ("test/all_data_34_niid_05_keep_0_test_9.json", "1ccf595d2c2442141ba555cba762d4c72d76d8e7341314e45e7830d196013fe0"),
+    ("test/all_data_3_niid_05_keep_0_test_9.json", "99f701d9394a8516a4cb86eb96e3565bf8a405e490ae00487f882419ca86d6fc"),
+    ("test/all_data_4_niid_05_keep_0_test_9.json", "2a4c61b74d2efd1dcd6b7eaa6a970ca10da82f6b1f3b419839c6ae314e85b14b"),
+    ("test/all_data_5_niid_05_keep_0_test_9.json", "63b48265b8ccae669c770ce7846976dbd62e7b848e9c36563d93a364f0109607"),
+    ("test/all_data_6_niid_05_keep_0_test_9.json", "a7ece8a2f53b40671c5a58150d6b7f846bb44003a9b4b8c4628a1973387607ca"),
+    ("test/all_data_7_niid_05_keep_0_test_9.json", "a2094cd1048f01072f4a9b8cbff2bd1f69c4e24c03f871e0b23796c19f2f8c97"),
+    ("test/all_data_8_niid_05_keep_0_test_9.json", "3939db329891ce9a9b1def83e55af6193eabaa11672344d8129d4a9ab6300e86"),
+    ("test/all_data_9_niid_05_keep_0_test_9.json", "09707e362bd5cf273c1948170eb0e3aed4264659b9b7efbb4d7bd0fd38be4b12"),
 )
 
 LEAF_FEMNIST_SF005 = register(
@@ -519,9 +554,12 @@ REDDIT = register(
             # publishes no checksum; no networked machine has fetched it for fedrepro (verified by content check until
             # pinned; the first fetch prints the pinning line). Landing page:
             # https://drive.google.com/file/d/1ISzp69JmaIJqBpQCX-JJ8-kVyUns8M7o/view
-            RemoteFile(REDDIT_ARCHIVE,
-                       "https://drive.google.com/uc?id=1ISzp69JmaIJqBpQCX-JJ8-kVyUns8M7o&export=download", None,
-                       content_check=check_reddit_archive),
+            RemoteFile(
+                REDDIT_ARCHIVE,
+                "https://drive.google.com/uc?id=1ISzp69JmaIJqBpQCX-JJ8-kVyUns8M7o&export=download",
+                None,
+                content_check=check_reddit_archive,
+            ),
         ),
         citation=_LEAF_CITATION + "; data: pushshift.io Reddit comments, December 2017",
         licence="Reddit content; LEAF code BSD-2-Clause",

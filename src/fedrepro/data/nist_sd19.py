@@ -113,8 +113,10 @@ def open_zip(path: Path) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(path)
     except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
-        raise DataError(f"{path}: not a readable zip archive ({exc}): cut short or not NIST SD19's {path.name}; delete "
-                        "it and fetch it again") from None
+        raise DataError(
+            f"{path}: not a readable zip archive ({exc}): cut short or not NIST SD19's {path.name}; delete "
+            "it and fetch it again"
+        ) from None
 
 
 def _unsafe(info: zipfile.ZipInfo) -> str | None:
@@ -138,21 +140,27 @@ def check_member_names(zf: zipfile.ZipFile, archive: Path) -> list[zipfile.ZipIn
     for info in infos:
         why = _unsafe(info)
         if why:
-            raise DataError(f"{archive}: refusing archive: member {info.filename!r} {why}; not NIST SD19's "
-                            f"{archive.name}? delete it and fetch it again")
+            raise DataError(
+                f"{archive}: refusing archive: member {info.filename!r} {why}; not NIST SD19's "
+                f"{archive.name}? delete it and fetch it again"
+            )
     return infos
 
 
 def read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, archive: Path) -> bytes:
     """The bytes of one member; DataError naming archive and member when it is oversized, corrupt or cut short."""
     if info.file_size > MAX_MEMBER_BYTES:
-        raise DataError(f"{archive}: member {info.filename} is {info.file_size} bytes, too large for a 128x128 NIST "
-                        "image; not NIST SD19's archive? delete it and fetch it again")
+        raise DataError(
+            f"{archive}: member {info.filename} is {info.file_size} bytes, too large for a 128x128 NIST "
+            "image; not NIST SD19's archive? delete it and fetch it again"
+        )
     try:
         return zf.read(info)
     except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
-        raise DataError(f"{archive}: cannot read member {info.filename} ({exc}): corrupt or truncated archive; delete "
-                        "it and fetch it again") from None
+        raise DataError(
+            f"{archive}: cannot read member {info.filename} ({exc}): corrupt or truncated archive; delete "
+            "it and fetch it again"
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -197,8 +205,11 @@ def write_file_dirs(infos: Iterable[zipfile.ZipInfo]) -> list[tuple[str, zipfile
 # data_to_json.py: the class label
 
 
-_CLASS_CODES = frozenset([f"{c:x}" for c in range(0x30, 0x3A)] + [f"{c:x}" for c in range(0x41, 0x5B)]
-                         + [f"{c:x}" for c in range(0x61, 0x7B)])
+_CLASS_CODES = frozenset(
+    [f"{c:x}" for c in range(0x30, 0x3A)]
+    + [f"{c:x}" for c in range(0x41, 0x5B)]
+    + [f"{c:x}" for c in range(0x61, 0x7B)]
+)
 
 
 def relabel_class(c: str) -> int:
@@ -207,8 +218,10 @@ def relabel_class(c: str) -> int:
 
     A name that is not the code of a digit or letter is a DataError (LEAF would compute a label outside 0..61)."""
     if c.lower() not in _CLASS_CODES:
-        raise DataError(f"by_class directory {c!r} is not the hex ASCII code of a digit or letter (30-39, 41-5a, "
-                        "61-7a); not NIST SD19's by_class.zip?")
+        raise DataError(
+            f"by_class directory {c!r} is not the hex ASCII code of a digit or letter (30-39, 41-5a, "
+            "61-7a); not NIST SD19's by_class.zip?"
+        )
     if c.isdigit() and int(c) < 40:
         return int(c) - 30
     if int(c, 16) <= 90:
@@ -256,8 +269,9 @@ def _archive_stamp(path: Path) -> dict:
     return {"name": Path(path).name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def class_file_hashes(by_class: Path, cache: Path | None = None, log: Callable[[str], None] = _log_default
-                      ) -> ClassHashes:
+def class_file_hashes(
+    by_class: Path, cache: Path | None = None, log: Callable[[str], None] = _log_default
+) -> ClassHashes:
     """Hash every by_class image LEAF uses (:func:`class_file_dirs`) in one pass and build the digest -> class table.
 
     LEAF ``data/femnist/preprocess/get_hashes.py`` (its by_class half: ``hashlib.md5`` of each file's bytes) and the
@@ -276,8 +290,10 @@ def class_file_hashes(by_class: Path, cache: Path | None = None, log: Callable[[
     with open_zip(by_class) as zf:
         members = class_file_dirs(check_member_names(zf, by_class))
         if not members:
-            raise DataError(f"{by_class}: no by_class/<class>/hsf_*/ images in it: not NIST SD19's by_class.zip? "
-                            "delete it and fetch it again")
+            raise DataError(
+                f"{by_class}: no by_class/<class>/hsf_*/ images in it: not NIST SD19's by_class.zip? "
+                "delete it and fetch it again"
+            )
         log(f"hashing {len(members)} by_class images of {by_class.name}")
         label_of = {}
         digests = bytearray()
@@ -294,10 +310,13 @@ def class_file_hashes(by_class: Path, cache: Path | None = None, log: Callable[[
                 log(f"hashed {i + 1} by_class images")
     table = ClassHashes.from_lists(bytes(digests), labels)
     if cache is not None:
+
         def write(p: Path) -> None:
             with open(p, "wb") as fh:
-                np.savez(fh, digests=table.digests, labels=table.labels, n_images=table.n_images, stamp=stamp,
-                         format=FORMAT)
+                np.savez(
+                    fh, digests=table.digests, labels=table.labels, n_images=table.n_images, stamp=stamp, format=FORMAT
+                )
+
         atomic_write(cache, write)
     return table
 
@@ -314,9 +333,14 @@ class MatchStats:
         return int((~self.used).sum())
 
 
-def write_with_class(zf: zipfile.ZipFile, archive: Path, members: list[tuple[str, zipfile.ZipInfo]],
-                     table: ClassHashes, stats: MatchStats | None = None, log: Callable[[str], None] = _log_default
-                     ) -> Iterator[tuple[str, tuple[str, bytes], int]]:
+def write_with_class(
+    zf: zipfile.ZipFile,
+    archive: Path,
+    members: list[tuple[str, zipfile.ZipInfo]],
+    table: ClassHashes,
+    stats: MatchStats | None = None,
+    log: Callable[[str], None] = _log_default,
+) -> Iterator[tuple[str, tuple[str, bytes], int]]:
     """(writer, (member name, bytes), class label) of every by_write image, in ``members`` order.
 
     LEAF ``data/femnist/preprocess/get_hashes.py`` (its by_write half) and ``match_hashes.py``: the class of a
@@ -337,9 +361,11 @@ def write_with_class(zf: zipfile.ZipFile, archive: Path, members: list[tuple[str
         labels, found = table.lookup(digests)
         if not found.all():
             k = int(np.flatnonzero(~found)[0])
-            raise DataError(f"{archive}: member {block[k][1].filename} (MD5 {digests[k].hex()}) has no image with the "
-                            f"same bytes in {BY_CLASS}, so its class is unknown (LEAF's match_hashes.py fails here "
-                            "too): the two archives are not NIST SD19's pair; delete both and fetch them again")
+            raise DataError(
+                f"{archive}: member {block[k][1].filename} (MD5 {digests[k].hex()}) has no image with the "
+                f"same bytes in {BY_CLASS}, so its class is unknown (LEAF's match_hashes.py fails here "
+                "too): the two archives are not NIST SD19's pair; delete both and fetch them again"
+            )
         if stats is not None:
             stats.write_images += len(block)
             stats.writers += 1
@@ -356,8 +382,9 @@ def write_with_class(zf: zipfile.ZipFile, archive: Path, members: list[tuple[str
 # group_by_writer.py
 
 
-def group_by_writer(write_classes: Iterable[tuple[str, object, int]], duplicate_first: bool = True
-                    ) -> Iterator[tuple[str, list[tuple[object, int]]]]:
+def group_by_writer(
+    write_classes: Iterable[tuple[str, object, int]], duplicate_first: bool = True
+) -> Iterator[tuple[str, list[tuple[object, int]]]]:
     """Runs of consecutive equal writers -> (writer, [(file, class), ...]), lazily.
 
     LEAF ``data/femnist/preprocess/group_by_writer.py``. With ``duplicate_first`` (LEAF's published code), the list
@@ -399,8 +426,10 @@ def image_vector(data: bytes, label: str, reducing_gap: float | None = None) -> 
     try:
         with Image.open(io.BytesIO(data)) as img:
             if img.size != (IMAGE_SIDE, IMAGE_SIDE):
-                raise DataError(f"{label}: image is {img.size[0]}x{img.size[1]}, NIST SD19 images are 128x128; not "
-                                "NIST SD19's archive? delete it and fetch it again")
+                raise DataError(
+                    f"{label}: image is {img.size[0]}x{img.size[1]}, NIST SD19 images are 128x128; not "
+                    "NIST SD19's archive? delete it and fetch it again"
+                )
             gray = img.convert("L")
     except DataError:
         raise
@@ -442,11 +471,23 @@ def write_shard(path: Path, shard: Shard) -> Path:
 
     def write(p: Path) -> None:
         with open(p, "w", encoding="utf-8") as fh:
-            fh.write('{"users": ' + json.dumps(shard.users) + ', "num_samples": ' + json.dumps(shard.num_samples)
-                     + ', "user_data": {')
+            fh.write(
+                '{"users": '
+                + json.dumps(shard.users)
+                + ', "num_samples": '
+                + json.dumps(shard.num_samples)
+                + ', "user_data": {'
+            )
             for i, (u, x, y) in enumerate(zip(shard.users, shard.x, shard.y)):
-                fh.write((", " if i else "") + json.dumps(u) + ': {"x": ' + _rows_text(x) + ', "y": '
-                         + json.dumps([int(v) for v in y]) + "}")
+                fh.write(
+                    (", " if i else "")
+                    + json.dumps(u)
+                    + ': {"x": '
+                    + _rows_text(x)
+                    + ', "y": '
+                    + json.dumps([int(v) for v in y])
+                    + "}"
+                )
             fh.write("}}")
 
     atomic_write(Path(path), write)
@@ -473,15 +514,21 @@ def read_shard(path: Path) -> Shard:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh, parse_float=_pixel)
     except _NotAPixel as exc:
-        raise DataError(f"{path}: pixel value {exc} is not k/255 as LEAF writes it; delete the file to rebuild it"
-                        ) from None
+        raise DataError(
+            f"{path}: pixel value {exc} is not k/255 as LEAF writes it; delete the file to rebuild it"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{path}: cannot read as a LEAF json shard ({exc}); delete it to rebuild it") from None
     if not isinstance(doc, dict) or not all(k in doc for k in ("users", "num_samples", "user_data")):
         raise DataError(f"{path}: not a LEAF json shard (needs users, num_samples, user_data); delete it to rebuild it")
     users, counts, data = doc["users"], doc["num_samples"], doc["user_data"]
-    if (not isinstance(users, list) or not isinstance(counts, list) or not isinstance(data, dict)
-            or len(users) != len(counts) or len(set(users)) != len(users)):
+    if (
+        not isinstance(users, list)
+        or not isinstance(counts, list)
+        or not isinstance(data, dict)
+        or len(users) != len(counts)
+        or len(set(users)) != len(users)
+    ):
         raise DataError(f"{path}: users / num_samples / user_data are inconsistent; delete it to rebuild it")
     xs, ys = [], []
     for u, n in zip(users, counts):
@@ -501,9 +548,14 @@ def read_shard(path: Path) -> Shard:
     return Shard(list(users), xs, ys)
 
 
-def data_to_json(groups: Iterable[tuple[str, list[tuple[tuple[str, bytes], int]]]], out_dir: Path, label: str,
-                 reducing_gap: float | None = None, last_partial_shard: bool = True,
-                 log: Callable[[str], None] = _log_default) -> list[Path]:
+def data_to_json(
+    groups: Iterable[tuple[str, list[tuple[tuple[str, bytes], int]]]],
+    out_dir: Path,
+    label: str,
+    reducing_gap: float | None = None,
+    last_partial_shard: bool = True,
+    log: Callable[[str], None] = _log_default,
+) -> list[Path]:
     """Convert writer groups to ``out_dir/all_data_<k>.json``, :data:`MAX_WRITERS` writers per shard.
 
     LEAF ``data/femnist/preprocess/data_to_json.py``: per writer, every (file, class) in list order becomes
@@ -561,8 +613,11 @@ def _write_marker(path: Path, doc: dict) -> None:
 
 
 def _files_intact(root: Path, files: dict) -> bool:
-    return isinstance(files, dict) and bool(files) and all(
-        (root / n).is_file() and (root / n).stat().st_size == s for n, s in files.items())
+    return (
+        isinstance(files, dict)
+        and bool(files)
+        and all((root / n).is_file() and (root / n).stat().st_size == s for n, s in files.items())
+    )
 
 
 @contextmanager
@@ -571,8 +626,9 @@ def _locked(path: Path):
     try:
         fh = open(path, "a")
     except OSError as exc:
-        raise DataError(f"{path.parent}: cannot write the FEMNIST build there ({exc}); make the data dir writable"
-                        ) from None
+        raise DataError(
+            f"{path.parent}: cannot write the FEMNIST build there ({exc}); make the data dir writable"
+        ) from None
     with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -601,8 +657,14 @@ def _remove_stale(out_dir: Path, keep: set[str]) -> None:
             p.unlink()
 
 
-def build_all_data(by_class: Path, by_write: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
-                   intermediate: Path | None = None, log: Callable[[str], None] = _log_default) -> list[Path]:
+def build_all_data(
+    by_class: Path,
+    by_write: Path,
+    out_dir: Path,
+    options: BuildOptions = BuildOptions(),
+    intermediate: Path | None = None,
+    log: Callable[[str], None] = _log_default,
+) -> list[Path]:
     """LEAF's ``data/femnist/preprocess/data_to_json.sh`` (get_file_dirs -> get_hashes -> match_hashes ->
     group_by_writer -> data_to_json) from the two zips to ``out_dir/all_data_<k>.json``; returns the shards.
 
@@ -612,8 +674,12 @@ def build_all_data(by_class: Path, by_write: Path, out_dir: Path, options: Build
     """
     by_class, by_write, out_dir = Path(by_class), Path(by_write), Path(out_dir)
     intermediate = Path(intermediate) if intermediate is not None else out_dir.parent / "intermediate"
-    key = {"format": FORMAT, "by_class": _archive_stamp(by_class), "by_write": _archive_stamp(by_write),
-           "options": asdict(options)}
+    key = {
+        "format": FORMAT,
+        "by_class": _archive_stamp(by_class),
+        "by_write": _archive_stamp(by_write),
+        "options": asdict(options),
+    }
     marker = out_dir / MARKER
     with _locked(out_dir.parent / ".leaf_femnist.lock"):
         old = _read_marker(marker)
@@ -625,20 +691,39 @@ def build_all_data(by_class: Path, by_write: Path, out_dir: Path, options: Build
         with open_zip(by_write) as zf:
             members = write_file_dirs(check_member_names(zf, by_write))
             if not members:
-                raise DataError(f"{by_write}: no by_write/<partition>/<writer>/<type>/ images in it: not NIST SD19's "
-                                "by_write.zip? delete it and fetch it again")
+                raise DataError(
+                    f"{by_write}: no by_write/<partition>/<writer>/<type>/ images in it: not NIST SD19's "
+                    "by_write.zip? delete it and fetch it again"
+                )
             log(f"matching and converting {len(members)} by_write images of {by_write.name}")
             out_dir.mkdir(parents=True, exist_ok=True)
             triples = write_with_class(zf, by_write, members, table, stats, log)
-            shards = data_to_json(group_by_writer(triples, options.duplicate_first), out_dir, str(by_write),
-                                  options.reducing_gap, options.last_partial_shard, log)
+            shards = data_to_json(
+                group_by_writer(triples, options.duplicate_first),
+                out_dir,
+                str(by_write),
+                options.reducing_gap,
+                options.last_partial_shard,
+                log,
+            )
         _remove_stale(out_dir, {p.name for p in shards})
-        _write_marker(marker, {**key, "shards": {p.name: p.stat().st_size for p in shards},
-                               "counts": {"by_class_images": table.n_images, "by_write_images": stats.write_images,
-                                          "writers": stats.writers,
-                                          "by_class_digests_without_by_write_twin": stats.unmatched_class_images()}})
-        log(f"all_data: {len(shards)} shards, {stats.writers} writers, {stats.write_images} by_write images; "
-            f"{stats.unmatched_class_images()} by_class digests unused")
+        _write_marker(
+            marker,
+            {
+                **key,
+                "shards": {p.name: p.stat().st_size for p in shards},
+                "counts": {
+                    "by_class_images": table.n_images,
+                    "by_write_images": stats.write_images,
+                    "writers": stats.writers,
+                    "by_class_digests_without_by_write_twin": stats.unmatched_class_images(),
+                },
+            },
+        )
+        log(
+            f"all_data: {len(shards)} shards, {stats.writers} writers, {stats.write_images} by_write images; "
+            f"{stats.unmatched_class_images()} by_class digests unused"
+        )
         return shards
 
 
@@ -692,8 +777,9 @@ def iid_divide(n: int, g: int) -> list[tuple[int, int]]:
     return out
 
 
-def sample_iid(shard: Shard, rng: random.Random, fraction: float, users_fraction: float, new_user_count: int
-               ) -> tuple[Shard, int]:
+def sample_iid(
+    shard: Shard, rng: random.Random, fraction: float, users_fraction: float, new_user_count: int
+) -> tuple[Shard, int]:
     """LEAF ``data/utils/sample.py``, iid branch, on one shard: pool all samples (users in order),
     ``rng.sample`` ``int(fraction * total)`` of them and deal them with :func:`iid_divide` to
     ``round(users_fraction * n_users)`` (at least 1) new users named ``str(new_user_count + i)``. Returns the shard
@@ -738,8 +824,9 @@ def split_by_sample(shard: Shard, rng: random.Random, train_fraction: float) -> 
     return train, test
 
 
-def split_by_user(files: list[Path], rng: random.Random, train_fraction: float, out_dirs: dict[str, Path],
-                  suffix: str) -> dict[str, list[Path]]:
+def split_by_user(
+    files: list[Path], rng: random.Random, train_fraction: float, out_dirs: dict[str, Path], suffix: str
+) -> dict[str, list[Path]]:
     """LEAF ``data/utils/split_data.py``, ``--by_user``: over the users of all ``files`` in order, ``rng.sample``
     ``int(train_fraction * n_users)`` as train users, the others test; each set written in that order,
     :data:`MAX_USERS_PER_SPLIT_FILE` users per file (LEAF's code intends 50 for femnist, but its file-writing
@@ -750,8 +837,10 @@ def split_by_user(files: list[Path], rng: random.Random, train_fraction: float, 
         users += [(fi, ui) for ui in range(len(_peek_users(f)))]
     n_train = int(train_fraction * len(users))
     chosen = set(rng.sample(range(len(users)), n_train))
-    sets = {"train": [u for k, u in enumerate(users) if k in chosen],
-            "test": [u for k, u in enumerate(users) if k not in chosen]}
+    sets = {
+        "train": [u for k, u in enumerate(users) if k in chosen],
+        "test": [u for k, u in enumerate(users) if k not in chosen],
+    }
     out: dict[str, list[Path]] = {}
     for which, members in sets.items():
         out[which] = []
@@ -823,8 +912,13 @@ class LeafOptions:
         parts = [self.sample or "all", f"sf{self.fraction:g}"]
         if self.sample == "iid":
             parts.append(f"iu{self.iid_users:g}")
-        parts += [f"k{'na' if self.min_samples is None else self.min_samples}", f"t{self.split}",
-                  f"tf{self.train_fraction:g}", f"smpl{self.sampling_seed}", f"splt{self.split_seed}"]
+        parts += [
+            f"k{'na' if self.min_samples is None else self.min_samples}",
+            f"t{self.split}",
+            f"tf{self.train_fraction:g}",
+            f"smpl{self.sampling_seed}",
+            f"splt{self.split_seed}",
+        ]
         if self.build != BuildOptions():
             b = self.build
             parts.append(f"dup{int(b.duplicate_first)}_gap{b.reducing_gap}_last{int(b.last_partial_shard)}")
@@ -837,12 +931,20 @@ class LeafOptions:
 # (data/femnist/README.md: -s niid --sf 1.0 -k 0 -t sample, --tf default 0.9) with the seeds of LEAF's own FEMNIST
 # experiments (paper_experiments/femnist.sh: sampling 1549786595, split 1549786796); the writer subset is then
 # drawn by the writer_groups partition.
-ADAPED_FEMNIST = LeafOptions(sampling_seed=1549786595, split_seed=1549786796, sample="niid", fraction=1.0,
-                             min_samples=0, split="sample", train_fraction=0.9)
+ADAPED_FEMNIST = LeafOptions(
+    sampling_seed=1549786595,
+    split_seed=1549786796,
+    sample="niid",
+    fraction=1.0,
+    min_samples=0,
+    split="sample",
+    train_fraction=0.9,
+)
 
 
-def preprocess(all_data: list[Path], out_root: Path, options: LeafOptions, log: Callable[[str], None] = _log_default
-               ) -> dict[str, list[Path]]:
+def preprocess(
+    all_data: list[Path], out_root: Path, options: LeafOptions, log: Callable[[str], None] = _log_default
+) -> dict[str, list[Path]]:
     """LEAF ``data/utils/preprocess.sh`` after ``all_data``: sample (``sample.py``), remove users
     (``remove_users.py``), split (``split_data.py``), into ``out_root/train`` and ``out_root/test`` with LEAF's file
     names (e.g. ``all_data_0_niid_0_keep_0_train_9.json``). One generator per step seeded as LEAF seeds it
@@ -852,9 +954,12 @@ def preprocess(all_data: list[Path], out_root: Path, options: LeafOptions, log: 
     out_root = Path(out_root)
     all_data = sorted((Path(p) for p in all_data), key=lambda p: _shard_index(p.name))
     source = _read_marker(all_data[0].parent / MARKER) if all_data else None
-    key = {"format": FORMAT, "options": asdict(options),
-           "all_data": {p.name: p.stat().st_size for p in all_data},
-           "all_data_key": None if source is None else {k: source.get(k) for k in ("by_class", "by_write", "options")}}
+    key = {
+        "format": FORMAT,
+        "options": asdict(options),
+        "all_data": {p.name: p.stat().st_size for p in all_data},
+        "all_data_key": None if source is None else {k: source.get(k) for k in ("by_class", "by_write", "options")},
+    }
     marker = out_root / MARKER
     dirs = {s: out_root / s for s in ("train", "test")}
     with _locked(out_root.parent / ".leaf_femnist.lock"):
@@ -878,8 +983,9 @@ def preprocess(all_data: list[Path], out_root: Path, options: LeafOptions, log: 
             if options.sample == "niid":
                 shard = sample_niid(shard, rng_sample, options.fraction)
             elif options.sample == "iid":
-                shard, new_user_count = sample_iid(shard, rng_sample, options.fraction, options.iid_users,
-                                                   new_user_count)
+                shard, new_user_count = sample_iid(
+                    shard, rng_sample, options.fraction, options.iid_users, new_user_count
+                )
             if options.min_samples is not None:
                 shard = remove_users(shard, options.min_samples)
             stem = f.name[: -len(".json")] + suffix
@@ -907,8 +1013,10 @@ def _archives(files: Iterable[Path]) -> tuple[Path, Path]:
     paths = {Path(p).name: Path(p) for p in files}
     missing = [n for n in (BY_CLASS, BY_WRITE) if n not in paths]
     if missing:
-        raise DataError(f"leaf_femnist: {' and '.join(missing)} not among the dataset's files "
-                        f"({', '.join(paths) or 'none'}); fetch them with `python -m fedrepro data fetch leaf_femnist`")
+        raise DataError(
+            f"leaf_femnist: {' and '.join(missing)} not among the dataset's files "
+            f"({', '.join(paths) or 'none'}); fetch them with `python -m fedrepro data fetch leaf_femnist`"
+        )
     return paths[BY_CLASS], paths[BY_WRITE]
 
 
@@ -939,8 +1047,9 @@ def read_split(paths: Iterable[Path]) -> FederatedSplit:
     return FederatedSplit(tuple(users), _FLOAT32_OF_PIXEL[x8], np.concatenate(ys), np.concatenate(cs))
 
 
-def load_splits(files: Iterable[Path], options: LeafOptions = ADAPED_FEMNIST,
-                log: Callable[[str], None] = _log_default) -> dict[str, FederatedSplit]:
+def load_splits(
+    files: Iterable[Path], options: LeafOptions = ADAPED_FEMNIST, log: Callable[[str], None] = _log_default
+) -> dict[str, FederatedSplit]:
     """The dataset's files (``by_class.zip``, ``by_write.zip``, verified) -> LEAF FEMNIST ``{"train", "test"}``
     built with ``options``, the cache kept in the zips' directory (``all_data/``, ``intermediate/``, ``leaf/``)."""
     by_class, by_write = _archives(files)
@@ -948,4 +1057,3 @@ def load_splits(files: Iterable[Path], options: LeafOptions = ADAPED_FEMNIST,
     shards = build_all_data(by_class, by_write, root / "all_data", options.build, root / "intermediate", log)
     out = preprocess(shards, root / "leaf" / options.tag(), options, log)
     return {s: read_split(out[s]) for s in ("train", "test")}
-

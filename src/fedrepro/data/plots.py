@@ -27,8 +27,13 @@ def client_order(class_counts: np.ndarray) -> np.ndarray:
     return np.lexsort((np.arange(len(size)), -size, dom))
 
 
-def partition_figure(train_counts: np.ndarray, class_counts: np.ndarray, test_counts: np.ndarray | None = None,
-                     title: str = "", class_axis: str = "class"):
+def partition_figure(
+    train_counts: np.ndarray,
+    class_counts: np.ndarray,
+    test_counts: np.ndarray | None = None,
+    title: str = "",
+    class_axis: str = "class",
+):
     """The two-panel figure (a matplotlib Figure) from per-client counts and the (clients x classes) matrix."""
     import matplotlib
 
@@ -52,9 +57,11 @@ def partition_figure(train_counts: np.ndarray, class_counts: np.ndarray, test_co
     ax0.set_xlabel(f"client (sorted by train size), {n} clients")
     ax0.set_ylabel("samples")
     tot = int(train_counts.sum())
-    ax0.set_title(f"samples per client: train {tot:,}, min {int(train_counts.min()) if n else 0}, "
-                  f"median {int(np.median(train_counts)) if n else 0}, max {int(train_counts.max(initial=0))}",
-                  fontsize=9)
+    ax0.set_title(
+        f"samples per client: train {tot:,}, min {int(train_counts.min()) if n else 0}, "
+        f"median {int(np.median(train_counts)) if n else 0}, max {int(train_counts.max(initial=0))}",
+        fontsize=9,
+    )
     ax0.legend(fontsize=8)
     ax0.set_xlim(-0.5, n - 0.5)
 
@@ -73,8 +80,7 @@ def partition_figure(train_counts: np.ndarray, class_counts: np.ndarray, test_co
     ax1.set_ylabel("client (by dominant class, then size)")
     per_client = (cc > 0).sum(axis=1)
     lo, hi = (int(per_client.min()), int(per_client.max())) if len(per_client) else (0, 0)
-    ax1.set_title(f"train counts per client and {class_axis}: {class_axis}es per client min {lo}, max {hi}",
-                  fontsize=9)
+    ax1.set_title(f"train counts per client and {class_axis}: {class_axis}es per client min {lo}, max {hi}", fontsize=9)
     fig.colorbar(im, ax=ax1, label="samples (log scale)" if log else "samples")
     if title:
         fig.suptitle(textwrap.fill(title, 150), fontsize=9)
@@ -103,11 +109,13 @@ def plot_dataset(dataset, out_png: str | Path, *, coarse: bool = False, dpi: int
 
     ds = dataset if isinstance(dataset, fedformat.FederatedDataset) else fedformat.load(dataset)
     m = ds.manifest
-    fig = partition_figure(ds.counts("train"), ds.class_counts("train", coarse=coarse),
-                           ds.counts("test") if "test" in ds.splits else None,
-                           title=_title(m["partition"]["scheme"], m["partition"]["params"],
-                                        (m.get("source") or {}).get("dataset")),
-                           class_axis="superclass" if coarse else "class")
+    fig = partition_figure(
+        ds.counts("train"),
+        ds.class_counts("train", coarse=coarse),
+        ds.counts("test") if "test" in ds.splits else None,
+        title=_title(m["partition"]["scheme"], m["partition"]["params"], (m.get("source") or {}).get("dataset")),
+        class_axis="superclass" if coarse else "class",
+    )
     out = Path(out_png)
     try:
         _save_png(fig, out, dpi)
@@ -116,14 +124,25 @@ def plot_dataset(dataset, out_png: str | Path, *, coarse: bool = False, dpi: int
     return out
 
 
-def plot_partition(partition, train_labels: np.ndarray, out_png: str | Path, *, test_labels: np.ndarray | None = None,
-                   n_classes: int | None = None, dataset: str | None = None, dpi: int = 120) -> Path:
+def plot_partition(
+    partition,
+    train_labels: np.ndarray,
+    out_png: str | Path,
+    *,
+    test_labels: np.ndarray | None = None,
+    n_classes: int | None = None,
+    dataset: str | None = None,
+    dpi: int = 120,
+) -> Path:
     """PNG of an in-memory :class:`fedrepro.data.partition.Partition` given the labels it was built from."""
     import matplotlib.pyplot as plt
 
-    fig = partition_figure(partition.counts("train"), partition.class_counts(train_labels, "train", n_classes),
-                           partition.counts("test") if test_labels is not None else None,
-                           title=_title(partition.scheme, partition.params, dataset))
+    fig = partition_figure(
+        partition.counts("train"),
+        partition.class_counts(train_labels, "train", n_classes),
+        partition.counts("test") if test_labels is not None else None,
+        title=_title(partition.scheme, partition.params, dataset),
+    )
     out = Path(out_png)
     try:
         _save_png(fig, out, dpi)

@@ -15,9 +15,9 @@ a partitioned dataset can always be traced to the exact bytes it came from.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -163,10 +163,22 @@ def prepare(cfg: Mapping, name: str, spec: Mapping, out_dir: Path) -> Path:
     options = {k: params.pop(k) for k in loader_options(spec["dataset"]) if k in params}
     arrays = load_arrays(spec["dataset"], [v.path for v in verified], options)
     part = partition(spec["scheme"], arrays.train, arrays.test, seed=spec["seed"], **params)
-    source = {"dataset": spec["dataset"], "files": {v.name: v.sha256 for v in verified},
-              "unpinned": [v.name for v in verified if not v.pinned]}
+    source = {
+        "dataset": spec["dataset"],
+        "files": {v.name: v.sha256 for v in verified},
+        "unpinned": [v.name for v in verified if not v.pinned],
+    }
     if options:
         source["load"] = options  # which of the file's datasets (TFF EMNIST's only_digits)
-    return fedformat.write(out_dir, part, arrays.train_x, arrays.train, arrays.test_x, arrays.test,
-                           source=source, n_classes=arrays.n_classes,
-                           overwrite=True, extra={"name": name, "description": spec["description"]})
+    return fedformat.write(
+        out_dir,
+        part,
+        arrays.train_x,
+        arrays.train,
+        arrays.test_x,
+        arrays.test,
+        source=source,
+        n_classes=arrays.n_classes,
+        overwrite=True,
+        extra={"name": name, "description": spec["description"]},
+    )

@@ -211,9 +211,7 @@ def can_fetch(cfg: Mapping, dataset_id: str) -> bool:
     if is_available(cfg, dataset_id):
         return True
     ds = get_dataset(dataset_id)
-    return all(
-        find_file(cfg, ds, f) is not None or is_url(f.url) or mirror_url(cfg) is not None for f in ds.files
-    )
+    return all(find_file(cfg, ds, f) is not None or is_url(f.url) or mirror_url(cfg) is not None for f in ds.files)
 
 
 def _read_state(cfg: Mapping, ds: Dataset) -> dict:

@@ -55,16 +55,28 @@ def _example_class():
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     field_type = descriptor_pb2.FieldDescriptorProto
-    proto = descriptor_pb2.FileDescriptorProto(name="fedrepro/tf_example.proto", package="tensorflow",
-                                               syntax="proto3")
+    proto = descriptor_pb2.FileDescriptorProto(name="fedrepro/tf_example.proto", package="tensorflow", syntax="proto3")
 
     def message(name: str, parent=None):
         return (parent.nested_type if parent is not None else proto.message_type).add(name=name)
 
-    def field(msg, name: str, number: int, kind: int, *, repeated: bool = False, type_name: str = "",
-              oneof: int | None = None, packed: bool = False) -> None:
-        f = msg.field.add(name=name, number=number, type=kind,
-                          label=field_type.LABEL_REPEATED if repeated else field_type.LABEL_OPTIONAL)
+    def field(
+        msg,
+        name: str,
+        number: int,
+        kind: int,
+        *,
+        repeated: bool = False,
+        type_name: str = "",
+        oneof: int | None = None,
+        packed: bool = False,
+    ) -> None:
+        f = msg.field.add(
+            name=name,
+            number=number,
+            type=kind,
+            label=field_type.LABEL_REPEATED if repeated else field_type.LABEL_OPTIONAL,
+        )
         if type_name:
             f.type_name = type_name
         if oneof is not None:
@@ -78,8 +90,9 @@ def _example_class():
 
     feature = message("Feature")
     feature.oneof_decl.add(name="kind")
-    for number, (name, list_type) in enumerate((("bytes_list", "BytesList"), ("float_list", "FloatList"),
-                                                ("int64_list", "Int64List")), start=1):
+    for number, (name, list_type) in enumerate(
+        (("bytes_list", "BytesList"), ("float_list", "FloatList"), ("int64_list", "Int64List")), start=1
+    ):
         field(feature, name, number, field_type.TYPE_MESSAGE, type_name=f".tensorflow.{list_type}", oneof=0)
 
     features = message("Features")
@@ -87,8 +100,7 @@ def _example_class():
     entry.options.map_entry = True
     field(entry, "key", 1, field_type.TYPE_STRING)
     field(entry, "value", 2, field_type.TYPE_MESSAGE, type_name=".tensorflow.Feature")
-    field(features, "feature", 1, field_type.TYPE_MESSAGE, repeated=True,
-          type_name=".tensorflow.Features.FeatureEntry")
+    field(features, "feature", 1, field_type.TYPE_MESSAGE, repeated=True, type_name=".tensorflow.Features.FeatureEntry")
 
     field(message("Example"), "features", 1, field_type.TYPE_MESSAGE, type_name=".tensorflow.Features")
 

@@ -41,9 +41,9 @@ Checksums: the h5 archives' sha256 values below are the ``file_hash=..., hash_al
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -66,40 +66,54 @@ SPLITS = ("train", "test")
 SQLITE_ID = "tff_emnist_sqlite"
 SQLITE_ARCHIVE, SQLITE_FILE = "emnist_all.sqlite.lzma", "emnist_all.sqlite"
 #: TFF emnist.load_data: (only_digits, split) -> split_name in the sqlite release
-SQL_SPLIT = {(True, "train"): "digits_only_train", (True, "test"): "digits_only_test",
-             (False, "train"): "all_train", (False, "test"): "all_test"}
+SQL_SPLIT = {
+    (True, "train"): "digits_only_train",
+    (True, "test"): "digits_only_test",
+    (False, "train"): "all_train",
+    (False, "test"): "all_test",
+}
 #: a bound far above the decompressed file's real size (1,131,773 examples of ~3.2 kB), against a decompression bomb
 SQLITE_MAX_BYTES = 32 << 30
 
-_CITATION = ("Caldas et al., LEAF: A Benchmark for Federated Settings, arXiv:1812.01097 (2018); Cohen et al., "
-             "EMNIST: an extension of MNIST to handwritten letters (2017); TensorFlow Federated, "
-             "tff.simulation.datasets.emnist")
+_CITATION = (
+    "Caldas et al., LEAF: A Benchmark for Federated Settings, arXiv:1812.01097 (2018); Cohen et al., "
+    "EMNIST: an extension of MNIST to handwritten letters (2017); TensorFlow Federated, "
+    "tff.simulation.datasets.emnist"
+)
 
-register(Dataset(
-    id=DIGITS_ID,
-    title="TFF federated EMNIST, digits only (3,383 writers)",
-    files=(RemoteFile(
-        name="fed_emnist_digitsonly.tar.bz2",
-        url=BASE_URL + "fed_emnist_digitsonly.tar.bz2",
-        # TFF simulation/datasets/emnist.py, load_data(only_digits=True): file_hash (sha256, 64 hex digits)
-        sha256="55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b",
-    ),),
-    citation=_CITATION,
-    licence="EMNIST: public (NIST SD 19); TFF code Apache-2.0",
-))
+register(
+    Dataset(
+        id=DIGITS_ID,
+        title="TFF federated EMNIST, digits only (3,383 writers)",
+        files=(
+            RemoteFile(
+                name="fed_emnist_digitsonly.tar.bz2",
+                url=BASE_URL + "fed_emnist_digitsonly.tar.bz2",
+                # TFF simulation/datasets/emnist.py, load_data(only_digits=True): file_hash (sha256, 64 hex digits)
+                sha256="55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b",
+            ),
+        ),
+        citation=_CITATION,
+        licence="EMNIST: public (NIST SD 19); TFF code Apache-2.0",
+    )
+)
 
-register(Dataset(
-    id=FULL_ID,
-    title="TFF federated EMNIST, 62 classes (3,400 writers)",
-    files=(RemoteFile(
-        name="fed_emnist.tar.bz2",
-        url=BASE_URL + "fed_emnist.tar.bz2",
-        # TFF simulation/datasets/emnist.py, load_data(only_digits=False): file_hash (sha256, 64 hex digits)
-        sha256="fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
-    ),),
-    citation=_CITATION,
-    licence="EMNIST: public (NIST SD 19); TFF code Apache-2.0",
-))
+register(
+    Dataset(
+        id=FULL_ID,
+        title="TFF federated EMNIST, 62 classes (3,400 writers)",
+        files=(
+            RemoteFile(
+                name="fed_emnist.tar.bz2",
+                url=BASE_URL + "fed_emnist.tar.bz2",
+                # TFF simulation/datasets/emnist.py, load_data(only_digits=False): file_hash (sha256, 64 hex digits)
+                sha256="fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
+            ),
+        ),
+        citation=_CITATION,
+        licence="EMNIST: public (NIST SD 19); TFF code Apache-2.0",
+    )
+)
 
 # ----------------------------------------------------------------------------------------------------------------
 # sqlite release: decoding and the content check
@@ -141,24 +155,34 @@ def check_sqlite_release(path: str | Path) -> None:
     db = path
     if path.name.endswith(".lzma"):
         db = tff_sqlite.decompress(path, SQLITE_FILE, dataset_id=SQLITE_ID, max_bytes=SQLITE_MAX_BYTES)
-    tff_sqlite.check_release(db, sqlite_expected(), label=str(path), dataset_id=SQLITE_ID, decode=decode_example,
-                             source="TFF simulation/datasets/emnist.py, load_data docstring")
+    tff_sqlite.check_release(
+        db,
+        sqlite_expected(),
+        label=str(path),
+        dataset_id=SQLITE_ID,
+        decode=decode_example,
+        source="TFF simulation/datasets/emnist.py, load_data docstring",
+    )
 
 
-register(Dataset(
-    id=SQLITE_ID,
-    title="TFF federated EMNIST, sqlite release (digits-only: 3,383 writers; 62 classes: 3,400 writers)",
-    files=(RemoteFile(
-        name=SQLITE_ARCHIVE,
-        url=BASE_URL + SQLITE_ARCHIVE,
-        # TFF simulation/datasets/emnist.py load_data: download.get_compressed_file takes no hash and none is
-        # published; verified by content instead
-        sha256=None,
-        content_check=check_sqlite_release,
-    ),),
-    citation=_CITATION,
-    licence="EMNIST: public (NIST SD 19); TFF code Apache-2.0",
-))
+register(
+    Dataset(
+        id=SQLITE_ID,
+        title="TFF federated EMNIST, sqlite release (digits-only: 3,383 writers; 62 classes: 3,400 writers)",
+        files=(
+            RemoteFile(
+                name=SQLITE_ARCHIVE,
+                url=BASE_URL + SQLITE_ARCHIVE,
+                # TFF simulation/datasets/emnist.py load_data: download.get_compressed_file takes no hash and none is
+                # published; verified by content instead
+                sha256=None,
+                content_check=check_sqlite_release,
+            ),
+        ),
+        citation=_CITATION,
+        licence="EMNIST: public (NIST SD 19); TFF code Apache-2.0",
+    )
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -177,8 +201,10 @@ def _dataset_id_of(name: str) -> str:
     for ds_id, prefix in PREFIX.items():
         if name in (f"{prefix}.tar.bz2", f"{prefix}_train.h5", f"{prefix}_test.h5"):
             return ds_id
-    raise DataError(f"{name}: not a TFF federated EMNIST file (expected {SQLITE_ARCHIVE}, {SQLITE_FILE}, "
-                    f"{', '.join(p + '.tar.bz2' for p in PREFIX.values())} or their _train/_test.h5)")
+    raise DataError(
+        f"{name}: not a TFF federated EMNIST file (expected {SQLITE_ARCHIVE}, {SQLITE_FILE}, "
+        f"{', '.join(p + '.tar.bz2' for p in PREFIX.values())} or their _train/_test.h5)"
+    )
 
 
 def h5_paths(source: str | Path | Iterable[str | Path]) -> tuple[str, dict[str, Path]]:
@@ -201,8 +227,10 @@ def h5_paths(source: str | Path | Iterable[str | Path]) -> tuple[str, dict[str, 
     found = {s: next((p for p in paths if p.name == names[s]), folder / names[s]) for s in SPLITS}
     for s, p in found.items():
         if not p.is_file():
-            raise DataError(f"TFF EMNIST {s} file {p} not found (extract {PREFIX[ds_id]}.tar.bz2 there, or fetch "
-                            f"it: `{tff_sqlite.fetch_hint(ds_id)}`)")
+            raise DataError(
+                f"TFF EMNIST {s} file {p} not found (extract {PREFIX[ds_id]}.tar.bz2 there, or fetch "
+                f"it: `{tff_sqlite.fetch_hint(ds_id)}`)"
+            )
     return ds_id, found
 
 
@@ -243,8 +271,9 @@ class EmnistH5(TffH5):
         d = self.raw(client_id, ("label", "pixels"))
         pixels, label = d["pixels"], d["label"]
         if pixels.ndim != 3 or pixels.shape[1:] != (28, 28):
-            raise DataError(f"{self.path}: client {client_id!r}: pixels have shape {pixels.shape}, "
-                            "expected (n, 28, 28)")
+            raise DataError(
+                f"{self.path}: client {client_id!r}: pixels have shape {pixels.shape}, expected (n, 28, 28)"
+            )
         label = label.reshape(label.shape[0], -1)
         if label.shape[1] != 1:
             raise DataError(f"{self.path}: client {client_id!r}: label has shape {d['label'].shape}, expected (n,)")
@@ -269,8 +298,10 @@ class EmnistSqlite(tff_sqlite.SqliteSplit):
             try:
                 p, lab = decode_example(buf)
             except TfExampleError as exc:
-                raise DataError(f"{self.path}: split {self.split_name!r}, client {client_id!r}: bad "
-                                f"tf.train.Example: {exc}; {self.todo}") from None
+                raise DataError(
+                    f"{self.path}: split {self.split_name!r}, client {client_id!r}: bad "
+                    f"tf.train.Example: {exc}; {self.todo}"
+                ) from None
             pixels.append(p)
             labels.append(lab)
         px = np.stack(pixels) if pixels else np.zeros((0, 28, 28), np.float32)
@@ -285,8 +316,9 @@ class EmnistSqlite(tff_sqlite.SqliteSplit):
 EmnistSplit = EmnistH5 | EmnistSqlite
 
 
-def open_split(source: str | Path | Iterable[str | Path], split: str = "train",
-               only_digits: bool | None = None) -> EmnistSplit:
+def open_split(
+    source: str | Path | Iterable[str | Path], split: str = "train", only_digits: bool | None = None
+) -> EmnistSplit:
     """Open the train or test split from the files of a catalog entry.
 
     ``tff_emnist_sqlite`` (``emnist_all.sqlite.lzma``, decompressed beside itself once, or ``emnist_all.sqlite``):
@@ -300,11 +332,14 @@ def open_split(source: str | Path | Iterable[str | Path], split: str = "train",
     by_name = {p.name: p for p in paths}
     if SQLITE_ARCHIVE in by_name or SQLITE_FILE in by_name:
         if only_digits is None:
-            raise DataError(f"{SQLITE_FILE} holds both label sets: say which (only_digits true: 10 digit classes, "
-                            "false: 62 classes; a partition's `load: {only_digits: ...}`)")
+            raise DataError(
+                f"{SQLITE_FILE} holds both label sets: say which (only_digits true: 10 digit classes, "
+                "false: 62 classes; a partition's `load: {only_digits: ...}`)"
+            )
         if SQLITE_ARCHIVE in by_name:
-            db = tff_sqlite.decompress(by_name[SQLITE_ARCHIVE], SQLITE_FILE, dataset_id=SQLITE_ID,
-                                       max_bytes=SQLITE_MAX_BYTES)
+            db = tff_sqlite.decompress(
+                by_name[SQLITE_ARCHIVE], SQLITE_FILE, dataset_id=SQLITE_ID, max_bytes=SQLITE_MAX_BYTES
+            )
         else:
             db = by_name[SQLITE_FILE]
         return EmnistSqlite(db, SQL_SPLIT[(bool(only_digits), split)], num_classes=10 if only_digits else 62)
@@ -312,13 +347,16 @@ def open_split(source: str | Path | Iterable[str | Path], split: str = "train",
         raise DataError(f"no TFF EMNIST file given: fetch it with `{tff_sqlite.fetch_hint(SQLITE_ID)}`")
     ds_id, h5 = h5_paths(paths)
     if only_digits is not None and bool(only_digits) != (ds_id == DIGITS_ID):
-        raise DataError(f"{h5[split]}: the {ds_id} release {'is' if ds_id == DIGITS_ID else 'is not'} digits only, "
-                        f"but only_digits={only_digits} was asked; name the other release's dataset")
+        raise DataError(
+            f"{h5[split]}: the {ds_id} release {'is' if ds_id == DIGITS_ID else 'is not'} digits only, "
+            f"but only_digits={only_digits} was asked; name the other release's dataset"
+        )
     return EmnistH5(h5[split], num_classes=NUM_CLASSES[ds_id])
 
 
-def load_data(source: str | Path | Iterable[str | Path],
-              only_digits: bool | None = None) -> tuple[EmnistSplit, EmnistSplit]:
+def load_data(
+    source: str | Path | Iterable[str | Path], only_digits: bool | None = None
+) -> tuple[EmnistSplit, EmnistSplit]:
     """(train, test), like ``tff.simulation.datasets.emnist.load_data`` (see :func:`open_split`); close both when
     done."""
     train = open_split(source, "train", only_digits)
@@ -344,8 +382,11 @@ def compare_releases(a: EmnistSplit, b: EmnistSplit, client_ids: Sequence[str] |
             out["only_in_b"].append(cid)
             continue
         ca, cb = a.client(cid), b.client(cid)
-        if ca.pixels.shape == cb.pixels.shape and np.array_equal(ca.pixels, cb.pixels) and np.array_equal(
-                ca.labels, cb.labels):
+        if (
+            ca.pixels.shape == cb.pixels.shape
+            and np.array_equal(ca.pixels, cb.pixels)
+            and np.array_equal(ca.labels, cb.labels)
+        ):
             out["equal"].append(cid)
         elif len(ca) == len(cb) and _multiset(ca) == _multiset(cb):
             out["reordered"].append(cid)
@@ -379,8 +420,15 @@ def client_arrays(train: EmnistSplit, test: EmnistSplit, client_ids: Sequence[st
     out = []
     for cid in client_ids:
         tr, te = train.client(cid), test.client(cid)
-        out.append(ClientArrays(cid, tr.pixels.reshape(len(tr), 784), tr.labels.astype(np.int64),
-                                te.pixels.reshape(len(te), 784), te.labels.astype(np.int64)))
+        out.append(
+            ClientArrays(
+                cid,
+                tr.pixels.reshape(len(tr), 784),
+                tr.labels.astype(np.int64),
+                te.pixels.reshape(len(te), 784),
+                te.labels.astype(np.int64),
+            )
+        )
     return out
 
 

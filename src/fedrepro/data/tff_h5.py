@@ -13,8 +13,8 @@ imported inside the functions (fedrepro.data modules are imported by the catalog
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -91,8 +91,9 @@ class TffH5:
             return 0
         return int(g[names[0]].shape[0])
 
-    def raw(self, client_id: str, features: Sequence[str] | None = None,
-            limit: int | None = None) -> dict[str, np.ndarray]:
+    def raw(
+        self, client_id: str, features: Sequence[str] | None = None, limit: int | None = None
+    ) -> dict[str, np.ndarray]:
         """The client's datasets as numpy arrays (all of them, or ``features``), checked against the schema.
 
         ``limit``: read only the first ``limit`` examples (in stored order) of each dataset.
@@ -102,8 +103,9 @@ class TffH5:
         out = {}
         for name in names:
             if name not in g:
-                raise DataError(f"{self.path}: client {client_id!r} has no dataset {name!r} "
-                                f"(has {', '.join(sorted(g.keys()))})")
+                raise DataError(
+                    f"{self.path}: client {client_id!r} has no dataset {name!r} (has {', '.join(sorted(g.keys()))})"
+                )
             ds = g[name]
             try:
                 out[name] = ds[()] if limit is None or ds.ndim == 0 else ds[: max(int(limit), 0)]
@@ -125,5 +127,7 @@ class TffH5:
         else:
             ok = arr.dtype.kind in want
         if not ok:
-            raise DataError(f"{self.path}: client {client_id!r}: dataset {name!r} has dtype {arr.dtype}, "
-                            f"expected {'a string type' if want == 'string' else 'kind ' + want}")
+            raise DataError(
+                f"{self.path}: client {client_id!r}: dataset {name!r} has dtype {arr.dtype}, "
+                f"expected {'a string type' if want == 'string' else 'kind ' + want}"
+            )

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -60,8 +60,11 @@ COUNTS_ID = "tff_stackoverflow_counts"
 SQLITE_ID = "tff_stackoverflow_sqlite"
 
 ARCHIVE = "stackoverflow.tar.bz2"
-H5_MEMBERS = {"train": "stackoverflow_train.h5", "held_out": "stackoverflow_held_out.h5",
-              "test": "stackoverflow_test.h5"}
+H5_MEMBERS = {
+    "train": "stackoverflow_train.h5",
+    "held_out": "stackoverflow_held_out.h5",
+    "test": "stackoverflow_test.h5",
+}
 WORD_COUNT_ARCHIVE, WORD_COUNT_FILE = "stackoverflow.word_count.tar.bz2", "stackoverflow.word_count"
 TAG_COUNT_ARCHIVE, TAG_COUNT_FILE = "stackoverflow.tag_count.tar.bz2", "stackoverflow.tag_count"
 SQLITE_ARCHIVE, SQLITE_FILE = "stackoverflow.sqlite.lzma", "stackoverflow.sqlite"
@@ -76,43 +79,57 @@ STRING_FEATURES = ("creation_date", "tags", "title", "tokens", "type")
 INT_FEATURES = ("score",)
 FEATURES = tuple(sorted(STRING_FEATURES + INT_FEATURES))
 
-_CITATION = ("Stack Overflow Data (kaggle.com/stackoverflow/stackoverflow, CC BY-SA 3.0), federated by user in "
-             "TensorFlow Federated, tff.simulation.datasets.stackoverflow")
+_CITATION = (
+    "Stack Overflow Data (kaggle.com/stackoverflow/stackoverflow, CC BY-SA 3.0), federated by user in "
+    "TensorFlow Federated, tff.simulation.datasets.stackoverflow"
+)
 _LICENCE = "CC BY-SA 3.0 (Stack Overflow content); TFF code Apache-2.0"
 
-register(Dataset(
-    id=H5_ID,
-    title="TFF federated Stack Overflow (h5 release: train / held_out / test)",
-    files=(RemoteFile(
-        name=ARCHIVE, url=BASE_URL + ARCHIVE,
-        # TFF simulation/datasets/stackoverflow.py load_data (h5 release): file_hash, hash_algorithm='sha256'
-        sha256="99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2",
-    ),),
-    citation=_CITATION, licence=_LICENCE,
-))
+register(
+    Dataset(
+        id=H5_ID,
+        title="TFF federated Stack Overflow (h5 release: train / held_out / test)",
+        files=(
+            RemoteFile(
+                name=ARCHIVE,
+                url=BASE_URL + ARCHIVE,
+                # TFF simulation/datasets/stackoverflow.py load_data (h5 release): file_hash, hash_algorithm='sha256'
+                sha256="99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2",
+            ),
+        ),
+        citation=_CITATION,
+        licence=_LICENCE,
+    )
+)
 
-register(Dataset(
-    id=COUNTS_ID,
-    title="TFF federated Stack Overflow word and tag counts (vocabularies)",
-    files=(
-        RemoteFile(
-            name=WORD_COUNT_ARCHIVE, url=BASE_URL + WORD_COUNT_ARCHIVE,
-            # TFF simulation/datasets/stackoverflow.py load_word_counts: file_hash, hash_algorithm='sha256'
-            sha256="1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
+register(
+    Dataset(
+        id=COUNTS_ID,
+        title="TFF federated Stack Overflow word and tag counts (vocabularies)",
+        files=(
+            RemoteFile(
+                name=WORD_COUNT_ARCHIVE,
+                url=BASE_URL + WORD_COUNT_ARCHIVE,
+                # TFF simulation/datasets/stackoverflow.py load_word_counts: file_hash, hash_algorithm='sha256'
+                sha256="1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
+            ),
+            RemoteFile(
+                name=TAG_COUNT_ARCHIVE,
+                url=BASE_URL + TAG_COUNT_ARCHIVE,
+                # TFF simulation/datasets/stackoverflow.py load_tag_counts: file_hash, hash_algorithm='sha256'
+                sha256="6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d",
+            ),
         ),
-        RemoteFile(
-            name=TAG_COUNT_ARCHIVE, url=BASE_URL + TAG_COUNT_ARCHIVE,
-            # TFF simulation/datasets/stackoverflow.py load_tag_counts: file_hash, hash_algorithm='sha256'
-            sha256="6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d",
-        ),
-    ),
-    citation=_CITATION, licence=_LICENCE,
-))
+        citation=_CITATION,
+        licence=_LICENCE,
+    )
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # examples
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StackOverflowClient:
@@ -134,10 +151,15 @@ def _client_from_columns(client_id: str, cols: Mapping[str, object], where: str)
     missing = [f for f in FEATURES if f not in cols]
     if missing:
         raise DataError(f"{where}: client {client_id!r} lacks feature(s) {', '.join(missing)}")
-    return StackOverflowClient(client_id=client_id, tokens=list(cols["tokens"]), title=list(cols["title"]),
-                               tags=list(cols["tags"]), type=list(cols["type"]),
-                               creation_date=list(cols["creation_date"]),
-                               score=np.asarray(cols["score"], dtype=np.int64).reshape(-1))
+    return StackOverflowClient(
+        client_id=client_id,
+        tokens=list(cols["tokens"]),
+        title=list(cols["title"]),
+        tags=list(cols["tags"]),
+        type=list(cols["type"]),
+        creation_date=list(cols["creation_date"]),
+        score=np.asarray(cols["score"], dtype=np.int64).reshape(-1),
+    )
 
 
 class StackOverflowH5(TffH5):
@@ -160,8 +182,9 @@ def _stackoverflow_example(buf: bytes) -> dict[str, object]:
     for name in FEATURES:
         vals = ex.get(name)
         if vals is None or len(vals) != 1:
-            raise TfExampleError(f"feature {name!r}: expected exactly one value, got "
-                                 f"{'none' if vals is None else len(vals)}")
+            raise TfExampleError(
+                f"feature {name!r}: expected exactly one value, got {'none' if vals is None else len(vals)}"
+            )
         v = vals[0]
         if name in INT_FEATURES:
             if not isinstance(v, int):
@@ -212,27 +235,40 @@ def check_sqlite_release(path: str | Path) -> None:
     if path.name.endswith(".lzma"):
         db = tff_sqlite.decompress(path, SQLITE_FILE, dataset_id=SQLITE_ID, max_bytes=SQLITE_MAX_BYTES)
     expected = {SQL_SPLIT[s]: n for s, n in UPSTREAM_SIZES.items()}
-    tff_sqlite.check_release(db, expected, label=str(path), dataset_id=SQLITE_ID, decode=_stackoverflow_example,
-                             source="TFF simulation/datasets/stackoverflow.py, load_data docstring")
+    tff_sqlite.check_release(
+        db,
+        expected,
+        label=str(path),
+        dataset_id=SQLITE_ID,
+        decode=_stackoverflow_example,
+        source="TFF simulation/datasets/stackoverflow.py, load_data docstring",
+    )
 
 
-register(Dataset(
-    id=SQLITE_ID,
-    title="TFF federated Stack Overflow (sqlite release: train / heldout / test)",
-    files=(RemoteFile(
-        name=SQLITE_ARCHIVE, url=BASE_URL + SQLITE_ARCHIVE,
-        # TFF simulation/datasets/stackoverflow.py load_data: download.get_compressed_file takes no hash and none is
-        # published; verified by content instead
-        sha256=None,
-        content_check=check_sqlite_release,
-    ),),
-    citation=_CITATION, licence=_LICENCE,
-))
+register(
+    Dataset(
+        id=SQLITE_ID,
+        title="TFF federated Stack Overflow (sqlite release: train / heldout / test)",
+        files=(
+            RemoteFile(
+                name=SQLITE_ARCHIVE,
+                url=BASE_URL + SQLITE_ARCHIVE,
+                # TFF simulation/datasets/stackoverflow.py load_data: download.get_compressed_file takes no hash
+                # and none is published; verified by content instead
+                sha256=None,
+                content_check=check_sqlite_release,
+            ),
+        ),
+        citation=_CITATION,
+        licence=_LICENCE,
+    )
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # locating / opening
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _as_paths(source: str | Path | Iterable[str | Path]) -> list[Path]:
     return [Path(source)] if isinstance(source, (str, Path)) else [Path(p) for p in source]
@@ -261,12 +297,16 @@ def open_split(source: str | Path | Iterable[str | Path], split: str = "train"):
         if p.name in H5_MEMBERS.values():
             target = p.parent / H5_MEMBERS[split]
             if not target.is_file():
-                raise DataError(f"TFF Stack Overflow {split} file {target} not found (extract {ARCHIVE} there, or "
-                                f"fetch it: `{tff_sqlite.fetch_hint(H5_ID)}`)")
+                raise DataError(
+                    f"TFF Stack Overflow {split} file {target} not found (extract {ARCHIVE} there, or "
+                    f"fetch it: `{tff_sqlite.fetch_hint(H5_ID)}`)"
+                )
             return StackOverflowH5(target)
-    raise DataError(f"no TFF Stack Overflow file among {', '.join(map(str, paths)) or 'the given files'} (expected "
-                    f"{SQLITE_ARCHIVE}, {ARCHIVE} or their extracted files): fetch the release with "
-                    f"`{tff_sqlite.fetch_hint(SQLITE_ID)}` (or the h5 one, `{tff_sqlite.fetch_hint(H5_ID)}`)")
+    raise DataError(
+        f"no TFF Stack Overflow file among {', '.join(map(str, paths)) or 'the given files'} (expected "
+        f"{SQLITE_ARCHIVE}, {ARCHIVE} or their extracted files): fetch the release with "
+        f"`{tff_sqlite.fetch_hint(SQLITE_ID)}` (or the h5 one, `{tff_sqlite.fetch_hint(H5_ID)}`)"
+    )
 
 
 def load_data(source: str | Path | Iterable[str | Path]):
@@ -291,8 +331,9 @@ def _count_file(source: str | Path | Iterable[str | Path], archive: str, member:
     raise DataError(f"no {archive} (or extracted {member}) among the given files")
 
 
-def load_word_counts(source: str | Path | Iterable[str | Path],
-                     vocab_size: int | None = None) -> collections.OrderedDict[str, int]:
+def load_word_counts(
+    source: str | Path | Iterable[str | Path], vocab_size: int | None = None
+) -> collections.OrderedDict[str, int]:
     """Word -> count in file order (most frequent first), as TFF's ``load_word_counts``: each line is split on
     whitespace into exactly (word, count); reading stops after ``vocab_size`` words."""
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):

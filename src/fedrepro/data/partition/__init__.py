@@ -21,8 +21,9 @@ This module imports numpy only: the dataset catalog imports every module (and pa
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -135,8 +136,9 @@ class Partition:
         return order, offsets
 
 
-def class_count_matrix(assign: np.ndarray, labels: np.ndarray, n_clients: int,
-                       n_classes: int | None = None) -> np.ndarray:
+def class_count_matrix(
+    assign: np.ndarray, labels: np.ndarray, n_clients: int, n_classes: int | None = None
+) -> np.ndarray:
     labels = np.asarray(labels, dtype=np.int64)
     keep = assign >= 0
     if n_classes is None:
@@ -154,8 +156,10 @@ def make_rng(scheme: str, seed: Seed) -> tuple[np.random.Generator, Any]:
     """(generator, JSON-able record of the seed). An int seed gets the stream ``rng_for("partition.<scheme>")``."""
     if isinstance(seed, np.random.SeedSequence):
         entropy = seed.entropy
-        rec = {"entropy": [int(e) for e in entropy] if isinstance(entropy, (list, tuple, np.ndarray)) else int(entropy),
-               "spawn_key": [int(k) for k in seed.spawn_key]}
+        rec = {
+            "entropy": [int(e) for e in entropy] if isinstance(entropy, (list, tuple, np.ndarray)) else int(entropy),
+            "spawn_key": [int(k) for k in seed.spawn_key],
+        }
         return np.random.default_rng(seed), rec
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int or a numpy SeedSequence, got {type(seed).__name__}")
@@ -163,6 +167,7 @@ def make_rng(scheme: str, seed: Seed) -> tuple[np.random.Generator, Any]:
 
 
 # ---------------------------------------------------------------------------------------- shared split helpers
+
 
 def split_evenly(indices: np.ndarray, owners: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Shuffle ``indices`` and deal them into ``len(owners)`` contiguous parts whose sizes differ by at most one
@@ -179,8 +184,9 @@ def split_evenly(indices: np.ndarray, owners: np.ndarray, rng: np.random.Generat
     return out
 
 
-def split_proportional(indices: np.ndarray, owners: np.ndarray, weights: np.ndarray,
-                       rng: np.random.Generator) -> np.ndarray:
+def split_proportional(
+    indices: np.ndarray, owners: np.ndarray, weights: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """Shuffle ``indices`` and deal them to ``owners`` in proportion to ``weights`` (largest-remainder rounding,
     ties broken at random); return the owner of each index (aligned with ``indices``)."""
     n = len(indices)
@@ -209,8 +215,9 @@ def largest_remainder(quotas: np.ndarray, total: int, rng: np.random.Generator) 
 def check_params(scheme: str, params: Mapping[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(params) - allowed)
     if unknown:
-        raise ConfigError(f"partition {scheme}: unknown parameter(s) {', '.join(unknown)} "
-                          f"(known: {', '.join(sorted(allowed))})")
+        raise ConfigError(
+            f"partition {scheme}: unknown parameter(s) {', '.join(unknown)} (known: {', '.join(sorted(allowed))})"
+        )
 
 
 # ------------------------------------------------------------------------------------------------------ registry
@@ -253,8 +260,14 @@ def partitioners() -> list[str]:
     return sorted(scheme_modules())
 
 
-def partition(scheme: str, train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None = None, *,
-              seed: Seed | None = None, **params: Any) -> Partition:
+def partition(
+    scheme: str,
+    train: LabelSet | np.ndarray,
+    test: LabelSet | np.ndarray | None = None,
+    *,
+    seed: Seed | None = None,
+    **params: Any,
+) -> Partition:
     """Shorthand for ``get_partitioner(scheme)(train, test, seed=seed, **params)`` (``seed`` may be left out only
     for schemes that do not need one, e.g. ``natural`` without random selection)."""
     if seed is not None:
@@ -262,5 +275,16 @@ def partition(scheme: str, train: LabelSet | np.ndarray, test: LabelSet | np.nda
     return get_partitioner(scheme)(train, test, **params)
 
 
-__all__ = ["LabelSet", "Partition", "UNUSED", "class_count_matrix", "get_partitioner", "partition",
-           "partitioners", "register", "make_rng", "split_evenly", "split_proportional"]
+__all__ = [
+    "LabelSet",
+    "Partition",
+    "UNUSED",
+    "class_count_matrix",
+    "get_partitioner",
+    "partition",
+    "partitioners",
+    "register",
+    "make_rng",
+    "split_evenly",
+    "split_proportional",
+]

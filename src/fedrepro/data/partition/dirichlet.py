@@ -22,8 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from fedrepro.data.partition import (LabelSet, Partition, UNUSED, as_labelset, check_params, largest_remainder,
-                                     make_rng, register, split_proportional)
+from fedrepro.data.partition import (
+    UNUSED,
+    LabelSet,
+    Partition,
+    as_labelset,
+    check_params,
+    largest_remainder,
+    make_rng,
+    register,
+    split_proportional,
+)
 from fedrepro.errors import ConfigError
 
 SCHEME = "dirichlet"
@@ -36,8 +45,7 @@ def _dirichlet(rng: np.random.Generator, alpha: float, base: np.ndarray, size: i
     return rng.dirichlet(conc, size=size)
 
 
-def _hsu_counts(rng: np.random.Generator, alpha: float, avail: np.ndarray, n_clients: int,
-                size: int) -> np.ndarray:
+def _hsu_counts(rng: np.random.Generator, alpha: float, avail: np.ndarray, n_clients: int, size: int) -> np.ndarray:
     prior = avail / avail.sum()
     q = _dirichlet(rng, alpha, prior, n_clients)
     avail = avail.copy()
@@ -57,9 +65,18 @@ def _hsu_counts(rng: np.random.Generator, alpha: float, avail: np.ndarray, n_cli
 
 
 @register(SCHEME)
-def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None = None, *, seed,
-              n_clients: int = 100, alpha: float = 0.5, variant: str = "hsu",
-              samples_per_client: int | None = None, n_classes: int | None = None, **extra: Any) -> Partition:
+def partition(
+    train: LabelSet | np.ndarray,
+    test: LabelSet | np.ndarray | None = None,
+    *,
+    seed,
+    n_clients: int = 100,
+    alpha: float = 0.5,
+    variant: str = "hsu",
+    samples_per_client: int | None = None,
+    n_classes: int | None = None,
+    **extra: Any,
+) -> Partition:
     check_params(SCHEME, extra, set())
     train, test = as_labelset(train), as_labelset(test)
     if not alpha > 0:
@@ -82,15 +99,16 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
             raise ConfigError(f"partition {SCHEME}: samples_per_client applies to variant 'hsu' only")
         size = None
         props = _dirichlet(rng, float(alpha), np.ones(n_clients), n_classes)  # (n_classes, n_clients)
-        counts = np.stack([largest_remainder(props[c] * n_per_class[c], int(n_per_class[c]), rng)
-                           for c in range(n_classes)], axis=1)
+        counts = np.stack(
+            [largest_remainder(props[c] * n_per_class[c], int(n_per_class[c]), rng) for c in range(n_classes)], axis=1
+        )
 
     train_client = np.full(len(y), UNUSED, dtype=np.int64)
     order = np.argsort(y, kind="stable")
     bounds = np.searchsorted(y[order], np.arange(n_classes + 1))
     owners = np.arange(n_clients)
     for c in range(n_classes):
-        pool = rng.permutation(order[bounds[c]:bounds[c + 1]])
+        pool = rng.permutation(order[bounds[c] : bounds[c + 1]])
         take = int(counts[:, c].sum())
         train_client[pool[:take]] = np.repeat(owners, counts[:, c])
 
@@ -100,11 +118,18 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
         order_t = np.argsort(yt, kind="stable")
         bounds_t = np.searchsorted(yt[order_t], np.arange(n_classes + 1))
         for c in range(n_classes):
-            idx = order_t[bounds_t[c]:bounds_t[c + 1]]
+            idx = order_t[bounds_t[c] : bounds_t[c + 1]]
             test_client[idx] = split_proportional(idx, owners, counts[:, c], rng)
     else:
         test_client = np.zeros(0, dtype=np.int64)
 
-    params = {"n_clients": n_clients, "alpha": float(alpha), "variant": variant, "samples_per_client": size,
-              "n_classes": n_classes, "test_split": "proportional_to_train", "seed": seed_rec}
+    params = {
+        "n_clients": n_clients,
+        "alpha": float(alpha),
+        "variant": variant,
+        "samples_per_client": size,
+        "n_classes": n_classes,
+        "test_split": "proportional_to_train",
+        "seed": seed_rec,
+    }
     return Partition(SCHEME, params, n_clients, train_client, test_client)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrepro.data.partition import LabelSet, Partition, UNUSED, as_labelset, check_params, make_rng, register
+from fedrepro.data.partition import UNUSED, LabelSet, Partition, as_labelset, check_params, make_rng, register
 from fedrepro.data.partition.writer_groups import writer_positions
 from fedrepro.errors import ConfigError
 
@@ -56,10 +56,20 @@ def rank_within_group(pos: np.ndarray) -> np.ndarray:
 
 
 @register(SCHEME)
-def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None = None, *, seed=0,
-              n_clients: int | None = None, select: str = "first", order_from: str = "train",
-              min_train: int = 1, min_test: int = 0, max_train_per_client: int | None = None,
-              n_classes: int | None = None, **extra: Any) -> Partition:
+def partition(
+    train: LabelSet | np.ndarray,
+    test: LabelSet | np.ndarray | None = None,
+    *,
+    seed=0,
+    n_clients: int | None = None,
+    select: str = "first",
+    order_from: str = "train",
+    min_train: int = 1,
+    min_test: int = 0,
+    max_train_per_client: int | None = None,
+    n_classes: int | None = None,
+    **extra: Any,
+) -> Partition:
     check_params(SCHEME, extra, set())
     train, test = as_labelset(train), as_labelset(test)
     if train.groups is None or (test is not None and test.groups is None):
@@ -67,8 +77,9 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
     if select not in SELECT:
         raise ConfigError(f"partition {SCHEME}: select={select!r} must be one of {SELECT}")
     if order_from not in ("train", "test") or (order_from == "test" and test is None):
-        raise ConfigError(f"partition {SCHEME}: order_from={order_from!r} must be 'train' or 'test' (with a test "
-                          "split)")
+        raise ConfigError(
+            f"partition {SCHEME}: order_from={order_from!r} must be 'train' or 'test' (with a test split)"
+        )
     rng, seed_rec = make_rng(SCHEME, seed)
 
     ids = np.unique(np.concatenate([train.groups, test.groups]) if test is not None else train.groups)
@@ -102,7 +113,15 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
         test_client = np.where(te_keep, client_of[te_pos], UNUSED)
     else:
         test_client = np.zeros(0, dtype=np.int64)
-    params = {"n_clients": n, "select": select, "order_from": order_from, "min_train": min_train,
-              "min_test": min_test, "max_train_per_client": max_train_per_client, "n_classes": n_classes,
-              "eligible_users": len(elig), "seed": seed_rec}
+    params = {
+        "n_clients": n,
+        "select": select,
+        "order_from": order_from,
+        "min_train": min_train,
+        "min_test": min_test,
+        "max_train_per_client": max_train_per_client,
+        "n_classes": n_classes,
+        "eligible_users": len(elig),
+        "seed": seed_rec,
+    }
     return Partition(SCHEME, params, n, train_client, test_client, {"writer": ids[chosen]})

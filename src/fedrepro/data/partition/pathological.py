@@ -29,8 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from fedrepro.data.partition import (LabelSet, Partition, UNUSED, as_labelset, check_params, make_rng, register,
-                                     split_evenly)
+from fedrepro.data.partition import (
+    UNUSED,
+    LabelSet,
+    Partition,
+    as_labelset,
+    check_params,
+    make_rng,
+    register,
+    split_evenly,
+)
 from fedrepro.errors import ConfigError
 
 SCHEME = "pathological"
@@ -64,15 +72,23 @@ def _split_by_class(assign_labels: np.ndarray, holders: list[np.ndarray], rng: n
     order = np.argsort(assign_labels, kind="stable")
     bounds = np.searchsorted(assign_labels[order], np.arange(len(holders) + 1))
     for c, owners in enumerate(holders):
-        idx = order[bounds[c]:bounds[c + 1]]
+        idx = order[bounds[c] : bounds[c + 1]]
         client[idx] = split_evenly(idx, owners, rng)
     return client
 
 
 @register(SCHEME)
-def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None = None, *, seed,
-              n_clients: int = 50, classes_per_client: int = 3, on: str = "label",
-              n_classes: int | None = None, **extra: Any) -> Partition:
+def partition(
+    train: LabelSet | np.ndarray,
+    test: LabelSet | np.ndarray | None = None,
+    *,
+    seed,
+    n_clients: int = 50,
+    classes_per_client: int = 3,
+    on: str = "label",
+    n_classes: int | None = None,
+    **extra: Any,
+) -> Partition:
     """k classes per client.
 
     ``on``: "label" (assign the labels) or "coarse" (assign superclasses, ``LabelSet.coarse``).
@@ -105,7 +121,14 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
     classes = balanced_assignment(n_clients, classes_per_client, n_classes, rng)
     holders = [np.flatnonzero((classes == c).any(axis=1)) for c in range(n_classes)]
     train_client = _split_by_class(ktr, holders, rng)
-    test_client = (_split_by_class(kte, holders, rng) if kte is not None else np.zeros(0, dtype=np.int64))
-    params = {"n_clients": n_clients, "classes_per_client": classes_per_client, "on": on, "n_classes": n_classes,
-              "assignment": "balanced_random", "test_split": "even_disjoint", "seed": seed_rec}
+    test_client = _split_by_class(kte, holders, rng) if kte is not None else np.zeros(0, dtype=np.int64)
+    params = {
+        "n_clients": n_clients,
+        "classes_per_client": classes_per_client,
+        "on": on,
+        "n_classes": n_classes,
+        "assignment": "balanced_random",
+        "test_split": "even_disjoint",
+        "seed": seed_rec,
+    }
     return Partition(SCHEME, params, n_clients, train_client, test_client, {"classes": classes})

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrepro.data.partition import LabelSet, Partition, UNUSED, as_labelset, check_params, make_rng, register
+from fedrepro.data.partition import UNUSED, LabelSet, Partition, as_labelset, check_params, make_rng, register
 from fedrepro.errors import ConfigError
 
 SCHEME = "writer_groups"
@@ -34,16 +34,26 @@ def writer_positions(groups: np.ndarray, writers: np.ndarray) -> np.ndarray:
 
 
 @register(SCHEME)
-def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None = None, *, seed,
-              n_writers: int = 198, writers_per_client: int = 3, min_train: int = 1, min_test: int = 1,
-              n_classes: int | None = None, **extra: Any) -> Partition:
+def partition(
+    train: LabelSet | np.ndarray,
+    test: LabelSet | np.ndarray | None = None,
+    *,
+    seed,
+    n_writers: int = 198,
+    writers_per_client: int = 3,
+    min_train: int = 1,
+    min_test: int = 1,
+    n_classes: int | None = None,
+    **extra: Any,
+) -> Partition:
     check_params(SCHEME, extra, set())
     train, test = as_labelset(train), as_labelset(test)
     if train.groups is None or (test is not None and test.groups is None):
         raise ConfigError(f"partition {SCHEME}: needs the writer of every sample (LabelSet.groups)")
     if writers_per_client < 1 or n_writers < writers_per_client:
-        raise ConfigError(f"partition {SCHEME}: need n_writers >= writers_per_client >= 1 "
-                          f"(got {n_writers}, {writers_per_client})")
+        raise ConfigError(
+            f"partition {SCHEME}: need n_writers >= writers_per_client >= 1 (got {n_writers}, {writers_per_client})"
+        )
     tr_keep = np.ones(len(train), bool) if n_classes is None else train.labels < n_classes
     te_keep = None
     if test is not None:
@@ -58,8 +68,10 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
         eligible &= np.bincount(te_pos[te_keep], minlength=len(all_ids)) >= min_test
     elig = np.flatnonzero(eligible)
     if len(elig) < n_writers:
-        raise ConfigError(f"partition {SCHEME}: only {len(elig)} writers have >= {min_train} train and "
-                          f">= {min_test} test samples, {n_writers} requested")
+        raise ConfigError(
+            f"partition {SCHEME}: only {len(elig)} writers have >= {min_train} train and "
+            f">= {min_test} test samples, {n_writers} requested"
+        )
 
     rng, seed_rec = make_rng(SCHEME, seed)
     n_clients = n_writers // writers_per_client
@@ -73,7 +85,14 @@ def partition(train: LabelSet | np.ndarray, test: LabelSet | np.ndarray | None =
     else:
         test_client = np.zeros(0, dtype=np.int64)
     writers = all_ids[chosen].reshape(n_clients, writers_per_client)
-    params = {"n_writers": n_writers, "writers_per_client": writers_per_client, "n_clients": n_clients,
-              "min_train": min_train, "min_test": min_test, "n_classes": n_classes, "eligible_writers": len(elig),
-              "seed": seed_rec}
+    params = {
+        "n_writers": n_writers,
+        "writers_per_client": writers_per_client,
+        "n_clients": n_clients,
+        "min_train": min_train,
+        "min_test": min_test,
+        "n_classes": n_classes,
+        "eligible_writers": len(elig),
+        "seed": seed_rec,
+    }
     return Partition(SCHEME, params, n_clients, train_client, test_client, {"writers": writers})
