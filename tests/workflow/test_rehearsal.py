@@ -1,0 +1,123 @@
+"""The networked DAG rehearsed offline (issue 29 item 2): per networked dataset, small synthetic files in the source's
+exact upstream layout are served by a local HTTP server on 127.0.0.1 (every file answers 503 once, so the retry path
+runs too), verified under test-only pins (FEDREPRO_TEST_PINS, ``"synthetic": true``), and `snakemake` at quick scale
+with ``data.mirror`` = that server and ``data.online: true`` carries one experiment from fetch to its rows in the
+report. The synthetic files live only in this test's temp dir; every run records the test pins it used."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from fault_server import FaultServer
+
+from fedrepro.config import REPO_ROOT
+from fedrepro.data.catalog import TEST_PINS_ENV, get_dataset
+from fedrepro.data.stamps import sha256_of
+
+ROOT = REPO_ROOT
+_BESIDE = Path(sys.executable).parent / "snakemake"
+SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]  # out of the default run (addopts); CI runs -m rehearsal
+
+
+def _slice_paper(tmp: Path, paper: str, exps: list[str]) -> tuple[Path, Path, list[str]]:
+    """config/<paper>.yaml with only ``exps`` (and their figures), and the registry rows of those experiments."""
+    doc = yaml.safe_load((ROOT / "config" / f"{paper}.yaml").read_text())
+    doc["experiments"] = {k: doc["experiments"][k] for k in exps}
+    doc["figures"] = {k: v for k, v in (doc.get("figures") or {}).items() if v["experiment"] in exps}
+    cfg = tmp / f"{paper}.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    with open(ROOT / "config" / "targets" / f"{paper}.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    kept = [r for r in rows if r["experiment"] in {f"{paper}.{e}" for e in exps}]
+    assert kept, f"no registry rows for {exps}"
+    reg = tmp / f"{paper}.csv"
+    with open(reg, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(kept)
+    return cfg, reg, [r["id"] for r in kept]
+
+
+def rehearse(tmp: Path, paper: str, exps: list[str], files: dict[str, dict[str, Callable[[Path], None]]]) -> dict:
+    """Serve ``files`` ({dataset: {file name: writer(path)}}) over HTTP as <mirror>/<dataset>/<name>, pin them
+    test-only, run snakemake (quick scale, online) for the report of ``paper`` sliced to ``exps``; return
+    {target id: report row} of the experiments' registered rows."""
+    served = tmp / "served"
+    pins = {}
+    for ds, writers in files.items():
+        names = {f.name for f in get_dataset(ds).files}
+        assert set(writers) == names, f"{ds}: the catalog's files are {sorted(names)}"
+        for name, write in writers.items():
+            p = served / ds / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            write(p)
+            pins.setdefault(ds, {})[name] = sha256_of(p)
+    pins_file = tmp / "test-pins.json"
+    pins_file.write_text(json.dumps({"synthetic": True, "datasets": pins}))
+    paper_cfg, registry, ids = _slice_paper(tmp, paper, exps)
+    server = FaultServer(served, default=["503"])  # each file: one 503 (Retry-After: 0), then the file
+    try:
+        override = {
+            "results_dir": f"{tmp}/results",
+            "figures_dir": f"{tmp}/figures",
+            "logs_dir": f"{tmp}/logs",
+            "papers": {paper: str(paper_cfg)},
+            "targets": {paper: str(registry)},
+            "only_papers": [paper],
+            "scale": "quick",
+            "seeds": {"quick": [0], "paper": [0]},
+            "data": {"dir": f"{tmp}/data", "mirror": server.url, "online": True},
+        }
+        (tmp / "override.yaml").write_text(yaml.safe_dump(override))
+        report = tmp / "results" / "report" / "replication.csv"
+        start = time.monotonic()
+        r = subprocess.run(
+            [SNAKEMAKE, "--cores", "2", "--nolock", "--configfile", str(ROOT / "config" / "config.yaml"),
+             str(tmp / "override.yaml"), "--", str(report)],
+            cwd=ROOT, capture_output=True, text=True, env={**os.environ, TEST_PINS_ENV: str(pins_file)},
+            timeout=900,
+        )  # fmt: skip
+        print(f"rehearsal {paper}.{','.join(exps)}: snakemake {time.monotonic() - start:.0f} s")
+        assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    finally:
+        server.close()
+    fetched = {path for method, path, _ in server.log if method == "GET"}
+    want = {f"/{ds}/{name}" for ds, writers in files.items() for name in writers}
+    assert want <= fetched, f"not fetched from the server: {sorted(want - fetched)}"
+    assert sum(1 for m, p, _ in server.log if p in want) >= 2 * len(want)  # the 503, then the retry
+    assert "TEST PINS in use: synthetic data, never a result" in r.stderr
+    for metrics in (tmp / "results" / paper).rglob("metrics.json"):
+        assert json.loads(metrics.read_text())["inputs"]["test_pins"] == str(pins_file)
+    with open(report, newline="") as fh:
+        rows = {row["id"]: row for row in csv.DictReader(fh) if row.get("paper", paper) == paper}
+    missing = [i for i in ids if i not in rows]
+    assert not missing, f"registered rows not in the report: {missing}"
+    not_run = {i: rows[i] for i in ids if "not run" in json.dumps(rows[i])}
+    assert not not_run, f"rows not run: {not_run}"
+    return {i: rows[i] for i in ids}
+
+
+def _copy(src: Path) -> Callable[[Path], None]:
+    return lambda p: shutil.copyfile(src, p)
+
+
+@pytest.mark.parametrize("dataset", ["election_returns"])
+def test_rehearsal_election_returns_adaped_political(tmp_path, dataset):
+    rows = rehearse(
+        tmp_path,
+        "adaped",
+        ["political"],
+        {"election_county_returns": {"countypres_2000-2020.csv": _copy(FIXTURES / "countypres_2000-2020_sample.csv")}},
+    )
+    assert "S4.pol" in rows, rows
+    print(rows["S4.pol"])
