@@ -5,7 +5,9 @@ with ``data.mirror`` = that server and ``data.online: true`` carries one experim
 report. The synthetic files live only in this test's temp dir; every run records the test pins it used."""
 
 import csv
+import io
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -14,11 +16,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tff_fixtures
 import yaml
 from fault_server import FaultServer
 
 from fedrepro.config import REPO_ROOT
+from fedrepro.data import cifar
+from fedrepro.data import tff_emnist as em
 from fedrepro.data.catalog import TEST_PINS_ENV, get_dataset
 from fedrepro.data.stamps import sha256_of
 
@@ -111,8 +117,7 @@ def _copy(src: Path) -> Callable[[Path], None]:
     return lambda p: shutil.copyfile(src, p)
 
 
-@pytest.mark.parametrize("dataset", ["election_returns"])
-def test_rehearsal_election_returns_adaped_political(tmp_path, dataset):
+def test_rehearsal_election_returns_adaped_political(tmp_path):
     rows = rehearse(
         tmp_path,
         "adaped",
@@ -121,3 +126,59 @@ def test_rehearsal_election_returns_adaped_political(tmp_path, dataset):
     )
     assert "S4.pol" in rows, rows
     print(rows["S4.pol"])
+
+
+def _tar_gz(members: dict[str, bytes]) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        import tarfile
+
+        with tarfile.open(path, "w:gz") as tar:
+            for d in sorted({n.split("/")[0] for n in members if "/" in n}):
+                info = tarfile.TarInfo(d)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+
+    return write
+
+
+SYNTHETIC_README = b"<html>synthetic fedrepro test data, not the dataset</html>\n"
+
+
+def cifar10_archive(per_batch: int) -> Callable[[Path], None]:
+    """cifar-10-binary.tar.gz in CIFAR's layout (records <label><1024 R><1024 G><1024 B>), random images, each
+    batch cycling through the 10 labels."""
+    rng = np.random.default_rng(10)
+    members = {}
+    for name in (*cifar.CIFAR10_TRAIN, cifar.CIFAR10_TEST):
+        images = rng.integers(0, 256, (per_batch, 3, 32, 32), dtype=np.uint8)
+        members[name] = b"".join(bytes([i % 10]) + img.tobytes() for i, img in enumerate(images))
+    members[cifar.CIFAR10_META] = ("\n".join(f"synthetic_{i}" for i in range(10)) + "\n\n").encode()
+    members[f"{cifar.CIFAR10_DIR}/readme.html"] = SYNTHETIC_README
+    return _tar_gz(members)
+
+
+def emnist_sqlite(n_writers: int, n_train: int, n_test: int) -> Callable[[Path], None]:
+    """emnist_all.sqlite.lzma as TFF ships it (tf.train.Example rows per client and split), synthetic writers."""
+
+    def write(path: Path) -> None:
+        clients = {f"f{i:04d}_00": (n_train, n_test) for i in range(n_writers)}
+        arrays = {True: tff_fixtures._emnist_arrays(0, 10, clients), False: tff_fixtures._emnist_arrays(1, 62, clients)}
+        db = tff_fixtures.write_tff_sqlite(path.parent / em.SQLITE_FILE, tff_fixtures.emnist_sqlite_rows(arrays))
+        path.write_bytes(lzma.compress(db.read_bytes(), format=lzma.FORMAT_XZ))
+        db.unlink()
+
+    return write
+
+
+def test_rehearsal_tff_emnist_fedhdp_fmnist(tmp_path):
+    # 1,400 writers: its clients per round (q = 0.03) must exceed 40 for the clipped count's noise (0.05 per client)
+    # to leave z_eff = 4 a positive update noise (a few writers give "needs z_count > z_eff / 2")
+    rehearse(tmp_path, "fedhdp", ["fmnist"], {em.SQLITE_ID: {em.SQLITE_ARCHIVE: emnist_sqlite(1400, 2, 1)}})
+
+
+def test_rehearsal_cifar10_adaped_table1(tmp_path):
+    rehearse(tmp_path, "adaped", ["table1_cifar10"], {"cifar10": {cifar.CIFAR10_ARCHIVE: cifar10_archive(200)}})
