@@ -22,6 +22,7 @@ def fresh_catalog(monkeypatch):
     catalog.all_datasets()
     monkeypatch.setattr(catalog, "DATASETS", dict(catalog.DATASETS))
     monkeypatch.setattr(catalog, "_loaded", False)
+    monkeypatch.setattr(catalog, "_TEST_PINNED", set())
 
 
 def _pins(tmp_path, doc) -> str:
@@ -38,6 +39,14 @@ def test_synthetic_pins_replace_sha256_drop_the_check_and_are_recorded(tmp_path,
     assert catalog.get_dataset("cifar10").files[0].sha256 != "ab" * 32  # datasets not listed keep their pins
     assert "[fedrepro] TEST PINS in use: synthetic data, never a result" in capsys.readouterr().err
     assert input_digests({}, {})["test_pins"] == path
+
+
+def test_a_test_pinned_dataset_has_no_local_provider(tmp_path, monkeypatch, fresh_catalog):
+    """A provider writes the real files, which never match synthetic pins: the mirror serves them instead."""
+    names = {f.name: "ab" * 32 for f in catalog.get_dataset("mnist").files}
+    monkeypatch.setattr(catalog, "_loaded", False)
+    monkeypatch.setenv(catalog.TEST_PINS_ENV, _pins(tmp_path, {"synthetic": True, "datasets": {"mnist": names}}))
+    assert catalog.get_provider("mnist") is None and catalog.get_provider("fashion_mnist") is not None
 
 
 @pytest.mark.parametrize(

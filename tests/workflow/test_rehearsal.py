@@ -5,11 +5,13 @@ with ``data.mirror`` = that server and ``data.online: true`` carries one experim
 report. The synthetic files live only in this test's temp dir; every run records the test pins it used."""
 
 import csv
+import gzip
 import io
 import json
 import lzma
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -25,6 +27,7 @@ from fault_server import FaultServer
 from fedrepro.config import REPO_ROOT
 from fedrepro.data import cifar
 from fedrepro.data import tff_emnist as em
+from fedrepro.data import tff_stackoverflow as so
 from fedrepro.data.catalog import TEST_PINS_ENV, get_dataset
 from fedrepro.data.stamps import sha256_of
 
@@ -182,3 +185,78 @@ def test_rehearsal_tff_emnist_fedhdp_fmnist(tmp_path):
 
 def test_rehearsal_cifar10_adaped_table1(tmp_path):
     rehearse(tmp_path, "adaped", ["table1_cifar10"], {"cifar10": {cifar.CIFAR10_ARCHIVE: cifar10_archive(200)}})
+
+
+def so_files(n_users: int, n_words: int, n_tags: int) -> dict[str, dict[str, Callable[[Path], None]]]:
+    """Stack Overflow as TFF ships it: stackoverflow.sqlite.lzma (tf.train.Example rows per client and split) and
+    the word/tag count archives; synthetic words ``synthetic_w<i>`` and tags ``synthetic_t<i>``."""
+    rng = np.random.default_rng(7)
+    words = [f"synthetic_w{i}" for i in range(n_words)]
+    tags = [f"synthetic_t{i}" for i in range(n_tags)]
+
+    def doc(day: int) -> tuple:
+        toks = " ".join(rng.choice(words, 6))
+        tg = "|".join(sorted(set(rng.choice(tags, 2))))
+        return (toks, "synthetic", tg, "question", f"2010-01-{day % 28 + 1:02d}00:00:00 UTC", 1)
+
+    clients = [f"{i:08d}" for i in range(n_users)]
+    data = {
+        "train": {c: [doc(i) for i in range(10)] for c in clients},  # a user with < m = 10 is never sampled
+        "held_out": {clients[0]: [doc(0)]},
+        "test": {c: [doc(i) for i in range(2)] for c in clients},
+    }
+    rows = {
+        so.SQL_SPLIT[split]: {
+            c: [{k: (v if k == "score" else v.encode()) for k, v in zip(tff_fixtures.COLS, r)} for r in docs]
+            for c, docs in cl.items()
+        }
+        for split, cl in data.items()
+    }
+
+    def sqlite(path: Path) -> None:
+        db = tff_fixtures.write_tff_sqlite(path.parent / so.SQLITE_FILE, rows)
+        path.write_bytes(lzma.compress(db.read_bytes(), format=lzma.FORMAT_ALONE))
+        db.unlink()
+
+    word_count = "".join(f"{w} {n_words - i}\n" for i, w in enumerate(words)).encode()
+    tag_count = json.dumps({t: n_tags - i for i, t in enumerate(tags)}).encode()
+    return {
+        so.SQLITE_ID: {so.SQLITE_ARCHIVE: sqlite},
+        so.COUNTS_ID: {
+            so.WORD_COUNT_ARCHIVE: lambda p: tff_fixtures.tar_bz2(p, {so.WORD_COUNT_FILE: word_count}),
+            so.TAG_COUNT_ARCHIVE: lambda p: tff_fixtures.tar_bz2(p, {so.TAG_COUNT_FILE: tag_count}),
+        },
+    }
+
+
+def mnist_files(n_train: int, n_test: int) -> dict[str, Callable[[Path], None]]:
+    """MNIST's four IDX files (gzip), labels cycling through the digits, random strokes on a black background."""
+    rng = np.random.default_rng(3)
+
+    def images(n: int) -> bytes:
+        pix = np.zeros((n, 28, 28), dtype=np.uint8)
+        pix[:, 8:20, 10:18] = rng.integers(0, 256, (n, 12, 8), dtype=np.uint8)
+        return struct.pack(">IIII", 0x803, n, 28, 28) + pix.tobytes()
+
+    def labels(n: int) -> bytes:
+        return struct.pack(">II", 0x801, n) + (np.arange(n) % 10).astype(np.uint8).tobytes()
+
+    def gz(make: Callable[[int], bytes], n: int) -> Callable[[Path], None]:
+        return lambda p: p.write_bytes(gzip.compress(make(n), mtime=0))
+
+    return {
+        "train-images-idx3-ubyte.gz": gz(images, n_train),
+        "train-labels-idx1-ubyte.gz": gz(labels, n_train),
+        "t10k-images-idx3-ubyte.gz": gz(images, n_test),
+        "t10k-labels-idx1-ubyte.gz": gz(labels, n_test),
+    }
+
+
+def test_rehearsal_stackoverflow_ppsgd_fig1b(tmp_path):
+    # Fig. 1b's sizes are fixed in its params: the first 500 test-split users, 5,000 words, 80 tags
+    rehearse(tmp_path, "ppsgd", ["fig1b_stackoverflow"], so_files(500, 5000, 80))
+
+
+def test_rehearsal_mnist_fedhdp_noniid(tmp_path):
+    # 2,000 single-digit clients (200 per digit): 3 train and 1 test images each
+    rehearse(tmp_path, "fedhdp", ["noniid_mnist"], {"mnist": mnist_files(6000, 2000)})

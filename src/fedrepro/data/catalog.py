@@ -92,6 +92,7 @@ class LocalProvider:
 
 DATASETS: dict[str, Dataset] = {}
 PROVIDERS: dict[str, LocalProvider] = {}
+_TEST_PINNED: set[str] = set()  # datasets whose files the test pins replaced
 _loaded = False
 
 
@@ -100,8 +101,10 @@ def register_provider(dataset_id: str, provider: LocalProvider) -> None:
 
 
 def get_provider(dataset_id: str) -> LocalProvider | None:
+    """The dataset's local provider; none for a dataset under test pins (its synthetic files come from the mirror,
+    the provider's real files could never match them)."""
     _load_all()
-    return PROVIDERS.get(dataset_id)
+    return None if dataset_id in _TEST_PINNED else PROVIDERS.get(dataset_id)
 
 
 def register(ds: Dataset) -> Dataset:
@@ -160,6 +163,7 @@ def _apply_test_pins() -> None:
             dataclasses.replace(f, sha256=pins[f.name], content_check=None) if f.name in pins else f for f in ds.files
         )
         DATASETS[ds_id] = dataclasses.replace(ds, files=files)
+        _TEST_PINNED.add(ds_id)
     print(f"[fedrepro] TEST PINS in use: synthetic data, never a result ({where})", file=sys.stderr, flush=True)
 
 
