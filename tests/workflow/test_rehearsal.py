@@ -164,6 +164,21 @@ def cifar10_archive(per_batch: int) -> Callable[[Path], None]:
     return _tar_gz(members)
 
 
+def cifar100_archive(n_train: int, n_test: int) -> Callable[[Path], None]:
+    """cifar-100-binary.tar.gz in CIFAR's layout (records <coarse><fine><3072 pixels>), random images, coarse labels
+    cycling through the 20 superclasses, each fine label one of its superclass's."""
+    rng = np.random.default_rng(100)
+    members = {}
+    for name, n in ((cifar.CIFAR100_TRAIN, n_train), (cifar.CIFAR100_TEST, n_test)):
+        images = rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
+        members[name] = b"".join(
+            bytes([i % 20, (i % 20) * 5 + i // 20 % 5]) + img.tobytes() for i, img in enumerate(images)
+        )
+    members[cifar.CIFAR100_COARSE_NAMES] = "".join(f"synthetic_super_{i}\n" for i in range(20)).encode()
+    members[cifar.CIFAR100_FINE_NAMES] = "".join(f"synthetic_{i}\n" for i in range(100)).encode()
+    return _tar_gz(members)
+
+
 def emnist_sqlite(n_writers: int, n_train: int, n_test: int) -> Callable[[Path], None]:
     """emnist_all.sqlite.lzma as TFF ships it (tf.train.Example rows per client and split), synthetic writers."""
 
@@ -250,6 +265,16 @@ def mnist_files(n_train: int, n_test: int) -> dict[str, Callable[[Path], None]]:
         "t10k-images-idx3-ubyte.gz": gz(images, n_test),
         "t10k-labels-idx1-ubyte.gz": gz(labels, n_test),
     }
+
+
+@pytest.mark.skip(
+    reason="table1_cifar100 at quick scale runs > 10 min on 2 cores (every method x its lr grid, 100-way CNN),"
+    " too long for CI; rehearsed by hand: fetch and partition pass (partitions.yaml's 'on' quoted), training ran"
+)
+def test_rehearsal_cifar100_adaped_table1(tmp_path):
+    rehearse(
+        tmp_path, "adaped", ["table1_cifar100"], {"cifar100": {cifar.CIFAR100_ARCHIVE: cifar100_archive(1000, 200)}}
+    )
 
 
 def test_rehearsal_stackoverflow_ppsgd_fig1b(tmp_path):
