@@ -84,11 +84,17 @@ def code_files() -> dict[str, str]:
 
 def input_digests(datasets: Mapping[str, Iterable[tuple[str, str]]], partitions: Mapping[str, str]) -> dict:
     """The ``inputs`` record of a run: ``datasets``: id -> (file name, verified sha256) pairs; ``partitions``:
-    name -> sha256 of its manifest.json (fedrepro.data.fedformat.manifest_digest)."""
-    return {
+    name -> sha256 of its manifest.json (fedrepro.data.fedformat.manifest_digest); ``test_pins``: the test pins
+    file the catalog used (fedrepro.data.catalog.test_pins: synthetic test data, never a result), only when set."""
+    from fedrepro.data.catalog import test_pins
+
+    record = {
         "datasets": {d: dict(sorted(files)) for d, files in sorted(datasets.items())},
         "partitions": dict(sorted(partitions.items())),
     }
+    if test_pins():
+        record["test_pins"] = test_pins()
+    return record
 
 
 def changed_inputs(a: Mapping, b: Mapping) -> list[str]:

@@ -17,19 +17,33 @@ A file name may contain a subdirectory (``train/all_data_0.json``): it is a rela
 ``<data.dir>/<dataset>/<name>`` and looked up as ``<mirror>/<dataset>/<name>`` or ``<mirror>/<name>``; absolute
 names and ``..`` components are refused.
 
+Test pins (tests only): the environment variable ``FEDREPRO_TEST_PINS`` may name a JSON file
+``{"synthetic": true, "datasets": {<dataset id>: {<file name>: <sha256>}}}`` whose sha256 values replace the
+catalog's for the files it lists (their content checks are dropped), so that a test's small synthetic files in an
+upstream layout are verified in the ``python -m fedrepro`` processes Snakemake starts too. It is honoured only with
+``"synthetic": true``; then every run records it (metrics.json ``inputs.test_pins``, see
+:func:`fedrepro.provenance.input_digests`) and each process prints ``[fedrepro] TEST PINS in use: synthetic data,
+never a result``.
+
 A dataset with no remote files ships inside an installed package (e.g. scikit-learn's ``load_digits``): its
 ``bundled`` field names where it comes from, it is always available, and fetching it only writes the stamp.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
+import os
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedrepro.errors import ConfigError
+
+TEST_PINS_ENV = "FEDREPRO_TEST_PINS"
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,7 @@ class LocalProvider:
 
 DATASETS: dict[str, Dataset] = {}
 PROVIDERS: dict[str, LocalProvider] = {}
+_TEST_PINNED: set[str] = set()  # datasets whose files the test pins replaced
 _loaded = False
 
 
@@ -86,8 +101,10 @@ def register_provider(dataset_id: str, provider: LocalProvider) -> None:
 
 
 def get_provider(dataset_id: str) -> LocalProvider | None:
+    """The dataset's local provider; none for a dataset under test pins (its synthetic files come from the mirror,
+    the provider's real files could never match them)."""
     _load_all()
-    return PROVIDERS.get(dataset_id)
+    return None if dataset_id in _TEST_PINNED else PROVIDERS.get(dataset_id)
 
 
 def register(ds: Dataset) -> Dataset:
@@ -110,7 +127,44 @@ def _load_all() -> None:
     for mod in pkgutil.iter_modules(pkg.__path__):
         if mod.name not in ("catalog", "sources"):
             importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    _apply_test_pins()
     _loaded = True
+
+
+def test_pins() -> str | None:
+    """The test pins file in use (``FEDREPRO_TEST_PINS``), or None: a run records it (never a result)."""
+    return os.environ.get(TEST_PINS_ENV) or None
+
+
+def _apply_test_pins() -> None:
+    """Replace, for the files the test pins file lists, the catalog's sha256 (dropping the content check)."""
+    path = test_pins()
+    if path is None:
+        return
+    where = f"{TEST_PINS_ENV}={path}"
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(
+            f"{where}: unreadable test pins file ({exc}); unset {TEST_PINS_ENV} outside the tests"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("synthetic") is not True:
+        raise ConfigError(
+            f'{where}: test pins are honoured only for synthetic test data, and this file lacks "synthetic": true; '
+            f"unset {TEST_PINS_ENV} (real data is verified against the catalog's pins)"
+        )
+    for ds_id, pins in (doc.get("datasets") or {}).items():
+        ds = DATASETS.get(ds_id)
+        names = {f.name for f in ds.files} if ds else set()
+        unknown = sorted(set(pins) - names) if isinstance(pins, dict) else ["(not a mapping)"]
+        if ds is None or unknown:
+            raise ConfigError(f"{where}: datasets.{ds_id}: unknown dataset or file(s) {unknown}; fix the test pins")
+        files = tuple(
+            dataclasses.replace(f, sha256=pins[f.name], content_check=None) if f.name in pins else f for f in ds.files
+        )
+        DATASETS[ds_id] = dataclasses.replace(ds, files=files)
+        _TEST_PINNED.add(ds_id)
+    print(f"[fedrepro] TEST PINS in use: synthetic data, never a result ({where})", file=sys.stderr, flush=True)
 
 
 def verification(f: RemoteFile) -> str:
