@@ -89,6 +89,18 @@ def test_a_non_finite_or_undefined_mean_is_invalid_naming_the_summary(cfg, mean,
         assert f"remark1/{scale}/summary.json" in r.reason and "'mse'" in r.reason and "\n" not in r.reason
 
 
+@pytest.mark.parametrize("row", ["printed", "check"])
+def test_a_summary_made_from_synthetic_test_data_is_never_judged(cfg, row):
+    """A rehearsal's run reads files pinned by FEDREPRO_TEST_PINS (synthetic): its summary records the pins file, and
+    every row on it is invalid, whatever its numbers (10.19 reproduces the printed value); without the record it is
+    judged as usual."""
+    pinned = {**summary(10.19), "inputs": [{"datasets": {}, "partitions": {}, "test_pins": "/tmp/pins.json"}]}
+    r = evaluate(cfg, target(row=row), "paper", pinned, ENTRY)
+    assert r.status == v.INVALID and "synthetic test data (FEDREPRO_TEST_PINS /tmp/pins.json)" in r.reason
+    real = {**summary(10.19), "inputs": [{"datasets": {}, "partitions": {}}]}
+    assert evaluate(cfg, target(row=row), "paper", real, ENTRY).status != v.INVALID
+
+
 def test_a_metric_missing_from_a_paper_scale_summary_is_invalid(cfg):
     s = summary(10.0)
     s["metrics"] = {}

@@ -113,6 +113,11 @@ def rehearse(tmp: Path, paper: str, exps: list[str], files: dict[str, dict[str, 
     assert not missing, f"registered rows not in the report: {missing}"
     not_run = {i: rows[i] for i in ids if "not run" in json.dumps(rows[i])}
     assert not not_run, f"rows not run: {not_run}"
+    # built from synthetic data, so never judged: every row is invalid, saying why
+    judged = {
+        i: rows[i]["status"] for i in ids if rows[i]["status"] != "invalid" or "synthetic" not in rows[i]["reason"]
+    }
+    assert not judged, f"rows judged on synthetic data: {judged}"
     return {i: rows[i] for i in ids}
 
 

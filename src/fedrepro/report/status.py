@@ -154,7 +154,12 @@ def evaluate(
     if missing is None:
         missing = unavailable_datasets(cfg, exp_entry)
     source = paths.relative(cfg, "summary", paper=t.paper, exp=t.exp_name, scale=scale)
-    r = _not_run(cfg, t, scale, summary, missing) or _misplaced(t, scale, summary, source) or _judge(t, summary, source)
+    r = (
+        _not_run(cfg, t, scale, summary, missing)
+        or _misplaced(t, scale, summary, source)
+        or _synthetic(t, summary, source)
+        or _judge(t, summary, source)
+    )
     return _calibrated(r, list(cals)) if t.printed else r
 
 
@@ -169,6 +174,22 @@ def _misplaced(t: Target, scale: str, summary: dict, source: str) -> Result | No
         v.INVALID,
         scale=summary.get("effective_scale", ""),
         reason=f"{source}: {wrong}: not this experiment's summary at this scale, nothing to judge; {REBUILD_SUMMARY}",
+    )
+
+
+def _synthetic(t: Target, summary: dict, source: str) -> Result | None:
+    """An invalid row when the summary's runs read synthetic test data (fedrepro.data.catalog.test_pins, the networked
+    DAG's rehearsal): such a run is never a result, whatever its numbers."""
+    pins = sorted(
+        {rec["test_pins"] for rec in summary.get("inputs") or [] if isinstance(rec, dict) and rec.get("test_pins")}
+    )
+    if not pins:
+        return None
+    return Result(
+        t,
+        v.INVALID,
+        scale=summary.get("effective_scale", ""),
+        reason=f"{source}: made from synthetic test data (FEDREPRO_TEST_PINS {', '.join(pins)}): never judged",
     )
 
 

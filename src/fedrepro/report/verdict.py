@@ -15,7 +15,8 @@ Statuses of a printed row
   not comparable                rebuilt only at quick scale: value shown, no verdict on a paper number
   not run                       data offline, not built, or no rule yet; with the command that builds it
   invalid                       the rebuilt value is not a finite number (NaN or inf in the summary, undefined in
-                                every seed, or missing from a paper-scale summary): never judged, and it fails CI
+                                every seed, or missing from a paper-scale summary), or the summary is another
+                                experiment's or was made from synthetic test data: never judged, and it fails CI
 Statuses of a check or consistency row: passes, fails, inconclusive, shown (a rebuilt number with nothing to compare
 it to), not comparable (a number compared at quick scale), not run, invalid (as for a printed row). A row judged by
 pass/fail checks passes when every named check passes in every seed.
