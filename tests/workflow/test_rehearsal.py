@@ -23,6 +23,7 @@ import pytest
 import tff_fixtures
 import yaml
 from fault_server import FaultServer
+from nist_fixtures import make_nist_zips
 
 from fedrepro.config import REPO_ROOT
 from fedrepro.data import cifar
@@ -290,3 +291,15 @@ def test_rehearsal_stackoverflow_ppsgd_fig1b(tmp_path):
 def test_rehearsal_mnist_fedhdp_noniid(tmp_path):
     # 2,000 single-digit clients (200 per digit): 3 train and 1 test images each
     rehearse(tmp_path, "fedhdp", ["noniid_mnist"], {"mnist": mnist_files(6000, 2000)})
+
+
+def nist_zips(tmp: Path) -> dict[str, Callable[[Path], None]]:
+    """NIST SD19's by_class.zip and by_write.zip (tests/helpers/nist_fixtures.py): 240 synthetic writers, mostly
+    digits, so that >= 90 keep a digit in both their LEAF train and test split (as the partition end-to-end test)."""
+    fx = make_nist_zips(tmp / "nist", n_writers=240, digits=12, upper=1, lower=1, const=0, shuffle=False)
+    return {"by_class.zip": _copy(fx.by_class), "by_write.zip": _copy(fx.by_write)}
+
+
+def test_rehearsal_full_femnist_adaped_table4(tmp_path):
+    # LEAF's pipeline on the NIST-layout zips -> femnist_digits_m30 (90 writers in 30 clients of 3) -> Table 4
+    rehearse(tmp_path, "adaped", ["table4_femnist"], {"leaf_femnist": nist_zips(tmp_path)})
