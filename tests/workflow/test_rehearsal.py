@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from fault_server import FaultServer
 from nist_fixtures import make_nist_zips
 
 from fedrepro.config import REPO_ROOT
-from fedrepro.data import cifar
+from fedrepro.data import cifar, leaf
 from fedrepro.data import tff_emnist as em
 from fedrepro.data import tff_stackoverflow as so
 from fedrepro.data.catalog import TEST_PINS_ENV, get_dataset
@@ -303,3 +304,52 @@ def nist_zips(tmp: Path) -> dict[str, Callable[[Path], None]]:
 def test_rehearsal_full_femnist_adaped_table4(tmp_path):
     # LEAF's pipeline on the NIST-layout zips -> femnist_digits_m30 (90 writers in 30 clients of 3) -> Table 4
     rehearse(tmp_path, "adaped", ["table4_femnist"], {"leaf_femnist": nist_zips(tmp_path)})
+
+
+def _leaf_reddit_comment(words: list[str], meta: dict) -> tuple[list[list[str]], dict]:
+    """One comment as LEAF's data/reddit/source/preprocess.py (create_seqs, SEQ_LEN = 10) writes it: <BOS> tokens
+    <EOS> cut into 10-token sequences padded with <PAD>, target_tokens shifted by one, count_tokens 1 for real."""
+    c = ["<BOS>", *words, "<EOS>"]
+    t = [*words, "<EOS>", "<PAD>"]
+    counts = [1.0] * len(c)
+
+    def cut(seq: list, fill) -> list[list]:
+        seq = seq + [fill] * (-len(seq) % leaf.REDDIT_SEQ_LEN)
+        return [seq[i : i + leaf.REDDIT_SEQ_LEN] for i in range(0, len(seq), leaf.REDDIT_SEQ_LEN)]
+
+    return cut(c, "<PAD>"), dict(meta, target_tokens=cut(t, "<PAD>"), count_tokens=cut(counts, 0.0))
+
+
+def reddit_zip(n_users: int, n_words: int, tokens: int) -> Callable[[Path], None]:
+    """reddit_subsampled.zip in LEAF's layout (new_small_data/{train,val,test}_data.json): ``n_users`` synthetic
+    users (``synthetic_u<i>``) drawn from 10 clusters of word frequencies over ``synthetic_w<i>`` words, each with
+    ``tokens`` train tokens in 50-word comments (Table 1 keeps users with >= 500 + 2,000 in-vocabulary tokens and
+    gives validation tokens to those with 1,000 more) and a short comment in val and test."""
+    rng = np.random.default_rng(11)
+    words = np.array([f"synthetic_w{i}" for i in range(n_words)])
+    clusters = rng.dirichlet(np.full(n_words, 0.3), 10)
+    users = [f"synthetic_u{i}" for i in range(n_users)]
+
+    def comments(u: int, n: int, length: int) -> tuple[list, list]:
+        drawn = rng.choice(words, (n, length), p=clusters[u % 10]).tolist()
+        meta = {"subreddit": "synthetic", "created_utc": 1512086400 + u, "score": 1}
+        return tuple(zip(*(_leaf_reddit_comment(w, meta) for w in drawn)))
+
+    def write(path: Path) -> None:
+        per = {"train": (tokens // 50, 50), "val": (1, 20), "test": (1, 20)}
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            for split, member in leaf.REDDIT_MEMBERS.items():
+                doc = {"users": users, "num_samples": [tokens // 50 + 2] * n_users, "user_data": {}}
+                for i, u in enumerate(users):
+                    xs, ys = comments(i, *per[split])
+                    doc["user_data"][u] = {"x": list(xs), "y": list(ys)}
+                zf.writestr(member, json.dumps(doc))
+
+    return write
+
+
+def test_rehearsal_leaf_reddit_histograms_table1(tmp_path):
+    # Table 1's quick scale keeps its paper sizes but for 2 runs and max_users: 1,000-token vocabulary (1,100 words
+    # drawn here), users with >= 3,500 tokens; 300 users suffice for every row, private ones included
+    rows = rehearse(tmp_path, "histograms", ["table1"], {"reddit": {leaf.REDDIT_ARCHIVE: reddit_zip(300, 1100, 4000)}})
+    assert {f"T1.r{i}.c2" for i in range(1, 10)} <= set(rows), sorted(rows)  # the private column
