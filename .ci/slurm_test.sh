@@ -168,16 +168,36 @@ n_jobs=$(find "$T/slurm/logs" -name '*.log' | wc -l)
 n_sbatch=$(find "$T/slurm/slurm_logs" -name '*.log' | wc -l)
 echo "jobs: $n_jobs, SLURM jobs: $n_sbatch"
 [ "$n_jobs" -ge 6 ] && [ "$n_sbatch" = "$n_jobs" ] || { echo "expected every job (>= 6) to run under SLURM"; exit 1; }
-# The rules' declared resources reached sbatch (finished jobs stay visible for MinJobAge): run_experiment's defaults
-# from config/config.yaml for the scale the job runs at (quick: 2000 MB, 30 min; paper: 4000 MB, 8 h -- an experiment
-# without quick overrides runs at paper scale under every mode), the small rules' fixed ones (1000 MB, 15 min), 1 CPU
-# each.
+# The rules' declared resources reached sbatch (finished jobs stay visible for MinJobAge): run_experiment's from
+# fedrepro.plan.experiment_resources for the scale the job runs at (config/config.yaml's per-scale defaults; at paper
+# scale what config/compute.yaml derives from the experiment's cost), the small rules' fixed ones (1000 MB, 15 min),
+# 1 CPU each.
 squeue --states=all -h -o "%k|%m|%l|%C" | sort | uniq -c
-bad=$(squeue --states=all -h -o "%k|%m|%l|%C" | awk -F'|' '
-  $1 ~ /^rule_run_experiment_.*_quick_/ { if ($2 != "2000M" || $3 != "30:00" || $4 != 1) print; next }
-  $1 ~ /^rule_run_experiment_.*_paper_/ { if ($2 != "4000M" || $3 != "8:00:00" || $4 != 1) print; next }
-  $1 ~ /^rule_run_experiment_/ { print; next }
-  { if ($2 != "1000M" || $3 != "15:00" || $4 != 1) print }')
+bad=$(squeue --states=all -h -o "%k|%m|%l|%C" | python -c '
+import re, sys
+from fedrepro.config import load_global, load_paper
+from fedrepro.plan import experiment_resources
+
+def slurm_time(minutes):
+    d, rest = divmod(int(minutes), 24 * 60)
+    h, m = divmod(rest, 60)
+    return f"{d}-{h:02d}:{m:02d}:00" if d else (f"{h}:{m:02d}:00" if h else f"{m}:00")
+
+cfg = load_global()
+for line in sys.stdin:
+    name, mem, limit, cpus = line.strip().split("|")
+    job = re.fullmatch(r"rule_run_experiment_wildcards_([a-z]+)_(.+)_(quick|paper)_(\d+)", name)
+    if job:
+        paper, exp, scale = job.group(1), job.group(2), job.group(3)
+        r = experiment_resources(cfg, load_paper(cfg, paper)["experiments"][exp], scale, f"{paper}.{exp}")
+        want = (str(r["mem_mb"]) + "M", slurm_time(r["runtime"]), str(r["threads"]))
+    elif name.startswith("rule_run_experiment_"):
+        want = None
+    else:
+        want = ("1000M", "15:00", "1")
+    if want is None or (mem, limit, cpus) != want:
+        print(line.strip(), "expected", want)
+')
 [ -z "$bad" ] || { echo "jobs submitted with other resources than declared: $bad"; exit 1; }
 slurm_done=$(date +%s)
 
