@@ -60,7 +60,7 @@ import json
 import re
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -187,12 +187,21 @@ def load_femnist_split(paths: Iterable[str | Path], dtype=np.float32) -> Federat
     paths = sorted((Path(p) for p in paths), key=_natural_key)
     if not paths:
         raise DataError("FEMNIST: no json shards given")
+    users, xs, ys, cs = collect_writers(paths, lambda p: read_femnist_shard(p, dtype))
+    return FederatedSplit(tuple(users), np.concatenate(xs), np.concatenate(ys), np.concatenate(cs))
+
+
+def collect_writers(
+    paths: Iterable[Path], read: Callable[[Path], tuple[list[str], list[np.ndarray], list[np.ndarray]]]
+) -> tuple[list[str], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """The writers of one split's shards, in ``paths`` order: ``read(path)`` gives a shard's (users, x per user, y per
+    user); returns users, xs, ys and each sample's client index (int64, the writer's position in users). A writer
+    appearing in two shards of the same split is a DataError."""
     users: list[str] = []
     seen: dict[str, Path] = {}
     xs, ys, cs = [], [], []
     for p in paths:
-        us, x_list, y_list = read_femnist_shard(p, dtype)
-        for u, x, y in zip(us, x_list, y_list):
+        for u, x, y in zip(*read(p)):
             if u in seen:
                 raise DataError(f"{p}: writer {u!r} also appears in {seen[u]} (same split)")
             seen[u] = p
@@ -200,7 +209,7 @@ def load_femnist_split(paths: Iterable[str | Path], dtype=np.float32) -> Federat
             users.append(u)
             xs.append(x)
             ys.append(y)
-    return FederatedSplit(tuple(users), np.concatenate(xs), np.concatenate(ys), np.concatenate(cs))
+    return users, xs, ys, cs
 
 
 def load_femnist(paths: Iterable[str | Path], dtype=np.float32) -> dict[str, FederatedSplit]:

@@ -74,7 +74,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from fedrepro.data.leaf import FEMNIST_CLASSES, FEMNIST_PIXELS, FederatedSplit
+from fedrepro.data.leaf import FEMNIST_CLASSES, FEMNIST_PIXELS, FederatedSplit, collect_writers
 from fedrepro.errors import DataError
 from fedrepro.runio import atomic_write
 
@@ -1020,6 +1020,11 @@ def _archives(files: Iterable[Path]) -> tuple[Path, Path]:
     return paths[BY_CLASS], paths[BY_WRITE]
 
 
+def _shard_writers(path: Path) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+    s = read_shard(path)
+    return s.users, s.x, s.y
+
+
 def read_split(paths: Iterable[Path]) -> FederatedSplit:
     """Shards of one split (natural file-name order, as :func:`fedrepro.data.leaf.load_femnist_split`) ->
     :class:`~fedrepro.data.leaf.FederatedSplit` with float32 ``x`` equal to what ``load_femnist`` returns; the
@@ -1027,19 +1032,7 @@ def read_split(paths: Iterable[Path]) -> FederatedSplit:
     paths = sorted((Path(p) for p in paths), key=lambda p: _shard_index(p.as_posix()))
     if not paths:
         raise DataError("FEMNIST: no json shards given")
-    users: list[str] = []
-    seen: dict[str, Path] = {}
-    xs, ys, cs = [], [], []
-    for p in paths:
-        s = read_shard(p)
-        for u, x, y in zip(s.users, s.x, s.y):
-            if u in seen:
-                raise DataError(f"{p}: writer {u!r} also appears in {seen[u]} (same split)")
-            seen[u] = p
-            cs.append(np.full(len(y), len(users), dtype=np.int64))
-            users.append(u)
-            xs.append(x)
-            ys.append(y)
+    users, xs, ys, cs = collect_writers(paths, _shard_writers)
     if not xs:
         raise DataError(f"{paths[0].parent}: the shards hold no writer")
     x8 = np.concatenate(xs)
