@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import gzip
-import io
 import struct
 import tarfile
 import zlib
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from archives import tar_gz
 
 from fedrepro.config import validate_global
 from fedrepro.data import catalog, cifar, digits, leaf, mnist
@@ -140,23 +140,6 @@ def test_idx_corrupt_gzip_and_count_mismatch(tmp_path):
 # CIFAR fixtures (binary versions)
 
 
-def _tar_gz(path: Path, members: dict[str, bytes], extra=()) -> Path:
-    """A .tar.gz with a directory entry per top folder, the given regular files, then ``extra`` TarInfo's."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
-        for d in sorted({n.split("/")[0] for n in members if "/" in n}):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-        for info, data in extra:
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return path
-
-
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
@@ -188,7 +171,7 @@ def _cifar100_members(n_train: int = 4, n_test: int = 3):
 
 def test_cifar10_binary_parsed_back_exactly(tmp_path):
     members, truth = _cifar10_members()
-    archive = _tar_gz(tmp_path / cifar.CIFAR10_ARCHIVE, members)
+    archive = tar_gz(tmp_path / cifar.CIFAR10_ARCHIVE, members)
     data = cifar.load_cifar10(archive)
     train_im = np.concatenate([truth[n][0] for n in cifar.CIFAR10_TRAIN])
     train_lb = np.concatenate([truth[n][1] for n in cifar.CIFAR10_TRAIN])
@@ -214,7 +197,7 @@ def test_cifar_record_layout_is_label_then_red_green_blue_row_major(tmp_path):
 
 def test_cifar100_fine_and_coarse_labels(tmp_path):
     members, truth = _cifar100_members()
-    data = cifar.load_cifar100(_tar_gz(tmp_path / cifar.CIFAR100_ARCHIVE, members))
+    data = cifar.load_cifar100(tar_gz(tmp_path / cifar.CIFAR100_ARCHIVE, members))
     for split, name in (("train", cifar.CIFAR100_TRAIN), ("test", cifar.CIFAR100_TEST)):
         s = getattr(data, split)
         np.testing.assert_array_equal(s.images, truth[name][0])
@@ -237,7 +220,7 @@ def test_cifar_bad_record_size_and_label_range(tmp_path):
 
 def test_cifar_truncated_archive_is_a_data_error(tmp_path):
     members, _ = _cifar10_members()
-    archive = _tar_gz(tmp_path / cifar.CIFAR10_ARCHIVE, members)
+    archive = tar_gz(tmp_path / cifar.CIFAR10_ARCHIVE, members)
     archive.write_bytes(archive.read_bytes()[:-200])
     with pytest.raises(DataError, match=cifar.CIFAR10_ARCHIVE):
         cifar.load_cifar10(archive)
@@ -270,7 +253,7 @@ def test_cifar_tar_path_traversal_and_links_refused(tmp_path, member, why):
     name, kind, link = member
     if name == cifar.CIFAR10_TEST:
         del members[name]  # the link replaces the expected member
-    archive = _tar_gz(tmp_path / "a" / cifar.CIFAR10_ARCHIVE, members, extra=[_evil(name, kind, link)])
+    archive = tar_gz(tmp_path / "a" / cifar.CIFAR10_ARCHIVE, members, extra=[_evil(name, kind, link)])
     out = tmp_path / "x" / "y"
     with pytest.raises(DataError, match="refusing to extract") as err:
         cifar.load_cifar10(archive, extract_to=out)
@@ -284,7 +267,7 @@ def test_cifar_tar_path_traversal_and_links_refused(tmp_path, member, why):
 
 def test_cifar_extracts_only_expected_members_never_through_tar_extract(tmp_path, monkeypatch):
     members, _ = _cifar10_members()
-    archive = _tar_gz(tmp_path / cifar.CIFAR10_ARCHIVE, members)
+    archive = tar_gz(tmp_path / cifar.CIFAR10_ARCHIVE, members)
 
     def refuse(*args, **kwargs):
         raise AssertionError("TarFile.extract must not be used")
@@ -311,7 +294,7 @@ def _write_fixture(dataset_id: str, directory: Path):
         return _idx_fixture(directory)
     members, truth = _cifar10_members() if dataset_id == "cifar10" else _cifar100_members()
     name = cifar.CIFAR10_ARCHIVE if dataset_id == "cifar10" else cifar.CIFAR100_ARCHIVE
-    _tar_gz(directory / name, members)
+    tar_gz(directory / name, members)
     return truth
 
 

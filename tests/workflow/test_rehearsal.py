@@ -6,7 +6,6 @@ report. The synthetic files live only in this test's temp dir; every run records
 
 import csv
 import gzip
-import io
 import json
 import lzma
 import os
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 import tff_fixtures
 import yaml
+from archives import tar_gz
 from fault_server import FaultServer
 from nist_fixtures import make_nist_zips
 
@@ -139,20 +139,7 @@ def test_rehearsal_election_returns_adaped_political(tmp_path):
 
 
 def _tar_gz(members: dict[str, bytes]) -> Callable[[Path], None]:
-    def write(path: Path) -> None:
-        import tarfile
-
-        with tarfile.open(path, "w:gz") as tar:
-            for d in sorted({n.split("/")[0] for n in members if "/" in n}):
-                info = tarfile.TarInfo(d)
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            for name, data in members.items():
-                info = tarfile.TarInfo(name)
-                info.size, info.mode = len(data), 0o644
-                tar.addfile(info, io.BytesIO(data))
-
-    return write
+    return lambda path: tar_gz(path, members)
 
 
 SYNTHETIC_README = b"<html>synthetic fedrepro test data, not the dataset</html>\n"
