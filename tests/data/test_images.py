@@ -14,28 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from archives import tar_gz
+from catalog_pins import data_cfg as _cfg
 
-from fedrepro.config import validate_global
 from fedrepro.data import catalog, cifar, digits, leaf, mnist
 from fedrepro.data.sources import dataset_files, fetch, is_available, sha256_of, stamp_path
 from fedrepro.errors import DataError
 
 RNG = np.random.default_rng(20240504)
 HEX64 = set("0123456789abcdef")
-
-
-def _cfg(tmp_path: Path, mirror: Path | None) -> dict:
-    return validate_global(
-        {
-            "scale": "quick",
-            "seeds": {"quick": [0], "paper": [0]},
-            "results_dir": str(tmp_path / "results"),
-            "figures_dir": str(tmp_path / "figures"),
-            "logs_dir": str(tmp_path / "logs"),
-            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror) if mirror else None},
-            "papers": {"adaped": "config/adaped.yaml"},
-        }
-    )
 
 
 def _pin_to(monkeypatch, dataset_id: str, mirror_dir: Path) -> catalog.Dataset:

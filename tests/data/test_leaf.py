@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from catalog_pins import data_cfg as _cfg
 
-from fedrepro.config import REPO_ROOT, validate_global
+from fedrepro.config import REPO_ROOT
 from fedrepro.data import catalog, leaf
 from fedrepro.data.sources import dataset_files, fetch, is_available, sha256_of, verified_files
 from fedrepro.errors import DataError
@@ -21,20 +22,6 @@ SHARED = REPO_ROOT.parent / "shared" / "data"
 SAMPLE = SHARED / "leaf_femnist_sf005"
 DS = "leaf_femnist_sf005"
 RNG = np.random.default_rng(7)
-
-
-def _cfg(tmp_path: Path, mirror: Path | None) -> dict:
-    return validate_global(
-        {
-            "scale": "quick",
-            "seeds": {"quick": [0], "paper": [0]},
-            "results_dir": str(tmp_path / "results"),
-            "figures_dir": str(tmp_path / "figures"),
-            "logs_dir": str(tmp_path / "logs"),
-            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror) if mirror else None},
-            "papers": {"adaped": "config/adaped.yaml"},
-        }
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from catalog_pins import data_cfg as _cfg
 
 from fedrepro.cli import main as cli_main
-from fedrepro.config import validate_global
 from fedrepro.data import catalog, mnist
 from fedrepro.data.sources import STATE, fetch, is_available, sha256_of, stamp_path
 from fedrepro.errors import DataError
@@ -40,20 +40,6 @@ UPSTREAM_HEADER = {
     mnist.TEST_LABELS: ("t10k-labels.idx1-ubyte", 885827268),
 }
 MEMBER = {name: "package/data/" + name[: -len(".gz")] for name in mnist.FILE_NAMES}
-
-
-def _cfg(tmp_path: Path) -> dict:
-    return validate_global(
-        {
-            "scale": "quick",
-            "seeds": {"quick": [0], "paper": [0]},
-            "results_dir": str(tmp_path / "results"),
-            "figures_dir": str(tmp_path / "figures"),
-            "logs_dir": str(tmp_path / "logs"),
-            "data": {"dir": str(tmp_path / "data"), "mirror": None},
-            "papers": {"adaped": "config/adaped.yaml"},
-        }
-    )
 
 
 def _idx(arr: np.ndarray, magic: int) -> bytes:

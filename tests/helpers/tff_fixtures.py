@@ -21,29 +21,15 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+from catalog_pins import data_cfg as mirror_cfg
 from catalog_pins import pin  # noqa: F401  (the TFF tests import it from here)
 
-from fedrepro.config import validate_global
 from fedrepro.data import tff_emnist as em
 from fedrepro.data import tff_stackoverflow as so
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def mirror_cfg(tmp_path: Path, mirror: Path) -> dict:
-    return validate_global(
-        {
-            "scale": "quick",
-            "seeds": {"quick": [0], "paper": [0]},
-            "results_dir": str(tmp_path / "results"),
-            "figures_dir": str(tmp_path / "figures"),
-            "logs_dir": str(tmp_path / "logs"),
-            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)},
-            "papers": {"adaped": "config/adaped.yaml"},
-        }
-    )
 
 
 def tar_bz2(path: Path, members: dict[str, Path | bytes]) -> Path:

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from catalog_pins import data_cfg as _cfg
 
-from fedrepro.config import REPO_ROOT, validate_global
+from fedrepro.config import REPO_ROOT
 from fedrepro.data import catalog
 from fedrepro.data.election import COLUMNS, check_returns_file, read_returns, republican_wins
 from fedrepro.data.sources import dataset_files, fetch
@@ -31,20 +32,6 @@ EXPECTED = {
     13067: [1, 1, 1, 1, 0, 0],  # Cobb GA: 2020 only by mode; the Republican wins ELECTION DAY but loses the sum
     18167: [1, 1, 0, 0, 1, 1],  # Vigo IN
 }  # Kalawao HI (15005) lacks 2008 -> dropped; the NA-fips rows (CT write-in, ME UOCAVA) -> dropped
-
-
-def _cfg(tmp_path: Path, mirror: Path) -> dict:
-    return validate_global(
-        {
-            "scale": "quick",
-            "seeds": {"quick": [0], "paper": [0]},
-            "results_dir": str(tmp_path / "results"),
-            "figures_dir": str(tmp_path / "figures"),
-            "logs_dir": str(tmp_path / "logs"),
-            "data": {"dir": str(tmp_path / "data"), "mirror": str(mirror)},
-            "papers": {"adaped": "config/adaped.yaml"},
-        }
-    )
 
 
 def sample_check(path: Path) -> None:
