@@ -46,10 +46,17 @@ MODEL_SHAPES = {
 
 
 def one_point(
-    clients: int, batch: int, path: str, train_rows: int, budget: float, chunk: int | None, model: str = "lenet5"
+    clients: int,
+    batch: int,
+    path: str,
+    train_rows: int,
+    budget: float,
+    chunk: int | None,
+    model: str = "lenet5",
+    device: str = "cpu",
 ) -> dict:
     """Runs in the child: time FedAvg rounds of ``model`` at (clients, batch) on ``path``; peak RSS of this
-    process."""
+    process (and on CUDA the peak of torch's GPU allocations)."""
     import numpy as np
     import torch
 
@@ -71,7 +78,8 @@ def one_point(
     data = ClientData(
         from_arrays(
             [block(train_rows) for _ in range(clients)], [block(4) for _ in range(clients)], n_classes=n_classes
-        )
+        ),
+        device,
     )
     rss_data = peak_rss_mib()
     stamps: list[float] = []
@@ -80,6 +88,8 @@ def one_point(
         pass
 
     def callback(info):
+        if device.startswith("cuda"):  # a round ends when its kernels have run, not when they are queued
+            torch.cuda.synchronize()
         stamps.append(time.perf_counter())
         if len(stamps) >= 2 and (stamps[-1] - stamps[0] >= budget or len(stamps) > 50):
             raise Stop
@@ -98,6 +108,7 @@ def one_point(
             vectorize=path == "engine",
             chunk_size=chunk,
             callback=callback,
+            device=device,
         )
     except Stop:
         pass
@@ -114,6 +125,8 @@ def one_point(
         "peak_rss_mib": peak_rss_mib(),
         "rss_after_data_mib": rss_data,
         "threads": torch.get_num_threads(),
+        "device": device,
+        **({"gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20} if device.startswith("cuda") else {}),
     }
 
 
@@ -131,6 +144,8 @@ def run_point(args, clients: int, batch: int, path: str) -> dict:
         str(args.budget),
         "--model",
         args.model,
+        "--device",
+        args.device,
     ]
     if args.chunk:
         cmd += ["--chunk", str(args.chunk)]
@@ -251,6 +266,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=None, help="engine.train(chunk_size=...)")
     ap.add_argument("--model", default="lenet5", choices=sorted(MODEL_SHAPES))
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU: the step's kernels, synchronized per round)")
     ap.add_argument("--points", nargs="+", metavar="KxB", help="only these settings (e.g. 10x17), not the sweeps")
     ap.add_argument("--point", nargs=3, metavar=("K", "B", "PATH"), help=argparse.SUPPRESS)  # internal: one child
     ap.add_argument("--out", type=Path, default=HERE / "results" / "cost_curves.json")
@@ -262,7 +278,8 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
         k, b, path = args.point
-        print(json.dumps(one_point(int(k), int(b), path, args.train_rows, args.budget, args.chunk, args.model)))
+        point = one_point(int(k), int(b), path, args.train_rows, args.budget, args.chunk, args.model, args.device)
+        print(json.dumps(point))
         return
 
     sys.path.insert(0, str(HERE))
@@ -301,6 +318,7 @@ def main() -> None:
         "mem_total_gib": mem,
         "threads": args.threads,
         "model": args.model,
+        "device": args.device,
         "figure": None if args.points else os.path.relpath(args.figure, HERE.parent),
     }
     out = {

@@ -58,6 +58,33 @@ def test_extrapolated_and_like_costs_are_computed_not_typed():
     assert plan.cost(doc, "missing") is None
 
 
+def test_a_measured_gpu_step_decides_the_gpu_and_its_hours():
+    step = {"ms": 0.5, "from": "m"}
+    doc = _doc(
+        fast={"basis": "measured", "cpu_s": 7200, "peak_mb": 600, "from": "m", "gpu_step": {**step, "cpu_ms": 5.0}},
+        slow={"basis": "measured", "cpu_s": 7200, "peak_mb": 600, "from": "m", "gpu_step": {**step, "cpu_ms": 1.5}},
+        like={"basis": "extrapolated", "like": "fast"},
+    )
+    fast, slow = plan.cost(doc, "fast"), plan.cost(doc, "slow")
+    assert fast.gpu and fast.gpu_ratio == pytest.approx(10) and fast.gpu_s == pytest.approx(720)
+    assert not slow.gpu and slow.gpu_s == pytest.approx(2400)  # 3x is below GPU_WORTH
+    assert plan.cost(doc, "like").gpu_s == pytest.approx(720)
+    assert plan.paper_resources(doc, "fast")["gpu"] == 1 and plan.paper_resources(doc, "slow")["gpu"] == 0
+    row = plan.Row("fast", fast, 5, True)
+    assert "step 10.0x faster, ~1.00 GPU-h (m)" in plan.render([row], 2, {})
+
+
+def test_a_cost_may_not_state_the_gpu_and_measure_it(tmp_path):
+    cfg = copy.deepcopy(load_global())
+    doc = yaml.safe_load(open(plan.load_compute(cfg)["path"]))
+    doc["experiments"]["adaped.table1_cifar10"]["gpu"] = True  # it has a measured gpu_step
+    path = tmp_path / "compute.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg["compute"] = str(path)
+    with pytest.raises(ConfigError, match="table1_cifar10"):
+        plan.load_compute(cfg)
+
+
 def test_resources_are_the_cost_with_margins_and_floors():
     doc = _doc(
         big={"basis": "measured", "cpu_s": 36000, "peak_mb": 3000, "from": "m", "gpu": True},

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 
 from fedrepro.errors import ConfigError
 
+#: a GPU is requested for an experiment whose client step, measured on one machine, runs this many times faster on
+#: its GPU than on one of its CPU threads (config/compute.yaml's gpu_step); below it the CPU queue is the better use
+GPU_WORTH = 4.0
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -27,6 +31,14 @@ class Cost:
     basis: str  # measured | lower_bound | extrapolated | estimated
     how: str  # the arithmetic or the measurement, in words
     gpu: bool = False
+    gpu_ratio: float | None = None  # CPU thread / GPU, the client step measured on one machine (gpu_step)
+    gpu_from: str = ""
+
+    @property
+    def gpu_s(self) -> float | None:
+        """GPU seconds of one seed: the CPU cost divided by the measured step ratio (assumes the method mix and
+        the evaluations speed up as the FedAvg step does: not measured)."""
+        return None if self.gpu_ratio is None else self.cpu_s / self.gpu_ratio
 
 
 def load_compute(cfg: Mapping) -> dict:
@@ -73,7 +85,15 @@ def cost(doc: Mapping, exp_id: str) -> Cost | None:
         return None
     if "like" in e:
         base = cost(doc, e["like"])
-        return Cost(base.cpu_s, base.peak_mb, "extrapolated", f"as {e['like']} ({base.how})", e.get("gpu", base.gpu))
+        return Cost(
+            base.cpu_s,
+            base.peak_mb,
+            "extrapolated",
+            f"as {e['like']} ({base.how})",
+            e.get("gpu", base.gpu),
+            base.gpu_ratio,
+            base.gpu_from,
+        )
     where = e["from"]  # a key of sources (the render lists them) or words
     if e["basis"] == "extrapolated":
         cpu = e["steps"] * e["ms_per_step"] * e["mix"] / 1000
@@ -81,6 +101,10 @@ def cost(doc: Mapping, exp_id: str) -> Cost | None:
     else:
         cpu = e["cpu_s"]
         how = where
+    if "gpu_step" in e:  # measured: the GPU is worth requesting where its step is GPU_WORTH times faster
+        step = e["gpu_step"]
+        ratio = step["cpu_ms"] / step["ms"]
+        return Cost(float(cpu), float(e["peak_mb"]), e["basis"], how, ratio >= GPU_WORTH, ratio, step["from"])
     return Cost(float(cpu), float(e["peak_mb"]), e["basis"], how, bool(e.get("gpu", False)))
 
 
@@ -167,6 +191,14 @@ def _hours(h: float) -> str:
     return f"{h:,.2f}" if h < 10 else f"{h:,.0f}"
 
 
+def _gpu_cell(r: Row) -> str:
+    c = r.cost
+    verdict = "worth requesting" if c.gpu else "no"
+    if c.gpu_ratio is None:
+        return verdict
+    return f"{verdict}: step {c.gpu_ratio:.1f}x faster, ~{_hours(c.gpu_s * r.seeds / 3600)} GPU-h ({c.gpu_from})"
+
+
 def render(plan: list[Row], cores: int, sources: Mapping[str, str]) -> str:
     """The plan as a Markdown table and totals (offline here / everything) on ``cores`` cores; ``sources``: the
     measurements the entries cite by key."""
@@ -179,7 +211,7 @@ def render(plan: list[Row], cores: int, sources: Mapping[str, str]) -> str:
         lines.append(
             f"| {r.exp_id} | {'yes' if r.offline else 'no'} | {r.cost.basis} | {_hours(r.cost.cpu_s / 3600)}{bound} "
             f"| {r.seeds} | {_hours(r.cpu_h)}{bound} | {r.cost.peak_mb / 1024:.1f} | "
-            f"{'worth requesting' if r.cost.gpu else 'no'} | {r.cost.how} |"
+            f"{_gpu_cell(r)} | {r.cost.how} |"
         )
     lines.append("")
     for label, sel in (("available here", [r for r in plan if r.offline]), ("all experiments", plan)):
@@ -192,6 +224,11 @@ def render(plan: list[Row], cores: int, sources: Mapping[str, str]) -> str:
     lines.append(
         "basis: measured here / lower_bound (stopped before the end) / extrapolated (steps x a measured step x "
         "the method mix, or as a measured experiment of the same sizes) / estimated (no measurement applies)"
+    )
+    lines.append(
+        f"GPU: measured where a ratio is shown (the client step on a GPU and on one CPU thread of the same machine; "
+        f"worth requesting at >= {GPU_WORTH:g}x; GPU-h = CPU-h / ratio, the method mix assumed to speed up alike), "
+        "otherwise as stated in the cost file"
     )
     lines += [f"{key}: {text}" for key, text in sources.items()]
     return "\n".join(lines) + "\n"
