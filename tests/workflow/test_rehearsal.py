@@ -275,7 +275,7 @@ def mnist_files(n_train: int, n_test: int) -> dict[str, Callable[[Path], None]]:
 
 def test_rehearsal_cifar100_adaped_table1(tmp_path):
     # Table 1's CIFAR-100 column trains its CNN at batch 25 for 4 epochs of 40 iterations even at quick scale
-    # (~15 min per round of its seven methods on 2 cores), so this rehearsal shortens the schedule in its copy of
+    # (a run stopped at 10 min on 2 cores, unfinished), so this rehearsal shortens the schedule in its copy of
     # config/adaped.yaml to one round of 2 local epochs of 2 iterations. Fetch, archive checks, the superclass
     # partition, all seven methods, the table and the report rows run as registered; only the number of steps differs.
     rows = rehearse(
