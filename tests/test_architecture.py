@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import fedrepro
-from fedrepro.data.partition import _PARTITIONERS, scheme_modules
-from fedrepro.experiments import _KINDS, all_kinds, kind_modules
+from fedrepro.data.partition import SCHEMES
+from fedrepro.experiments import KINDS, all_kinds, kind_modules
 from fedrepro.learning.algorithms import algorithm_modules, get_algorithm
 from fedrepro.learning.engine import Algorithm
-from fedrepro.papers import PAPERS, declared
-from fedrepro.plots import SHARED_PLOTS, get_plot
+from fedrepro.papers import PAPERS
+from fedrepro.plots import PLOTS, get_plot
 
 SRC = Path(fedrepro.__file__).parent
 
@@ -141,18 +141,17 @@ def test_every_kind_is_declared():
     for m in MODULES:
         if m.startswith(("fedrepro.papers", "fedrepro.experiments")):
             importlib.import_module(m)
-    assert set(_KINDS) == set(kind_modules())
+    assert set(KINDS.registered()) == set(kind_modules())
 
 
 def test_plot_declarations_match_registrations():
-    for name, module in (SHARED_PLOTS | declared("PLOTS")).items():
+    for name, module in PLOTS.modules().items():
         assert get_plot(name).__module__ == module
 
 
 def test_partition_declarations_match_registrations():
-    for name, module in scheme_modules().items():
-        importlib.import_module(module)
-        assert _PARTITIONERS[name].__module__ == module
+    for name, module in SCHEMES.modules().items():
+        assert SCHEMES.get(name).__module__ == module
 
 
 def test_algorithms_are_keyed_by_their_name():
