@@ -186,3 +186,9 @@ def test_a_wrong_declaration_is_caught(monkeypatch):
 def test_every_kind_declares_what_it_produces():
     """Registry keys are validated against these declarations (fedrepro.report.registry.check_keys)."""
     assert [n for n, k in all_kinds().items() if not k.metrics] == []
+
+
+def test_every_privacy_kind_declares_its_epsilon_rows():
+    """The privacy stage (fedrepro.report.privacy) knows no kind: each privacy-stage kind says what its run gives."""
+    assert [n for n, k in all_kinds().items() if k.stage == "privacy" and k.epsilon_rows is None] == []
+    assert [n for n, k in all_kinds().items() if k.stage != "privacy" and (k.epsilon_rows or k.epsilon_panel)] == []

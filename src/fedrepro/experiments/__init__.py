@@ -88,6 +88,11 @@ class Kind:
     reads: Callable[[dict, Any, str], dict] | None = None
     # what its arrays take at once for given parameters (a lower bound), checked before a run starts
     memory: MemoryNeed | None = None
+    # privacy-stage kinds: the rows of results/privacy/<paper>/epsilon.csv from one run,
+    # epsilon_rows(exp, metrics, history) -> [row dict]; and, for kinds whose history is an epsilon curve, its panel
+    # of the privacy figure, epsilon_panel(ax, exp, metrics, history, targets) (fedrepro.report.privacy)
+    epsilon_rows: Callable[[Any, dict, pd.DataFrame], list[dict]] | None = None
+    epsilon_panel: Callable[..., None] | None = None
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -107,6 +112,8 @@ def experiment_kind(
     checks: tuple[str, ...] = (),
     reads: Callable[[dict, Any, str], dict] | None = None,
     memory: MemoryNeed | None = None,
+    epsilon_rows: Callable[[Any, dict, pd.DataFrame], list[dict]] | None = None,
+    epsilon_panel: Callable[..., None] | None = None,
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -122,6 +129,9 @@ def experiment_kind(
     resolved_params).
     memory: for kinds whose arrays grow with their parameters, the parameters they grow with and a lower bound on
     their bytes (fedrepro.experiments.memory), so that `run` refuses sizes the machine cannot hold before any work.
+    epsilon_rows, epsilon_panel: for privacy-stage kinds, what the privacy stage makes of a run (the rows of the
+    paper's epsilon.csv; the panel of its epsilon-vs-rounds figure, for epsilon curves): the stage itself knows no
+    kind (fedrepro.report.privacy).
     """
 
     def deco(fn):
@@ -138,6 +148,8 @@ def experiment_kind(
                 checks=tuple(checks),
                 reads=reads,
                 memory=memory,
+                epsilon_rows=epsilon_rows,
+                epsilon_panel=epsilon_panel,
             ),
         )
         return fn
