@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from fedrepro.data.partition import SCHEMES
 from fedrepro.experiments import KINDS, all_kinds, kind_modules
 from fedrepro.learning.algorithms import algorithm_modules, get_algorithm
 from fedrepro.learning.engine import Algorithm
-from fedrepro.papers import PAPERS
+from fedrepro.learning.models import MODELS
+from fedrepro.papers import DECLARATIONS, PAPERS, declared
 from fedrepro.plots import PLOTS, get_plot
 
 SRC = Path(fedrepro.__file__).parent
@@ -154,6 +156,11 @@ def test_partition_declarations_match_registrations():
         assert SCHEMES.get(name).__module__ == module
 
 
+def test_model_declarations_match_registrations():
+    for name, module in MODELS.modules().items():
+        assert MODELS.get(name).__module__ == module
+
+
 def test_algorithms_are_keyed_by_their_name():
     for name, module in algorithm_modules().items():
         cls = get_algorithm(name)
@@ -192,3 +199,62 @@ def test_every_privacy_kind_declares_its_epsilon_rows():
     """The privacy stage (fedrepro.report.privacy) knows no kind: each privacy-stage kind says what its run gives."""
     assert [n for n, k in all_kinds().items() if k.stage == "privacy" and k.epsilon_rows is None] == []
     assert [n for n, k in all_kinds().items() if k.stage != "privacy" and (k.epsilon_rows or k.epsilon_panel)] == []
+
+
+def paper_words() -> tuple[set[str], set[str]]:
+    """The papers' names, and every name a paper declares (its kinds, plots, algorithms, partitions, models)."""
+    declared_names = {n for what in DECLARATIONS for n in declared(what)}
+    return set(PAPERS), declared_names
+
+
+def names_a_paper(source: str, papers: set[str], declared_names: set[str]) -> list[str]:
+    """What in ``source`` (code, not docstrings or comments) names a paper: an identifier containing a paper's
+    name, a string that is a paper's name, or a string holding a name a paper declares."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    words = re.compile(r"\b(" + "|".join(map(re.escape, sorted(declared_names))) + r")\b")
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            if node.value in papers or words.search(node.value):
+                out.append(repr(node.value))
+            continue
+        for ident in (
+            getattr(node, attr, None)
+            for attr in ("id", "attr", "name", "arg", "asname")
+            if not isinstance(node, ast.Constant)
+        ):
+            if isinstance(ident, str) and any(p in ident.lower() for p in papers):
+                out.append(ident)
+    return out
+
+
+def test_shared_layers_name_no_paper():
+    """Everything outside fedrepro.papers is paper-free: a paper plugs in through its declarations only."""
+    papers, declared_names = paper_words()
+    offenders = {
+        m: found
+        for m, path in MODULES.items()
+        if not m.startswith("fedrepro.papers")
+        and (found := names_a_paper(path.read_text(encoding="utf-8"), papers, declared_names))
+    }
+    assert offenders == {}
+
+
+def test_paper_names_are_found():
+    papers, declared_names = {"acme"}, {"acme_kind"}
+    source = (
+        '"""acme in a docstring is fine."""\n'
+        "class AcmeNet: pass\n"
+        'x = {"k": "acme_kind"}\n'
+        'y = "acme"\n'
+        'z = "e.g. acme.fig1"\n'
+    )
+    assert sorted(names_a_paper(source, papers, declared_names)) == ["'acme'", "'acme_kind'", "AcmeNet"]

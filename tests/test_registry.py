@@ -8,6 +8,7 @@ from fedrepro.data.partition import SCHEMES, register
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import KINDS, experiment_kind
 from fedrepro.learning.engine import ALGORITHMS
+from fedrepro.learning.models import MODELS, model
 from fedrepro.plots import PLOTS, plot
 from fedrepro.registry import Registry
 
@@ -55,6 +56,8 @@ def test_every_registry_refuses_a_duplicate():
         plot(taken(PLOTS))(second)
     with pytest.raises(RuntimeError, match="partition scheme .* registered twice"):
         register(taken(SCHEMES))(second)
+    with pytest.raises(RuntimeError, match="model .* registered twice"):
+        model(taken(MODELS))(second)
     base = ALGORITHMS.get(taken(ALGORITHMS))
     with pytest.raises(RuntimeError, match="algorithm .* registered twice"):
         type("Impostor", (base,), {"name": base.name})

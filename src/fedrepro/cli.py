@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="one seeded run of one experiment")
-    r.add_argument("experiment", help="PAPER.NAME, e.g. adaped.fig1a")
+    r.add_argument("experiment", help="PAPER.NAME: experiment NAME of config/PAPER.yaml")
     r.add_argument("--out", required=True, help="run directory to write")
     r.add_argument(
         "--no-checkpoint",
@@ -364,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(fn=cmd_aggregate)
 
     f = sub.add_parser("figure", help="render one paper figure")
-    f.add_argument("figure", help="PAPER.FIG, e.g. adaped.fig1a")
+    f.add_argument("figure", help="PAPER.FIG: figure FIG of config/PAPER.yaml")
     f.add_argument("--out", required=True)
     f.add_argument("--png", default=None)
     f.add_argument("--scale", choices=["default", "quick", "paper"], default=None)

@@ -245,7 +245,7 @@ def resolve_experiment(
     from fedrepro.experiments import get_kind  # local import: the registry imports the experiment modules
 
     if "." not in exp_id:
-        raise ConfigError(f"experiment id {exp_id!r}: expected PAPER.NAME, e.g. adaped.fig1a")
+        raise ConfigError(f"experiment id {exp_id!r}: expected PAPER.NAME (experiment NAME of config/PAPER.yaml)")
     paper, name = exp_id.split(".", 1)
     doc = load_paper(cfg, paper)
     if name not in doc["experiments"]:

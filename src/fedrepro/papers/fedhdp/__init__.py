@@ -30,3 +30,6 @@ ALGORITHMS = {
 PARTITIONS = {
     "fedhdp_noniid": ".partition",
 }
+MODELS = {
+    "fedhdp_cnn": ".cnn",
+}
