@@ -81,8 +81,8 @@ def _checkpoints_made_from(ckpt: Path, inputs: dict, code: dict[str, str]) -> No
     changed source files), as it is when checkpoints carry no record (an older fedrepro made them)."""
     import json
 
+    from fedrepro.files import atomic_write
     from fedrepro.provenance import changed_inputs
-    from fedrepro.runio import atomic_write
 
     record = ckpt / INPUTS_RECORD
     now = {"inputs": inputs, "code": code}
@@ -269,13 +269,13 @@ def cmd_data(args) -> int:
     if args.action in ("partition", "plot"):
         return _data_partition(cfg, args)
     if args.action == "fetch":
-        from fedrepro.data import plan
+        from fedrepro import datasets
         from fedrepro.data.catalog import all_datasets, get_dataset
 
         if args.dry_run:
-            return plan.dry_run(cfg, sorted(all_datasets()) if args.all else [get_dataset(args.dataset).id])
+            return datasets.dry_run(cfg, sorted(all_datasets()) if args.all else [get_dataset(args.dataset).id])
         if args.all:
-            return plan.fetch_all(cfg, offline=args.offline)
+            return datasets.fetch_all(cfg, offline=args.offline)
         stamp = fetch(cfg, args.dataset, offline=args.offline)
         print(stamp.read_text(), end="")
     else:

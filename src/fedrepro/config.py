@@ -16,9 +16,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from fedrepro.checkout import REPO_ROOT, resolve_path
 from fedrepro.errors import ConfigError, FedreproError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
 SCALES = ("quick", "paper")  # the parameter sets a run uses (results/<paper>/<exp>/<scale>/)
@@ -104,11 +104,6 @@ def read_yaml(path: str | Path) -> Any:
 
 def load_schema(name: str) -> dict:
     return yaml.safe_load((SCHEMA_DIR / name).read_text())
-
-
-def resolve_path(p: str | Path, base: Path = REPO_ROOT) -> Path:
-    p = Path(p)
-    return p if p.is_absolute() else base / p
 
 
 def parse_overrides(items: list[str] | None) -> dict:

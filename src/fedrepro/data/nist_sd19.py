@@ -76,7 +76,7 @@ import numpy as np
 
 from fedrepro.data.leaf import FEMNIST_CLASSES, FEMNIST_PIXELS, FederatedSplit, collect_writers
 from fedrepro.errors import DataError
-from fedrepro.runio import atomic_write
+from fedrepro.files import atomic_write
 
 BY_CLASS = "by_class.zip"
 BY_WRITE = "by_write.zip"

@@ -21,8 +21,9 @@ import pandas as pd  # noqa: E402
 from fedrepro import paths  # noqa: E402
 from fedrepro.config import experiment_scale, load_paper  # noqa: E402
 from fedrepro.errors import ConfigError  # noqa: E402
+from fedrepro.files import atomic_write  # noqa: E402
 from fedrepro.registry import Registry  # noqa: E402
-from fedrepro.runio import atomic_write, read_history, read_summary  # noqa: E402
+from fedrepro.runio import read_history, read_summary  # noqa: E402
 
 PlotFn = Callable[[Mapping, dict, list[pd.DataFrame]], "plt.Figure"]
 # paper-free styles; each paper declares its own

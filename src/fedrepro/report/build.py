@@ -14,12 +14,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from fedrepro.files import atomic_write
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
 from fedrepro.report.fmt import HEAD, WAITING, cells, printed
 from fedrepro.report.page import render_page
 from fedrepro.report.status import Result
-from fedrepro.runio import atomic_write
 
 CSV_COLUMNS = [
     "paper",

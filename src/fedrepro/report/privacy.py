@@ -21,9 +21,10 @@ from fedrepro import paths
 from fedrepro.config import Experiment, load_paper, resolve_experiment, resolve_path
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import get_kind
+from fedrepro.files import atomic_write
 from fedrepro.privacy.result import library_columns
 from fedrepro.report.registry import load_registry
-from fedrepro.runio import atomic_write, read_history, read_metrics, read_summary
+from fedrepro.runio import read_history, read_metrics, read_summary
 
 COLUMNS = [
     "experiment",
