@@ -494,10 +494,6 @@ class FederatedDataset:
             pick = np.argsort(keys, axis=1)[:, :size]
         return start[:, None] + pick
 
-    def iter_clients(self, split: str = "train"):
-        for c in range(self.n_clients):
-            yield (c, *self.client_arrays(c, split))
-
 
 def manifest_digest(path: str | Path) -> str:
     """sha256 of the partition's manifest.json, which records the sha256 of its data files and of its source's
