@@ -7,6 +7,7 @@ path (e.g. ``experiments.fig1a.params.m``), the file it came from, and what was 
 from __future__ import annotations
 
 import copy
+import importlib.resources
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,6 @@ import yaml
 from fedrepro.checkout import REPO_ROOT, resolve_path
 from fedrepro.errors import ConfigError, FedreproError
 
-SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
 SCALES = ("quick", "paper")  # the parameter sets a run uses (results/<paper>/<exp>/<scale>/)
 MODES = ("default", "quick", "paper")  # config `scale`: default = each experiment's default_scale
@@ -103,7 +103,8 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def load_schema(name: str) -> dict:
-    return yaml.safe_load((SCHEMA_DIR / name).read_text())
+    """A JSON schema shipped with the package (fedrepro/schemas/, package data: found without a checkout)."""
+    return yaml.safe_load(importlib.resources.files("fedrepro").joinpath("schemas", name).read_text(encoding="utf-8"))
 
 
 def parse_overrides(items: list[str] | None) -> dict:
