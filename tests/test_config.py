@@ -160,3 +160,16 @@ def test_cli_reports_config_errors_without_traceback(tmp_path, capsys):
     assert "experiments.fig1a.params.m" in err and "Traceback" not in err
     assert main(["run", "adaped.nosuch", "--out", str(tmp_path)]) == 2
     assert "experiments.nosuch: no such experiment" in capsys.readouterr().err
+
+
+def test_schemas_ship_with_the_package():
+    """The schemas are package data, read through importlib.resources: an installed fedrepro needs no checkout."""
+    import importlib.resources
+
+    from fedrepro.config import load_schema
+
+    shipped = importlib.resources.files("fedrepro").joinpath("schemas")
+    names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".schema.yaml"))
+    assert names == ["compute.schema.yaml", "config.schema.yaml", "paper.schema.yaml", "partitions.schema.yaml"]
+    for name in names:
+        assert load_schema(name)["type"] == "object"

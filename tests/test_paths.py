@@ -88,3 +88,9 @@ def test_place_reads_a_results_path_and_nothing_else(cfg):
     assert paths.place("/tmp/x/summary.json", "summary") is None
     assert paths.place("a/b/paper/seedx", "run_dir") is None
     assert paths.place("a/b/huge/seed0", "run_dir") is None
+
+
+def test_the_report_is_named_by_its_pattern(cfg):
+    """report/build.py writes the names paths.PATTERNS gives (the workflow's targets)."""
+    for ext in ("md", "csv", "html"):
+        assert paths.report_name(ext) == paths.path(cfg, "report", ext=ext).name == f"replication.{ext}"

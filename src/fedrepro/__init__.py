@@ -1,3 +1,23 @@
-"""fedrepro: every reported number of four private/personalized FL papers as a rebuildable target."""
+"""fedrepro: every reported number of four private/personalized FL papers as a rebuildable target.
+
+The packages in layers, highest first. A module imports from its own package and from the layers below it, never
+from above (tests/test_architecture.py reads every import, those inside functions too):
+
+    papers/{adaped,fedhdp,histograms,ppsgd}   everything one paper needs: estimators, algorithms, models,
+                                              experiment kinds, figure styles, its privacy statements
+    cli, audit                                the command line; kinds that audit other runs (forensic sweeps)
+    report, plots, learning, aggregate        verdicts, tables, pages; figure house style; the FL engine and the
+                                              paper-free algorithms; a run's seeds into one summary
+    runio                                     a run's files (metrics, history, resolved config)
+    paths, plan, datasets                     where every file goes; compute plan; what to fetch for what
+    config, provenance                        the validated configuration; digests and code versions
+    data, experiments                         datasets, partitions, the federated format; the experiment-kind
+                                              registry and the paper-free accounting kinds
+    privacy, files, registry                  accountants; atomic writes; the one name registry
+    errors, checkout, seeding, progress       error types; the repository root; seeds; progress lines
+
+The only import that goes up: fedrepro.registry loads the papers' declarations (fedrepro.papers), so that the
+shared layers find a paper's kinds, plots, algorithms, partition schemes and models by name without naming it.
+"""
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """Command line: ``python -m fedrepro <command>``; the Snakemake rules call these same commands.
 
 run EXP --out DIR [--seed N] [--scale S] [--set KEY=VALUE ...]   one seeded run of one experiment
-aggregate EXP --runs DIR... --out FILE                            mean ± std over seeds -> summary.json
+aggregate --runs DIR... --out FILE                                mean ± std over seeds -> summary.json
 figure PAPER.FIG --out FILE.pdf [--png FILE.png]                  one paper figure from the summaries
 tables PAPER --out-dir DIR                                        the paper's tables (CSV + Markdown)
 privacy PAPER [--out-dir DIR] [--figure FILE.pdf [--png FILE.png]] epsilons per accountant + epsilon vs rounds
@@ -81,8 +81,8 @@ def _checkpoints_made_from(ckpt: Path, inputs: dict, code: dict[str, str]) -> No
     changed source files), as it is when checkpoints carry no record (an older fedrepro made them)."""
     import json
 
+    from fedrepro.files import atomic_write
     from fedrepro.provenance import changed_inputs
-    from fedrepro.runio import atomic_write
 
     record = ckpt / INPUTS_RECORD
     now = {"inputs": inputs, "code": code}
@@ -269,13 +269,13 @@ def cmd_data(args) -> int:
     if args.action in ("partition", "plot"):
         return _data_partition(cfg, args)
     if args.action == "fetch":
-        from fedrepro.data import plan
+        from fedrepro import datasets
         from fedrepro.data.catalog import all_datasets, get_dataset
 
         if args.dry_run:
-            return plan.dry_run(cfg, sorted(all_datasets()) if args.all else [get_dataset(args.dataset).id])
+            return datasets.dry_run(cfg, sorted(all_datasets()) if args.all else [get_dataset(args.dataset).id])
         if args.all:
-            return plan.fetch_all(cfg, offline=args.offline)
+            return datasets.fetch_all(cfg, offline=args.offline)
         stamp = fetch(cfg, args.dataset, offline=args.offline)
         print(stamp.read_text(), end="")
     else:
@@ -336,11 +336,14 @@ def cmd_plan(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedrepro.config import SCALES
+
+    scales = ["default", *SCALES]
     p = argparse.ArgumentParser(prog="fedrepro", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="one seeded run of one experiment")
-    r.add_argument("experiment", help="PAPER.NAME, e.g. adaped.fig1a")
+    r.add_argument("experiment", help="PAPER.NAME: experiment NAME of config/PAPER.yaml")
     r.add_argument("--out", required=True, help="run directory to write")
     r.add_argument(
         "--no-checkpoint",
@@ -350,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_seed, default=0, help="integer >= 0 (default 0)")
     r.add_argument(
         "--scale",
-        choices=["default", "quick", "paper"],
+        choices=scales,
         default=None,
         help="default: config's scale (default = the experiment's default_scale)",
     )
@@ -364,10 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(fn=cmd_aggregate)
 
     f = sub.add_parser("figure", help="render one paper figure")
-    f.add_argument("figure", help="PAPER.FIG, e.g. adaped.fig1a")
+    f.add_argument("figure", help="PAPER.FIG: figure FIG of config/PAPER.yaml")
     f.add_argument("--out", required=True)
     f.add_argument("--png", default=None)
-    f.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
+    f.add_argument("--scale", choices=scales, default=None)
     _common(f)
     f.set_defaults(fn=cmd_figure)
 
@@ -375,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("paper")
     t.add_argument("--out-dir", required=True)
     t.add_argument("--only", default=None, help="one table, e.g. table3")
-    t.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
+    t.add_argument("--scale", choices=scales, default=None)
     _common(t)
     t.set_defaults(fn=cmd_tables)
 
@@ -384,13 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--out-dir", default=None, help="write epsilon.csv and <experiment>.csv here")
     pv.add_argument("--figure", default=None, help="write the epsilon-vs-rounds figure (PDF) here")
     pv.add_argument("--png", default=None)
-    pv.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
+    pv.add_argument("--scale", choices=scales, default=None)
     _common(pv)
     pv.set_defaults(fn=cmd_privacy)
 
     rep = sub.add_parser("report", help="replication report over every registered target")
     rep.add_argument("--out-dir", required=True)
-    rep.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
+    rep.add_argument("--scale", choices=scales, default=None)
     _common(rep)
     rep.set_defaults(fn=cmd_report)
 

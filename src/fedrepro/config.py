@@ -7,6 +7,7 @@ path (e.g. ``experiments.fig1a.params.m``), the file it came from, and what was 
 from __future__ import annotations
 
 import copy
+import importlib.resources
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,10 +17,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from fedrepro.checkout import REPO_ROOT, resolve_path
 from fedrepro.errors import ConfigError, FedreproError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
 SCALES = ("quick", "paper")  # the parameter sets a run uses (results/<paper>/<exp>/<scale>/)
 MODES = ("default", "quick", "paper")  # config `scale`: default = each experiment's default_scale
@@ -103,12 +103,8 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def load_schema(name: str) -> dict:
-    return yaml.safe_load((SCHEMA_DIR / name).read_text())
-
-
-def resolve_path(p: str | Path, base: Path = REPO_ROOT) -> Path:
-    p = Path(p)
-    return p if p.is_absolute() else base / p
+    """A JSON schema shipped with the package (fedrepro/schemas/, package data: found without a checkout)."""
+    return yaml.safe_load(importlib.resources.files("fedrepro").joinpath("schemas", name).read_text(encoding="utf-8"))
 
 
 def parse_overrides(items: list[str] | None) -> dict:
@@ -245,7 +241,7 @@ def resolve_experiment(
     from fedrepro.experiments import get_kind  # local import: the registry imports the experiment modules
 
     if "." not in exp_id:
-        raise ConfigError(f"experiment id {exp_id!r}: expected PAPER.NAME, e.g. adaped.fig1a")
+        raise ConfigError(f"experiment id {exp_id!r}: expected PAPER.NAME (experiment NAME of config/PAPER.yaml)")
     paper, name = exp_id.split(".", 1)
     doc = load_paper(cfg, paper)
     if name not in doc["experiments"]:

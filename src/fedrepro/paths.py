@@ -100,10 +100,6 @@ def place(path: str | Path, name: str, /) -> dict[str, str] | None:
     return fields
 
 
-def results_root(cfg: Mapping) -> Path:
-    return resolve_path(cfg["results_dir"])
-
-
 def run_dir(cfg: Mapping, paper: str, exp: str, scale: str, seed: int) -> Path:
     return path(cfg, "run_dir", paper=paper, exp=exp, scale=scale, seed=seed)
 
@@ -116,8 +112,9 @@ def figure_path(cfg: Mapping, paper: str, fig: str, ext: str = "pdf") -> Path:
     return path(cfg, "figure", paper=paper, fig=fig, ext=ext)
 
 
-def report_dir(cfg: Mapping) -> Path:
-    return path(cfg, "report", ext="md").parent
+def report_name(ext: str) -> str:
+    """The file name of the report in format ``ext`` (md, csv, html), in whatever directory it is written to."""
+    return PATTERNS["report"].rsplit("/", 1)[1].format(ext=ext)
 
 
 def partition_dir(cfg: Mapping, name: str) -> Path:

@@ -15,6 +15,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fedrepro.config import (
+    RESOURCE_KEYS,
+    SCALES,
+    load_paper,
+    load_schema,
+    paper_seeds,
+    read_yaml,
+    resolve_experiment,
+    resolve_path,
+    validate,
+)
+from fedrepro.data.sources import is_available
 from fedrepro.errors import ConfigError
 
 #: a GPU is requested for an experiment whose client step, measured on one machine, runs this many times faster on
@@ -45,7 +57,6 @@ def load_compute(cfg: Mapping) -> dict:
     """config/compute.yaml, validated; {} when the global config names no compute file (e.g. a test's)."""
     if not cfg.get("compute"):
         return {}
-    from fedrepro.config import resolve_path
 
     path = resolve_path(cfg["compute"])
     try:
@@ -57,7 +68,6 @@ def load_compute(cfg: Mapping) -> dict:
 
 @functools.lru_cache(maxsize=4)
 def _read_compute(path: str, _mtime_ns: int | None) -> dict:
-    from fedrepro.config import load_schema, read_yaml, validate
 
     doc = read_yaml(path)
     validate(doc, load_schema("compute.schema.yaml"), source=path)
@@ -131,7 +141,6 @@ def experiment_resources(cfg: Mapping, entry: Mapping, scale: str, exp_id: str |
     Where compute.yaml has the experiment, its own block may not set runtime, mem_mb or gpu at paper scale (one
     source). ``gpu`` defaults to 0; a global config without a ``resources`` block (e.g. a test's) gives
     ``{"threads": 1, "gpu": 0}`` and leaves memory and wall time to the executor's defaults."""
-    from fedrepro.config import RESOURCE_KEYS, SCALES
 
     if scale not in SCALES:
         raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
@@ -165,8 +174,6 @@ class Row:
 
 def rows(cfg: Mapping) -> list[Row]:
     """One row per experiment of the configured papers; a ConfigError names an experiment compute.yaml lacks."""
-    from fedrepro.config import load_paper, paper_seeds, resolve_experiment
-    from fedrepro.data.sources import is_available
 
     doc = load_compute(cfg)
     out, missing = [], []

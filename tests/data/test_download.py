@@ -388,7 +388,7 @@ def test_fetch_all_goes_on_past_failures_and_sums_them_up(tmp_path, monkeypatch,
     assert rc == 1 and "Traceback" not in out.err
     failed = [line for line in out.err.splitlines() if line.startswith("FAILED ")]
     from fedrepro.config import load_global
-    from fedrepro.data.plan import unlocks
+    from fedrepro.datasets import unlocks
 
     used = set(unlocks(load_global()))
     assert len(failed) == len(used) - 1  # every dataset a configured experiment reads, but the bundled digits

@@ -408,7 +408,7 @@ def test_split_by_user_partitions_the_writers(tmp_path):
 
 
 def test_leaf_file_names():
-    assert ns.ADAPED_FEMNIST.suffix() == "_niid_0_keep_0"  # str(1.0)[2:] == "0", as LEAF names it
+    assert ns.LEAF_FEMNIST.suffix() == "_niid_0_keep_0"  # str(1.0)[2:] == "0", as LEAF names it
     assert ns.LeafOptions(1, 2, fraction=0.05, min_samples=0).suffix() == "_niid_05_keep_0"  # the shared sample
     assert ns.LeafOptions(1, 2, sample="iid", fraction=0.1, iid_users=0.01).suffix() == "_iid_01_1"
     with pytest.raises(ValueError, match="sampling_seed must be an integer"):
@@ -439,9 +439,9 @@ def test_preprocess_is_deterministic_under_its_seeds_and_loads_with_leaf(fx, tmp
 
 def test_preprocess_output_is_reused(fx, tmp_path, monkeypatch):
     shards = _build(fx)
-    a = ns.preprocess(shards, tmp_path / "o", ns.ADAPED_FEMNIST, QUIET)
+    a = ns.preprocess(shards, tmp_path / "o", ns.LEAF_FEMNIST, QUIET)
     monkeypatch.setattr(ns, "read_shard", lambda p: pytest.fail("recomputed"))
-    assert ns.preprocess(shards, tmp_path / "o", ns.ADAPED_FEMNIST, QUIET) == a
+    assert ns.preprocess(shards, tmp_path / "o", ns.LEAF_FEMNIST, QUIET) == a
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -455,7 +455,7 @@ def test_leaf_femnist_has_an_array_loader():
 def test_adaped_partitions_built_end_to_end_from_nist_layout_zips(tmp_path, monkeypatch):
     """femnist_digits_m66 and _m30 as config/partitions.yaml defines them, from synthetic zips in NIST's layout
     fetched through the real fetch layer (a mirror directory; the zips pinned test-only, as NIST's content check
-    wants NIST's real counts) and the registered loader ``leaf_femnist`` (LEAF pipeline with ADAPED_FEMNIST)."""
+    wants NIST's real counts) and the registered loader ``leaf_femnist`` (LEAF pipeline with LEAF_FEMNIST)."""
     mirror = tmp_path / "mirror"
     # 240 writers, mostly digits, so that >= 198 keep a digit in both their train and test split
     fx = make_nist_zips(mirror / "leaf_femnist", n_writers=240, digits=12, upper=1, lower=1, const=0, shuffle=False)
@@ -474,4 +474,4 @@ def test_adaped_partitions_built_end_to_end_from_nist_layout_zips(tmp_path, monk
         assert (ds.counts("train") > 0).all() and (ds.counts("test") > 0).all()
     built = tmp_path / "data" / "leaf_femnist"
     assert (built / "all_data" / ns.MARKER).is_file()
-    assert (built / "leaf" / ns.ADAPED_FEMNIST.tag() / "train" / "all_data_0_niid_0_keep_0_train_9.json").is_file()
+    assert (built / "leaf" / ns.LEAF_FEMNIST.tag() / "train" / "all_data_0_niid_0_keep_0_train_9.json").is_file()

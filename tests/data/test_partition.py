@@ -68,7 +68,7 @@ def _run(name, mnist, writers, seed):
 
 def test_registry_lists_the_five_schemes():
     assert partitioners() == ["dirichlet", "fedhdp_noniid", "natural", "pathological", "writer_groups"]
-    with pytest.raises(ConfigError, match="unknown scheme"):
+    with pytest.raises(ConfigError, match="unknown partition scheme"):
         get_partitioner("iid-ish")
     with pytest.raises(ConfigError, match="unknown parameter"):
         partition("pathological", np.zeros(10, np.int64), seed=0, clases_per_client=2)

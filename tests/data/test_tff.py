@@ -106,7 +106,7 @@ def test_emnist_through_the_mirror_reads_back_exactly(emnist_mirror, monkeypatch
                 np.testing.assert_array_equal(c.pixels, pix)
                 np.testing.assert_array_equal(c.labels, lab)
                 assert h5.num_examples(cid) == len(lab)
-        clients = em.ppsgd_clients(train, test, num_clients=2)
+        clients = em.first_clients(train, test, num_clients=2)
     assert [c.client_id for c in clients] == sorted(EMNIST_CLIENTS)[:2]
     first = arrays[sorted(EMNIST_CLIENTS)[0]]
     np.testing.assert_array_equal(clients[0].x_train, first["train"][0].reshape(-1, 784))  # raw, not inverted

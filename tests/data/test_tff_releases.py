@@ -90,7 +90,7 @@ def test_emnist_h5_and_sqlite_releases_give_identical_arrays(emnist_mirror, monk
                 "only_in_b": [],
             }
         # PPSGD's client arrays are the same too
-        for x, y in zip(em.ppsgd_clients(h5_train, h5_test, 2), em.ppsgd_clients(sql_train, sql_test, 2)):
+        for x, y in zip(em.first_clients(h5_train, h5_test, 2), em.first_clients(sql_train, sql_test, 2)):
             assert x.client_id == y.client_id
             for f in ("x_train", "y_train", "x_test", "y_test"):
                 np.testing.assert_array_equal(getattr(x, f), getattr(y, f))

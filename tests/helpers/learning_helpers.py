@@ -76,7 +76,7 @@ def make_quadrants(n_clients: int = 6, n_train: int = 30, n_test: int = 20, seed
 def small_cnn():
     """FedHDP's CNN on 8x8 inputs, 4 classes (padded 3x3 convolutions; 21,828 parameters): a ConvNet that the
     engine computes in its batched formulation (``fedrepro.learning.batched_cnn``)."""
-    from fedrepro.learning.models import FedHDPCNN
+    from fedrepro.papers.fedhdp.cnn import FedHDPCNN
 
     return FedHDPCNN(n_classes=4, input_hw=8)
 

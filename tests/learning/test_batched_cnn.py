@@ -19,13 +19,14 @@ from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
 from fedrepro.learning.fedavg import FedAvg, FedAvgFT
 from fedrepro.learning.fml import FML
 from fedrepro.learning.local import Local
-from fedrepro.learning.models import MLP, Cifar100CNN, ConvNet, FedHDPCNN, LeNet5
+from fedrepro.learning.models import MLP, Cifar100CNN, ConvNet, LeNet5
 from fedrepro.learning.net import Net
 from fedrepro.learning.perfedavg import PerFedAvg
 from fedrepro.learning.pfedme import PFedMe
 from fedrepro.learning.quped import QuPeD
 from fedrepro.papers.adaped.adaped import AdaPeD
 from fedrepro.papers.adaped.adaped_unsampled import AdaPeDUnsampled
+from fedrepro.papers.fedhdp.cnn import FedHDPCNN
 from fedrepro.papers.fedhdp.fedhdp import FedHDP
 from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg
 

@@ -10,6 +10,7 @@ from torch.nn import functional as F
 
 from fedrepro.data import fedformat
 from fedrepro.data.partition import Partition
+from fedrepro.errors import ConfigError
 from fedrepro.learning import engine
 from fedrepro.learning.data import ClientData, from_arrays
 from fedrepro.learning.fedavg import FedAvg
@@ -56,7 +57,7 @@ def test_model_sizes():
     assert n_params(Cifar100CNN()) == 815_332
     assert LeNet5()(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert build_model("cifar100_cnn")(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
-    with pytest.raises(ValueError, match="unknown model"):
+    with pytest.raises(ConfigError, match="unknown model 'resnet'"):
         build_model("resnet")
 
 

@@ -113,9 +113,11 @@ def test_figure_has_a_panel_per_curve_experiment(toy, tmp_path):
     pdf, png = tmp_path / "f.pdf", tmp_path / "f.png"
     render_privacy_figure(toy, "toy", pdf, png, "quick")
     assert pdf.stat().st_size > 1000 and png.stat().st_size > 1000
-    from fedrepro.report.privacy import _markers, curve_experiments
+    from fedrepro.experiments.privacy_curves import target_markers
+    from fedrepro.report.privacy import _targets, curve_experiments
 
     exps = curve_experiments(toy, "toy", "quick")
     assert [e.name for e in exps] == ["curve", "grid"]
-    assert _markers(toy, "toy", exps[0]) == [(40, 0.9, "rdp", True)]
-    assert _markers(toy, "toy", exps[1]) == [(40, 2.0, "sigma=1", False)]
+    assert _targets(toy, "toy", exps[0]) == [("epsilon.rdp", 0.9, True)]
+    assert target_markers(_targets(toy, "toy", exps[0]), 40) == [(40, 0.9, True)]
+    assert target_markers(_targets(toy, "toy", exps[1]), None) == [(40, 2.0, False)]

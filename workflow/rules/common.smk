@@ -20,6 +20,7 @@ from fedrepro.data.sources import can_fetch, is_available, stamp_path
 from fedrepro.errors import FedreproError
 from fedrepro.experiments import get_kind
 from fedrepro.plan import experiment_resources
+from fedrepro.report.privacy import has_epsilon_curve
 from fedrepro.report.tables import table_artifacts
 
 try:
@@ -244,8 +245,6 @@ def partition_stamp(wildcards):
 
 REPORT_FILES = [P("report", ext=ext) for ext in ("md", "csv", "html")]
 
-CURVE_KINDS = ("privacy_curve", "privacy_grid")
-
 
 def privacy_summaries(paper):
     """Summaries of the paper's privacy-stage experiments (accounting; no datasets, always runnable)."""
@@ -272,7 +271,7 @@ def privacy_outputs():
         exps = [e for e in EXPERIMENTS.values() if e.paper == paper and e.stage == "privacy"]
         if exps:
             out += [P("privacy_table", paper=paper, name=f) for f in ("epsilon", "curves")]
-        if any(e.kind in CURVE_KINDS for e in exps):
+        if any(has_epsilon_curve(e) for e in exps):
             out += [P("figure", paper=paper, fig="privacy_epsilon", ext=ext) for ext in ("pdf", "png")]
     return out
 

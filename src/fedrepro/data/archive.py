@@ -75,14 +75,6 @@ def _unsafe_reason(name: str, dest: Path) -> str | None:
     return None
 
 
-def check_member_name(name: str, dest: Path) -> str:
-    """Normalised member name, or DataError if it is absolute, has '..' or resolves outside ``dest``."""
-    why = _unsafe_reason(name, dest)
-    if why:
-        raise DataError(f"refusing archive member {name!r}: it {why}")
-    return _normalise(name)
-
-
 def _member_kind_problem(info: tarfile.TarInfo) -> str | None:
     if info.issym() or info.islnk():
         return f"is a {'symlink' if info.issym() else 'hardlink'} (to {info.linkname!r})"

@@ -309,7 +309,7 @@ def _atomic_directory(out_dir: Path, overwrite: bool):
     (replacing an existing one only with ``overwrite``). An exception removes it and leaves ``out_dir`` as it was; a
     full disk is a ResourceError naming ``out_dir``. A writer killed outright (kill -9, power loss) cannot clean up:
     the next write of ``out_dir`` removes the temporary directories of writers no longer running."""
-    from fedrepro.runio import honour_umask
+    from fedrepro.files import honour_umask
 
     with naming_a_full_disk(out_dir):
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -493,10 +493,6 @@ class FederatedDataset:
         else:
             pick = np.argsort(keys, axis=1)[:, :size]
         return start[:, None] + pick
-
-    def iter_clients(self, split: str = "train"):
-        for c in range(self.n_clients):
-            yield (c, *self.client_arrays(c, split))
 
 
 def manifest_digest(path: str | Path) -> str:

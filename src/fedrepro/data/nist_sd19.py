@@ -76,7 +76,7 @@ import numpy as np
 
 from fedrepro.data.leaf import FEMNIST_CLASSES, FEMNIST_PIXELS, FederatedSplit, collect_writers
 from fedrepro.errors import DataError
-from fedrepro.runio import atomic_write
+from fedrepro.files import atomic_write
 
 BY_CLASS = "by_class.zip"
 BY_WRITE = "by_write.zip"
@@ -931,7 +931,7 @@ class LeafOptions:
 # (data/femnist/README.md: -s niid --sf 1.0 -k 0 -t sample, --tf default 0.9) with the seeds of LEAF's own FEMNIST
 # experiments (paper_experiments/femnist.sh: sampling 1549786595, split 1549786796); the writer subset is then
 # drawn by the writer_groups partition.
-ADAPED_FEMNIST = LeafOptions(
+LEAF_FEMNIST = LeafOptions(
     sampling_seed=1549786595,
     split_seed=1549786796,
     sample="niid",
@@ -1041,7 +1041,7 @@ def read_split(paths: Iterable[Path]) -> FederatedSplit:
 
 
 def load_splits(
-    files: Iterable[Path], options: LeafOptions = ADAPED_FEMNIST, log: Callable[[str], None] = _log_default
+    files: Iterable[Path], options: LeafOptions = LEAF_FEMNIST, log: Callable[[str], None] = _log_default
 ) -> dict[str, FederatedSplit]:
     """The dataset's files (``by_class.zip``, ``by_write.zip``, verified) -> LEAF FEMNIST ``{"train", "test"}``
     built with ``options``, the cache kept in the zips' directory (``all_data/``, ``intermediate/``, ``leaf/``)."""

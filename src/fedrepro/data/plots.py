@@ -89,7 +89,7 @@ def partition_figure(
 
 
 def _save_png(fig, out_png: Path, dpi: int) -> None:
-    from fedrepro.runio import atomic_write
+    from fedrepro.files import atomic_write
 
     atomic_write(out_png, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None}))
 

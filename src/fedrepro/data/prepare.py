@@ -67,7 +67,7 @@ def _femnist(files: list[Path]) -> Arrays:
 
 def _leaf_femnist(files: list[Path]) -> Arrays:
     """Full LEAF FEMNIST built from NIST SD19's zips by LEAF's pipeline (fedrepro.data.nist_sd19, its options
-    ADAPED_FEMNIST), in the same form as ``_femnist``."""
+    LEAF_FEMNIST), in the same form as ``_femnist``."""
     from fedrepro.data.nist_sd19 import load_splits
     from fedrepro.data.partition import LabelSet
 

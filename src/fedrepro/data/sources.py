@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from fedrepro.config import resolve_path
+from fedrepro.checkout import resolve_path
 from fedrepro.data.catalog import Dataset, RemoteFile, get_dataset, get_provider
 from fedrepro.data.stamps import STATE, file_stat, read_state, sha256_of, unchanged, write_state
 from fedrepro.errors import DataError

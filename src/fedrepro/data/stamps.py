@@ -51,7 +51,7 @@ def read_state(state: Path) -> dict:
 
 def write_state(state: Path, doc: dict) -> None:
     """Write the state atomically (an OSError, e.g. a read-only directory, is the caller's to ignore)."""
-    from fedrepro.runio import atomic_write
+    from fedrepro.files import atomic_write
 
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
     atomic_write(Path(state), lambda p: p.write_text(text, encoding="utf-8"))

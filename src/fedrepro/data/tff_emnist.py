@@ -432,7 +432,7 @@ def client_arrays(train: EmnistSplit, test: EmnistSplit, client_ids: Sequence[st
     return out
 
 
-def ppsgd_clients(train: EmnistSplit, test: EmnistSplit, num_clients: int = 1000) -> list[ClientArrays]:
+def first_clients(train: EmnistSplit, test: EmnistSplit, num_clients: int = 1000) -> list[ClientArrays]:
     """PPSGD Sec. 6 / [code] ``main_real.py::EMNIST``: the first ``num_clients`` of the sorted train client ids
     (digits-only file), each with its train and test examples; x = the 784 raw pixels (1.0 = background, not
     inverted, no bias column), y = the digit label. ``num_clients`` larger than the file's count is an error."""

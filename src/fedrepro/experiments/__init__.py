@@ -3,15 +3,14 @@
 An experiment *kind* is a function ``fn(params, rng, ctx) -> RunOutput`` plus the JSON schema of its parameters.
 Each paper's experiment file (config/<paper>.yaml) names a kind per experiment; the same kind can serve several
 experiments (Fig. 1a, 3a and 3b are one kind with different (m, n)). A module registers its kinds with
-:func:`experiment_kind`; which module defines which kind is declared, not discovered: :data:`SHARED_KINDS` for the
-paper-free kinds of this package, and each paper's ``KINDS`` (fedrepro.papers). A lookup imports only the module
-that defines the kind asked for.
+:func:`experiment_kind` into :data:`KINDS` (fedrepro.registry); which module defines which kind is declared, not
+discovered: the registry's shared names for the paper-free kinds of this package, and each paper's ``KINDS``
+(fedrepro.papers). A lookup imports only the module that defines the kind asked for.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrepro.errors import ConfigError
 from fedrepro.experiments.memory import MemoryNeed
+from fedrepro.registry import Registry
 
 
 @dataclass
@@ -89,6 +88,11 @@ class Kind:
     reads: Callable[[dict, Any, str], dict] | None = None
     # what its arrays take at once for given parameters (a lower bound), checked before a run starts
     memory: MemoryNeed | None = None
+    # privacy-stage kinds: the rows of results/privacy/<paper>/epsilon.csv from one run,
+    # epsilon_rows(exp, metrics, history) -> [row dict]; and, for kinds whose history is an epsilon curve, its panel
+    # of the privacy figure, epsilon_panel(ax, exp, metrics, history, targets) (fedrepro.report.privacy)
+    epsilon_rows: Callable[[Any, dict, pd.DataFrame], list[dict]] | None = None
+    epsilon_panel: Callable[..., None] | None = None
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -96,9 +100,6 @@ class Kind:
 
     def produces_check(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.checks)
-
-
-_KINDS: dict[str, Kind] = {}
 
 
 def experiment_kind(
@@ -111,6 +112,8 @@ def experiment_kind(
     checks: tuple[str, ...] = (),
     reads: Callable[[dict, Any, str], dict] | None = None,
     memory: MemoryNeed | None = None,
+    epsilon_rows: Callable[[Any, dict, pd.DataFrame], list[dict]] | None = None,
+    epsilon_panel: Callable[..., None] | None = None,
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -126,22 +129,28 @@ def experiment_kind(
     resolved_params).
     memory: for kinds whose arrays grow with their parameters, the parameters they grow with and a lower bound on
     their bytes (fedrepro.experiments.memory), so that `run` refuses sizes the machine cannot hold before any work.
+    epsilon_rows, epsilon_panel: for privacy-stage kinds, what the privacy stage makes of a run (the rows of the
+    paper's epsilon.csv; the panel of its epsilon-vs-rounds figure, for epsilon curves): the stage itself knows no
+    kind (fedrepro.report.privacy).
     """
 
     def deco(fn):
-        if name in _KINDS and _KINDS[name].fn is not fn:
-            raise RuntimeError(f"experiment kind {name!r} registered twice")
-        _KINDS[name] = Kind(
-            name=name,
-            fn=fn,
-            schema=schema,
-            module=fn.__module__,
-            deterministic=deterministic,
-            stage=stage,
-            metrics=tuple(metrics),
-            checks=tuple(checks),
-            reads=reads,
-            memory=memory,
+        KINDS.add(
+            name,
+            Kind(
+                name=name,
+                fn=fn,
+                schema=schema,
+                module=fn.__module__,
+                deterministic=deterministic,
+                stage=stage,
+                metrics=tuple(metrics),
+                checks=tuple(checks),
+                reads=reads,
+                memory=memory,
+                epsilon_rows=epsilon_rows,
+                epsilon_panel=epsilon_panel,
+            ),
         )
         return fn
 
@@ -149,36 +158,27 @@ def experiment_kind(
 
 
 # Paper-free kinds: epsilon curves of any mechanism (used by several papers' accounting experiments).
-SHARED_KINDS = {
-    "privacy_curve": "fedrepro.experiments.privacy_curves",
-    "privacy_grid": "fedrepro.experiments.privacy_curves",
-    "forensic_sweep": "fedrepro.experiments.forensics",  # deviation forensics of any paper's experiment
-    "printed_relations": "fedrepro.experiments.consistency",  # a paper's printed numbers checked against each other
-}
+KINDS: Registry[Kind] = Registry(
+    "experiment kind",
+    {
+        "privacy_curve": "fedrepro.experiments.privacy_curves",
+        "privacy_grid": "fedrepro.experiments.privacy_curves",
+        "forensic_sweep": "fedrepro.audit.forensics",  # deviation forensics of any paper's experiment
+        "printed_relations": "fedrepro.experiments.consistency",  # a paper's printed numbers checked against each other
+    },
+    "KINDS",
+)
 
 
 def kind_modules() -> dict[str, str]:
     """kind name -> the module that registers it: the shared kinds and every paper's declared ``KINDS``."""
-    from fedrepro.papers import declared
-
-    return SHARED_KINDS | declared("KINDS")
+    return KINDS.modules()
 
 
 def get_kind(name: str, source: str = "kind") -> Kind:
-    if name not in _KINDS:
-        module = kind_modules().get(name)
-        if module is None:
-            raise ConfigError(
-                f"{source}: unknown experiment kind {name!r} (known: {', '.join(sorted(kind_modules()))})"
-            )
-        importlib.import_module(module)
-    if name not in _KINDS:
-        raise RuntimeError(f"experiment kind {name!r} is declared in {kind_modules()[name]} but not registered there")
-    return _KINDS[name]
+    return KINDS.get(name, source)
 
 
 def all_kinds() -> dict[str, Kind]:
     """Every declared kind (imports every kind module)."""
-    for name in kind_modules():
-        get_kind(name)
-    return dict(_KINDS)
+    return KINDS.all()

@@ -18,6 +18,7 @@ Deterministic: the rng is unused. Checks:
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ from fedrepro.privacy import (
     INTEGER_ORDERS,
     epsilon_curve,
 )
+from fedrepro.privacy.result import library_columns
 
 ORDER_GRIDS = {"default": DEFAULT_ORDERS, "extended": EXTENDED_ORDERS, "integer": INTEGER_ORDERS}
 DEFAULT_AGREEMENT_RTOL = 1e-2
@@ -133,6 +135,74 @@ def _provenance(last: dict) -> dict:
     return dict(first.to_dict(), all={a: r.to_dict() for a, r in last.items()})
 
 
+# ------------------------------------------------------------------------------- what the privacy stage shows
+
+
+def curve_rows(exp, run: dict, hist: pd.DataFrame) -> list[dict]:
+    """epsilon.csv rows: the epsilon of every accountant (and noise multiplier) at the curve's last round."""
+    p, allacc = exp.params, run["accountant"]["all"]
+    last = hist[hist["round"] == hist["round"].max()]
+    sigmas = p.get("noise_multipliers", [p.get("noise_multiplier")])
+    rows = []
+    for _, h in last.iterrows():
+        sigma = h["noise_multiplier"] if "noise_multiplier" in h else sigmas[0]
+        acc = allacc[h["accountant"]]
+        rows.append(
+            dict(
+                setting=f"q={p['sampling_rate']:g}, sigma={sigma:g}",
+                accountant=h["accountant"],
+                **library_columns(acc),
+                noise_multiplier=sigma,
+                sampling_rate=p["sampling_rate"],
+                rounds=int(h["round"]),
+                delta=p["delta"],
+                epsilon=h["epsilon"],
+                optimal_order=h["optimal_order"],
+                note=acc.get("conversion", ""),
+            )
+        )
+    return rows
+
+
+_GRID_KEY = re.compile(r"^epsilon\.(\w+)\.s([0-9p]+)_t(\d+)$")
+
+
+def target_markers(targets: list[tuple[str, float, bool]], rounds: int | None) -> list[tuple[int, float, bool]]:
+    """(round, value, printed) of the registry's (key, value, printed) epsilon targets on a curve: a grid key
+    (epsilon.<acc>.s<sigma>_t<T>) at round T, any other epsilon key at ``rounds`` (None: not on the curve)."""
+    out = []
+    for key, value, printed in targets:
+        m = _GRID_KEY.match(key)
+        x = int(m.group(3)) if m else rounds
+        if x is not None:
+            out.append((x, value, printed))
+    return out
+
+
+def _draw_targets(ax, targets: list[tuple[str, float, bool]], rounds: int | None) -> None:
+    """The targets as markers: printed numbers filled, extra references hollow."""
+    for x, value, printed in target_markers(targets, rounds):
+        ax.plot([x], [value], "o", ms=5, mfc="k" if printed else "none", mec="k")
+
+
+def curve_panel(ax, exp, run: dict, hist: pd.DataFrame, targets: list[tuple[str, float, bool]]) -> None:
+    """One panel of the privacy figure: epsilon vs rounds per accountant."""
+    p = exp.params
+    for acc, h in hist.groupby("accountant", sort=False):
+        ax.plot(h["round"], h["epsilon"], label=acc, ls="--" if acc == "rdp_classic" else "-")
+    ax.set_title(f"{exp.name}: q={p['sampling_rate']:g}, sigma={p['noise_multiplier']:g}", fontsize=8)
+    _draw_targets(ax, targets, p["rounds"])
+
+
+def grid_panel(ax, exp, run: dict, hist: pd.DataFrame, targets: list[tuple[str, float, bool]]) -> None:
+    """One panel of the privacy figure: epsilon vs rounds per noise multiplier, under the primary accountant."""
+    p, primary = exp.params, run["accountant"]["accountant"]
+    for sigma, h in hist[hist["accountant"] == primary].groupby("noise_multiplier"):
+        ax.plot(h["round"], h["epsilon"], label=f"sigma={sigma:g}")
+    ax.set_title(f"{exp.name}: q={p['sampling_rate']:g} ({primary})", fontsize=8)
+    _draw_targets(ax, targets, None)
+
+
 @experiment_kind(
     "privacy_curve",
     CURVE_SCHEMA,
@@ -140,6 +210,8 @@ def _provenance(last: dict) -> dict:
     stage="privacy",
     metrics=("epsilon.*", "order.*", "rel_gap_rdp_opacus"),
     checks=("classic_not_below_rdp", "pld_not_above_rdp", "rdp_agrees_with_opacus"),
+    epsilon_rows=curve_rows,
+    epsilon_panel=curve_panel,
 )
 def privacy_curve(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     accs, primary, kw = _accounting(p, ctx.exp_id)
@@ -190,7 +262,14 @@ GRID_SCHEMA = {
 
 
 @experiment_kind(
-    "privacy_grid", GRID_SCHEMA, deterministic=True, stage="privacy", metrics=("epsilon.*", "order.*"), checks=()
+    "privacy_grid",
+    GRID_SCHEMA,
+    deterministic=True,
+    stage="privacy",
+    metrics=("epsilon.*", "order.*"),
+    checks=(),
+    epsilon_rows=curve_rows,
+    epsilon_panel=grid_panel,
 )
 def privacy_grid(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Epsilon of each noise multiplier of a grid at one sampling rate, as a curve over rounds (PPSGD's right-axis

@@ -1,52 +1,29 @@
 """The federated algorithms a training kind can name, keyed by ``Algorithm.name`` (one registry for every kind).
 
-The paper-free algorithms live in this package (:data:`SHARED`); a paper's own algorithm lives with its paper and
-is declared in its ``ALGORITHMS`` (fedrepro.papers), e.g. AdaPeD or FedHDP. :func:`get_algorithm` imports only the
-module of the algorithm asked for and returns the class whose ``name`` it is.
+The paper-free algorithms live in this package (their modules are listed in fedrepro.learning.engine.ALGORITHMS); a
+paper's own algorithm lives with its paper and is declared in its ``ALGORITHMS`` (fedrepro.papers), e.g. AdaPeD or
+FedHDP. :func:`get_algorithm` imports only the module of the algorithm asked for; every subclass of Algorithm that
+sets ``name`` registers itself under it.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
-
 from fedrepro.errors import ConfigError
-from fedrepro.learning.engine import Algorithm
-
-SHARED = {
-    "local": "fedrepro.learning.local",
-    "fedavg": "fedrepro.learning.fedavg",
-    "fedavg_ft": "fedrepro.learning.fedavg",
-    "dp_fedavg_server": "fedrepro.learning.dp_fedavg",
-    "dp_fedavg_adaptive": "fedrepro.learning.dp_fedavg_adaptive",
-    "pfedme": "fedrepro.learning.pfedme",
-    "perfedavg": "fedrepro.learning.perfedavg",
-    "quped": "fedrepro.learning.quped",
-    "fml": "fedrepro.learning.fml",
-}
+from fedrepro.learning.engine import ALGORITHMS, Algorithm
 
 
 def algorithm_modules() -> dict[str, str]:
     """Algorithm.name -> the module that defines it: this package's algorithms and every paper's ``ALGORITHMS``."""
-    from fedrepro.papers import declared
-
-    return SHARED | declared("ALGORITHMS")
+    return ALGORITHMS.modules()
 
 
 def names() -> list[str]:
-    return sorted(algorithm_modules())
+    return ALGORITHMS.names()
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
     """The Algorithm subclass whose ``name`` is ``name`` (defined in the module declared for it)."""
-    modules = algorithm_modules()
-    if name not in modules:
-        raise ConfigError(f"unknown algorithm {name!r} (known: {', '.join(sorted(modules))})")
-    module = importlib.import_module(modules[name])
-    for obj in vars(module).values():
-        if inspect.isclass(obj) and issubclass(obj, Algorithm) and obj.__dict__.get("name") == name:
-            return obj
-    raise RuntimeError(f"algorithm {name!r} is declared in {modules[name]} but no class there has that name")
+    return ALGORITHMS.get(name)
 
 
 def build_algorithm(name: str, **kwargs) -> Algorithm:

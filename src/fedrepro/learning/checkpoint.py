@@ -126,7 +126,7 @@ class Checkpointer:
         return r == rounds or (self.every > 0 and r % self.every == 0)
 
     def save(self, payload: dict) -> None:
-        from fedrepro.runio import atomic_write
+        from fedrepro.files import atomic_write
 
         elapsed = {} if self.clock is None else {"elapsed_s": self.clock.total_s()}
         atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, **elapsed, **payload}, tmp))

@@ -51,6 +51,7 @@ from fedrepro.learning import batched_cnn, batched_mlp
 from fedrepro.learning.checkpoint import Checkpointer, pack, restore
 from fedrepro.learning.data import ClientData
 from fedrepro.learning.net import Net, Params, sgd
+from fedrepro.registry import Registry
 from fedrepro.seeding import rng_for
 
 # ------------------------------------------------------------------------------------------------- gradients
@@ -151,6 +152,25 @@ class EvalContext:
     iters_per_epoch: int
 
 
+# Every concrete algorithm, keyed by its ``name``: a subclass that sets ``name`` registers itself (see
+# Algorithm.__init_subclass__); the paper-free ones live in this package, a paper declares its own ``ALGORITHMS``.
+ALGORITHMS: Registry[type[Algorithm]] = Registry(
+    "algorithm",
+    {
+        "local": "fedrepro.learning.local",
+        "fedavg": "fedrepro.learning.fedavg",
+        "fedavg_ft": "fedrepro.learning.fedavg",
+        "dp_fedavg_server": "fedrepro.learning.dp_fedavg",
+        "dp_fedavg_adaptive": "fedrepro.learning.dp_fedavg_adaptive",
+        "pfedme": "fedrepro.learning.pfedme",
+        "perfedavg": "fedrepro.learning.perfedavg",
+        "quped": "fedrepro.learning.quped",
+        "fml": "fedrepro.learning.fml",
+    },
+    "ALGORITHMS",
+)
+
+
 class Algorithm(ABC):
     """A federated algorithm on the engine; ``selected`` is a LongTensor of client ids on the state's device.
 
@@ -170,6 +190,11 @@ class Algorithm(ABC):
     batches_per_step: int = 1
     steps_unsampled: bool = False
     population: np.ndarray | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            ALGORITHMS.add(cls.name, cls)
 
     @abstractmethod
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> Any:

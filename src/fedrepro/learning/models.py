@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from fedrepro.registry import Registry
+
 
 def _conv_out(hw: int, kernel: int = 5) -> int:
     """Side after a 'valid' conv of ``kernel`` and a 2x2 max-pool."""
@@ -70,21 +72,6 @@ class Cifar100CNN(ConvNet):
         self.fc3 = nn.Linear(192, n_classes)
 
 
-class FedHDPCNN(ConvNet):
-    """FedHDP's FEMNIST CNN (Aldaghri et al., App. C Table 6): conv 16 -> pool -> conv 32 -> pool -> FC 128 -> C.
-    GAPs: 3x3 kernels, 'same' padding, 2x2 max-pool (implied by the printed shapes; 213,630 parameters at C = 62);
-    the two dropout layers (25 %, 50 %) are left out: the batched engine trains without random layers."""
-
-    fc_layers = ("fc1", "fc2")
-
-    def __init__(self, in_channels: int = 1, n_classes: int = 62, input_hw: int = 28):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * (input_hw // 4) ** 2, 128)
-        self.fc2 = nn.Linear(128, n_classes)
-
-
 class MLP(nn.Module):
     """Fully connected ReLU network on flattened inputs."""
 
@@ -116,27 +103,27 @@ def _cifar10_cnn(in_channels: int = 3, n_classes: int = 10, input_hw: int = 32) 
     return LeNet5(in_channels, n_classes, input_hw)
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {
-    "lenet5": LeNet5,
-    "cifar10_cnn": _cifar10_cnn,
-    "cifar100_cnn": Cifar100CNN,
-    "fedhdp_cnn": FedHDPCNN,
-    "mlp": MLP,
-    "linear": Linear,
-}
+_SHARED = {"lenet5": LeNet5, "cifar10_cnn": _cifar10_cnn, "cifar100_cnn": Cifar100CNN, "mlp": MLP, "linear": Linear}
+
+
+# the paper-free models (this module); a paper declares its own architectures in its ``MODELS`` (fedrepro.papers)
+MODELS: Registry[Callable[..., nn.Module]] = Registry("model", dict.fromkeys(_SHARED, __name__), "MODELS")
+for _name, _factory in _SHARED.items():
+    MODELS.add(_name, _factory)
+
+
+def model(name: str):
+    """Decorator registering a model class (or factory) as ``name``."""
+    return MODELS.register(name)
 
 
 def build_model(name: str, **kw) -> nn.Module:
     """Instantiate a registered model (``MODELS``) with keyword arguments, e.g. ``build_model("lenet5")``."""
-    try:
-        factory = MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}") from None
-    return factory(**kw)
+    return MODELS.get(name)(**kw)
 
 
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["MODELS", "Cifar100CNN", "ConvNet", "FedHDPCNN", "LeNet5", "Linear", "MLP", "build_model", "n_params"]
+__all__ = ["MODELS", "Cifar100CNN", "ConvNet", "LeNet5", "Linear", "MLP", "build_model", "model", "n_params"]

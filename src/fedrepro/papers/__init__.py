@@ -17,9 +17,10 @@ no paper. A paper plugs into them by declaring, in its ``__init__``, name -> mod
     PLOTS       figure styles           (fedrepro.plots.get_plot)
     ALGORITHMS  federated algorithms    (fedrepro.learning.algorithms, keyed by Algorithm.name)
     PARTITIONS  partition schemes       (fedrepro.data.partition.get_partitioner)
+    MODELS      network architectures   (fedrepro.learning.models.build_model)
 
 A registry imports a module only when one of its names is asked for, so one experiment's heavy dependencies never
-slow down another's start-up; tests/papers/test_declarations.py checks every declaration against what the modules
+slow down another's start-up; tests/test_architecture.py checks every declaration against what the modules
 really register.
 """
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import importlib
 
 PAPERS = ("adaped", "fedhdp", "histograms", "ppsgd")
-DECLARATIONS = ("KINDS", "PLOTS", "ALGORITHMS", "PARTITIONS")
+DECLARATIONS = ("KINDS", "PLOTS", "ALGORITHMS", "PARTITIONS", "MODELS")
 
 
 def declared(what: str) -> dict[str, str]:

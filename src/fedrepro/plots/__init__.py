@@ -9,7 +9,6 @@ reruns are identical.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -22,18 +21,18 @@ import pandas as pd  # noqa: E402
 from fedrepro import paths  # noqa: E402
 from fedrepro.config import experiment_scale, load_paper  # noqa: E402
 from fedrepro.errors import ConfigError  # noqa: E402
-from fedrepro.runio import atomic_write, read_history, read_summary  # noqa: E402
+from fedrepro.files import atomic_write  # noqa: E402
+from fedrepro.registry import Registry  # noqa: E402
+from fedrepro.runio import read_history, read_summary  # noqa: E402
 
 PlotFn = Callable[[Mapping, dict, list[pd.DataFrame]], "plt.Figure"]
-_PLOTS: dict[str, PlotFn] = {}
+# paper-free styles; each paper declares its own
+PLOTS: Registry[PlotFn] = Registry("plot", {"forensic_sweep": "fedrepro.plots.forensics"}, "PLOTS")
 
 
 def plot(name: str):
-    def deco(fn: PlotFn) -> PlotFn:
-        _PLOTS[name] = fn
-        return fn
-
-    return deco
+    """Decorator registering a figure style as ``name``."""
+    return PLOTS.register(name)
 
 
 def finish_axes(
@@ -50,19 +49,8 @@ def finish_axes(
     return ax.figure
 
 
-SHARED_PLOTS = {"forensic_sweep": "fedrepro.plots.forensics"}  # paper-free styles; each paper declares its own
-
-
 def get_plot(name: str) -> PlotFn:
-    from fedrepro.papers import declared
-
-    modules = SHARED_PLOTS | declared("PLOTS")
-    if name not in modules:
-        raise ConfigError(f"figures: unknown plot {name!r} (known: {', '.join(sorted(modules))})")
-    importlib.import_module(modules[name])
-    if name not in _PLOTS:
-        raise RuntimeError(f"plot {name!r} is declared in {modules[name]} but not registered there")
-    return _PLOTS[name]
+    return PLOTS.get(name, "figures")
 
 
 def render_figure(

@@ -1,4 +1,4 @@
-"""The figure of a forensic sweep (fedrepro.experiments.forensics): per row, the rebuilt value under every reading
+"""The figure of a forensic sweep (fedrepro.audit.forensics): per row, the rebuilt value under every reading
 beside the printed value and its tolerance band (a row judged by checks: its distance to the check's boundary where
 the checks state one, else passes / fails per reading). A sweep over more than MAX_PANELS rows is drawn as one
 panel, a row per line: each reading's (rebuilt - printed) / tolerance, so that a 77-row sweep stays a picture of a

@@ -15,6 +15,16 @@ def library_version(dist: str) -> str:
         return "not installed"
 
 
+def library_columns(accountant: dict | None) -> dict:
+    """The library and version columns of a privacy table row, from a run's ``accountant`` record (either an
+    EpsilonResult's fields or a ``{"name", "version"}`` pair)."""
+    accountant = accountant or {}
+    return {
+        "library": accountant.get("library", accountant.get("name", "")),
+        "library_version": accountant.get("library_version", accountant.get("version", "")),
+    }
+
+
 @dataclass(frozen=True)
 class EpsilonResult:
     """(epsilon, delta) of a noise_multiplier / sampling_rate / steps mechanism under one accountant.

@@ -14,12 +14,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from fedrepro import paths
+from fedrepro.files import atomic_write
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
 from fedrepro.report.fmt import HEAD, WAITING, cells, printed
 from fedrepro.report.page import render_page
 from fedrepro.report.status import Result
-from fedrepro.runio import atomic_write
 
 CSV_COLUMNS = [
     "paper",
@@ -264,9 +265,9 @@ def write_csv(path: Path, report: m.Report) -> None:
 def write_report(cfg: Mapping, out_dir: Path, mode: str | None = None) -> m.Report:
     out_dir.mkdir(parents=True, exist_ok=True)
     report = m.build(cfg, mode)
-    atomic_write(out_dir / "replication.csv", lambda p: write_csv(p, report))
+    atomic_write(out_dir / paths.report_name("csv"), lambda p: write_csv(p, report))
     md = markdown(report, out_dir)
-    atomic_write(out_dir / "replication.md", lambda p: p.write_text(md, encoding="utf-8"))
+    atomic_write(out_dir / paths.report_name("md"), lambda p: p.write_text(md, encoding="utf-8"))
     page = render_page(report)
-    atomic_write(out_dir / "replication.html", lambda p: p.write_text(page, encoding="utf-8"))
+    atomic_write(out_dir / paths.report_name("html"), lambda p: p.write_text(page, encoding="utf-8"))
     return report

@@ -1,6 +1,6 @@
 """CI replication check: exit 1 when a row flagged `ci=true` is not good (a printed row not reproduced, or reproduced
 after calibration; a check or consistency row that does not pass; a row not built), or when any printed row deviates
-without a built forensic conclusion (fedrepro.experiments.forensics)."""
+without a built forensic conclusion (fedrepro.audit.forensics)."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ class Report:
 
 
 def explained(r: Result) -> bool:
-    """A forensic conclusion is built for the row (fedrepro.experiments.forensics)."""
+    """A forensic conclusion is built for the row (fedrepro.audit.forensics)."""
     return any(not e.split(": ", 1)[-1].startswith("not built") for e in r.evidence)
 
 

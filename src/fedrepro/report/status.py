@@ -301,10 +301,8 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
 def forensic_evidence(cfg: Mapping, paper: str, doc: Mapping, built) -> dict[str, list[str]]:
     """row id -> the conclusions of the forensic sweeps (kind forensic_sweep) that explain it, each naming its
     experiment; a sweep not built yet says so with the command that builds it."""
-    from fedrepro.experiments.forensics import forensic_experiments
-
     out: dict[str, list[str]] = {}
-    for name, entry in forensic_experiments(doc).items():
+    for name, entry in ((n, e) for n, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"):
         scale, summary = built(name)
         for row in entry["params"]["rows"]:
             check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")

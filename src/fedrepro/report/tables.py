@@ -22,11 +22,11 @@ from pathlib import Path
 
 from fedrepro.config import resolve_path
 from fedrepro.errors import ConfigError
+from fedrepro.files import atomic_write
 from fedrepro.report.fmt import fmt_pm, printed
 from fedrepro.report.registry import Target, load_registry
 from fedrepro.report.status import Result, evaluate_paper
 from fedrepro.report.verdict import NOT_RUN
-from fedrepro.runio import atomic_write
 
 EXTRA = "Extra table"
 

@@ -6,12 +6,12 @@ found" listing exactly the relations that fail."""
 import csv
 import re
 
+import fedhdp_registry as gen
 import pytest
 
 from fedrepro.cli import main
 from fedrepro.config import load_global, load_paper
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.papers.fedhdp import registry as gen
 from fedrepro.paths import summary_path
 
 EXP = "printed_relations"

@@ -20,7 +20,6 @@ This module imports numpy only: the dataset catalog imports every module (and pa
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from fedrepro.errors import ConfigError
+from fedrepro.registry import Registry
 from fedrepro.seeding import rng_for
 
 UNUSED = -1
@@ -223,41 +223,25 @@ def check_params(scheme: str, params: Mapping[str, Any], allowed: set[str]) -> N
 # ------------------------------------------------------------------------------------------------------ registry
 
 Partitioner = Callable[..., Partition]
-_PARTITIONERS: dict[str, Partitioner] = {}
+SCHEMES: Registry[Partitioner] = Registry(
+    "partition scheme",
+    {name: f"{__name__}.{name}" for name in ("pathological", "writer_groups", "natural", "dirichlet")},
+    "PARTITIONS",
+)
 
 
 def register(name: str):
-    def deco(fn: Partitioner) -> Partitioner:
-        _PARTITIONERS[name] = fn
-        return fn
-
-    return deco
-
-
-SCHEMES = {name: f"{__name__}.{name}" for name in ("pathological", "writer_groups", "natural", "dirichlet")}
-
-
-def scheme_modules() -> dict[str, str]:
-    """scheme name -> the module that registers it: this package's schemes and every paper's ``PARTITIONS``."""
-    from fedrepro.papers import declared
-
-    return SCHEMES | declared("PARTITIONS")
+    """Decorator registering a partition function as scheme ``name``."""
+    return SCHEMES.register(name)
 
 
 def get_partitioner(name: str) -> Partitioner:
-    """The partition function registered as ``name`` (pathological, writer_groups, natural, dirichlet, and the
-    papers' own schemes, e.g. fedhdp_noniid)."""
-    modules = scheme_modules()
-    if name not in modules:
-        raise ConfigError(f"partition: unknown scheme {name!r} (known: {', '.join(sorted(modules))})")
-    importlib.import_module(modules[name])
-    if name not in _PARTITIONERS:
-        raise RuntimeError(f"partition scheme {name!r} is declared in {modules[name]} but not registered there")
-    return _PARTITIONERS[name]
+    """The partition function registered as ``name`` (this package's schemes and the papers' own)."""
+    return SCHEMES.get(name, "partition")
 
 
 def partitioners() -> list[str]:
-    return sorted(scheme_modules())
+    return SCHEMES.names()
 
 
 def partition(

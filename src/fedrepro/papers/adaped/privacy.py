@@ -41,7 +41,7 @@ from scipy import optimize
 
 from fedrepro.errors import PrivacyError
 from fedrepro.privacy.accountant import compute_epsilon
-from fedrepro.privacy.result import EpsilonResult
+from fedrepro.privacy.result import EpsilonResult, library_columns
 from fedrepro.privacy.solve import solve_monotone
 from fedrepro.privacy.validation import check_delta, check_positive, check_steps
 
@@ -216,3 +216,88 @@ def library_noise_ratio(
         target_epsilon, delta, check_steps(T_over_tau, "T_over_tau"), K / m, accountant, **kwargs
     )
     return cal.noise_multiplier / release_noise_multiplier(1.0, K, tau, sensitivity, terms), cal
+
+
+# ------------------------------------------------------------ rows of the privacy stage's epsilon.csv
+
+
+def thm5_rows(exp, run: dict, hist) -> list[dict]:
+    """Per target epsilon: Thm 5 + Lemma 1 as printed, the library for the same noise (and, where the run has them,
+    the noise the library calibrates for the target and the triangle-inequality sensitivity)."""
+    p, lib = exp.params, run["accountant"]["library"]
+    common = dict(sampling_rate=p["K"] / p["m"], rounds=p["T_over_tau"], delta=p["delta"])
+    rows = []
+    for _, h in hist.iterrows():
+        setting = f"target eps={h['target_epsilon']:g}, z={h['z']:.4g}"
+        rows.append(
+            dict(
+                setting=setting,
+                accountant="Thm 5 + Lemma 1 (paper)",
+                library="closed form",
+                library_version="paper",
+                noise_multiplier=h["z"],
+                epsilon=h["epsilon_thm5"],
+                optimal_order=h["lambda"],
+                note="noise ratio z = sigma_q/C solved from the target",
+                **common,
+            )
+        )
+        rows.append(
+            dict(
+                setting=setting,
+                accountant=lib["accountant"],
+                **library_columns(lib),
+                noise_multiplier=h["z"],
+                epsilon=h["epsilon_library"],
+                optimal_order=h["library_order"],
+                note="same mechanism, paper's sensitivity (eq. 59)",
+                **common,
+            )
+        )
+        if "z_library" in h:
+            rows.append(
+                dict(
+                    setting=f"target eps={h['target_epsilon']:g}, z={h['z_library']:.4g}",
+                    accountant=lib["accountant"],
+                    **library_columns(lib),
+                    noise_multiplier=h["z_library"],
+                    epsilon=h["target_epsilon"],
+                    optimal_order=math.nan,
+                    note="noise ratio calibrated with the library for the target",
+                    **common,
+                )
+            )
+        if "epsilon_library_triangle" in h:
+            rows.append(
+                dict(
+                    setting=setting,
+                    accountant=lib["accountant"],
+                    **library_columns(lib),
+                    noise_multiplier=h["z"],
+                    epsilon=h["epsilon_library_triangle"],
+                    optimal_order=math.nan,
+                    note="same mechanism, triangle-inequality sensitivity",
+                    **common,
+                )
+            )
+    return rows
+
+
+def ldp_rows(exp, run: dict, hist) -> list[dict]:
+    """Per eps0 of Thm 2.2: the epsilon the library certifies for the noise the theorem prescribes."""
+    lib = library_columns(run["accountant"]["library"])
+    return [
+        dict(
+            setting=f"eps0={h['eps0']:g}",
+            accountant=h["accountant"],
+            **lib,
+            noise_multiplier=h["noise_multiplier"],
+            sampling_rate=1.0,
+            rounds=1,
+            delta=exp.params["delta"],
+            epsilon=h["epsilon_library"],
+            optimal_order=math.nan,
+            note=f"Thm 2.2 claims eps0 = {h['eps0']:g} for this noise",
+        )
+        for _, h in hist.iterrows()
+    ]

@@ -7,8 +7,9 @@ Learning (on the shared engine, with Ditto personal models and quantile-adaptive
     fedhdp             FedHDP: one DP average per privacy group, combined with ratio r
     hdp_fedavg         HDP-FedAvg: FedHDP with r = 1
     partition          the synthetic non-IID / skewed non-IID MNIST partitions of Sec. 5
-Beside them: privacy (Sec. 5.1's epsilons, Table 7's effective noise multiplier), plots (Figs. 1-4), registry
-(config/targets/fedhdp.csv generated from the notes' verbatim table) and experiments/ (the kinds).
+Beside them: privacy (Sec. 5.1's epsilons, Table 7's effective noise multiplier), plots (Figs. 1-4), cnn (Table 6's
+FEMNIST CNN) and experiments/ (the kinds). config/targets/fedhdp.csv is generated from the notes' verbatim table by
+scripts/fedhdp_registry.py.
 """
 
 KINDS = {
@@ -29,4 +30,7 @@ ALGORITHMS = {
 }
 PARTITIONS = {
     "fedhdp_noniid": ".partition",
+}
+MODELS = {
+    "fedhdp_cnn": ".cnn",
 }

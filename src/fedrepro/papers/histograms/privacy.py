@@ -125,3 +125,27 @@ def per_step_budget(total_epsilon: float, delta: float, T: int, reading: str = "
     if not eps < 1:
         raise PrivacyError(f"total_epsilon={total_epsilon!r} needs a per-step epsilon >= 1, outside Theorem 3.1")
     return PerStepBudget(reading, eps, 3 * eps, step_delta, gaussian_sigma(eps, step_delta), tot_eps, tot_delta)
+
+
+# ------------------------------------------------------------ rows of the privacy stage's epsilon.csv
+
+
+def thm31_rows(exp, run: dict, hist) -> list[dict]:
+    """Per reading of the budget: Thm 3.1 + eq. (4)'s total (epsilon, delta) and the per-step budget behind it."""
+    return [
+        dict(
+            setting=f"reading={h['reading']}",
+            accountant="Thm 3.1 + eq. (4) (paper)",
+            library="closed form",
+            library_version="paper",
+            noise_multiplier=h["sigma"],
+            sampling_rate=1.0,
+            rounds=exp.params["T"],
+            delta=h["total_delta"],
+            epsilon=h["total_epsilon"],
+            optimal_order=math.nan,
+            note=f"per-step eps={h['per_step_epsilon']:.6g}, per-step delta={h['per_step_delta']:.6g}; "
+            "noise_multiplier column = Gaussian sigma of Alg. 3",
+        )
+        for _, h in hist.iterrows()
+    ]

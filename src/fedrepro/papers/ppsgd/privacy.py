@@ -65,3 +65,29 @@ def experiment_epsilon_curve(
 ) -> list[EpsilonResult]:
     """eps after each count in `iterations`, opacus RDPAccountant stepped once per round (the paper's code)."""
     return epsilon_curve(noise_multiplier, sample_rate, iterations, delta, "opacus_rdp")
+
+
+# ------------------------------------------------------------ rows of the privacy stage's epsilon.csv
+
+
+def theorem_rows(exp, run: dict, hist) -> list[dict]:
+    """Per epsilon: the sufficient noise of Thm 4.1 and of Thm 5.1 (constants = 1)."""
+    p, rows = exp.params, []
+    for _, h in hist.iterrows():
+        for thm, col in (("Thm 4.1", "thm41_sigma_zeta"), ("Thm 5.1", "thm51_sigma_zeta")):
+            rows.append(
+                dict(
+                    setting=f"eps={h['epsilon']:g}",
+                    accountant=f"{thm} (paper, constants = 1)",
+                    library="closed form",
+                    library_version="paper",
+                    noise_multiplier=h[col],
+                    sampling_rate=p["q"],
+                    rounds=p["T"],
+                    delta=p["delta"],
+                    epsilon=h["epsilon"],
+                    optimal_order=math.nan,
+                    note="noise_multiplier column = sufficient noise std sigma_zeta",
+                )
+            )
+    return rows

@@ -39,6 +39,7 @@ ADAPED_SCHEMA = {
     ADAPED_SCHEMA,
     deterministic=True,
     stage="privacy",
+    epsilon_rows=adaped.thm5_rows,
     metrics=(
         "z.*",
         "slope.*",
@@ -129,6 +130,7 @@ LDP_SCHEMA = {
     LDP_SCHEMA,
     deterministic=True,
     stage="privacy",
+    epsilon_rows=adaped.ldp_rows,
     metrics=("epsilon_*.*", "ratio_*.*"),
     checks=("thm22_is_valid",),
 )

@@ -459,7 +459,8 @@ def layer_sizes(model, feature_shape=(1, 28, 28)) -> dict[str, int]:
     import torch
     from torch.nn import functional as F
 
-    from fedrepro.learning.models import MLP, FedHDPCNN
+    from fedrepro.learning.models import MLP
+    from fedrepro.papers.fedhdp.cnn import FedHDPCNN
 
     x = torch.zeros(1, *feature_shape)
     with torch.no_grad():

@@ -32,6 +32,7 @@ HIST_SCHEMA = {
     HIST_SCHEMA,
     deterministic=True,
     stage="privacy",
+    epsilon_rows=histograms.thm31_rows,
     metrics=(
         "per_iteration_epsilon.*",
         "per_step_delta.*",

@@ -38,6 +38,7 @@ PPSGD_SCHEMA = {
     PPSGD_SCHEMA,
     deterministic=True,
     stage="privacy",
+    epsilon_rows=ppsgd.theorem_rows,
     metrics=("thm41_sigma_zeta.*", "thm51_applies.*", "thm51_epsilon_limit", "thm51_sigma_zeta.*"),
     checks=(),
 )

@@ -1,7 +1,7 @@
 """Generate config/targets/fedhdp.csv, the FedHDP target registry, from machine-readable sources.
 
-    python -m fedrepro.papers.fedhdp.registry            # rewrite config/targets/fedhdp.csv
-    python -m fedrepro.papers.fedhdp.registry --check    # exit 1 if the committed file differs from the output
+    python scripts/fedhdp_registry.py            # rewrite config/targets/fedhdp.csv
+    python scripts/fedhdp_registry.py --check    # exit 1 if the committed file differs from the output
 
 Sources
   config/targets/fedhdp_printed.tsv      every number the paper prints: the 808 rows of ../shared/notes/fedhdp.md §5,
@@ -14,7 +14,7 @@ Sources
 tests/papers/fedhdp/test_registry.py asserts that the committed fedhdp.csv equals this module's output, so the registry
 cannot drift from its sources.
 
-Naming contract (shared with the learning experiments of src/fedrepro/experiments/fedhdp_training*.py)
+Naming contract (shared with the learning experiments of src/fedrepro/papers/fedhdp/experiments/training.py)
   experiment  Table 3 top + Table 8     -> fedhdp.noniid_mnist
               Table 3 bottom + Table 9  -> fedhdp.skewed_mnist
               Table 4 top + Table 10    -> fedhdp.fmnist      ("FMNIST" = TFF federated EMNIST digits)

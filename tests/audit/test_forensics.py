@@ -1,12 +1,12 @@
-"""The forensic sweep (fedrepro.experiments.forensics): readings, conclusions per row, resumability, and the report's
+"""The forensic sweep (fedrepro.audit.forensics): readings, conclusions per row, resumability, and the report's
 link from a deviating row to its forensic conclusion."""
 
 import pytest
 
+from fedrepro.audit.forensics import readings
 from fedrepro.config import load_global
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.experiments.forensics import readings
 
 SWEEP = {
     "experiment": "remark1",
@@ -76,7 +76,7 @@ def test_resumes_from_the_readings_already_run(tmp_path):
 
 
 def test_joined_axes_and_a_union_of_grids():
-    from fedrepro.experiments.forensics import _nest
+    from fedrepro.audit.forensics import _nest
 
     grid = [{"n,m": [[100, 10000], [10, 100]]}, {"sigma_theta2": [0.1]}]
     rs = readings(grid)
@@ -120,7 +120,7 @@ def _pt(passed, value=None, expected=None, tolerance=None):
 
 
 def test_a_check_row_takes_its_distance_from_the_check():
-    from fedrepro.experiments.forensics import conclusion, judge_row
+    from fedrepro.audit.forensics import conclusion, judge_row
 
     near = judge_row(_Row, [_pt(False, 1.3, 1.0, 0.1)], True)
     far = judge_row(_Row, [_pt(False, 2.0, 1.0, 0.1)], True)
@@ -140,7 +140,7 @@ def test_a_check_row_takes_its_distance_from_the_check():
 
 
 def test_what_a_sweep_reads_is_the_swept_experiment_and_its_rows():
-    from fedrepro.experiments.forensics import swept_inputs
+    from fedrepro.audit.forensics import swept_inputs
 
     got = swept_inputs(SWEEP, load_global(), "adaped.forensic_test")
     assert got["experiment"]["kind"] == "gaussian_remark1" and set(got["rows"]) == {"R1.ex"}
@@ -195,7 +195,7 @@ def test_a_sweep_of_many_rows_is_one_panel_a_row_per_line(tmp_path):
 
 
 def test_a_closest_reading_that_is_undecided_says_so():
-    from fedrepro.experiments.forensics import conclusion
+    from fedrepro.audit.forensics import conclusion
 
     row = type("R", (), {"id": "R", "value_text": "8.0"})
     j = {
@@ -233,7 +233,7 @@ def test_a_closest_reading_that_is_undecided_says_so():
 def test_a_reading_too_noisy_to_judge_is_not_the_closest():
     """FedHDP r = 0: the config's reading collapses in one seed (33 +- 24, tolerance 80: distance 0.7, too noisy),
     the other reading deviates by 0.48 with tolerance 0.25 (distance 1.9): the closest is the one that was judged."""
-    from fedrepro.experiments.forensics import conclusion
+    from fedrepro.audit.forensics import conclusion
 
     row = type("R", (), {"id": "R", "value_text": "90.7"})
     noisy = {
@@ -286,7 +286,7 @@ def _traj(*values):
 
 
 def test_stopping_time_finds_the_steps_within_tolerance_and_the_crossings():
-    from fedrepro.experiments.forensics import _spans, stopping_steps, stopping_text
+    from fedrepro.audit.forensics import _spans, stopping_steps, stopping_text
 
     assert _spans([27.0, 28.0, 29.0, 35.0]) == "27-29, 35"
     hit = stopping_steps(_Cell, [_traj(39.9, 12.0, 10.5, 10.3, 9.0)], STOP, True)
@@ -302,7 +302,7 @@ def test_stopping_time_finds_the_steps_within_tolerance_and_the_crossings():
 
 
 def test_stopping_time_needs_the_rows_cell_in_the_history():
-    from fedrepro.experiments.forensics import stopping_steps
+    from fedrepro.audit.forensics import stopping_steps
 
     with pytest.raises(ConfigError, match="no history rows with n = 10"):
         stopping_steps(_Cell, [{"trajectory": {"20": [[0.0, 1.0]]}}], STOP, True)

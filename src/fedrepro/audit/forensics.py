@@ -124,7 +124,8 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     the resolved parameters), and with a ``stop`` (params.stopping_time) its trajectory: select value -> [[step,
     value], ...] read from the run's history."""
     from fedrepro.aggregate import flatten
-    from fedrepro.runio import atomic_write, to_jsonable
+    from fedrepro.files import atomic_write
+    from fedrepro.runio import to_jsonable
     from fedrepro.seeding import rng_for
 
     # the job's own checkpoint dir, one file per (resolved parameters, seed): a cache, not part of the results layout
@@ -481,15 +482,9 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     )
 
 
-def forensic_experiments(doc: Mapping) -> dict[str, Mapping]:
-    """name -> entry of a paper's forensic experiments (kind forensic_sweep)."""
-    return {name: e for name, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"}
-
-
 __all__ = [
     "check_distance",
     "conclusion",
-    "forensic_experiments",
     "forensic_sweep",
     "judge_row",
     "readings",

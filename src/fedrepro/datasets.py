@@ -7,14 +7,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
+from fedrepro.config import experiment_datasets, load_paper, load_partitions
 from fedrepro.data.catalog import all_datasets, get_dataset, get_provider, verification
 from fedrepro.errors import FedreproError
 
 
 def unlocks(cfg: Mapping) -> dict[str, dict[str, list[str]]]:
     """{dataset: {"experiments": [PAPER.NAME, ...], "partitions": [name, ...]}} over the configured papers."""
-    from fedrepro.config import experiment_datasets, load_paper, load_partitions
-
     out: dict[str, dict[str, list[str]]] = {}
     for name, spec in load_partitions(cfg).items():
         out.setdefault(spec["dataset"], {"experiments": [], "partitions": []})["partitions"].append(name)
