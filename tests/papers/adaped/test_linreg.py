@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kinds import call_kind
 
 from fedrepro.experiments import RunContext
 from fedrepro.papers.adaped import linreg as lr
@@ -172,7 +173,7 @@ _P = dict(
 
 def _run(seed=0, **over):
     p = {**_P, **over}
-    return personalized_linreg(p, np.random.default_rng(seed), RunContext("adaped.test", seed))
+    return call_kind("personalized_linreg", p, np.random.default_rng(seed), RunContext("adaped.test", seed))
 
 
 def test_kind_is_deterministic_and_keys():

@@ -42,7 +42,7 @@ DP_SCHEMA = {
         "eps0": {"type": "array", "minItems": 2, "items": POSITIVE},
         "reps": INT0,  # 0: the exact closed forms only (no Monte Carlo checks)
         "a_rule": {"enum": ["eq5", "nonprivate"]},
-        "b_rule": {"enum": list(g.B_RULES)},  # the projection bound b: Thm 2's (default) or the proof's c2
+        "b_rule": {"enum": list(g.B_RULES), "default": "theorem"},  # the projection bound b: Thm 2's or the proof's c2
         "recover_rel_tol": POSITIVE,
         "z": POSITIVE,
     },
@@ -104,7 +104,7 @@ def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -
     m, n, d = p["m"], p["n"], p["d"]
     st, sx = p["sigma_theta"], p["sigma_x"]
     a_np = g.shrinkage_weight(st, sx, n)
-    b = g.projection_bound(p["r"], st, sx, m, n, p.get("b_rule", "theorem"))
+    b = g.projection_bound(p["r"], st, sx, m, n, p["b_rule"])
     noise = [(e, g.ldp_noise_std(b, e, p["delta"])) for e in p["eps0"]]
     weight = {e: g.shrinkage_weight(st, sx, n, sq, m) if p["a_rule"] == "eq5" else a_np for e, sq in noise}
     err_local, err_pers, err_dp = [], [], {e: [] for e in p["eps0"]}

@@ -61,7 +61,7 @@ SCHEMA = {
         "mu_std": NONNEG,
         "x_var": POSITIVE,
         "local_estimator": {"enum": list(lr.LOCAL_KINDS)},
-        "local_ridge": NONNEG,
+        "local_ridge": {**NONNEG, "default": 0.0},
         "fedavg_estimator": {"enum": list(lr.FEDAVG_KINDS)},
         "alg4": {
             "type": "object",
@@ -74,18 +74,21 @@ SCHEMA = {
                 "init_theta": {"enum": list(lr.INIT_THETA)},
                 "init_sigma_x2": POSITIVE,
                 "init_sigma_theta2": POSITIVE,
-                "history_points": INT1,
+                "history_points": {**INT1, "default": 100},
             },
         },
         "z": POSITIVE,
         "stationary_rel_tol": POSITIVE,
         # which estimator "personalized regression" in the printed gains is: Alg. 4 (parameters unknown) or eq. (47)
-        # (the known-parameter estimator the next sentence compares Alg. 4 with); alternating by default
-        "personalized": {"enum": ["alternating", "known"]},
-        "stationary_search": {"type": "boolean"},  # false: skip the (costly) stationary-point check
+        # (the known-parameter estimator the next sentence compares Alg. 4 with)
+        "personalized": {"enum": ["alternating", "known"], "default": "alternating"},
+        # false: skip the (costly) stationary-point check
+        "stationary_search": {"type": "boolean", "default": True},
         # the registry rows of the printed gains (vs local, vs FedAvg): checked against the model's own bounds
+        # (null: none)
         "printed": {
-            "type": "object",
+            "type": ["object", "null"],
+            "default": None,
             "additionalProperties": False,
             "required": ["gain_vs_local", "gain_vs_fedavg"],
             "properties": {"gain_vs_local": {"type": "string"}, "gain_vs_fedavg": {"type": "string"}},
@@ -219,7 +222,7 @@ def _printed(p: dict, cfg, exp_id: str) -> dict[str, tuple[float, float]]:
 
 def printed_inputs(p: dict, cfg, exp_id: str) -> dict:
     """What the kind reads besides its parameters: the printed rows its consistency checks compare with."""
-    return {"printed": _printed(p, cfg, exp_id)} if "printed" in p else {}
+    return {"printed": _printed(p, cfg, exp_id)} if p["printed"] is not None else {}
 
 
 @experiment_kind(
@@ -244,7 +247,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
 
     known = spec.posterior(data.mu, sx2 / st2)  # eq. (47)
     local = lr.local_estimate(
-        spec, p["local_estimator"], p.get("local_ridge", 0.0), marginal_lam=sx2 / (st2 + p["mu_std"] ** 2)
+        spec, p["local_estimator"], p["local_ridge"], marginal_lam=sx2 / (st2 + p["mu_std"] ** 2)
     )  # eq. (52) or a probe
     fed = (
         pooled
@@ -252,7 +255,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         else lr.fedavg_estimate(data.X, data.Y, p["fedavg_estimator"], local)
     )
     a = p["alg4"]
-    rec = max(1, a["T"] // a.get("history_points", 100))
+    rec = max(1, a["T"] // a["history_points"])
     res = lr.alg4(
         data.X,
         data.Y,
@@ -280,7 +283,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
             spec.local_pinv_mse(data.theta, sx2),
             p["z"],
         )
-    if p.get("stationary_search", True):
+    if p["stationary_search"]:
         checks["alg4_reaches_stationary_point"] = _stationary_check(
             res, lr.stationary_points(data.X, data.Y, spec), data.theta, p["stationary_rel_tol"]
         )
@@ -292,7 +295,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         "alternating": float(e_alt.mean()),
     }
     floor = lr.null_space_floor(data.mu, st2, p["n"])
-    if "printed" in p:
+    if p["printed"] is not None:
         if ctx.config is None:
             raise ConfigError(f"{ctx.exp_id}: params.printed reads the registry: run it with `python -m fedrepro run`")
         got = _printed(p, ctx.config, ctx.exp_id)
@@ -300,7 +303,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
             printed_gains_checks(got["gain_vs_local"], got["gain_vs_fedavg"], mse, floor, p["fedavg_estimator"])
         )
     pct = lambda ref, new: 100.0 * (ref - new) / ref  # noqa: E731
-    pers = mse[p.get("personalized", "alternating")]
+    pers = mse[p["personalized"]]
     metrics = {
         "mse": mse,
         "gain_vs_local_pct": pct(mse["local"], pers),

@@ -189,7 +189,7 @@ OPT_OUT_SCHEMA = {
         "tau2": POSITIVE,
         "gamma2": POSITIVE,
         "n_s": INT1,
-        "d": INT1,
+        "d": {"anyOf": [INT1, {"type": "null"}], "default": None},  # linreg's dimension (null: point estimation)
         "lam_grid": GRID,
         "trials": INT2,
         "fwer": FWER,
@@ -253,7 +253,7 @@ def _opt_out_case(
     ),
 )
 def fedhdp_opt_out(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
-    if p["model"] == "linreg" and "d" not in p:
+    if p["model"] == "linreg" and p["d"] is None:
         raise ValueError("fedhdp_opt_out: model linreg needs d")
     if not 1 <= p["n_np"] <= p["N"] - 2:
         raise ValueError("fedhdp_opt_out: need 1 <= n_np <= N - 2 (c_k private, then opted out)")
