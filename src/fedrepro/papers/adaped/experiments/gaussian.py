@@ -9,6 +9,7 @@ import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.memory import FLOAT64, MemoryNeed
+from fedrepro.experiments.montecarlo import matches_closed_form
 from fedrepro.experiments.params import INT0, INT1, INT2, INT3, NONNEG, POSITIVE
 from fedrepro.papers.adaped import gaussian as g
 
@@ -54,21 +55,6 @@ DP_SCHEMA = {
 DP_MEMORY = MemoryNeed(
     ("m", "d", "reps", "eps0"), lambda p: FLOAT64 * p["m"] * (3 * p["d"] + (2 + len(p["eps0"])) * p["reps"])
 )
-
-
-def _mc_check(name: str, errs: np.ndarray, expected: float, z: float) -> Check:
-    """Monte Carlo mean of squared errors vs a closed form, within z standard errors."""
-    value = float(errs.mean())
-    se = float(errs.std(ddof=1) / math.sqrt(errs.size))
-    ok = abs(value - expected) <= z * se
-    return Check(
-        ok,
-        f"{name}: MC {value:.6g} vs closed form {expected:.6g} (|diff| {abs(value - expected):.3g}, "
-        f"{z} SE = {z * se:.3g})",
-        value,
-        expected,
-        z * se,
-    )
 
 
 def _dp_standard_error(errs, a, st, sx, n, m, d, sq, reps) -> float:
@@ -141,8 +127,8 @@ def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -
     hist = pd.DataFrame(rows)
     checks = {}
     if mc:
-        checks["local_flat_matches_closed_form"] = _mc_check("local", err_local, cf_local, p["z"])
-        checks["personalized_flat_matches_closed_form"] = _mc_check("personalized", err_pers, cf_pers, p["z"])
+        checks["local_flat_matches_closed_form"] = matches_closed_form("local", err_local, cf_local, p["z"])
+        checks["personalized_flat_matches_closed_form"] = matches_closed_form("personalized", err_pers, cf_pers, p["z"])
         dp_ok = [
             abs(r["mse_dp"] - r["mse_dp_closed_form"])
             <= p["z"] * _dp_standard_error(err_dp[r["eps0"]], r["a"], st, sx, n, m, d, r["sigma_q"], p["reps"])

@@ -32,6 +32,7 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.memory import FLOAT64, MemoryNeed
+from fedrepro.experiments.montecarlo import matches_closed_form
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.adaped import linreg as lr
 
@@ -95,21 +96,6 @@ SCHEMA = {
         },
     },
 }
-
-
-def _mc_check(name: str, errs: np.ndarray, exact: np.ndarray, z: float) -> Check:
-    """mean(errs) vs mean(exact) where exact_i = E[errs_i | X_i, ...]; SE from the per-client differences."""
-    diff = errs - exact
-    value, expected = float(errs.mean()), float(exact.mean())
-    se = float(diff.std(ddof=1) / math.sqrt(diff.size))
-    ok = abs(value - expected) <= z * se
-    return Check(
-        ok,
-        f"{name}: MC {value:.6g} vs exact {expected:.6g} (|diff| {abs(value - expected):.3g}, {z} SE = {z * se:.3g})",
-        value,
-        expected,
-        z * se,
-    )
 
 
 def _stationary_check(res: lr.Alg4Result, points: list[lr.Stationary], theta_true: np.ndarray, tol: float) -> Check:
@@ -272,16 +258,17 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
     e_known, e_local, e_fed, e_alt = err(known), err(local), err(fed[None, :]), err(res.theta)
 
     checks = {
-        "known_mse_matches_trace": _mc_check(
-            "known-prior eq. (47) vs Tr(M^-1) eq. (48)", e_known, spec.trace_inv_M(st2, sx2), p["z"]
+        "known_mse_matches_trace": matches_closed_form(
+            "known-prior eq. (47) vs Tr(M^-1) eq. (48)", e_known, spec.trace_inv_M(st2, sx2), p["z"], what="exact"
         )
     }
     if p["local_estimator"] == "pinv":
-        checks["local_mse_matches_eq53"] = _mc_check(
+        checks["local_mse_matches_eq53"] = matches_closed_form(
             "local eq. (52) vs exact conditional MSE (eq. 53 + pinv bias)",
             e_local,
             spec.local_pinv_mse(data.theta, sx2),
             p["z"],
+            what="exact",
         )
     if p["stationary_search"]:
         checks["alg4_reaches_stationary_point"] = _stationary_check(

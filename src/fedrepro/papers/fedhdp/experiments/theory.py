@@ -22,6 +22,7 @@ from scipy.stats import norm
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.memory import FLOAT64, MemoryNeed
+from fedrepro.experiments.montecarlo import matches_closed_form
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE, UNIT
 from fedrepro.papers.fedhdp import linear_regression as lr
 from fedrepro.papers.fedhdp import point_estimation as pe
@@ -43,20 +44,6 @@ def _grid(g: dict) -> np.ndarray:
 
 def _z(fwer: float, comparisons: int) -> float:
     return float(norm.isf(fwer / (2 * comparisons)))
-
-
-def _agreement(name: str, mc: np.ndarray, se: np.ndarray, cf: np.ndarray, z: float) -> Check:
-    zs = np.abs(mc - cf) / np.maximum(se, 1e-300)
-    worst = int(np.argmax(zs))
-    ok = bool(np.all(zs <= z))
-    return Check(
-        ok,
-        f"{name}: Monte Carlo vs closed form at {zs.size} grid points, max |diff|/SE = {zs[worst]:.2f} "
-        f"(MC {mc.flat[worst]:.6g} vs {cf.flat[worst]:.6g}), threshold z = {z:.2f}",
-        float(zs[worst]),
-        0.0,
-        z,
-    )
 
 
 # ------------------------------------------------------------------------------------------------ Figure 1
@@ -161,8 +148,8 @@ def fedhdp_server_variance(p: dict, rng: np.random.Generator, ctx: RunContext) -
             )
         mcs.append(mc), ses.append(se), cfs.append(cf)
     checks = {
-        "mc_matches_closed_form": _agreement(
-            "sigma_s^2(r), all curves", np.concatenate(mcs), np.concatenate(ses), np.concatenate(cfs), z
+        "mc_matches_closed_form": matches_closed_form(
+            "sigma_s^2(r), all curves", np.concatenate(mcs), np.concatenate(cfs), z, se=np.concatenate(ses)
         ),
         "lemma1_r_star_minimizes": Check(
             all(lemma1_ok),
@@ -287,8 +274,8 @@ def fedhdp_opt_out(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     eq = "(50)" if p["model"] == "linreg" else "(17)/(18)"
     eq_ok = all(math.isclose(v["lam_star"], v["lam_argmin_eq49"], rel_tol=1e-9) for v in (fp, fo))
     checks = {
-        "mc_matches_closed_form": _agreement(
-            "c_k loss vs lam, 2 panels x 2 scenarios", allv("mc"), allv("se"), allv("cf"), z
+        "mc_matches_closed_form": matches_closed_form(
+            "c_k loss vs lam, 2 panels x 2 scenarios", allv("mc"), allv("cf"), z, se=allv("se")
         ),
         "lam_star_is_bayes_optimal_eq49": Check(
             eq_ok,
@@ -385,12 +372,12 @@ def fedhdp_server_variance_vs_rho(p: dict, rng: np.random.Generator, ctx: RunCon
     rc = p["claim"]["rho"]
     ratio = pe.server_variance_hdp(n, rc, sc2, g2) / pe.server_variance_opt(n, rc, sc2, g2)
     checks = {
-        "mc_matches_closed_form": _agreement(
+        "mc_matches_closed_form": matches_closed_form(
             "sigma_s^2 vs rho, FedAvg and FedHDP",
             np.concatenate(mcs),
-            np.concatenate(ses),
             np.concatenate(cfs),
             _z(p["fwer"], 2 * ks.size),
+            se=np.concatenate(ses),
         ),
         "closed_forms_agree": Check(
             bool(np.allclose(opt_cf, lemma, rtol=1e-12) and np.allclose(fedavg_cf, hdp, rtol=1e-12)),
