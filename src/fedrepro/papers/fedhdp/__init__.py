@@ -12,10 +12,10 @@ Beside them: privacy (Sec. 5.1's epsilons, Table 7's effective noise multiplier)
 """
 
 KINDS = {
-    "fedhdp_server_variance": ".experiments.theory",
-    "fedhdp_opt_out": ".experiments.theory",
-    "fedhdp_server_variance_vs_rho": ".experiments.theory",
-    "fedhdp_table2": ".experiments.theory",
+    "fedhdp_server_variance": ".experiments.table2",
+    "fedhdp_opt_out": ".experiments.table2",
+    "fedhdp_server_variance_vs_rho": ".experiments.table2",
+    "fedhdp_table2": ".experiments.table2",
     "fedhdp_training": ".experiments.training",
 }
 PLOTS = {
