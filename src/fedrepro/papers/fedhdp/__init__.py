@@ -12,9 +12,9 @@ Beside them: privacy (Sec. 5.1's epsilons, Table 7's effective noise multiplier)
 """
 
 KINDS = {
-    "fedhdp_server_variance": ".experiments.table2",
-    "fedhdp_opt_out": ".experiments.table2",
-    "fedhdp_server_variance_vs_rho": ".experiments.table2",
+    "fedhdp_server_variance": ".experiments.server_variance",
+    "fedhdp_opt_out": ".experiments.opt_out",
+    "fedhdp_server_variance_vs_rho": ".experiments.server_variance_vs_rho",
     "fedhdp_table2": ".experiments.table2",
     "fedhdp_training": ".experiments.training",
 }
