@@ -41,7 +41,8 @@ ROOT = HERE.parent
 def _eval_periods(p: dict) -> tuple[float, float]:
     """fl_training: one and two evaluation periods, in epochs (its ``eval_every`` counts rounds of ``tau``
     iterations), so that both fractional runs include their share of the periodic evaluations."""
-    period = max(1, math.ceil(p.get("eval_every", 10) * p["tau"] / p.get("iters_per_epoch", 60)))
+    # resolved parameters (schema defaults filled in); iters_per_epoch null: derived from the data, about 60
+    period = max(1, math.ceil(p["eval_every"] * p["tau"] / (p["iters_per_epoch"] or 60)))
     return period, 2 * period
 
 
