@@ -12,7 +12,7 @@ from kinds import call_kind
 
 from fedrepro.experiments import RunContext
 from fedrepro.papers.adaped import linreg as lr
-from fedrepro.papers.adaped.experiments.linreg import personalized_linreg
+from fedrepro.papers.adaped.experiments.linreg import adaped_linreg
 
 
 def _data(m, n, d, seed, st2=0.3, sx2=0.7, mu_std=0.5, x_var=1.3):
@@ -167,7 +167,7 @@ _P = dict(
 
 def _run(seed=0, **over):
     p = {**_P, **over}
-    return call_kind("personalized_linreg", p, np.random.default_rng(seed), RunContext("adaped.test", seed))
+    return call_kind("adaped_linreg", p, np.random.default_rng(seed), RunContext("adaped.test", seed))
 
 
 def test_kind_is_deterministic_and_keys():
@@ -244,10 +244,10 @@ def test_the_printed_rows_are_read_from_the_registry():
 
     cfg = load_global()
     exp = resolve_experiment(cfg, "adaped.linreg_d50", "quick", {"m": 300, "stationary_search": False})
-    out = personalized_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0, config=cfg))
+    out = adaped_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0, config=cfg))
     assert "printed gain vs FedAvg 14.8 ± 1.2" in out.checks["printed_fedavg_gain_within_mmse_bound"].detail
     with pytest.raises(Exception, match="reads the registry"):
-        personalized_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0))
+        adaped_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0))
 
 
 def test_a_reused_population_gives_the_same_result_as_a_fresh_one():

@@ -200,7 +200,7 @@ def _fmt(values: dict) -> str:
 
 
 @experiment_kind(
-    "fl_training",
+    "adaped_fl_training",
     SCHEMA,
     metrics=(
         "acc.*",
@@ -218,7 +218,7 @@ def _fmt(values: dict) -> str:
     ),
     checks=("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases"),
 )
-def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import n_rounds, train
     from fedrepro.learning.models import n_params

@@ -212,7 +212,7 @@ def printed_inputs(p: dict, cfg, exp_id: str) -> dict:
 
 
 @experiment_kind(
-    "personalized_linreg",
+    "adaped_linreg",
     SCHEMA,
     metrics=("alt_vs_known_increase_pct", "gain_vs_fedavg_pct", "gain_vs_local_pct", "mse.*", "bound.*"),
     checks=(
@@ -226,7 +226,7 @@ def printed_inputs(p: dict, cfg, exp_id: str) -> dict:
     # the clients' data X (m, n, d) and Y (m, n), and theta (m, d)
     memory=MemoryNeed(("m", "n", "d"), lambda p: FLOAT64 * p["m"] * (p["n"] * p["d"] + p["n"] + p["d"])),
 )
-def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+def adaped_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     st2, sx2 = p["sigma_theta2"], p["sigma_x2"]
     data, spec, pooled = _population(p, rng)
     err = lambda th: ((th - data.theta) ** 2).sum(axis=1)  # noqa: E731  per-client squared error, (m,)
