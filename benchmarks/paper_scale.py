@@ -39,15 +39,16 @@ ROOT = HERE.parent
 
 
 def _eval_periods(p: dict) -> tuple[float, float]:
-    """fl_training: one and two evaluation periods, in epochs (its ``eval_every`` counts rounds of ``tau``
+    """adaped_fl_training: one and two evaluation periods, in epochs (its ``eval_every`` counts rounds of ``tau``
     iterations), so that both fractional runs include their share of the periodic evaluations."""
-    period = max(1, math.ceil(p.get("eval_every", 10) * p["tau"] / p.get("iters_per_epoch", 60)))
+    # resolved parameters (schema defaults filled in); iters_per_epoch null: derived from the data, about 60
+    period = max(1, math.ceil(p["eval_every"] * p["tau"] / (p["iters_per_epoch"] or 60)))
     return period, 2 * period
 
 
 #: kind -> (the parameter its cost grows with, the two values k1 < k2 it is run at, or a function of the params)
 FRACTION_KNOBS: dict[str, tuple[str, tuple[float, float] | Callable[[dict], tuple[float, float]]]] = {
-    "fl_training": ("epochs", _eval_periods),
+    "adaped_fl_training": ("epochs", _eval_periods),
     "fedhdp_training": ("rounds", (10, 20)),  # eval_every 10 rounds
     "ppsgd_synthetic": ("niter", (10, 20)),
     "ppsgd_linear": ("epochs", (1, 2)),

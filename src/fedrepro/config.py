@@ -78,6 +78,35 @@ def validate(
     raise error(f"{source}: {_key_path(path)}: {err.message}{tail}")
 
 
+def fill_defaults(instance: Any, schema: Mapping) -> Any:
+    """A copy of ``instance`` with every key its JSON schema gives a ``default`` for and the instance lacks set to
+    that default, at every depth the schema describes an object (``properties``, ``additionalProperties``,
+    ``items``): the values a run uses are the ones its resolved config.yaml records, not defaults kept in code.
+    A default is filled in before its own defaults (an absent ``opt_out: {default: {}}`` gets its ``fraction``)."""
+    if isinstance(instance, dict):
+        out = dict(instance)
+        props = schema.get("properties") or {}
+        for key, sub in props.items():
+            if key not in out and "default" in sub:
+                out[key] = copy.deepcopy(sub["default"])
+        extra = schema.get("additionalProperties")
+        for key, value in out.items():
+            sub = props.get(key, extra if isinstance(extra, Mapping) else None)
+            if sub is not None:
+                out[key] = fill_defaults(value, sub)
+        return out
+    if isinstance(instance, list) and isinstance(schema.get("items"), Mapping):
+        return [fill_defaults(v, schema["items"]) for v in instance]
+    return instance
+
+
+def resolve_params(given: Mapping, schema: Mapping, *, source: str = "params", prefix: tuple = ()) -> dict:
+    """A kind's parameters as it runs with them: ``given`` with the schema's defaults filled in, validated."""
+    params = fill_defaults(dict(given), schema)
+    validate(params, schema, source=source, prefix=prefix)
+    return params
+
+
 def yaml_syntax_error(path: str | Path, exc: yaml.YAMLError) -> ConfigError:
     """One line naming the file, line and column of a YAML syntax error (PyYAML's own message spans several lines
     and names the parsed string, not the file)."""
@@ -250,14 +279,14 @@ def resolve_experiment(
     entry = doc["experiments"][name]
     scale = run_scale(entry, scale or cfg["scale"])
     kind = get_kind(entry["kind"], source=f"{cfg['papers'][paper]}: experiments.{name}.kind")
-    paper_params = dict(entry["params"])
-    params = deep_merge(paper_params, entry.get("quick") or {}) if scale == "quick" else dict(paper_params)
+    given = dict(entry["params"])
+    params = deep_merge(given, entry.get("quick") or {}) if scale == "quick" else dict(given)
     params = deep_merge(params, overrides or {})
-    source = str(cfg["papers"][paper])
-    validate(paper_params, kind.schema, source=source, prefix=("experiments", name, "params"))
-    validate(
-        params, kind.schema, source=source + " (after quick/--set overrides)", prefix=("experiments", name, "params")
-    )
+    source, prefix = str(cfg["papers"][paper]), ("experiments", name, "params")
+    # the schema's defaults are filled in after the overrides: effective_scale compares what runs, and the run's
+    # config.yaml records every value it ran with
+    paper_params = resolve_params(given, kind.schema, source=source, prefix=prefix)
+    params = resolve_params(params, kind.schema, source=source + " (after quick/--set overrides)", prefix=prefix)
     return Experiment(
         paper=paper,
         name=name,

@@ -2,11 +2,12 @@
 link from a deviating row to its forensic conclusion."""
 
 import pytest
+from kinds import call_kind
 
 from fedrepro.audit.forensics import readings
 from fedrepro.config import load_global
 from fedrepro.errors import ConfigError
-from fedrepro.experiments import RunContext, get_kind
+from fedrepro.experiments import RunContext
 
 SWEEP = {
     "experiment": "remark1",
@@ -18,7 +19,7 @@ SWEEP = {
 
 def sweep(tmp_path, **params):
     ctx = RunContext("adaped.forensic_test", 0, checkpoint_dir=tmp_path, config=load_global())
-    return get_kind("forensic_sweep").fn({**SWEEP, **params}, None, ctx)
+    return call_kind("forensic_sweep", {**SWEEP, **params}, None, ctx)
 
 
 def test_readings_are_every_combination_in_order():
@@ -153,7 +154,7 @@ def test_bad_rows_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="rows of another experiment"):
         sweep(tmp_path, rows=["K.bern.uniform"])
     with pytest.raises(ConfigError, match="needs the global configuration"):
-        get_kind("forensic_sweep").fn(SWEEP, None, RunContext("adaped.f", 0))
+        call_kind("forensic_sweep", SWEEP, None, RunContext("adaped.f", 0))
 
 
 def test_the_sweep_figure_draws_every_row(tmp_path):
@@ -320,7 +321,7 @@ def test_a_sweep_reads_the_stopping_time_from_each_runs_history(tmp_path):
         "fixed": {"m": 60, "rounds": 12, "variants": []},
         "stopping_time": {**STOP, "value": "mse_adamix", "rows": {"T3.r2.c1": 10, "T3.r2.c2": 20}},
     }
-    out = get_kind("forensic_sweep").fn(p, None, ctx)
+    out = call_kind("forensic_sweep", p, None, ctx)
     for row in ("T3.r2.c1", "T3.r2.c2"):
         assert out.checks[f"conclusion.{row}"].detail.startswith(
             "stopping time rounds (unstated; every round of each reading's run): "
@@ -329,4 +330,4 @@ def test_a_sweep_reads_the_stopping_time_from_each_runs_history(tmp_path):
     assert "T3.r2.c1, T3.r2.c2" in out.checks["stopping_time.joint"].detail
     assert set(out.metrics["stopping_steps"]) == {"T3.r2.c1", "T3.r2.c2"}
     with pytest.raises(ConfigError, match="stopping_time.rows"):
-        get_kind("forensic_sweep").fn({**p, "rows": ["T3.r2.c1"]}, None, ctx)
+        call_kind("forensic_sweep", {**p, "rows": ["T3.r2.c1"]}, None, ctx)

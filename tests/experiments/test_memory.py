@@ -23,7 +23,7 @@ SIZED_KINDS = {
     "fedhdp_table2",
     "gaussian_dp_estimation",
     "histograms_synthetic",
-    "personalized_linreg",
+    "adaped_linreg",
     "ppsgd_synthetic",
 }
 

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from kinds import call_kind
 
 from fedrepro.aggregate import flatten
 from fedrepro.config import validate
@@ -24,9 +25,7 @@ CURVE = {
 
 
 def run(kind, params, seed=0):
-    k = get_kind(kind)
-    validate(params, k.schema, source="test")
-    return k.fn(params, np.random.default_rng(seed), CTX)
+    return call_kind(kind, params, np.random.default_rng(seed), CTX)
 
 
 def test_privacy_curve_metrics_history_checks():

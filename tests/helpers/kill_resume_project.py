@@ -12,8 +12,8 @@ from fedrepro.config import REPO_ROOT
 
 
 def write_project(tmp: Path) -> Path:
-    """A one-experiment project in ``tmp`` (its config.yaml is returned): an fl_training run of two methods over many
-    short rounds with frequent checkpoints, on a synthetic quadrant-image partition written here."""
+    """A one-experiment project in ``tmp`` (its config.yaml is returned): an adaped_fl_training run of two methods
+    over many short rounds with frequent checkpoints, on a synthetic quadrant-image partition written here."""
     cfg = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     (tmp / "partitions.yaml").write_text(
         yaml.safe_dump(
@@ -38,7 +38,7 @@ def write_project(tmp: Path) -> Path:
                 "title": "kill-and-resume test",
                 "experiments": {
                     "train": {
-                        "kind": "fl_training",
+                        "kind": "adaped_fl_training",
                         "description": "two methods, many short rounds",
                         "partitions": ["synthetic_quadrants"],
                         "params": {

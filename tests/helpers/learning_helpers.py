@@ -112,10 +112,10 @@ def write_quadrant_partition(
 
 
 def run_kind(kind_name: str, params: dict, exp_id: str, partitions: dict, seed: int = 0):
-    """Validate ``params`` against the kind's schema (as the workflow does) and run the kind on ``partitions``."""
-    from fedrepro.config import validate
-    from fedrepro.experiments import RunContext, get_kind
+    """Resolve ``params`` against the kind's schema (defaults filled, validated, as the workflow does) and run the
+    kind on ``partitions``."""
+    from kinds import call_kind
 
-    kind = get_kind(kind_name)
-    validate(params, kind.schema, source="test", prefix=("params",))
-    return kind.fn(params, np.random.default_rng(seed), RunContext(exp_id, seed, partitions=partitions))
+    from fedrepro.experiments import RunContext
+
+    return call_kind(kind_name, params, np.random.default_rng(seed), RunContext(exp_id, seed, partitions=partitions))

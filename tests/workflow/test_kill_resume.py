@@ -1,5 +1,5 @@
-"""Kill-and-resume of a long training run for real: `python -m fedrepro run` of an fl_training experiment is SIGKILLed
-after it wrote a round checkpoint, started again, and must end with exactly the metrics and history of an
+"""Kill-and-resume of a long training run for real: `python -m fedrepro run` of an adaped_fl_training experiment is
+SIGKILLed after it wrote a round checkpoint, started again, and must end with exactly the metrics and history of an
 uninterrupted run; the checkpoints are removed once the run completed."""
 
 from __future__ import annotations

@@ -54,15 +54,17 @@ SCHEMA = {
         "grid": {
             "oneOf": [{"$ref": "#/$defs/grid"}, {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/grid"}}]
         },
-        "fixed": {"type": "object"},  # overrides applied under every reading
-        "seeds": {"type": "array", "minItems": 1, "items": INT0},
-        "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}},  # row -> fix + test
-        "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}},  # row -> what
+        "fixed": {"type": "object", "default": {}},  # overrides applied under every reading
+        "seeds": {"type": "array", "minItems": 1, "items": INT0, "default": [0]},
+        # row -> fix + test
+        "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}, "default": {}},
+        "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}, "default": {}},  # row -> what
         # a stopping time the paper leaves open, read from each run's history instead of rerunning per value: each
         # reading runs to its configured `param` (e.g. rounds) and every row in `rows` is judged at every `step` of
-        # its history, the cell of the row picked by `select` (history column) == rows[row]
+        # its history, the cell of the row picked by `select` (history column) == rows[row]; null: none
         "stopping_time": {
-            "type": "object",
+            "type": ["object", "null"],
+            "default": None,
             "additionalProperties": False,
             "required": ["param", "step", "value", "select", "rows"],
             "properties": {
@@ -392,13 +394,13 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     # config's values) is that reading, counted once
     grid, resolved, seen = [], [], set()
     for reading in [{}] + readings(p["grid"]):
-        exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p.get("fixed") or {}, _nest(reading)))
+        exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p["fixed"], _nest(reading)))
         if params_digest(exp.params) not in seen:
             seen.add(params_digest(exp.params))
             grid.append(reading)
             resolved.append(exp)
-    seeds = p.get("seeds", [0])
-    stop = p.get("stopping_time")
+    seeds = p["seeds"]
+    stop = p["stopping_time"]
     stop_rows = [t for t in rows if stop and t.id in stop["rows"]]
     if stop and len(stop_rows) != len(stop["rows"]):
         raise ConfigError(f"{ctx.exp_id}: params.stopping_time.rows: {', '.join(sorted(stop['rows']))} must be in rows")
@@ -428,7 +430,7 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
             )
     checks = {
         f"conclusion.{t.id}": conclusion(
-            t, per_row[t.id], (p.get("implementation_fix") or {}).get(t.id), (p.get("paper_issue") or {}).get(t.id)
+            t, per_row[t.id], p["implementation_fix"].get(t.id), p["paper_issue"].get(t.id)
         )
         for t in rows
     }

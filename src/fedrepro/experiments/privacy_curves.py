@@ -50,17 +50,20 @@ CURVE_SCHEMA = {
         "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "accountants": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(ACCOUNTANTS)}},
         "curve_points": INT1,
-        "primary": {"enum": list(ACCOUNTANTS)},
+        # the accountant of the headline epsilon; null: rdp when listed, else the first of accountants
+        "primary": {"enum": [*ACCOUNTANTS, None], "default": None},
         "orders": {
             "oneOf": [
                 {"enum": list(ORDER_GRIDS)},
                 {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 1}},
-            ]
+            ],
+            "default": "default",
         },
-        "pld_discretization": POSITIVE,
-        "agreement_rtol": POSITIVE,
-        "sampling": {"enum": ["poisson", "without_replacement"]},
-        "population": INT1,
+        "pld_discretization": {**POSITIVE, "default": DEFAULT_PLD_DISCRETIZATION},
+        "agreement_rtol": {**POSITIVE, "default": DEFAULT_AGREEMENT_RTOL},
+        "sampling": {"enum": ["poisson", "without_replacement"], "default": "poisson"},
+        # clients to draw from without replacement (null: none, Poisson sampling)
+        "population": {"anyOf": [INT1, {"type": "null"}], "default": None},
     },
 }
 
@@ -114,16 +117,16 @@ def _classic_check(curves) -> Check:
 def _accounting(p: dict, exp_id: str) -> tuple[list[str], str, dict]:
     """(accountants, primary accountant, keyword arguments of epsilon_curve) from a kind's params."""
     accs = list(p["accountants"])
-    primary = p.get("primary", "rdp" if "rdp" in accs else accs[0])
+    primary = p["primary"] or ("rdp" if "rdp" in accs else accs[0])
     if primary not in accs:
         raise ConfigError(f"{exp_id}: params.primary={primary!r} must be one of params.accountants {accs}")
-    orders = p.get("orders", "default")
+    orders = p["orders"]
     orders = ORDER_GRIDS[orders] if isinstance(orders, str) else tuple(orders)
     kw = dict(
         orders=orders,
-        sampling=p.get("sampling", "poisson"),
-        population=p.get("population"),
-        pld_discretization=p.get("pld_discretization", DEFAULT_PLD_DISCRETIZATION),
+        sampling=p["sampling"],
+        population=p["population"],
+        pld_discretization=p["pld_discretization"],
     )
     return accs, primary, kw
 
@@ -234,7 +237,7 @@ def privacy_curve(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         metrics["order"] = order
     checks = {}
     if "rdp" in curves and "opacus_rdp" in curves:
-        checks["rdp_agrees_with_opacus"] = _agreement(curves, p.get("agreement_rtol", DEFAULT_AGREEMENT_RTOL))
+        checks["rdp_agrees_with_opacus"] = _agreement(curves, p["agreement_rtol"])
         metrics["rel_gap_rdp_opacus"] = checks["rdp_agrees_with_opacus"].value
     if "rdp" in curves and "pld" in curves:
         checks["pld_not_above_rdp"] = _pld_check(curves, disc)

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kinds import call_kind
 from scipy.stats import multivariate_normal
 
-from fedrepro.experiments import RunContext, get_kind
+from fedrepro.experiments import RunContext
 from fedrepro.papers.adaped import adamix as am
 from fedrepro.seeding import rng_for
 
@@ -149,9 +150,9 @@ SMALL = {
 
 
 def _run(seed: int, **over):
-    kind = get_kind("adamix_linreg")
-    p = {**SMALL, **over}
-    return kind.fn(p, rng_for("adaped.table3", seed), RunContext("adaped.table3", seed))
+    return call_kind(
+        "adamix_linreg", {**SMALL, **over}, rng_for("adaped.table3", seed), RunContext("adaped.table3", seed)
+    )
 
 
 def test_experiment_is_deterministic_and_checks_pass():

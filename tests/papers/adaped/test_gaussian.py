@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kinds import call_kind
 
 from fedrepro.papers.adaped import gaussian as g
 
@@ -143,7 +144,7 @@ def test_largest_recovering_sigma_q():
 
 
 def _dp_run(**over):
-    from fedrepro.experiments import RunContext, get_kind
+    from fedrepro.experiments import RunContext
 
     p = {
         "m": 500,
@@ -161,7 +162,7 @@ def _dp_run(**over):
         "z": 4.0,
         **over,
     }
-    return get_kind("gaussian_dp_estimation").fn(p, np.random.default_rng(3), RunContext("adaped.t", 0))
+    return call_kind("gaussian_dp_estimation", p, np.random.default_rng(3), RunContext("adaped.t", 0))
 
 
 def test_the_kind_checks_its_monte_carlo_against_the_exact_form_with_the_projection():

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kinds import call_kind
 
 from fedrepro.experiments import RunContext
 from fedrepro.papers.adaped import linreg as lr
-from fedrepro.papers.adaped.experiments.linreg import _mc_check, personalized_linreg
+from fedrepro.papers.adaped.experiments.linreg import adaped_linreg
 
 
 def _data(m, n, d, seed, st2=0.3, sx2=0.7, mu_std=0.5, x_var=1.3):
@@ -81,12 +82,6 @@ def test_local_ols_mse_equals_eq53_when_n_gt_d():
     se = err.std(axis=0, ddof=1) / math.sqrt(reps)
     assert np.all(np.abs(err.mean(axis=0) - eq53) <= 4.5 * se), (err.mean(axis=0), eq53, se)
     np.testing.assert_allclose(spec.local_pinv_mse(theta, sx2)[:k], eq53, rtol=1e-8)
-
-
-def test_mc_check_can_fail():
-    errs = np.random.default_rng(0).exponential(1.0, 5000)
-    assert _mc_check("x", errs, np.ones_like(errs), 4.0).passed
-    assert not _mc_check("x", errs, np.full_like(errs, 1.2), 4.0).passed
 
 
 def test_fedavg_pooled_ls_is_global_least_squares():
@@ -172,7 +167,7 @@ _P = dict(
 
 def _run(seed=0, **over):
     p = {**_P, **over}
-    return personalized_linreg(p, np.random.default_rng(seed), RunContext("adaped.test", seed))
+    return call_kind("adaped_linreg", p, np.random.default_rng(seed), RunContext("adaped.test", seed))
 
 
 def test_kind_is_deterministic_and_keys():
@@ -249,10 +244,10 @@ def test_the_printed_rows_are_read_from_the_registry():
 
     cfg = load_global()
     exp = resolve_experiment(cfg, "adaped.linreg_d50", "quick", {"m": 300, "stationary_search": False})
-    out = personalized_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0, config=cfg))
+    out = adaped_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0, config=cfg))
     assert "printed gain vs FedAvg 14.8 ± 1.2" in out.checks["printed_fedavg_gain_within_mmse_bound"].detail
     with pytest.raises(Exception, match="reads the registry"):
-        personalized_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0))
+        adaped_linreg(exp.params, np.random.default_rng(0), RunContext(exp.id, 0))
 
 
 def test_a_reused_population_gives_the_same_result_as_a_fresh_one():

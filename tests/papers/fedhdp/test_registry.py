@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import fedhdp_registry as gen
 import pytest
+from kinds import call_kind
 
 from fedrepro.config import REPO_ROOT
 from fedrepro.report.registry import load_registry
@@ -174,7 +175,7 @@ def test_theory_checks_named_in_the_registry_are_produced(exp):
     import numpy as np
 
     from fedrepro.config import load_global, load_paper
-    from fedrepro.experiments import RunContext, get_kind
+    from fedrepro.experiments import RunContext
 
     e = load_paper(load_global(), "fedhdp")["experiments"][exp]
     small = {
@@ -184,7 +185,7 @@ def test_theory_checks_named_in_the_registry_are_produced(exp):
         "fig4": {"trials": 200},
         "table2": {"trials": 200},
     }[exp]
-    out = get_kind(e["kind"]).fn({**e["params"], **small}, np.random.default_rng(0), RunContext("t", 0))
+    out = call_kind(e["kind"], {**e["params"], **small}, np.random.default_rng(0), RunContext("t", 0))
     named = set()
     for r in rows():
         if r["experiment"] == f"fedhdp.{exp}" and r["key"].startswith("check:"):

@@ -17,9 +17,9 @@ KINDS = {
     "gaussian_remark1": ".experiments.gaussian",
     "bernoulli_synthetic": ".experiments.bernoulli",
     "political_bernoulli": ".experiments.political",
-    "personalized_linreg": ".experiments.linreg",
+    "adaped_linreg": ".experiments.linreg",
     "adamix_linreg": ".experiments.adamix",
-    "fl_training": ".experiments.fl_training",
+    "adaped_fl_training": ".experiments.fl_training",
     "adaped_thm5": ".experiments.privacy",
     "adaped_ldp": ".experiments.privacy",
 }

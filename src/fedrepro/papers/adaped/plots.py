@@ -1,6 +1,6 @@
 """Plot styles for the AdaPeD paper's figures (axes, curve names and legends as printed): the DP estimation figures
 (Figs. 1a, 3a, 3b) and the federated learning figures (Fig. 1b, Figs. 2a/2b, and the psi trajectories behind the
-Sec. 4 statements Q1/Q2), drawn from fl_training runs: the history rows of each method's selected learning rate
+Sec. 4 statements Q1/Q2), drawn from adaped_fl_training runs: the history rows of each method's selected learning rate
 (column ``selected``), mean over seeds with a +-1 std band."""
 
 from __future__ import annotations

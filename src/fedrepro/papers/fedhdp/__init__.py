@@ -13,10 +13,10 @@ scripts/fedhdp_registry.py.
 """
 
 KINDS = {
-    "fedhdp_server_variance": ".experiments.theory",
-    "fedhdp_opt_out": ".experiments.theory",
-    "fedhdp_server_variance_vs_rho": ".experiments.theory",
-    "fedhdp_table2": ".experiments.theory",
+    "fedhdp_server_variance": ".experiments.server_variance",
+    "fedhdp_opt_out": ".experiments.opt_out",
+    "fedhdp_server_variance_vs_rho": ".experiments.server_variance_vs_rho",
+    "fedhdp_table2": ".experiments.table2",
     "fedhdp_training": ".experiments.training",
 }
 PLOTS = {

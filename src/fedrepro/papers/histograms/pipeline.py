@@ -48,7 +48,7 @@ ALGO_PROPERTIES = {
     "lam": UNIT,
     "local_beta": POSITIVE,
     "center_floor": NONNEG,
-    "init_nonprivate": {"enum": ["train", "validation"]},
+    "init_nonprivate": {"enum": ["train", "validation"], "default": "train"},
     "dimred": {
         "type": "object",
         "additionalProperties": False,
@@ -57,7 +57,7 @@ ALGO_PROPERTIES = {
         "properties": {"keep_tokens": INT1, "threshold": POSITIVE},
     },
     "ifca_lr": POSITIVE,
-    "ifca_init_mix": UNIT,
+    "ifca_init_mix": {**UNIT, "default": 0.0},
     "private": {
         "type": "object",
         "additionalProperties": False,
@@ -65,7 +65,7 @@ ALGO_PROPERTIES = {
         "properties": {
             "total_epsilon": POSITIVE,
             "delta": DELTA,
-            "reading": {"enum": ["total", "per_step", "basic"]},
+            "reading": {"enum": ["total", "per_step", "basic"], "default": "total"},
             # a list is tuned on the validation users (run_pipeline)
             "clip": {"oneOf": [POSITIVE, POSITIVE_LIST]},
             "s": POSITIVE,
@@ -73,8 +73,8 @@ ALGO_PROPERTIES = {
         },
     },
     "regimes": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(REGIMES)}},
-    "trace_users": INT1,
-    "dtype": {"enum": ["float32", "float64"]},
+    "trace_users": {**INT1, "default": 5000},
+    "dtype": {"enum": ["float32", "float64"], "default": "float32"},
 }
 ALGO_REQUIRED = ["K", "T", "tau", "lam", "local_beta", "center_floor", "dimred", "ifca_lr", "private", "regimes"]
 
@@ -174,7 +174,7 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
     K, T, floor = p["K"], p["T"], p["center_floor"]
     ev = Evaluator(data, floor, p["lam"], p["local_beta"])
     S = data.S
-    n_tr = min(p.get("trace_users", 5000), S.shape[0])
+    n_tr = min(p["trace_users"], S.shape[0])
     tr_idx = np.sort(rng.choice(S.shape[0], size=n_tr, replace=False))
     Q_tr, h_tr = np.asarray(data.Qeval[tr_idx]), ev.h[tr_idx]
 
@@ -194,7 +194,7 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
         fits: dict[str, list[Fit]] = {}
         if private:
             pr = p["private"]
-            b = per_step_budget(pr["total_epsilon"], pr["delta"], T, pr.get("reading", "total"))
+            b = per_step_budget(pr["total_epsilon"], pr["delta"], T, pr["reading"])
             eps, dlt = b.per_step_epsilon, b.per_step_delta
             diag["private_budget"] = {
                 "per_step_epsilon": eps,
@@ -210,7 +210,7 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
             def recenter_with(c):
                 return lambda S_, labels, K_: private_centering(S_, labels, K_, eps, dlt, c, pr["s"], floor, rng)
         else:
-            init_src = data.S if p.get("init_nonprivate", "train") == "train" else data.Sval
+            init_src = data.S if p["init_nonprivate"] == "train" else data.Sval
             clips, ifca_clips = [None], [None]
             fits["fedavg"] = [Fit(None, fedavg(S)[None, :], zero)]
 
@@ -231,7 +231,7 @@ def run_pipeline(data: HistData, p: dict, rng: np.random.Generator, regimes=REGI
                 T,
                 p["ifca_lr"],
                 floor,
-                init_mix=p.get("ifca_init_mix", 0.0),
+                init_mix=p["ifca_init_mix"],
                 private=private,
                 rng=rng,
                 epsilon=eps if private else None,

@@ -1,4 +1,4 @@
-"""The fl_training experiment kind: every method of a table on one partition, private methods per epsilon with
+"""The adaped_fl_training experiment kind: every method of a table on one partition, private methods per epsilon with
 noise from the privacy module, the lr grid and its selection recorded, checks, and config errors naming the key."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def params(**over):
 def run(p, partition_dir, seed=0):
     from learning_helpers import run_kind
 
-    return run_kind("fl_training", p, "adaped.test", {"p": partition_dir}, seed)
+    return run_kind("adaped_fl_training", p, "adaped.test", {"p": partition_dir}, seed)
 
 
 def test_methods_lr_grid_and_checks(partition_dir):

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from kinds import call_kind
 
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.papers.fedhdp import linear_regression as lr
@@ -164,7 +165,7 @@ def test_linear_regression_loss_matches_monte_carlo():
 
 # ---------------------------------------------------------------------------------------------------- kinds
 def _run(kind, params, seed=0):
-    return get_kind(kind).fn(params, np.random.default_rng(seed), RunContext("test", seed))
+    return call_kind(kind, params, np.random.default_rng(seed), RunContext("test", seed))
 
 
 def test_fig1_kind_small():

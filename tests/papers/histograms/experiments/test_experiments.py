@@ -5,11 +5,13 @@ import csv
 
 import numpy as np
 import pytest
+from kinds import call_kind
 
-from fedrepro.config import REPO_ROOT, load_global, resolve_experiment
+from fedrepro.config import REPO_ROOT, fill_defaults, load_global, resolve_experiment
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.papers.histograms.claims import CLAIMS
+from fedrepro.papers.histograms.experiments import table1
 from fedrepro.papers.histograms.experiments.table1 import histogram_data, run_table1
 from fedrepro.papers.histograms.generator import make_mixture, sample_users
 from fedrepro.papers.histograms.pipeline import METHODS
@@ -61,7 +63,7 @@ def _registry(experiment):
 
 
 def test_synthetic_run_produces_every_registered_key_and_the_papers_ordering():
-    out = get_kind("histograms_synthetic").fn(SMALL, np.random.default_rng(0), RunContext("histograms.x", 0))
+    out = call_kind("histograms_synthetic", SMALL, np.random.default_rng(0), RunContext("histograms.x", 0))
     flat = _flat(out.metrics)
     for r in _registry("histograms.x_synthetic"):
         if r["key"].startswith("check:"):
@@ -98,6 +100,7 @@ def test_table1_produces_exactly_the_registered_keys():
     p = dict(
         ALGO, vocab_size=80, train_tokens=50, test_tokens=400, val_users=200, val_tokens=200, split_seed=0, runs=2, z=4
     )
+    p = fill_defaults(p, table1.SCHEMA)
     out = run_table1(histogram_data(_token_histograms(), p), p, np.random.default_rng(1))
     flat = _flat(out.metrics)
     rows = _registry("histograms.table1")
@@ -115,7 +118,7 @@ def test_table1_produces_exactly_the_registered_keys():
 def test_table1_kind_needs_the_reddit_dataset():
     exp = resolve_experiment(CFG, "histograms.table1", "paper")
     with pytest.raises(DataError, match="reddit"):
-        get_kind("histograms_table1").fn(exp.params, np.random.default_rng(0), RunContext("histograms.table1", 0))
+        call_kind("histograms_table1", exp.params, np.random.default_rng(0), RunContext("histograms.table1", 0))
 
 
 @pytest.mark.parametrize("scale", ["quick", "paper"])
@@ -170,7 +173,7 @@ def test_a_list_of_clips_is_tuned_on_validation_users():
 
     base = dict(SMALL, regimes=["private"])
     tuned = dict(base, private=dict(base["private"], clip=[0.5, 2.0, 8.0], ifca_clip=[0.1, 1.0]))
-    out = get_kind("histograms_synthetic").fn(tuned, np.random.default_rng(0), RunContext("histograms.x", 0))
+    out = call_kind("histograms_synthetic", tuned, np.random.default_rng(0), RunContext("histograms.x", 0))
     tuning = out.metrics["diagnostics"]["private"]["tuning"]
     assert set(tuning) == set(METHODS) - {"local"}
     for row, t in tuning.items():
@@ -182,14 +185,14 @@ def test_a_list_of_clips_is_tuned_on_validation_users():
     assert np.corrcoef(tuning["alg2_ft"]["validation_kl"], tuning["alg2_ft"]["kl"])[0, 1] > 0.9
     # a one-candidate list is the scalar run, bit for bit
     one = dict(base, private=dict(base["private"], clip=[1.0], ifca_clip=[1.0]))
-    a = get_kind("histograms_synthetic").fn(one, np.random.default_rng(0), RunContext("histograms.x", 0))
-    b = get_kind("histograms_synthetic").fn(base, np.random.default_rng(0), RunContext("histograms.x", 0))
+    a = call_kind("histograms_synthetic", one, np.random.default_rng(0), RunContext("histograms.x", 0))
+    b = call_kind("histograms_synthetic", base, np.random.default_rng(0), RunContext("histograms.x", 0))
     assert a.metrics["kl"] == b.metrics["kl"] and "tuning" not in a.metrics["diagnostics"]["private"]
     # tuning needs validation users
     rng = np.random.default_rng(0)
     u = sample_users(make_mixture(30, 2, 20.0, 1.0, 2.0, rng), 200, 40, 0, rng, dtype=np.float64)
     data = HistData(S=u.train / 40.0, counts=u.train, Qeval=u.Q, Sval=u.train[:50] / 40.0)
-    small = dict(tuned, K=2, T=2, dimred={"keep_tokens": 5})
+    small = fill_defaults(dict(tuned, K=2, T=2, dimred={"keep_tokens": 5}), get_kind("histograms_synthetic").schema)
     with pytest.raises(ConfigError, match="validation users"):
         run_pipeline(data, small, rng, regimes=["private"])
 
@@ -206,6 +209,7 @@ def test_table1_validation_users_score_the_tuning():
         runs=1,
         max_users=500,
     )
+    p = fill_defaults(p, table1.SCHEMA)
     hist = _token_histograms()
     data = histogram_data(hist, p)
     assert np.all(data.tune_index < 500) and len(data.tune_index) == np.count_nonzero(hist.val_index < 500)

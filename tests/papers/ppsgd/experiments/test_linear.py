@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from fedrepro.config import fill_defaults
 from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.clients import Clients
 from fedrepro.papers.ppsgd.experiments import linear as lin
@@ -78,7 +79,7 @@ def test_tiny_training_learns_and_alpha_limits_hold():
     from fedrepro.papers.ppsgd.stepsizes import step_size_arrays
 
     ew, et = step_size_arrays([0.05, 0.05, 0.05], [0, 1, math.inf])
-    its, acc, rounds = lin.train(cl, p, 0.0, ew, et, seed=0)
+    its, acc, rounds = lin.train(cl, fill_defaults(p, lin.SCHEMA), 0.0, ew, et, seed=0)
     assert its[0] == 0 and np.all(np.diff(its) == 4)
     assert acc.shape == (len(its), 3)
     assert np.all(acc[-1] > 0.6)  # well-separated clusters: every alpha learns

@@ -4,9 +4,10 @@ import math
 
 import numpy as np
 import pytest
+from kinds import call_kind
 
 from fedrepro.errors import ConfigError
-from fedrepro.experiments import RunContext, get_kind
+from fedrepro.experiments import RunContext
 from fedrepro.papers.ppsgd import ppsgd_exp
 from fedrepro.papers.ppsgd.experiments import synthetic as syn
 
@@ -88,7 +89,7 @@ def test_first_crossing_and_selection():
 
 
 def test_small_run_checks_metrics_and_history():
-    out = get_kind("ppsgd_synthetic").fn(SMALL, np.random.default_rng(0), RunContext("ppsgd.t", 0))
+    out = call_kind("ppsgd_synthetic", SMALL, np.random.default_rng(0), RunContext("ppsgd.t", 0))
     assert out.checks["init_risk_matches_closed_form"].passed
     assert out.checks["init_risk_matches_expectation"].passed
     h = out.history
@@ -156,7 +157,7 @@ def test_compare_alphas_restricts_the_claims_to_the_plotted_curves():
     plotted = syn.compared_alphas({"compare_alphas": [0, 1, ".inf"]}, alphas)
     assert plotted == [0.0, 1.0, math.inf]
     assert syn.global_fastest_early(best, plotted, [0.0], 10).passed
-    assert syn.compared_alphas({}, alphas) == alphas
+    assert syn.compared_alphas({"compare_alphas": None}, alphas) == alphas
     with pytest.raises(ConfigError, match="compare_alphas"):
         syn.compared_alphas({"compare_alphas": [0, 3]}, alphas)
 
@@ -184,28 +185,25 @@ def test_small_run_with_the_claim_readings():
         stall={"window": 5, "max_drop": 0.5},
         crossing={"sigmas": [100.0], "window": [1, 25], "rule": "dominates_from"},
     )
-    out = get_kind("ppsgd_synthetic").fn(p, np.random.default_rng(0), RunContext("ppsgd.t", 0))
+    out = call_kind("ppsgd_synthetic", p, np.random.default_rng(0), RunContext("ppsgd.t", 0))
     assert "3" not in out.checks["local_overtakes_joint_at_large_noise"].detail.split("curve (")[1].split(";")[0]
     assert "need < 50%" in out.checks["global_stops_improving_without_noise"].detail
     with pytest.raises(ConfigError):
-        get_kind("ppsgd_synthetic").fn(
-            dict(p, compare_alphas=[0, 10]), np.random.default_rng(0), RunContext("ppsgd.t", 0)
+        call_kind(
+            "ppsgd_synthetic", dict(p, compare_alphas=[0, 10]), np.random.default_rng(0), RunContext("ppsgd.t", 0)
         )
 
 
 def test_the_crossing_check_states_its_distance_to_the_window():
     p = dict(SMALL, crossing={"sigmas": [100.0], "window": [1, 25], "rule": "dominates_from"})
-    c = (
-        get_kind("ppsgd_synthetic")
-        .fn(p, np.random.default_rng(0), RunContext("ppsgd.t", 0))
-        .checks["local_overtakes_joint_at_large_noise"]
-    )
+    c = call_kind("ppsgd_synthetic", p, np.random.default_rng(0), RunContext("ppsgd.t", 0)).checks[
+        "local_overtakes_joint_at_large_noise"
+    ]
     assert (c.expected, c.tolerance) == (13.0, 12.0) and (abs(c.value - 13) <= 12) == c.passed
-    far = (
-        get_kind("ppsgd_synthetic")
-        .fn(
-            dict(p, crossing=dict(p["crossing"], window=[200, 300])), np.random.default_rng(0), RunContext("ppsgd.t", 0)
-        )
-        .checks["local_overtakes_joint_at_large_noise"]
-    )
+    far = call_kind(
+        "ppsgd_synthetic",
+        dict(p, crossing=dict(p["crossing"], window=[200, 300])),
+        np.random.default_rng(0),
+        RunContext("ppsgd.t", 0),
+    ).checks["local_overtakes_joint_at_large_noise"]
     assert not far.passed and abs(far.value - far.expected) > far.tolerance

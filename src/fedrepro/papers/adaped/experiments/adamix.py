@@ -62,13 +62,13 @@ SCHEMA = {
         "loss": {"enum": list(am.LOSSES)},
         "init": {"enum": list(am.INITS)},
         "gmm_n_init": INT1,
-        "gmm_warm_start": {"type": "boolean"},
+        "gmm_warm_start": {"type": "boolean", "default": True},
         "z": POSITIVE,
         "cos_min": {"type": "number", "minimum": -1, "maximum": 1},
         # extras beside the paper's procedure (issue 15): "marginal_em", the well-posed variant
         # (fedrepro.papers.adaped.adamix_marginal), judged against the oracle posterior within z SE + oracle_rtol
-        "variants": {"type": "array", "uniqueItems": True, "items": {"enum": ["marginal_em"]}},
-        "oracle_rtol": NONNEG,
+        "variants": {"type": "array", "uniqueItems": True, "items": {"enum": ["marginal_em"]}, "default": []},
+        "oracle_rtol": {**NONNEG, "default": 0.05},
     },
 }
 
@@ -146,11 +146,11 @@ def adamix_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         noise_var=p["noise_var"],
         init=p["init"],
         n_init=p["gmm_n_init"],
-        gmm_warm_start=p.get("gmm_warm_start", True),
+        gmm_warm_start=p["gmm_warm_start"],
     )
     theta, _ = am.draw_mixture_models(m, mu, p["sigma_theta2"], rng)
     err_local, err_mix, fits, rows = {}, {}, {}, []
-    variants, oracle, err_me, me_rows = p.get("variants", []), {}, {}, []
+    variants, oracle, err_me, me_rows = p["variants"], {}, {}, []
     for n in p["n_values"]:
         X, Y = am.draw_linreg_data(theta, n, p["noise_var"], rng)
         err_local[n] = _mse(am.min_norm_ls(X, Y), theta)
@@ -230,7 +230,7 @@ def _oracle_check(errs: dict[int, np.ndarray], oracle: dict[int, np.ndarray], p:
     parts, ok = [], True
     for n, e in errs.items():
         diff = e - oracle[n]
-        tol = p["z"] * float(diff.std(ddof=1) / math.sqrt(diff.size)) + p.get("oracle_rtol", 0.05) * oracle[n].mean()
+        tol = p["z"] * float(diff.std(ddof=1) / math.sqrt(diff.size)) + p["oracle_rtol"] * oracle[n].mean()
         hit = abs(float(diff.mean())) <= tol
         ok &= hit
         parts.append(f"n={n}: {e.mean():.4f} vs oracle {oracle[n].mean():.4f} (tol {tol:.4f}){'' if hit else ' FAIL'}")

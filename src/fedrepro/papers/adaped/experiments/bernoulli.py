@@ -25,6 +25,7 @@ from scipy import integrate, stats
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.memory import FLOAT64, MemoryNeed
+from fedrepro.experiments.montecarlo import matches_closed_form
 from fedrepro.experiments.params import INT1, INT3, POSITIVE, UNIT
 from fedrepro.papers.adaped import bernoulli as b
 
@@ -105,19 +106,6 @@ def prior_moments(name: str, p: dict) -> tuple[float, float]:
     raise ValueError(f"unknown prior {name!r}")
 
 
-def _within(name: str, errs: np.ndarray, expected: float, z: float) -> Check:
-    value, se = float(errs.mean()), float(errs.std(ddof=1) / math.sqrt(errs.size))
-    ok = abs(value - expected) <= z * se
-    return Check(
-        ok,
-        f"{name}: MC {value:.6g} vs closed form {expected:.6g} (|diff| {abs(value - expected):.3g}, "
-        f"{z} SE = {z * se:.3g})",
-        value,
-        expected,
-        z * se,
-    )
-
-
 def _gain(mse_local: float, mse_pers: float) -> float:
     return 100.0 * (mse_local - mse_pers) / mse_local
 
@@ -183,16 +171,16 @@ def bernoulli_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         metrics["mse_personalized"][prior] = mp
         metrics["gain_pct_limit"][prior] = lim["gain_pct"]
         metrics["a_hat_mean"][prior] = float(est["a_hat"].mean())
-        checks[f"{prior}_local_matches_closed_form"] = _within(
+        checks[f"{prior}_local_matches_closed_form"] = matches_closed_form(
             f"{prior} local MSE vs E p(1-p)/n", err_loc.ravel(), lim["mse_local"], z
         )
-        checks[f"{prior}_eq6_matches_large_m_limit"] = _within(
+        checks[f"{prior}_eq6_matches_large_m_limit"] = matches_closed_form(
             f"{prior} eq. (6) MSE vs its large-m limit (a_inf = {lim['a']:.4f})",
             err_pers.ravel(),
             lim["mse_personalized"],
             z,
         )
-        checks[f"{prior}_mse_decrease_matches_large_m_limit"] = _within(
+        checks[f"{prior}_mse_decrease_matches_large_m_limit"] = matches_closed_form(
             f"{prior} paired MSE_local - MSE_eq6 vs its large-m limit",
             (err_loc - err_pers).ravel(),
             lim["mse_local"] - lim["mse_personalized"],
@@ -207,7 +195,7 @@ def bernoulli_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
                 "bayes_risk": risk,
                 "gain_pct": _gain(ml, float(err_bayes.mean())),
             }
-            checks["beta_known_prior_matches_bayes_risk"] = _within(
+            checks["beta_known_prior_matches_bayes_risk"] = matches_closed_form(
                 "Beta: eq. (31) MSE vs its Bayes risk", err_bayes.ravel(), risk, z
             )
             diff = (err_pers - err_bayes).ravel()

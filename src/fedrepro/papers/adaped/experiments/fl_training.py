@@ -73,36 +73,38 @@ SCHEMA = {
                 "properties": {
                     "algorithm": {"enum": list(ALGORITHMS)},
                     "lr": {"oneOf": [POSITIVE, {"type": "array", "minItems": 1, "items": POSITIVE}]},
-                    "options": {"type": "object"},
-                    "private": {"type": "boolean"},
+                    "options": {"type": "object", "default": {}},
+                    "private": {"type": "boolean", "default": False},
                 },
             },
         },
-        "privacy": {
-            "type": "object",
+        "privacy": {  # null: no private methods
+            "type": ["object", "null"],
+            "default": None,
             "additionalProperties": False,
             "required": ["epsilons", "delta", "clip"],
             "properties": {
                 "epsilons": POSITIVE_LIST,
                 "delta": DELTA,
                 "clip": POSITIVE,
-                "noise_from": {"enum": list(NOISE_FROM)},
+                "noise_from": {"enum": list(NOISE_FROM), "default": "thm5"},
             },
         },
         "checks": {
             "type": "object",
             "propertyNames": {"enum": list(CHECKS)},
             "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            "default": {},
         },
         "epochs": POSITIVE,
         "tau": INT1,
         "batch_size": {"oneOf": [INT1, {"const": "auto"}]},
-        "iters_per_epoch": INT1,
-        "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "weight_decay": NONNEG,
-        "eval_every": INT1,
-        "select": {"enum": list(SELECTION)},
+        "iters_per_epoch": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: ceil(median n_i / batch)
+        "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0},
+        "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0},
+        "weight_decay": {**NONNEG, "default": 1e-4},
+        "eval_every": {**INT1, "default": 10},
+        "select": {"enum": list(SELECTION), "default": "final_test"},
     },
 }
 
@@ -121,7 +123,7 @@ def _pick(runs: list[tuple[float, list[dict]]], rule: str) -> tuple[float, list[
 
 
 def _validate(p: dict, ctx: RunContext) -> None:
-    if p["batch_size"] == "auto" and "iters_per_epoch" not in p:
+    if p["batch_size"] == "auto" and p["iters_per_epoch"] is None:
         raise ConfigError(f"{ctx.exp_id}: params.batch_size=auto needs params.iters_per_epoch")
     if p["partition"] not in ctx.partitions:
         raise ConfigError(
@@ -129,15 +131,15 @@ def _validate(p: dict, ctx: RunContext) -> None:
             f"partitions ({sorted(ctx.partitions)})"
         )
     for name, spec in p["methods"].items():
-        if spec.get("private"):
-            if "privacy" not in p:
+        if spec["private"]:
+            if p["privacy"] is None:
                 raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.private needs params.privacy")
             if spec["algorithm"] not in TERMS:
                 raise ConfigError(
                     f"{ctx.exp_id}: params.methods.{name}.private: no accountant for algorithm "
                     f"{spec['algorithm']!r} (private algorithms: {sorted(TERMS)})"
                 )
-    for check, names in (p.get("checks") or {}).items():
+    for check, names in p["checks"].items():
         unknown = sorted(set(names) - set(p["methods"]))
         if unknown:
             raise ConfigError(f"{ctx.exp_id}: params.checks.{check}: unknown methods {unknown}")
@@ -198,7 +200,7 @@ def _fmt(values: dict) -> str:
 
 
 @experiment_kind(
-    "fl_training",
+    "adaped_fl_training",
     SCHEMA,
     metrics=(
         "acc.*",
@@ -216,7 +218,7 @@ def _fmt(values: dict) -> str:
     ),
     checks=("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases"),
 )
-def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import n_rounds, train
     from fedrepro.learning.models import n_params
@@ -224,35 +226,35 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     _validate(p, ctx)
     ds, data, factory, model_kw = training_setup(p, ctx)
     m = ds.n_clients
-    K = max(1, round(p.get("sampling_rate", 1.0) * m))
+    K = max(1, round(p["sampling_rate"] * m))
     seed = int(rng.integers(2**31))  # one seed per run, shared by every method: same init and data order
-    wd = p.get("weight_decay", 1e-4)
+    wd = p["weight_decay"]
     median_train = float(np.median(ds.counts("train")))
     # "vary the batch size so that each epoch consists of 60 iterations" (Sec. 4): B = ceil(median n_i / iters)
     batch = max(1, int(np.ceil(median_train / p["iters_per_epoch"]))) if p["batch_size"] == "auto" else p["batch_size"]
-    iters = p.get("iters_per_epoch") or max(1, int(np.ceil(median_train / batch)))
+    iters = p["iters_per_epoch"] or max(1, int(np.ceil(median_train / batch)))
     schedule = dict(
         batch_size=batch,
         epochs=p["epochs"],
         tau=p["tau"],
         clients_per_round=K,
-        lr_decay=p.get("lr_decay", 1.0),
+        lr_decay=p["lr_decay"],
         iters_per_epoch=iters,
         seed=seed,
-        eval_every=p.get("eval_every", 10),
+        eval_every=p["eval_every"],
         device=data.device,
         vectorize=vectorize(p),
     )
     rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
-    priv = p.get("privacy") or {}
+    priv = p["privacy"]
 
     metrics: dict[str, dict] = {"acc": {}, "acc_weighted": {}, "lr": {}, "final_train_loss": {}}
     rows, selected = [], {}
     for name, spec in p["methods"].items():
         grid = spec["lr"] if isinstance(spec["lr"], list) else [spec["lr"]]
-        options = dict(spec.get("options") or {})
+        options = dict(spec["options"])
         settings = [(None, None)]
-        if spec.get("private"):
+        if spec["private"]:
             settings = [
                 (
                     eps_key(e),
@@ -264,7 +266,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
                         rounds=rounds,
                         delta=priv["delta"],
                         clip=priv["clip"],
-                        noise_from=priv.get("noise_from", "thm5"),
+                        noise_from=priv["noise_from"],
                     ),
                 )
                 for e in priv["epsilons"]
@@ -286,12 +288,12 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
                             **schedule,
                             callback=RoundProgress(label),
                             checkpoint=run_checkpointer(
-                                ctx.checkpoint_dir, ctx.exp_id, p, seed, label, p.get("checkpoint_every", 10), ctx.clock
+                                ctx.checkpoint_dir, ctx.exp_id, p, seed, label, p["checkpoint_every"], ctx.clock
                             ),
                         ),
                     )
                 )
-            lr, hist = _pick(runs, p.get("select", "final_test"))
+            lr, hist = _pick(runs, p["select"])
             for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
                 rows += [
                     dict(
@@ -321,7 +323,7 @@ def fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     metrics["iters_per_epoch"], metrics["batch_size"] = iters, batch
     metrics["n_params"] = n_params(factory())
     checks = {}
-    for check, names in (p.get("checks") or {}).items():
+    for check, names in p["checks"].items():
         results = [_check(check, n, selected[n], int(model_kw["n_classes"])) for n in names]  # chance: 1/outputs
         checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
     accountant = None

@@ -9,6 +9,7 @@ import pandas as pd
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.memory import FLOAT64, MemoryNeed
+from fedrepro.experiments.montecarlo import matches_closed_form
 from fedrepro.experiments.params import INT0, INT1, INT2, INT3, NONNEG, POSITIVE
 from fedrepro.papers.adaped import gaussian as g
 
@@ -42,7 +43,7 @@ DP_SCHEMA = {
         "eps0": {"type": "array", "minItems": 2, "items": POSITIVE},
         "reps": INT0,  # 0: the exact closed forms only (no Monte Carlo checks)
         "a_rule": {"enum": ["eq5", "nonprivate"]},
-        "b_rule": {"enum": list(g.B_RULES)},  # the projection bound b: Thm 2's (default) or the proof's c2
+        "b_rule": {"enum": list(g.B_RULES), "default": "theorem"},  # the projection bound b: Thm 2's or the proof's c2
         "recover_rel_tol": POSITIVE,
         "z": POSITIVE,
     },
@@ -54,21 +55,6 @@ DP_SCHEMA = {
 DP_MEMORY = MemoryNeed(
     ("m", "d", "reps", "eps0"), lambda p: FLOAT64 * p["m"] * (3 * p["d"] + (2 + len(p["eps0"])) * p["reps"])
 )
-
-
-def _mc_check(name: str, errs: np.ndarray, expected: float, z: float) -> Check:
-    """Monte Carlo mean of squared errors vs a closed form, within z standard errors."""
-    value = float(errs.mean())
-    se = float(errs.std(ddof=1) / math.sqrt(errs.size))
-    ok = abs(value - expected) <= z * se
-    return Check(
-        ok,
-        f"{name}: MC {value:.6g} vs closed form {expected:.6g} (|diff| {abs(value - expected):.3g}, "
-        f"{z} SE = {z * se:.3g})",
-        value,
-        expected,
-        z * se,
-    )
 
 
 def _dp_standard_error(errs, a, st, sx, n, m, d, sq, reps) -> float:
@@ -104,7 +90,7 @@ def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -
     m, n, d = p["m"], p["n"], p["d"]
     st, sx = p["sigma_theta"], p["sigma_x"]
     a_np = g.shrinkage_weight(st, sx, n)
-    b = g.projection_bound(p["r"], st, sx, m, n, p.get("b_rule", "theorem"))
+    b = g.projection_bound(p["r"], st, sx, m, n, p["b_rule"])
     noise = [(e, g.ldp_noise_std(b, e, p["delta"])) for e in p["eps0"]]
     weight = {e: g.shrinkage_weight(st, sx, n, sq, m) if p["a_rule"] == "eq5" else a_np for e, sq in noise}
     err_local, err_pers, err_dp = [], [], {e: [] for e in p["eps0"]}
@@ -141,8 +127,8 @@ def gaussian_dp_estimation(p: dict, rng: np.random.Generator, ctx: RunContext) -
     hist = pd.DataFrame(rows)
     checks = {}
     if mc:
-        checks["local_flat_matches_closed_form"] = _mc_check("local", err_local, cf_local, p["z"])
-        checks["personalized_flat_matches_closed_form"] = _mc_check("personalized", err_pers, cf_pers, p["z"])
+        checks["local_flat_matches_closed_form"] = matches_closed_form("local", err_local, cf_local, p["z"])
+        checks["personalized_flat_matches_closed_form"] = matches_closed_form("personalized", err_pers, cf_pers, p["z"])
         dp_ok = [
             abs(r["mse_dp"] - r["mse_dp_closed_form"])
             <= p["z"] * _dp_standard_error(err_dp[r["eps0"]], r["a"], st, sx, n, m, d, r["sigma_q"], p["reps"])

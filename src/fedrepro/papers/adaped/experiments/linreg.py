@@ -32,6 +32,7 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.memory import FLOAT64, MemoryNeed
+from fedrepro.experiments.montecarlo import matches_closed_form
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.adaped import linreg as lr
 
@@ -61,7 +62,7 @@ SCHEMA = {
         "mu_std": NONNEG,
         "x_var": POSITIVE,
         "local_estimator": {"enum": list(lr.LOCAL_KINDS)},
-        "local_ridge": NONNEG,
+        "local_ridge": {**NONNEG, "default": 0.0},
         "fedavg_estimator": {"enum": list(lr.FEDAVG_KINDS)},
         "alg4": {
             "type": "object",
@@ -74,39 +75,27 @@ SCHEMA = {
                 "init_theta": {"enum": list(lr.INIT_THETA)},
                 "init_sigma_x2": POSITIVE,
                 "init_sigma_theta2": POSITIVE,
-                "history_points": INT1,
+                "history_points": {**INT1, "default": 100},
             },
         },
         "z": POSITIVE,
         "stationary_rel_tol": POSITIVE,
         # which estimator "personalized regression" in the printed gains is: Alg. 4 (parameters unknown) or eq. (47)
-        # (the known-parameter estimator the next sentence compares Alg. 4 with); alternating by default
-        "personalized": {"enum": ["alternating", "known"]},
-        "stationary_search": {"type": "boolean"},  # false: skip the (costly) stationary-point check
+        # (the known-parameter estimator the next sentence compares Alg. 4 with)
+        "personalized": {"enum": ["alternating", "known"], "default": "alternating"},
+        # false: skip the (costly) stationary-point check
+        "stationary_search": {"type": "boolean", "default": True},
         # the registry rows of the printed gains (vs local, vs FedAvg): checked against the model's own bounds
+        # (null: none)
         "printed": {
-            "type": "object",
+            "type": ["object", "null"],
+            "default": None,
             "additionalProperties": False,
             "required": ["gain_vs_local", "gain_vs_fedavg"],
             "properties": {"gain_vs_local": {"type": "string"}, "gain_vs_fedavg": {"type": "string"}},
         },
     },
 }
-
-
-def _mc_check(name: str, errs: np.ndarray, exact: np.ndarray, z: float) -> Check:
-    """mean(errs) vs mean(exact) where exact_i = E[errs_i | X_i, ...]; SE from the per-client differences."""
-    diff = errs - exact
-    value, expected = float(errs.mean()), float(exact.mean())
-    se = float(diff.std(ddof=1) / math.sqrt(diff.size))
-    ok = abs(value - expected) <= z * se
-    return Check(
-        ok,
-        f"{name}: MC {value:.6g} vs exact {expected:.6g} (|diff| {abs(value - expected):.3g}, {z} SE = {z * se:.3g})",
-        value,
-        expected,
-        z * se,
-    )
 
 
 def _stationary_check(res: lr.Alg4Result, points: list[lr.Stationary], theta_true: np.ndarray, tol: float) -> Check:
@@ -219,11 +208,11 @@ def _printed(p: dict, cfg, exp_id: str) -> dict[str, tuple[float, float]]:
 
 def printed_inputs(p: dict, cfg, exp_id: str) -> dict:
     """What the kind reads besides its parameters: the printed rows its consistency checks compare with."""
-    return {"printed": _printed(p, cfg, exp_id)} if "printed" in p else {}
+    return {"printed": _printed(p, cfg, exp_id)} if p["printed"] is not None else {}
 
 
 @experiment_kind(
-    "personalized_linreg",
+    "adaped_linreg",
     SCHEMA,
     metrics=("alt_vs_known_increase_pct", "gain_vs_fedavg_pct", "gain_vs_local_pct", "mse.*", "bound.*"),
     checks=(
@@ -237,14 +226,14 @@ def printed_inputs(p: dict, cfg, exp_id: str) -> dict:
     # the clients' data X (m, n, d) and Y (m, n), and theta (m, d)
     memory=MemoryNeed(("m", "n", "d"), lambda p: FLOAT64 * p["m"] * (p["n"] * p["d"] + p["n"] + p["d"])),
 )
-def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
+def adaped_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     st2, sx2 = p["sigma_theta2"], p["sigma_x2"]
     data, spec, pooled = _population(p, rng)
     err = lambda th: ((th - data.theta) ** 2).sum(axis=1)  # noqa: E731  per-client squared error, (m,)
 
     known = spec.posterior(data.mu, sx2 / st2)  # eq. (47)
     local = lr.local_estimate(
-        spec, p["local_estimator"], p.get("local_ridge", 0.0), marginal_lam=sx2 / (st2 + p["mu_std"] ** 2)
+        spec, p["local_estimator"], p["local_ridge"], marginal_lam=sx2 / (st2 + p["mu_std"] ** 2)
     )  # eq. (52) or a probe
     fed = (
         pooled
@@ -252,7 +241,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         else lr.fedavg_estimate(data.X, data.Y, p["fedavg_estimator"], local)
     )
     a = p["alg4"]
-    rec = max(1, a["T"] // a.get("history_points", 100))
+    rec = max(1, a["T"] // a["history_points"])
     res = lr.alg4(
         data.X,
         data.Y,
@@ -269,18 +258,19 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
     e_known, e_local, e_fed, e_alt = err(known), err(local), err(fed[None, :]), err(res.theta)
 
     checks = {
-        "known_mse_matches_trace": _mc_check(
-            "known-prior eq. (47) vs Tr(M^-1) eq. (48)", e_known, spec.trace_inv_M(st2, sx2), p["z"]
+        "known_mse_matches_trace": matches_closed_form(
+            "known-prior eq. (47) vs Tr(M^-1) eq. (48)", e_known, spec.trace_inv_M(st2, sx2), p["z"], what="exact"
         )
     }
     if p["local_estimator"] == "pinv":
-        checks["local_mse_matches_eq53"] = _mc_check(
+        checks["local_mse_matches_eq53"] = matches_closed_form(
             "local eq. (52) vs exact conditional MSE (eq. 53 + pinv bias)",
             e_local,
             spec.local_pinv_mse(data.theta, sx2),
             p["z"],
+            what="exact",
         )
-    if p.get("stationary_search", True):
+    if p["stationary_search"]:
         checks["alg4_reaches_stationary_point"] = _stationary_check(
             res, lr.stationary_points(data.X, data.Y, spec), data.theta, p["stationary_rel_tol"]
         )
@@ -292,7 +282,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
         "alternating": float(e_alt.mean()),
     }
     floor = lr.null_space_floor(data.mu, st2, p["n"])
-    if "printed" in p:
+    if p["printed"] is not None:
         if ctx.config is None:
             raise ConfigError(f"{ctx.exp_id}: params.printed reads the registry: run it with `python -m fedrepro run`")
         got = _printed(p, ctx.config, ctx.exp_id)
@@ -300,7 +290,7 @@ def personalized_linreg(p: dict, rng: np.random.Generator, ctx: RunContext) -> R
             printed_gains_checks(got["gain_vs_local"], got["gain_vs_fedavg"], mse, floor, p["fedavg_estimator"])
         )
     pct = lambda ref, new: 100.0 * (ref - new) / ref  # noqa: E731
-    pers = mse[p.get("personalized", "alternating")]
+    pers = mse[p["personalized"]]
     metrics = {
         "mse": mse,
         "gain_vs_local_pct": pct(mse["local"], pers),

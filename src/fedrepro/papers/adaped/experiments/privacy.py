@@ -28,8 +28,8 @@ ADAPED_SCHEMA = {
         "T_over_tau": INT1,
         "delta": DELTA,
         "targets": POSITIVE_LIST,
-        "tau": INT1,
-        "accountant": {"enum": list(ACCOUNTANTS)},
+        "tau": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: no triangle-inequality sensitivity
+        "accountant": {"enum": list(ACCOUNTANTS), "default": "rdp"},
     },
 }
 
@@ -56,9 +56,9 @@ def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
     """Noise ratio z for each printed epsilon by Thm 5 + Lemma 1 (equal z for mu and psi), and the library epsilon
     of the same mechanism at that z (paper's sensitivity; triangle-inequality sensitivity when tau is given)."""
     K, m, rounds, delta = p["K"], p["m"], p["T_over_tau"], p["delta"]
-    acc = p.get("accountant", "rdp")
+    acc = p["accountant"]
     metrics = {k: {} for k in ("z", "slope", "order", "epsilon_library", "ratio", "z_library")}
-    if "tau" in p:
+    if p["tau"] is not None:
         metrics.update(epsilon_library_triangle={}, ratio_triangle={})
     rows, round_trip, conservative, first = [], [], [], None
     for target in p["targets"]:
@@ -83,7 +83,7 @@ def adaped_thm5(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput
         metrics["z_library"][key] = row["z_library"] = z_lib
         round_trip.append(abs(eps_back - target) / target)
         conservative.append(target >= lib.epsilon)
-        if "tau" in p:
+        if p["tau"] is not None:
             tri = adaped.library_epsilon(z, K, m, rounds, delta, tau=p["tau"], sensitivity="triangle", accountant=acc)
             row["epsilon_library_triangle"] = tri.epsilon
             metrics["epsilon_library_triangle"][key] = tri.epsilon
@@ -120,7 +120,13 @@ LDP_SCHEMA = {
     "properties": {
         "eps0": POSITIVE_LIST,
         "delta": DELTA,
-        "accountants": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(ACCOUNTANTS)}},
+        "accountants": {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"enum": list(ACCOUNTANTS)},
+            "default": ["pld", "rdp"],
+        },
     },
 }
 
@@ -137,7 +143,7 @@ LDP_SCHEMA = {
 def adaped_ldp(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Sec. 2.1's Gaussian LDP mechanism (Thm 2.2's sigma_q for each eps0) beside the epsilon the library accountants
     certify for the same noise at the same delta."""
-    accs = p.get("accountants", ["pld", "rdp"])
+    accs = p["accountants"]
     metrics = {f"epsilon_{a}": {} for a in accs} | {f"ratio_{a}": {} for a in accs}
     rows, valid, first = [], [], None
     for e0 in p["eps0"]:

@@ -85,9 +85,9 @@ SCHEMA = {
                 "properties": {
                     "algorithm": {"enum": list(ALGORITHMS)},
                     "r": NONNEG,
-                    "clip_nonprivate": {"type": "boolean"},
+                    "clip_nonprivate": {"type": "boolean", "default": False},
                     # r = 0: whom the server samples (fedrepro.papers.fedhdp.fedhdp, R0_POPULATIONS)
-                    "r0_population": {"enum": ["all", "nonprivate"]},
+                    "r0_population": {"enum": ["all", "nonprivate"], "default": "all"},
                 },
             },
         },
@@ -96,14 +96,14 @@ SCHEMA = {
         "local_epochs": POSITIVE,
         "batch_size": INT1,
         "lr": POSITIVE,
-        "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "lr_decay_every": INT1,
+        "lr_decay": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0},
+        "lr_decay_every": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: rounds (no decay step)
         "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "clip": {
             "type": "object",
             "additionalProperties": False,
             "required": ["init"],
-            "properties": {"init": POSITIVE, "quantile": UNIT, "lr": NONNEG},
+            "properties": {"init": POSITIVE, "quantile": {**UNIT, "default": 0.5}, "lr": {**NONNEG, "default": 0.2}},
         },
         "privacy": {
             "type": "object",
@@ -112,26 +112,40 @@ SCHEMA = {
             "properties": {
                 "noise_multiplier_eff": NONNEG,
                 "delta": DELTA,
-                "count_std": NONNEG,
-                "count_std_per_client": NONNEG,
-                "accountant": {"enum": ["rdp", "pld"]},
+                # the clipped count's noise std; null: count_std_per_client x K
+                "count_std": {"anyOf": [NONNEG, {"type": "null"}], "default": None},
+                "count_std_per_client": {**NONNEG, "default": 0.05},
+                "accountant": {"enum": ["rdp", "pld"], "default": "rdp"},
             },
         },
-        "opt_out": {"type": "object", "additionalProperties": False, "properties": {"fraction": UNIT, "seed": INT0}},
+        "opt_out": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"fraction": {**UNIT, "default": 0.05}, "seed": {**INT0, "default": 0}},
+            "default": {},
+        },
         "checks": {
             "type": "object",
             "propertyNames": {"enum": list(CHECKS)},
             "additionalProperties": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            "default": {},
         },
         "differences": {
             "type": "object",
             "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}},
+            "default": {},
         },
-        "weight_decay": NONNEG,
-        "eval_every": INT1,
+        "weight_decay": {**NONNEG, "default": 0.0},
+        "eval_every": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: rounds (the last round only)
         # train only these methods (names of ``methods``): one method's rerun, a forensic reading of a few methods,
-        # or a table split into jobs; checks and differences that name another method are left out
-        "only_methods": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
+        # or a table split into jobs; checks and differences that name another method are left out (null: all)
+        "only_methods": {
+            "type": ["array", "null"],
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "string"},
+            "default": None,
+        },
     },
 }
 
@@ -152,16 +166,16 @@ def _validate(p: dict, ctx: RunContext) -> None:
             raise ConfigError(f"{ctx.exp_id}: params.methods.{name}: algorithm fedhdp needs r")
         if spec["algorithm"] != "fedhdp" and "r" in spec:
             raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.r: only fedhdp takes a ratio (HDP-FedAvg is r=1)")
-        if "r0_population" in spec and spec.get("r") != 0:
+        if spec["r0_population"] != "all" and spec.get("r") != 0:
             raise ConfigError(
                 f"{ctx.exp_id}: params.methods.{name}.r0_population: only a fedhdp method with r: 0 samples from a "
                 "population of its own; remove the key or set r: 0"
             )
-    for check, names in (p.get("checks") or {}).items():
+    for check, names in p["checks"].items():
         unknown = sorted(set(names) - set(p["methods"]))
         if unknown:
             raise ConfigError(f"{ctx.exp_id}: params.checks.{check}: unknown methods {unknown}")
-    unknown = sorted(set(p.get("only_methods") or ()) - set(p["methods"]))
+    unknown = sorted(set(p["only_methods"] or ()) - set(p["methods"]))
     if unknown:
         raise ConfigError(
             f"{ctx.exp_id}: params.only_methods: unknown methods {unknown} (known: {sorted(p['methods'])})"
@@ -170,7 +184,7 @@ def _validate(p: dict, ctx: RunContext) -> None:
 
 def trained(p: dict) -> dict:
     """The methods this run trains: ``methods``, or those of them ``only_methods`` names, in ``methods``' order."""
-    only = p.get("only_methods")
+    only = p["only_methods"]
     return {k: v for k, v in p["methods"].items() if only is None or k in only}
 
 
@@ -198,10 +212,10 @@ def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, c
         return build_algorithm("fedhdp", private=np.zeros_like(private), r=1.0, **common)
     if alg == "dp_fedavg":
         return build_algorithm("dp_fedavg_adaptive", noise_multiplier=z_update, **common)
-    kw = dict(private=private, noise_multiplier=z_update, clip_nonprivate=spec.get("clip_nonprivate", False), **common)
+    kw = dict(private=private, noise_multiplier=z_update, clip_nonprivate=spec["clip_nonprivate"], **common)
     if alg == "hdp_fedavg":
         return build_algorithm("hdp_fedavg", **kw)
-    return build_algorithm("fedhdp", r=spec["r"], r0_population=spec.get("r0_population", "all"), **kw)
+    return build_algorithm("fedhdp", r=spec["r"], r0_population=spec["r0_population"], **kw)
 
 
 def client_metrics(
@@ -253,10 +267,10 @@ def schedule_of(p: dict, ds, seed: int, device) -> tuple[dict, int, int]:
         tau=tau,
         clients_per_round=K,
         lr=p["lr"],
-        lr_decay=p.get("lr_decay", 1.0),
-        iters_per_epoch=tau * p.get("lr_decay_every", p["rounds"]),
+        lr_decay=p["lr_decay"],
+        iters_per_epoch=tau * (p["lr_decay_every"] or p["rounds"]),
         seed=seed,
-        eval_every=p.get("eval_every", p["rounds"]),
+        eval_every=p["eval_every"] or p["rounds"],
         device=device,
         vectorize=vectorize(p),
     )
@@ -269,14 +283,14 @@ def noise_of(p: dict, K: int, m: int, exp_id: str) -> Noise:
 
     priv = p["privacy"]
     z_eff = priv["noise_multiplier_eff"]
-    z_count = priv.get("count_std", priv.get("count_std_per_client", 0.05) * K)
+    z_count = priv["count_std"] if priv["count_std"] is not None else priv["count_std_per_client"] * K
     try:
         z_update = update_noise_multiplier(z_eff, z_count)
     except ValueError as exc:
         raise ConfigError(f"{exp_id}: params.privacy: {exc}") from None
-    clip = {"quantile": 0.5, "lr": 0.2, **p["clip"], "count_std": z_count if z_eff > 0 else 0.0}
+    clip = {**p["clip"], "count_std": z_count if z_eff > 0 else 0.0}
     q = K / m
-    eps = compute_epsilon(z_eff, q, p["rounds"], priv["delta"], priv.get("accountant", "rdp")) if z_eff > 0 else None
+    eps = compute_epsilon(z_eff, q, p["rounds"], priv["delta"], priv["accountant"]) if z_eff > 0 else None
     return Noise(z_eff, z_count, z_update, clip, q, eps)
 
 
@@ -293,9 +307,9 @@ def train_methods(
     metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
     rows, per_method = [], {}
     for name, spec in trained(p).items():
-        algo = build(spec, private, lams, noise.z_update, noise.clip, p.get("weight_decay", 0.0))
+        algo = build(spec, private, lams, noise.z_update, noise.clip, p["weight_decay"])
         ckpt = run_checkpointer(
-            ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p.get("checkpoint_every", 10), ctx.clock
+            ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p["checkpoint_every"], ctx.clock
         )
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
@@ -327,7 +341,7 @@ def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_
         "batch_size": p["batch_size"],
         "local_epochs": p["local_epochs"],
         "lr": p["lr"],
-        "lr_decay": p.get("lr_decay", 1.0),
+        "lr_decay": p["lr_decay"],
         "clip_init": noise.clip["init"],
         "clip_lr": noise.clip["lr"],
         "target_unclipped_quantile": noise.clip["quantile"],
@@ -360,7 +374,7 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
     comparing with a DP-FedAvg method it did not train, is left out)."""
     checks = {}
     dp_names = [n for n, spec in p["methods"].items() if spec["algorithm"] == "dp_fedavg"]
-    for check, names in (p.get("checks") or {}).items():
+    for check, names in p["checks"].items():
         names = [n for n in names if n in per_method]
         if not names or (check == "acc_g_ge_dp_fedavg" and not set(dp_names) & set(per_method)):
             continue
@@ -407,8 +421,7 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     _validate(p, ctx)
     ds, data, factory, model_kw = training_setup(p, ctx)
     m = ds.n_clients
-    opt = p.get("opt_out") or {}
-    opt_out, _ = opt_out_mask(ds, opt.get("fraction", 0.05), opt.get("seed", 0))
+    opt_out, _ = opt_out_mask(ds, p["opt_out"]["fraction"], p["opt_out"]["seed"])
     schedule, K, iters = schedule_of(p, ds, int(rng.integers(2**31)), data.device)
     noise = noise_of(p, K, m, ctx.exp_id)
     metrics, per_method, rows = train_methods(
@@ -434,7 +447,7 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
         n_params=n_params(model),
     )
     metrics["setting"] = setting_of(p, model, data.feature_shape, m, K, int(opt_out.sum()), n_classes, noise)
-    add_differences(metrics, p.get("differences") or {}, ctx.exp_id, partial="only_methods" in p)
+    add_differences(metrics, p["differences"], ctx.exp_id, partial=p["only_methods"] is not None)
     accountant = None
     if noise.epsilon is not None:
         eps = noise.epsilon

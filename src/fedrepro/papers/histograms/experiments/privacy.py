@@ -22,7 +22,13 @@ HIST_SCHEMA = {
         "total_epsilon": POSITIVE,
         "delta": DELTA,
         "T": INT1,
-        "readings": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(histograms.READINGS)}},
+        "readings": {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"enum": list(histograms.READINGS)},
+            "default": list(histograms.READINGS),
+        },
     },
 }
 
@@ -45,10 +51,7 @@ HIST_SCHEMA = {
 )
 def histograms_thm31(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Alg. 3's per-step epsilon and sigma for a total (eps', delta') over T iterations, under each delta reading."""
-    budgets = [
-        histograms.per_step_budget(p["total_epsilon"], p["delta"], p["T"], r)
-        for r in p.get("readings", histograms.READINGS)
-    ]
+    budgets = [histograms.per_step_budget(p["total_epsilon"], p["delta"], p["T"], r) for r in p["readings"]]
     fields = ("per_step_epsilon", "per_iteration_epsilon", "per_step_delta", "sigma", "total_epsilon", "total_delta")
     metrics = {f: {b.reading: getattr(b, f) for b in budgets} for f in fields}
     err = max(abs(b.total_epsilon - p["total_epsilon"]) / p["total_epsilon"] for b in budgets)

@@ -104,7 +104,7 @@ def histograms_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> 
 
 def _run(p: dict, rng: np.random.Generator) -> RunOutput:
     t0 = time.perf_counter()
-    dtype = np.dtype(p.get("dtype", "float32"))
+    dtype = np.dtype(p["dtype"])
     mix = make_mixture(p["d"], p["clusters"], p["alpha"], p["zipf"], p["gamma"], rng)
     users = sample_users(mix, p["n_users"], p["m"], 0, rng, dtype=dtype)
     val = sample_users(mix, p["n_val"], p["m_val"], 0, rng, dtype=dtype)

@@ -42,7 +42,7 @@ SCHEMA = {
         "val_tokens": INT1,
         "split_seed": INT0,
         "runs": INT1,
-        "max_users": INT1,
+        "max_users": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: every user
         "z": POSITIVE,
         **ALGO_PROPERTIES,
     },
@@ -50,9 +50,10 @@ SCHEMA = {
 
 
 def histogram_data(hist, p: dict) -> HistData:
-    """HistData from :class:`fedrepro.papers.histograms.reddit.TokenHistograms` (first ``max_users`` users if set)."""
-    dtype = np.dtype(p.get("dtype", "float32"))
-    n = min(len(hist.users), p.get("max_users", len(hist.users)))
+    """HistData from :class:`fedrepro.papers.histograms.reddit.TokenHistograms` (its first ``max_users`` users;
+    null: all)."""
+    dtype = np.dtype(p["dtype"])
+    n = min(len(hist.users), p["max_users"] or len(hist.users))
     train, test = hist.train[:n], hist.test[:n]
     S = (train / train.sum(axis=1, keepdims=True)).astype(dtype)
     Qeval = (test / test.sum(axis=1, keepdims=True)).astype(dtype)

@@ -46,18 +46,18 @@ SCHEMA = {
     ],
     "properties": {
         "data": {"type": "string", "minLength": 1},  # a partition name
-        "n_classes": INT1,
+        "n_classes": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: largest label + 1
         "m": INT1,
         "users_per_round": INT1,
         "epochs": INT1,
         **GRID_PROPERTIES,
         "target_offset": {"type": "number"},
         "eval_every": INT1,
-        "max_rounds": INT1,
+        "max_rounds": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: every round
         "select": {"enum": ["max_test_accuracy_over_steps"]},
         "pool_padding": {"enum": ["valid", "same_second"]},
-        "threads": INT1,
-        "device": {"enum": ["auto", "cpu", "cuda"]},  # auto: cuda when torch sees a GPU, else cpu
+        "threads": {**INT1, "default": 1},
+        "device": {"enum": ["auto", "cpu", "cuda"], "default": "auto"},  # auto: cuda when torch sees a GPU, else cpu
         "checks": {
             "type": "object",
             "additionalProperties": False,
@@ -80,7 +80,7 @@ def _images(x: np.ndarray) -> torch.Tensor:
 def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.ndarray, seed: int) -> tuple:
     """(eval iterations, accuracy (E, G), rounds) for G configurations, one sigma (run_grid's train function)."""
     K = cl.y_train.shape[1]
-    dev = torch.device(resolve_device(p.get("device", "auto")))
+    dev = torch.device(resolve_device(p["device"]))
     counts = np.diff(cl.train_off)
     x_test = _images(cl.x_test).to(dev)
     y_test = torch.from_numpy(cl.y_test.astype(np.int64)).to(dev)
@@ -100,7 +100,7 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
                 its_g.append(t)
                 with torch.no_grad():
                     acc_g.append(cnn.accuracy(state, x_test, y_test, user_of_row, p["pool_padding"]))
-            if "max_rounds" in p and t >= p["max_rounds"]:
+            if p["max_rounds"] is not None and t >= p["max_rounds"]:
                 break
             idx = torch.from_numpy(rows.ravel()).to(dev)
             X = x_train[idx].reshape(*rows.shape, 28, 28)
@@ -133,14 +133,14 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
 def ppsgd_cnn(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["data"] not in ctx.partitions:
         raise DataError(f"{ctx.exp_id}: partition {p['data']!r} not built (declare `partitions: [{p['data']}]`)")
-    cl = load_partition(ctx.partitions[p["data"]], p.get("n_classes"))
+    cl = load_partition(ctx.partitions[p["data"]], p["n_classes"])
     if cl.x_train.shape[1] != 28 * 28:
         raise DataError(
             f"{ctx.exp_id}: the CNN takes 28x28 images, partition {p['data']!r} has "
             f"{cl.x_train.shape[1]} features per row"
         )
     prev = torch.get_num_threads()
-    torch.set_num_threads(p.get("threads", 1))
+    torch.set_num_threads(p["threads"])
     try:
         linear_checks = {k: v for k, v in p["checks"].items() if k != "local_poor"}
         out = run_grid(cl, p | {"checks": linear_checks}, rng, train_cnn)

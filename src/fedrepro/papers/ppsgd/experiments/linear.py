@@ -52,18 +52,19 @@ SCHEMA = {
     ],
     "properties": {
         "data": {"type": "string", "minLength": 1},  # a partition name, or one of SO_RELEASES
-        "n_users": INT1,  # Stack Overflow only
-        "word_vocab_size": INT1,
-        "tag_vocab_size": INT1,
-        "max_train_per_client": INT1,
+        # Stack Overflow only
+        "n_users": {**INT1, "default": 500},
+        "word_vocab_size": {**INT1, "default": 5000},
+        "tag_vocab_size": {**INT1, "default": 80},
+        "max_train_per_client": {**INT1, "default": 500},
         "m": INT1,
         "users_per_round": INT1,
         "epochs": INT1,
         **GRID_PROPERTIES,
         "target_offset": {"type": "number"},
-        "n_classes": INT1,  # default: largest label + 1 of the partition
+        "n_classes": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: largest label + 1 of the partition
         "eval_every": INT1,
-        "max_rounds": INT1,
+        "max_rounds": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: every round
         "select": {"enum": ["max_test_accuracy_over_steps"]},
         "chunk": INT1,
         "checks": {
@@ -91,10 +92,10 @@ def load_stackoverflow(files, p: dict, rng: np.random.Generator) -> Clients:
         test,
         so.load_word_counts(files),
         so.load_tag_counts(files),
-        num_clients=p.get("n_users", 500),
-        word_vocab_size=p.get("word_vocab_size", 5000),
-        tag_vocab_size=p.get("tag_vocab_size", 80),
-        max_train_per_client=p.get("max_train_per_client", 500),
+        num_clients=p["n_users"],
+        word_vocab_size=p["word_vocab_size"],
+        tag_vocab_size=p["tag_vocab_size"],
+        max_train_per_client=p["max_train_per_client"],
         rng=rng,
     )
 
@@ -162,7 +163,7 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
                 its_c.append(t)
                 with np.errstate(over="ignore", invalid="ignore"):
                     accs_c.append(accuracy(cl, state))
-            if "max_rounds" in p and t >= p["max_rounds"]:
+            if p["max_rounds"] is not None and t >= p["max_rounds"]:
                 break
             X = rows_of(cl.x_train, rows, dtype)
             Y = cl.y_train[rows.ravel()].reshape(*rows.shape, K) - p["target_offset"]
@@ -211,5 +212,5 @@ def _ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
     else:
         if p["data"] not in ctx.partitions:
             raise DataError(f"{ctx.exp_id}: partition {p['data']!r} not built (declare `partitions: [{p['data']}]`)")
-        cl = load_partition(ctx.partitions[p["data"]], p.get("n_classes"))
+        cl = load_partition(ctx.partitions[p["data"]], p["n_classes"])
     return run_grid(cl, p, rng, train)

@@ -26,9 +26,9 @@ PPSGD_SCHEMA = {
         "M": POSITIVE,
         "q": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "clip": POSITIVE,
-        "c": POSITIVE,
-        "c1": POSITIVE,
-        "c2": POSITIVE,
+        "c": {**POSITIVE, "default": 1.0},
+        "c1": {**POSITIVE, "default": 1.0},
+        "c2": {**POSITIVE, "default": 1.0},
     },
 }
 
@@ -45,7 +45,7 @@ PPSGD_SCHEMA = {
 def ppsgd_theorems(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     """Thm 4.1 / 5.1 sufficient noise std sigma_zeta per epsilon, with the unspecified constants c, c1, c2 (default
     1): orders of magnitude only, not comparable with any printed number."""
-    c, c1, c2 = p.get("c", 1.0), p.get("c1", 1.0), p.get("c2", 1.0)
+    c, c1, c2 = p["c"], p["c1"], p["c2"]
     metrics = {"thm41_sigma_zeta": {}, "thm51_sigma_zeta": {}, "thm51_applies": {}}
     rows = []
     for e in p["epsilons"]:

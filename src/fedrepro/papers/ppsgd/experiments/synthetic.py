@@ -77,20 +77,24 @@ SCHEMA = {
             "required": ["sigmas", "window"],
             "properties": {
                 "sigmas": {"type": "array", "items": NONNEG},
-                "mode": {"enum": ["all", "any"]},  # every judged sigma, or at least one, inside window
-                # first: first iteration alpha = 0 is below every compared curve (default); dominates_from:
-                # the iteration from which it stays below them through niter
-                "rule": {"enum": list(CROSSING_RULES)},
+                # every judged sigma, or at least one, inside window
+                "mode": {"enum": ["all", "any"], "default": "all"},
+                # first: first iteration alpha = 0 is below every compared curve; dominates_from: the iteration
+                # from which it stays below them through niter
+                "rule": {"enum": list(CROSSING_RULES), "default": "first"},
                 "window": {"type": "array", "minItems": 2, "maxItems": 2, "items": INT1},
             },
         },
         "z": POSITIVE,
-        "early_iteration": INT1,  # the "initial iterations" at which global learning should be fastest
-        # the curves the claims compare (default: every alpha of the run); Fig. 1a plots only some of them
-        "compare_alphas": {"type": "array", "minItems": 2, "items": ALPHA},
-        # "stops improving": alpha = inf's risk falls by less than max_drop over its last `window` iterations
+        # the "initial iterations" at which global learning should be fastest (null: no such check)
+        "early_iteration": {"anyOf": [INT1, {"type": "null"}], "default": None},
+        # the curves the claims compare (null: every alpha of the run); Fig. 1a plots only some of them
+        "compare_alphas": {"type": ["array", "null"], "minItems": 2, "items": ALPHA, "default": None},
+        # "stops improving": alpha = inf's risk falls by less than max_drop over its last `window` iterations (null:
+        # only its end compared)
         "stall": {
-            "type": "object",
+            "default": None,
+            "type": ["object", "null"],
             "additionalProperties": False,
             "required": ["window", "max_drop"],
             "properties": {
@@ -314,7 +318,7 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
         ),
     }
     window = p["crossing"]["window"]
-    rule = p["crossing"].get("rule", "first")
+    rule = p["crossing"]["rule"]
     crossings = {}
     if 0.0 in compared and any(a > 0 for a in compared):
         for s in p["sigmas"]:
@@ -323,7 +327,7 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
     judged = {s: crossings[s] for s in p["crossing"]["sigmas"] if s in crossings}
     if judged:
         inside = [c is not None and window[0] <= c <= window[1] for c in judged.values()]
-        mode_any = p["crossing"].get("mode", "all") == "any"
+        mode_any = p["crossing"]["mode"] == "any"
         ok = any(inside) if mode_any else all(inside)
         # distance to the window in half-widths (<= 1 inside), a crossing never reached read as T + 1: the judged
         # sigma nearest the window (mode any) or farthest from it (all)
@@ -346,10 +350,10 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
             False, "no crossing computed: needs alpha_c = 0 and some alpha_c > 0 and crossing.sigmas within sigmas"
         )
 
-    if "early_iteration" in p and math.inf in compared and len(compared) > 1:
+    if p["early_iteration"] is not None and math.inf in compared and len(compared) > 1:
         checks["global_fastest_early"] = global_fastest_early(best, compared, p["sigmas"], min(p["early_iteration"], T))
     if 0.0 in p["sigmas"] and math.inf in compared and any(0 < a < math.inf for a in compared):
-        checks["global_stops_improving_without_noise"] = global_stops_improving(best, compared, floor, p.get("stall"))
+        checks["global_stops_improving_without_noise"] = global_stops_improving(best, compared, floor, p["stall"])
 
     # ---- metrics
     metrics: dict = {
@@ -387,7 +391,7 @@ def _ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunO
 def compared_alphas(p: dict, alphas: list[float], exp_id: str = "ppsgd_synthetic") -> list[float]:
     """The alphas the claim checks compare: ``compare_alphas`` (each must be in ``alphas``) or every alpha of the
     run."""
-    if "compare_alphas" not in p:
+    if p["compare_alphas"] is None:
         return alphas
     chosen = [parse_alpha(a) for a in p["compare_alphas"]]
     missing = [alpha_label(a) for a in chosen if a not in alphas]
