@@ -170,8 +170,8 @@ NOTES_BY_ID = {
 
 
 def _delta_holds(delta: str, acc_np: str, acc_p: str) -> bool:
-    """Printed Delta = Acc_np - Acc_p within the printed digits (fedrepro.experiments.consistency's rule)."""
-    from fedrepro.experiments.consistency import judge
+    """Printed Delta = Acc_np - Acc_p within the printed digits (fedrepro.audit.consistency's rule)."""
+    from fedrepro.audit.consistency import judge
 
     values = {"d": (float(delta), delta), "np": (float(acc_np), acc_np), "p": (float(acc_p), acc_p)}
     return judge("delta", {"what": "Delta", "value": "d", "equals": {"minus": ["np", "p"]}}, values).passed
@@ -572,8 +572,8 @@ def relation_rows(learning: list[dict], config: Path = PAPER_CONFIG) -> list[dic
     the last printed digit (the kind's rule, the verdict) or two decimals with the zeros dropped."""
     import yaml
 
-    from fedrepro.experiments.consistency import RELATIONS as HOW
-    from fedrepro.experiments.consistency import judge, row_ids
+    from fedrepro.audit.consistency import RELATIONS as HOW
+    from fedrepro.audit.consistency import judge, row_ids
 
     doc = yaml.safe_load(config.read_text(encoding="utf-8"))
     by_id = {r["id"]: r for r in learning}

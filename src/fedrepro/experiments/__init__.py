@@ -164,7 +164,7 @@ KINDS: Registry[Kind] = Registry(
         "privacy_curve": "fedrepro.experiments.privacy_curves",
         "privacy_grid": "fedrepro.experiments.privacy_curves",
         "forensic_sweep": "fedrepro.audit.forensics",  # deviation forensics of any paper's experiment
-        "printed_relations": "fedrepro.experiments.consistency",  # a paper's printed numbers checked against each other
+        "printed_relations": "fedrepro.audit.consistency",  # a paper's printed numbers checked against each other
     },
     "KINDS",
 )

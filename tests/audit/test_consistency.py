@@ -1,12 +1,12 @@
-"""Relations between a paper's printed numbers (fedrepro.experiments.consistency): interval arithmetic over the
+"""Relations between a paper's printed numbers (fedrepro.audit.consistency): interval arithmetic over the
 printed digits, each relation holding or failing, and the kind reading the registry."""
 
 import pytest
 
+from fedrepro.audit.consistency import evaluate, half_unit, judge
 from fedrepro.config import load_global
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.experiments.consistency import evaluate, half_unit, judge
 
 V = {
     "np": (92.61, "92.61"),
@@ -71,7 +71,7 @@ def test_the_kind_reads_the_registry():
 def test_a_gain_relative_to_the_new_value_is_the_other_reading_of_x_percent_gains():
     """Histograms Sec. 1 on Table 1 (issue 30): 0.912 vs 0.868 is 4.8 % of the baseline but 5.07 % of Alg. 2's value;
     the same relation holds under one reading and fails under the other."""
-    from fedrepro.experiments.consistency import evaluate, judge
+    from fedrepro.audit.consistency import evaluate, judge
 
     values = {"base": (0.912, "0.912"), "ours": (0.868, "0.868")}
     of_new = evaluate({"gain_pct_of_new": ["base", "ours"]}, values)
