@@ -4,7 +4,7 @@
     python scripts/fedhdp_registry.py --check    # exit 1 if the committed file differs from the output
 
 Sources
-  config/targets/fedhdp_printed.tsv      every number the paper prints: the 808 rows of ../shared/notes/fedhdp.md §5,
+  config/targets/fedhdp_printed.tsv      every number the paper prints: the 808 rows of docs/notes/fedhdp.md §5,
                                          extracted once verbatim (notes id, artifact, setting, metric, printed)
   config/targets/fedhdp_extra_rows.csv   hand-written rows in the registry's own columns, copied first and verbatim:
                                          the privacy rows of issue 3 (table captions' epsilons) and the extras (X.*)
@@ -20,7 +20,7 @@ Naming contract (shared with the learning experiments of src/fedrepro/papers/fed
               Table 4 top + Table 10    -> fedhdp.fmnist      ("FMNIST" = TFF federated EMNIST digits)
               Table 4 bottom + Table 11 -> fedhdp.femnist
   key         lam<lambda as printed>.<algorithm slug>.<metric slug>, e.g. lam0.005.dp_fedavg_ditto.acc_g_p
-              algorithm slug: the notes' algorithm name lowercased, '+', '-', ' ', '.' -> '_', repeated '_'
+              algorithm slug: docs/notes/fedhdp.md's algorithm name lowercased, '+', '-', ' ', '.' -> '_', repeated '_'
               collapsed: NonPrivate+Ditto -> nonprivate_ditto, DP-FedAvg+Ditto -> dp_fedavg_ditto,
               HDP-FedAvg+Ditto -> hdp_fedavg_ditto. FedHDP carries its ratio r (extension; '=' is replaced like
               the other separators): FedHDP_r=0.01 -> fedhdp_r_0_01, FedHDP_r=0 -> fedhdp_r_0 (one slug per r of
@@ -45,7 +45,8 @@ Tolerance: half a unit of the last printed digit (the `tolerance` column), widen
 columns) is `pm_reading=single`: the paper prints one value per cell with no ± and does not say how many runs it
 made, so each cell is read as one draw and judged against the spread of the rebuilt seeds (a prediction interval),
 not against the standard error of their mean. The printed variance in parentheses is the *across-client* variance
-of the metric (notes §7 #19: 100 x Var(accuracy in [0, 1])), not an uncertainty of the mean, so it is not used as
+of the metric (docs/notes/fedhdp.md §7 #19: 100 x Var(accuracy in [0, 1])), not an uncertainty of the mean, so it is not
+used as
 `pm`; it is a target of its own (the `_var` row).
 
 Rows the notes show to be internally inconsistent carry a note starting "INCONSISTENT in the paper:"; the checks
@@ -164,7 +165,7 @@ def _same(a: dict, b: dict) -> bool:
 
 NOTES_BY_ID = {
     "T10.lam0.05.HDP-FedAvg+Ditto.Acc_g": "Possibly a typo: Acc_g 72.42 lies well below both Acc_g,p and Acc_g,np "
-    "of the same row (notes §7 #10); Acc_g is on the pooled server test set, "
+    "of the same row (docs/notes/fedhdp.md §7 #10); Acc_g is on the pooled server test set, "
     "so this is not a proven inconsistency.",
 }
 
@@ -199,7 +200,7 @@ def _consistency_notes(index: dict) -> dict[tuple, list[str]]:
                 elif len(row[d]["value"].split(".")[-1]) > 2:
                     notes.setdefault((table, block, alg, d), []).append(
                         f"Odd precision as printed ({row[d]['value']}); consistent with {METRIC_NAME[np_]} - "
-                        f"{METRIC_NAME[p_]} = {diff} (notes §7 #9)."
+                        f"{METRIC_NAME[p_]} = {diff} (docs/notes/fedhdp.md §7 #9)."
                     )
         if alg == "FedHDP_r=0" and "Acc_l,p" in row and "Acc_g,p" in row:
             twin = rows.get((table, block, "FedHDP_r=0.001"))
@@ -213,7 +214,7 @@ def _consistency_notes(index: dict) -> dict[tuple, list[str]]:
                         "INCONSISTENT in the paper: this r = 0 row repeats the r = 0.001 row of the same block in "
                         "every column except Acc_g, and its Acc_l,p differs from Acc_g,p although, under App. C's "
                         "reading that at r = 0 the server ignores the private clients, they are never trained; "
-                        "likely a copy error (notes §7 #10)."
+                        "likely a copy error (docs/notes/fedhdp.md §7 #10)."
                     )
             elif row["Acc_l,p"]["value"] != row["Acc_g,p"]["value"]:
                 notes.setdefault((table, block, alg, "Acc_l,p"), []).append(
@@ -255,14 +256,14 @@ def learning_rows(rows: list[dict]) -> list[dict]:
             else:
                 key = f"table{table[1:]}.{alg_slug(alg)}.{METRIC_SLUG[metric]}"
                 extra_note.append(
-                    f"Repeats no appendix cell (the notes' '= {app[0]}.lam{app[1]}' cell prints "
+                    f"Repeats no appendix cell (docs/notes/fedhdp.md's '= {app[0]}.lam{app[1]}' cell prints "
                     f"{twin['value'] if twin else 'nothing'}): the Table {table[1:]} selection "
-                    f"combines runs with different lambda (notes §7 #21)."
+                    f"combines runs with different lambda (docs/notes/fedhdp.md §7 #21)."
                 )
             if src["notes_id"].startswith("T3.nonIID.FedHDP"):
                 extra_note.append(
                     "Table 3's FedHDP row is garbled in the extraction; the value is the Table 8 cell "
-                    "it repeats (notes §5)."
+                    "it repeats (docs/notes/fedhdp.md §5)."
                 )
         if src["notes_id"] in NOTES_BY_ID:
             extra_note.append(NOTES_BY_ID[src["notes_id"]])
@@ -296,7 +297,7 @@ def learning_rows(rows: list[dict]) -> list[dict]:
                 _row(
                     id=rid + ".var",
                     metric=f"{METRIC_NAME[metric]}: variance across clients (printed in "
-                    f"parentheses; 100 x Var of accuracy in [0,1], notes §7 #19)",
+                    f"parentheses; 100 x Var of accuracy in [0,1], docs/notes/fedhdp.md §7 #19)",
                     value=c["var"],
                     key=key + "_var",
                     note=" ".join(extra_note),
@@ -350,7 +351,7 @@ TABLE2 = {
         "INCONSISTENT in the paper: eq. (18) with tau2 = 0, rho_np = 0 gives lambda*_p = alpha2/gamma2, which equals "
         "the printed 1/gamma2 only when alpha2 = 1; the exact argmin of the personalized MSE agrees with eq. (18) "
         "(check table2_hom_priv_eq18 and the Monte Carlo check table2_hom_priv_mc_prefers_eq18 on row "
-        "X.T2.hom-data.hom-priv.eq18). Reported as a paper inconsistency, not tuned to (notes §7 #5).",
+        "X.T2.hom-data.hom-priv.eq18). Reported as a paper inconsistency, not tuned to (docs/notes/fedhdp.md §7 #5).",
     ),
     "T2.het-data.no-priv": ("table2_het_data_no_priv", True, ""),
     "T2.het-data.hom-priv": (
@@ -538,7 +539,7 @@ def _setting_rows(r: dict, base: dict) -> list[dict]:
         value, unit = ("1" if printed.strip() == "CNN" else "0"), ""
         metric += " (1 = convolutional, 0 = fully connected)"
     if "merged" in printed:
-        note += " Merged table cell (notes §7 #13)."
+        note += " Merged table cell (docs/notes/fedhdp.md §7 #13)."
     return [
         _row(
             **dict(base, metric=metric),
@@ -619,7 +620,7 @@ def relation_rows(learning: list[dict], config: Path = PAPER_CONFIG) -> list[dic
 
 
 def source_id(registry_id: str) -> str:
-    """The notes §5 id (',' written '_') a generated registry row comes from."""
+    """The docs/notes/fedhdp.md §5 id (',' written '_') a generated registry row comes from."""
     if registry_id.startswith("X.F") and registry_id.endswith(".closed_forms"):  # a figure's implementation check
         return registry_id[len("X.") : -len(".closed_forms")]
     for suffix in (".var", ".fmnist", ".femnist"):
@@ -638,7 +639,7 @@ def generate() -> str:
         extra = list(reader)
     generated = other_rows(rows, learning) + learning
     order = {r["notes_id"].replace(",", "_"): i for i, r in enumerate(rows)}
-    generated.sort(key=lambda g: order[source_id(g["id"])])  # stable: the notes' (= the paper's) order
+    generated.sort(key=lambda g: order[source_id(g["id"])])  # stable: docs/notes/fedhdp.md's (= the paper's) order
     body = extra + generated + relation_rows(learning)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")

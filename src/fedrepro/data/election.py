@@ -5,7 +5,7 @@ x mode, columns: year, state, state_po, county_name, county_fips, office, candid
 totalvotes, version, mode. Used by AdaPeD Sec. 4 "Political tendencies on county level" (Ozkara et al. 2023):
 per county a 0/1 outcome per election, 1 if the Republican candidate got the most votes in the county.
 
-Cleaning rules (each documented because the paper states none, notes §7.16):
+Cleaning rules (each documented because the paper states none, docs/notes/adaped.md §7.16):
   * rows whose county_fips is missing/NA (e.g. statewide write-ins, overseas/UOCAVA or federal precincts) are
     dropped: they are not counties. county_fips is parsed as an integer (the file has "1001" or "01001" forms).
   * rows whose candidatevotes is missing are dropped (they carry no votes).

@@ -1,6 +1,6 @@
 """Quantile-based adaptive clipping with a noisy clipped count (Andrew, Thakkar, McMahan, Ramaswamy, NeurIPS 2021,
 "Differentially Private Learning with Adaptive Clipping", arXiv 2019), as FedHDP's Algorithm 2 uses it (Aldaghri
-et al., Sec. 4; notes fedhdp.md section 2.5 and section 3).
+et al., Sec. 4; docs/notes/fedhdp.md section 2.5 and section 3).
 
 Each round every client whose update is clipped to the current norm S reports the bit b_j = 1[||Delta_j||_2 <= S]
 ("not clipped"). The server releases the noisy count of *centered* bits (b_j - 1/2 has sensitivity 1/2, Andrew et
@@ -8,11 +8,12 @@ al. Sec. 3), estimates the unclipped fraction
 
     b_bar = 1/2 + ( sum_j (b_j - 1/2) + N(0, z_count^2) ) / n
 
-(n the number of reporting clients, the realized count: Alg. 2 / notes §7.18; this equals
+(n the number of reporting clients, the realized count: Alg. 2 / docs/notes/fedhdp.md §7.18; this equals
 (sum_j b_j + N(0, z_count^2)) / n, the printed form), and moves S geometrically towards the kappa-quantile of the
 update norms:
 
-    S <- S * exp(-eta_b (b_bar - kappa))                     (notes §7.17: the printed formula is garbled)
+    S <- S * exp(-eta_b (b_bar - kappa))                     (docs/notes/fedhdp.md §7.17: the printed formula is
+    garbled)
 
 Both the update sum (noise multiplier z_update on sensitivity S) and the count (noise std z_count on sensitivity
 1/2) are Gaussian mechanisms on the same sampled clients; Andrew et al. (Thm 1) show the pair composes exactly like

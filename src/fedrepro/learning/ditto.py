@@ -1,13 +1,14 @@
 """Ditto personalization (Li, Hu, Beirami, Smith, ICML 2021) as a reusable piece of an engine algorithm.
 
 Every client j keeps a personal model v_j beside the global training. Whenever j is sampled, at each of its local
-iterations, on the same minibatch as its global-model step (FedHDP Alg. 2, notes fedhdp.md section 2.5):
+iterations, on the same minibatch as its global-model step (FedHDP Alg. 2, docs/notes/fedhdp.md section 2.5):
 
     v_j <- v_j - lr_p ( grad f_j(v_j; batch) + lambda_j (v_j - theta^t) ),
 
 anchored at the global model theta^t the client received this round (the global model is untouched by lambda).
 v_j starts as the global model the first time j is sampled ("theta_j <- theta^0 only if not yet initialized");
-a client never trained is deployed with the current global model (notes §7.20: that is what FedHDP's r = 0 rows
+a client never trained is deployed with the current global model (docs/notes/fedhdp.md §7.20: that is what FedHDP's r =
+0 rows
 show for private clients).
 
 One :class:`Ditto` holds several personal-model sets at once, one per (lambda_private, lambda_nonprivate) pair:

@@ -1,6 +1,7 @@
 """User-level differential-privacy hooks for the engine: per-client clipping and Gaussian noise.
 
-DP-AdaPeD (Ozkara et al. 2023, Sec. 3.3, App. I; notes section 2.11) and the default DP-FedAvg (notes section
+DP-AdaPeD (Ozkara et al. 2023, Sec. 3.3, App. I; docs/notes/adaped.md section 2.11) and the default DP-FedAvg
+(docs/notes/adaped.md section
 2.12) privatize each sampled client's *whole* minibatch update at every local iteration (user level, no per-example
 gradients):
 

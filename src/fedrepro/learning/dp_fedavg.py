@@ -12,7 +12,7 @@ z on a sum of sensitivity C, subsampled at K/m; :func:`fedrepro.papers.adaped.fl
 with a library accountant (dp-accounting), never with a formula here. The fixed denominator K (not the realized
 count) is McMahan et al.'s fixed-size estimator.
 
-This is the "common alternative" the AdaPeD notes (section 2.12) mention beside the per-step local noise of
+This is the "common alternative" docs/notes/adaped.md (section 2.12) mention beside the per-step local noise of
 :class:`fedrepro.learning.fedavg.FedAvg` with ``dp=...``; which DP-FedAvg a table uses is a config choice.
 """
 

@@ -1,5 +1,5 @@
 """DP-FedAvg with adaptive clipping (McMahan et al. 2018 with the quantile-based clip of Andrew et al. 2019), the
-DP-FEDAVG baseline of FedHDP (Aldaghri et al., Sec. 5, App. C; notes fedhdp.md section 2.5): every client is
+DP-FEDAVG baseline of FedHDP (Aldaghri et al., Sec. 5, App. C; docs/notes/fedhdp.md section 2.5): every client is
 private with the same (epsilon, delta).
 
 Round t: the K sampled clients run tau local SGD steps from theta^t; each update Delta_j = theta_j - theta^t is

@@ -17,10 +17,11 @@ The step size is ``lr * lr_decay ** epoch`` with ``epoch = t // iters_per_epoch`
 GAPs / defaults:
 - ``iters_per_epoch`` defaults to ceil(median train count / batch_size) ("vary the batch size so that each
   epoch consists of 60 iterations": 1200 samples, B = 20 -> 60).
-- ``epochs`` counts iterations of the sampled clients (notes section 7.3): T = epochs * iters_per_epoch,
+- ``epochs`` counts iterations of the sampled clients (docs/notes/adaped.md section 7.3): T = epochs * iters_per_epoch,
   rounds = ceil(T / tau).
 - Metric: accuracy of each client's deployed model on its own test split; ``test_acc`` is the unweighted mean
-  over clients with test data, ``test_acc_weighted`` the sample-weighted one (notes section 7.10 default).
+  over clients with test data, ``test_acc_weighted`` the sample-weighted one (docs/notes/adaped.md section 7.10
+  default).
 - Randomness: one numpy stream (fedrepro.seeding.rng_for) for client sampling and minibatches, one torch
   Generator for algorithm noise (DP), the model initialized under ``torch.manual_seed(seed)``; evaluation-time
   randomness (fine-tuning minibatches) uses its own stream per round, so ``eval_every`` never changes training.

@@ -1,15 +1,16 @@
 """FedAvg (McMahan et al., AISTATS 2017), FedAvg + fine-tuning (Jiang et al. 2019) and DP-FedAvg, as used for the
-baselines of Ozkara et al. 2023 (notes section 2.12).
+baselines of Ozkara et al. 2023 (docs/notes/adaped.md section 2.12).
 
 FedAvg: at each synchronization the K selected clients start from the global model w, take tau local SGD steps
 w_i <- w_i - lr (grad f_i(w_i; batch) + weight_decay w_i), and the server sets w = (1/K) sum_i w_i (unweighted, as
-in the notes). Deployed model: w for every client.
+in docs/notes/adaped.md). Deployed model: w for every client.
 
 FedAvgFT: FedAvg; at evaluation every client fine-tunes a copy of the current w for ``ft_steps`` local SGD steps
 on its own training data at the current lr and is evaluated with the result (the copies are discarded).
 GAP: the number of steps is not given; default one local epoch (``iters_per_epoch`` steps).
 
-DP-FedAvg (``dp={"clip": C1, "noise_multiplier": z}``), the notes' default reading (section 2.12, Table 2): at
+DP-FedAvg (``dp={"clip": C1, "noise_multiplier": z}``), docs/notes/adaped.md's default reading (section 2.12, Table 2):
+at
 every local step each selected client's whole minibatch gradient is clipped to C1 and N(0, (z C1)^2 I) is added,
 exactly like DP-AdaPeD's mu update; weight decay is added after the noise (data independent). The common
 alternative (clip the round's model delta, noise at the server) is not implemented.

@@ -1,5 +1,5 @@
 """Federated Mutual Learning, FML (Shen, Zhang, Zhu, Wu, Wang, Kuang, Wu 2020, arXiv:2006.16765), the "Federated
-ML" baseline of Ozkara et al. 2023 (Table 1, App. K.1/K.2; notes adaped.md sections 2.12 and 7.24), vectorized
+ML" baseline of Ozkara et al. 2023 (Table 1, App. K.1/K.2; docs/notes/adaped.md sections 2.12 and 7.24), vectorized
 over clients.
 
 Client i holds a private model theta_i (never sent, deployed) and a copy w_i of the shared "meme" model. Each

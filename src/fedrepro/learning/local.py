@@ -1,4 +1,5 @@
-"""Local training baseline (notes section 2.12; Ozkara et al. 2023, Fig. 1b and Table 3): every client runs SGD on
+"""Local training baseline (docs/notes/adaped.md section 2.12; Ozkara et al. 2023, Fig. 1b and Table 3): every client
+runs SGD on
 its own cross-entropy f_i only; no server, no communication. Deployed model: the client's own.
 
 GAP defaults: all clients start from the same initialization (the template model); weight decay 1e-4 (K.1,

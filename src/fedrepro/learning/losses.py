@@ -1,6 +1,6 @@
 """Losses shared by the distillation-based personalized methods (AdaPeD, QuPeD, Federated Mutual Learning).
 
-f^KD (notes adaped.md section 2.9 / 7.6 default, App. H of Ozkara et al. 2023): the batch mean of
+f^KD (docs/notes/adaped.md section 2.9 / 7.6 default, App. H of Ozkara et al. 2023): the batch mean of
 KL(softmax(teacher logits) || softmax(student logits)), temperature 1. Gradients flow into whichever argument the
 caller differentiates (both, if neither is detached).
 """

@@ -1,4 +1,5 @@
-"""Models of the reproduced learning experiments (Ozkara et al., ICLR 2023, Sec. 4 and App. K.1; notes section 4.0).
+"""Models of the reproduced learning experiments (Ozkara et al., ICLR 2023, Sec. 4 and App. K.1; docs/notes/adaped.md
+section 4.0).
 
 - :class:`LeNet5`, the paper's "5-layer CNN": conv 5x5 (6) -> conv 5x5 (16) -> FC 256x120 -> FC 120x84 -> FC 84xC.
   GAP (activations, pooling): ReLU and 2x2 max-pool after each convolution (LeNet-5 style); this is the only

@@ -1,6 +1,6 @@
 """Per-FedAvg (Fallah, Mokhtari, Ozdaglar, NeurIPS 2020, "Personalized Federated Learning with Theoretical
 Guarantees: A Model-Agnostic Meta-Learning Approach"), first-order variant (Per-FedAvg FO), as a baseline of Ozkara et
-al. 2023 (App. K.1; notes section 2.12), vectorized over clients.
+al. 2023 (App. K.1; docs/notes/adaped.md section 2.12), vectorized over clients.
 
 Each local step of a selected client draws two disjoint minibatches D, D' (``batches_per_step = 2``) and, from its
 local copy w_i of the global model,
@@ -13,7 +13,8 @@ is FedAvg's). Deployed model: every client adapts a copy of the current global w
 alpha on fresh minibatches of its own training data (FedAvgFT's fine-tuning at lr alpha; the copies are discarded).
 
 Defaults and GAPs:
-- Variant not stated (notes section 7 item 24): default FO, which is also what the Per-FedAvg implementation in the
+- Variant not stated (docs/notes/adaped.md section 7 item 24): default FO, which is also what the Per-FedAvg
+implementation in the
   pFedMe repository (``userperavg.py``) that the paper says it built on computes.
 - alpha = 0.001 (K.1; K.2 uses 1e-4); the outer lr beta is the tuned main lr (K.1: 0.075, K.2: 0.1) with the engine's
   schedule; alpha is constant.

@@ -1,5 +1,6 @@
 """pFedMe (Dinh, Tran, Nguyen, NeurIPS 2020, "Personalized Federated Learning with Moreau Envelopes"), as in its
-official code github.com/CharlieDinh/pFedMe that Ozkara et al. 2023 used (App. K.1; notes section 2.12), vectorized
+official code github.com/CharlieDinh/pFedMe that Ozkara et al. 2023 used (App. K.1; docs/notes/adaped.md section 2.12),
+vectorized
 over clients.
 
 Client i holds a local copy w_i of the global model and a personalized model theta_i. Each local step of a selected
@@ -14,7 +15,8 @@ each client's theta_hat_i (the last one it computed; the template initialization
 
 Defaults and GAPs:
 - lam = 0.5, K_p = ``inner_steps`` = 3 (App. K.1; K.2 uses lam = 0.1, K_p = 3). K.1's "eta = 0.2" is read as the
-  personal lr eta_p (notes section 7 item 24; K.2 prints eta = 0.1); eta_p is constant (official code), the main lr
+  personal lr eta_p (docs/notes/adaped.md section 7 item 24; K.2 prints eta = 0.1); eta_p is constant (official code),
+  the main lr
   follows the engine's schedule. beta is not given: default 1 (plain averaging of the w_i).
 - Inner solver start: ``restart_from_global=True`` (official code: ``set_parameters`` overwrites the personal model
   with the broadcast w at the start of every round, and the personal model then carries over from one local step to
@@ -23,7 +25,8 @@ Defaults and GAPs:
   theta_hat in each period (tau >= 1) before any evaluation.
 - Weight decay 1e-4 (App. K, "all runs") is added to the inner steps' gradient, where the official optimizer has
   its ``mu`` (0.001) term; the w_i update and the aggregation have none.
-- Aggregation is the unweighted mean over the K selected clients (as FedAvg here and in the notes); the official
+- Aggregation is the unweighted mean over the K selected clients (as FedAvg here and in docs/notes/adaped.md); the
+official
   code weights clients by training-set size.
 - Only the selected clients take local steps (the engine's convention); the official server trains *all* users in
   every round and aggregates only the selected ones, so there unselected users' theta_hat is also refreshed.

@@ -1,6 +1,6 @@
 """QuPeD in full precision (Ozkara, Singh, Data, Diggavi, NeurIPS 2021, "QuPeD: Quantized Personalization via
 Distillation with Applications to Federated Learning"), the "QuPeD (FP)" baseline of Ozkara et al. 2023 (Table 1,
-App. K.1/K.2; notes adaped.md sections 2.12 and 7.24), vectorized over clients. No quantization.
+App. K.1/K.2; docs/notes/adaped.md sections 2.12 and 7.24), vectorized over clients. No quantization.
 
 Client i holds a personalized model theta_i (never sent, deployed) and a copy w_i of the global model. Each local
 iteration of a selected client, on one minibatch:
@@ -15,13 +15,14 @@ w_i (unweighted, latest values, as AdaPeD). :class:`DistillationPair` holds this
 (state, broadcast, aggregation, deployment); QuPeD and FML (fedrepro.learning.fml) differ only in the client step.
 
 Readings, defaults and GAPs:
-- f^KD as in the AdaPeD notes (section 2.9 / 7.6): first argument the student, second the teacher, temperature 1.
+- f^KD as in docs/notes/adaped.md (section 2.9 / 7.6): first argument the student, second the teacher, temperature 1.
   Each update differentiates only the model being updated; the other model's logits are a constant (teacher
   detached). GAP: as a joint objective f_i(theta) + f_i(w) + lam_p [f^KD(theta, w) + f^KD(w, theta)], grad_w would
-  also contain the teacher-side term grad_w f^KD(theta, w); the notes' reconstruction (section 2.12) drops it and
+  also contain the teacher-side term grad_w f^KD(theta, w); docs/notes/adaped.md's reconstruction (section 2.12) drops
+  it and
   so do we.
 - GAP: the QuPeD paper (not in the shared material; recalled, unverified) weights the CE terms by (1 - lam_p); the
-  notes' form CE + lam_p f^KD is implemented (with lam_p = 0.25 the KD/CE ratio is 0.25 instead of 1/3).
+  docs/notes/adaped.md's form CE + lam_p f^KD is implemented (with lam_p = 0.25 the KD/CE ratio is 0.25 instead of 1/3).
 - Alternating / sequential, as AdaPeD's Alg. 2: the w step uses the already updated theta_i (theta_i_new) as its
   teacher, on the same minibatch.
 - eta1 is the engine's scheduled lr; eta2 = ``global_lr_ratio`` * eta1 (K.1: eta1 = "eta3" = 0.1, K.2: eta1 =

@@ -14,7 +14,8 @@ Columns
                        pass/fail checks (claims, figures' visible properties, implementation checks)
   row                  printed      a number or sentence the paper states: the only rows counted as reproduced
                        check        an implementation check (simulation vs our own closed form, a library cross-check,
-                                    the notes' reference values, inputs read back, a protocol on stand-in data)
+                                    the replication inventories' reference values (docs/notes/), inputs read back, a
+                                    protocol on stand-in data)
                        consistency  the paper's own statements checked against each other (a failure is a paper
                                     issue, not a deviation of ours)
   ci                   true: the CI replication check fails unless this row is reproduced (printed) / passes

@@ -2,7 +2,8 @@
 
 Row types (fedrepro.report.registry): ``printed`` rows are numbers and sentences the paper states, and only they are
 ever counted as reproduced; ``check`` rows verify this project's implementation (simulation vs our own closed form,
-library cross-checks, the notes' reference values, inputs read back, protocols on stand-in data); ``consistency``
+library cross-checks, the replication inventories' reference values (docs/notes/), inputs read back, protocols on
+stand-in data); ``consistency``
 rows check the paper's own statements against each other (a failure is a paper issue, not a deviation of ours).
 
 Statuses of a printed row
@@ -247,7 +248,8 @@ RULE_TEXT = (
     "*not comparable*: value shown, no verdict. A rebuilt value that is not a finite number (NaN, inf, undefined in "
     "every seed, missing) is never judged: the row is *invalid*, naming the file. Sentences are judged by named "
     "pass/fail checks, in every seed. "
-    "**Check** rows verify the implementation (simulation vs our closed forms, library cross-checks, the notes' "
-    "reference values, inputs read back, protocols on stand-in data): they pass or fail and are never counted as "
-    "reproduced paper numbers. **Consistency** rows check the paper against itself; a failure is a paper issue."
+    "**Check** rows verify the implementation (simulation vs our closed forms, library cross-checks, the replication "
+    "inventories' reference values (docs/notes/), inputs read back, protocols on stand-in data): they pass or fail "
+    "and are never counted as reproduced paper numbers. **Consistency** rows check the paper against itself; a "
+    "failure is a paper issue."
 )

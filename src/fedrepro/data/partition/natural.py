@@ -1,14 +1,14 @@
 """Natural partition: one client per writer/user, as the dataset gives it.
 
 Used by
-  * PPSGD (Bietti et al. ICML 2022, Sec. 6; notes ppsgd.md §4 E2-E4 and §7.9): TFF StackOverflow, "N = 500 users",
+  * PPSGD (Bietti et al. ICML 2022, Sec. 6; docs/notes/ppsgd.md §4 E2-E4 and §7.9): TFF StackOverflow, "N = 500 users",
     "about 300-500 training and 10-100 test documents" each; TFF EMNIST digits, "N = 1000 users". The paper does not
     say which users; its code takes the first N client ids in TFF order (StackOverflow: the first 500 of
     ``test.client_ids``) and caps each user's training documents at 500 (the first 500, ``take(500)``):
     ``select="first", order_from="test", max_train_per_client=500`` and ``select="first", n_clients=1000``.
-  * FedHDP (Aldaghri et al., Sec. 5 and App. C; notes fedhdp.md E7/E8): TFF EMNIST digits (3,383 clients) and
+  * FedHDP (Aldaghri et al., Sec. 5 and App. C; docs/notes/fedhdp.md E7/E8): TFF EMNIST digits (3,383 clients) and
     FEMNIST (3,400 clients), all writers, each writer's own train/test split.
-  * Private histograms (Setlur et al., Sec. 4; notes histograms.md E1, G9): LEAF Reddit users (token-level
+  * Private histograms (Setlur et al., Sec. 4; docs/notes/histograms.md E1, G9): LEAF Reddit users (token-level
     filters such as ">= 2500 in-vocabulary tokens" map to ``min_train``).
 
 Filters (applied in this order): ``n_classes`` keeps only samples with label < n_classes; users with fewer than

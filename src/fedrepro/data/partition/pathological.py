@@ -1,9 +1,9 @@
 """Pathological label skew: every client holds exactly k classes (AdaPeD, Ozkara et al. ICLR 2023, Sec. 4 and
-App. K.1; notes adaped.md §4.0 "Heterogeneity" and §7.2).
+App. K.1; docs/notes/adaped.md §4.0 "Heterogeneity" and §7.2).
 
 Paper: "MNIST ... 3 random classes per client", "CIFAR-10 ... 4 classes per client", "CIFAR-100 ... 2 superclasses
 per client" (classification stays 100-way), m = 50 (Tables 1, 2), m = 30 (Table 5). The paper gives neither the
-per-client sizes nor the train/test split, so this module implements the defaults of notes §7.2:
+per-client sizes nor the train/test split, so this module implements the defaults of docs/notes/adaped.md §7.2:
 
 Class assignment (``n_clients`` = m, ``classes_per_client`` = k, C classes):
   balanced random assignment. The m·k (client, class) slots are spread so that every class goes to the same number
@@ -14,7 +14,7 @@ Class assignment (``n_clients`` = m, ``classes_per_client`` = k, C classes):
   MNIST m=50, k=3: each class goes to 15 clients; CIFAR-10 m=50, k=4: 20; m=30, k=4: 12; CIFAR-100 m=50, k=2
   superclasses: 5 clients per superclass.
 Train samples: each class's official training samples are shuffled and split evenly (sizes differ by at most one)
-  among the clients holding it (MNIST m=50: ≈400 per class and client, ≈1,200 per client, notes §7.2).
+  among the clients holding it (MNIST m=50: ≈400 per class and client, ≈1,200 per client, docs/notes/adaped.md §7.2).
 Test samples: the official test set filtered to each client's classes. A test sample can belong to one client only,
   so each class's test samples are shuffled and split evenly and disjointly among the clients holding the class
   (the same rule as for training samples). A consumer that wants every client evaluated on the whole filtered test

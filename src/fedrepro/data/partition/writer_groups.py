@@ -1,11 +1,12 @@
 """Natural writer split, several writers per client (AdaPeD FEMNIST, Ozkara et al. ICLR 2023, Sec. 4 and App. K.1;
-notes adaped.md §4.0 "Clients" and §7.4).
+docs/notes/adaped.md §4.0 "Clients" and §7.4).
 
 Paper: "m = 66 for FEMNIST: 198 LEAF writers, 3 writers per client" (and Table 4: "FEMNIST, m = 30, same model and
-same data per client as Sec. 4"). Which 198 writers and how they are grouped is not stated (notes §7.4), so:
+same data per client as Sec. 4"). Which 198 writers and how they are grouped is not stated (docs/notes/adaped.md §7.4),
+so:
   * eligible writers: those with at least ``min_train`` training samples and ``min_test`` test samples (after the
     optional label filter ``n_classes``: keep only samples with label < n_classes, e.g. 10 for the digits-only
-    reading of the paper's 84×10 output layer, notes §7.4);
+    reading of the paper's 84×10 output layer, docs/notes/adaped.md §7.4);
   * ``n_writers`` of them are drawn uniformly at random without replacement (seeded), shuffled, and dealt in
     order into ``n_writers // writers_per_client`` clients of ``writers_per_client`` writers;
   * each writer keeps its own LEAF train/test split: a client's train (test) samples are the train (test) samples

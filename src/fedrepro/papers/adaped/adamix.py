@@ -88,7 +88,7 @@ def min_norm_ls(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
 
 
 def local_mse_closed_form(n: int, d: int, mean_sq_norm: float, noise_var: float) -> float:
-    """E||pinv(X)Y - theta||^2 for X with iid N(0,1) entries (notes §8.11; exact).
+    """E||pinv(X)Y - theta||^2 for X with iid N(0,1) entries (docs/notes/adaped.md §8.11; exact).
 
     n < d - 1: pinv(X)X is the projection on a uniformly random n-dim subspace independent of theta, so the bias
     term is (d-n)/d E||theta||^2; the noise term is s_w tr E[(XX^T)^-1] = s_w n/(d-n-1) (inverse Wishart).

@@ -1,5 +1,5 @@
 """AdaPeD, Algorithm 2 (Ozkara et al., ICLR 2023, Sec. 3.2, eq. 11) and DP-AdaPeD (Sec. 3.3, App. I), vectorized
-over clients (notes sections 2.9 and 2.11).
+over clients (docs/notes/adaped.md sections 2.9 and 2.11).
 
 Client i holds a personalized model theta_i (never sent), a copy mu_i of the global model and a scalar psi_i, and
 minimizes (eq. 11)
@@ -14,7 +14,8 @@ Each local iteration of a selected client, on one minibatch (Alg. 2, lines 10-15
     k_i = 1/(2 psi_i) - c f^KD(theta_i_new, mu_i_new) / (2 psi_i^2)           psi_i   <- max(psi_i - eta3 k_i, psi_min)
 
 so mu is trained only through the KD term. At the start of a period the selected clients receive (mu, psi); at
-its end the server sets mu = (1/K) sum mu_i, psi = (1/K) sum psi_i (latest values; notes section 7.8). Deployed
+its end the server sets mu = (1/K) sum mu_i, psi = (1/K) sum psi_i (latest values; docs/notes/adaped.md section 7.8).
+Deployed
 model: theta_i.
 
 DP-AdaPeD (``dp_mu``, ``dp_psi``): lines 13 and 15 become mu_i <- mu_i - eta2 (clip_C1(h_i) + N(0, sigma_q1^2 I)),

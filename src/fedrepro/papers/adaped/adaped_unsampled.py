@@ -1,4 +1,5 @@
-"""AdaPeD with unsampled client iterations, Algorithm 7 (Ozkara et al., ICLR 2023, App. H.2; notes section 2.10),
+"""AdaPeD with unsampled client iterations, Algorithm 7 (Ozkara et al., ICLR 2023, App. H.2; docs/notes/adaped.md
+section 2.10),
 used with DP for Fig. 1b.
 
 Identical to :class:`fedrepro.papers.adaped.adaped.AdaPeD` (Alg. 2, and DP-AdaPeD with ``dp_mu``/``dp_psi``) for the K

@@ -23,7 +23,8 @@ Inconsistencies of the printed estimator, made selectable (defaults reproduce Se
     Sec. 2.2 prints mu_l, the leave-l-out mean ("mu_l"; the "1/4" after it in the text is footnote mark 4).
     Both are O(m); they differ by a factor (1 + O(1/m)).
   * Neither form subtracts the binomial noise E[p(1-p)]/n from sigma2_i, although Thm 3's proof treats sigma2_i as
-    an estimate of Var(p); the paper's experiments (App. K) are reproduced by this literal form (notes §8.9).
+    an estimate of Var(p); the paper's experiments (App. K) are reproduced by this literal form (docs/notes/adaped.md
+    §8.9).
 
 a_i is NOT clipped to [0, 1]: the paper never says to. It can leave [0, 1] only in degenerate cases (with
 "-1", a_i > 1 iff mu_i(1-mu_i)/sigma2_i < 1, which needs almost all Xbar_l in {0, 1}; in the private estimator mu_i
@@ -138,7 +139,8 @@ def loo_estimate(xbar: np.ndarray, n: int, minus_one: bool = True, centre: str =
 
 
 def eq6_large_m_limit(mu: float, var: float, n: int, minus_one: bool = True) -> dict[str, float]:
-    """Large-m limit of eq. (6) for ANY prior on [0, 1] with mean mu and variance var (notes §8.9, derived).
+    """Large-m limit of eq. (6) for ANY prior on [0, 1] with mean mu and variance var (docs/notes/adaped.md §8.9,
+    derived).
 
     As m -> inf, mu_i -> mu and sigma2_i -> Var(Xbar) = var + (mu(1-mu) - var)/n (binomial noise included), so
     a_i -> a_inf; for a fixed weight a (independent of client i's data) the MSE of a Xbar_i + (1-a) mu is
@@ -197,7 +199,8 @@ def private_estimate(
     """Private personalized estimator of Thm 4: moments of q_priv(Xbar_l), l != i; a_i without "-1" as printed.
 
     p_i = a_i Xbar_i + (1 - a_i) mu_i^priv (the text prints mu^priv without the index; we read it as mu_i^priv).
-    sigma2^priv includes the mechanism's variance, so a_i^priv is close to 1 for small eps0 (notes §7.19).
+    sigma2^priv includes the mechanism's variance, so a_i^priv is close to 1 for small eps0 (docs/notes/adaped.md
+    §7.19).
     """
     xbar = np.asarray(xbar, dtype=float)
     priv = q_priv(xbar, eps0, rng)

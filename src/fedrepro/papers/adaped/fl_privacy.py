@@ -1,12 +1,12 @@
 """Noise for the private methods of a federated training experiment, configured by a printed epsilon.
 
-AdaPeD's Table 2 and Fig. 1b print epsilons, never the noise (notes adaped.md section 7.11). A private method
+AdaPeD's Table 2 and Fig. 1b print epsilons, never the noise (docs/notes/adaped.md section 7.11). A private method
 (``private: true``) is trained once per epsilon of ``privacy.epsilons``; its noise ratio z = sigma_q / C comes from
 the privacy module, never from a formula here:
 
 - ``noise_from: thm5`` (default, the paper's own accountant): Thm 5 + Lemma 1 solved for z
   (:func:`fedrepro.papers.adaped.privacy.thm5_noise_ratio`); DP-AdaPeD releases mu and psi (both terms), DP-FedAvg
-  the model only (the C1 term, notes section 2.12).
+  the model only (the C1 term, docs/notes/adaped.md section 2.12).
 - ``noise_from: rdp | pld``: dp-accounting's accountant calibrated for the same per-round Gaussian release
   (:func:`fedrepro.papers.adaped.privacy.library_noise_ratio`).
 - DP-FedAvg with server-side noise (``dp_fedavg_server``, McMahan et al. 2018) is a plain subsampled Gaussian

@@ -10,8 +10,8 @@ Model (eq. 46): Y_i = X_i theta_i + w_i, w_i ~ N(0, s_x^2 I_n), theta_i ~ N(mu, 
 * :func:`fedavg_estimate` - the paper's undefined "FedAvg regression" (default: one least-squares model on the
   pooled data of all clients; option: mean of the local estimates).
 * :func:`objective` - the negative log-likelihood (54); :func:`client_gradients` - the per-client gradients that
-  Algorithm 4 lines 6-9 step along (minus signs restored, notes adaped.md Sec. 2.8); :func:`alg4` - Algorithm 4.
-* :func:`stationary_points` - every interior stationary point of (54) (notes Sec. 8.12), found directly.
+  Algorithm 4 lines 6-9 step along (minus signs restored, docs/notes/adaped.md Sec. 2.8); :func:`alg4` - Algorithm 4.
+* :func:`stationary_points` - every interior stationary point of (54) (docs/notes/adaped.md Sec. 8.12), found directly.
 
 All arrays are batched over clients: X (m, n, d), Y (m, n), theta (m, d). No Python loop runs over clients.
 
@@ -359,7 +359,7 @@ def profile(spec: Spectrum, Y: np.ndarray, X: np.ndarray, lam: float):
 
     theta_i = eq. (47) at mu and mu = mean theta_i give the generalized least-squares equation
     A mu = b, A = sum_i V_i' diag(s^2/(s^2+lam)) V_i, b = sum_i V_i' (s U'Y/(s^2+lam)), solved by conjugate
-    gradients (A v costs O(m r d); forming A would cost O(m r d^2)); then (notes Sec. 8.12)
+    gradients (A v costs O(m r d); forming A would cost O(m r d^2)); then (docs/notes/adaped.md Sec. 8.12)
     s_theta^2 = sum ||theta_i - mu||^2/(md) and s_x^2 = sum ||Y_i - X_i theta_i||^2/(mn).
     """
     m, r = spec.s.shape
@@ -396,7 +396,8 @@ def _cg(A, b: np.ndarray, rtol: float = 1e-13, max_iter: int | None = None) -> n
 def stationary_points(X, Y, spec: Spectrum | None = None, span: float = 1e4, grid: int = 17) -> list[Stationary]:
     """All interior stationary points of (54): roots of h(log lam) = log(s_x^2(lam)/s_theta^2(lam)) - log lam.
 
-    Stationarity (notes Sec. 8.12) is theta = (47), mu = mean theta, s_theta^2 = S/(md), s_x^2 = R/(mn); for a fixed
+    Stationarity (docs/notes/adaped.md Sec. 8.12) is theta = (47), mu = mean theta, s_theta^2 = S/(md), s_x^2 = R/(mn);
+    for a fixed
     lam the first two have the unique solution :func:`profile`, so the stationary points are exactly the fixed points
     lam = s_x^2(lam)/s_theta^2(lam). They are bracketed on a log grid of lam over [c/span, c span] (c = mean
     squared singular value of X_i) and refined with Brent's method. ``slope`` = d log(s_x^2/s_theta^2)/d log lam at

@@ -15,7 +15,7 @@ The mechanism behind it (proof of Thm 5): per synchronisation round the server r
 sampled clients' models, each after tau clipped (C1) and noised (sigma_q1^2 per step) local steps) and psi^{t+1}
 (C2, sigma_q2). The effective noise on the released mean has variance tau sigma_q1^2 / K; its squared L2
 sensitivity is printed as tau C1^2 / K^2 (eq. 59, reading "paper"); the triangle inequality over the tau clipped
-steps gives (tau C1 / K)^2 (reading "triangle", replication notes section 7). The Gaussian noise multiplier of one
+steps gives (tau C1 / K)^2 (reading "triangle", docs/notes/adaped.md section 7). The Gaussian noise multiplier of one
 release is then sqrt(tau sigma^2/K) / sensitivity: z sqrt(K) ("paper") or z sqrt(K/tau) ("triangle"). The mu and
 psi releases use the same sampled clients, so together they are one Gaussian with multiplier
 (z_mu^-2 + z_psi^-2)^-1/2 (exact for Gaussians; what dp-accounting's PoissonSampledDpEvent(ComposedDpEvent)
@@ -23,7 +23,7 @@ computes), subsampled at rate K/m (Poisson approximation of the fixed-size draw;
 composed over T/tau rounds. library_epsilon() hands that mechanism to the accountants in fedrepro.privacy.
 
 With K = m the printed RDP is 12x the plain Gaussian RDP alpha Delta^2 / (2 s^2) under the paper's own Delta and s
-(notes section 3): the printed epsilon is larger (looser) than the library's for the same noise.
+(docs/notes/adaped.md section 3): the printed epsilon is larger (looser) than the library's for the same noise.
 
 The estimation part's single-shot Gaussian LDP mechanism (Thm 2.2, sigma_q^2 = 8 b^2 log(2/delta) / eps0^2 on inputs
 projected to [-b, b], L2 sensitivity 2b; no composition) is fedrepro.papers.adaped.gaussian.ldp_noise_std;
@@ -140,7 +140,8 @@ def _check_terms(terms: int) -> int:
 def thm5_noise_ratio(target_epsilon: float, K: int, m: int, T_over_tau: float, delta: float, terms: int = 2) -> float:
     """Noise ratio z = sigma_q/C (equal for mu and psi) at which Thm 5 + Lemma 1 give target_epsilon.
 
-    terms=1 keeps only Thm 5's C1 (mu) term: DP-FedAvg as defined by the notes (section 2.12), whose only released
+    terms=1 keeps only Thm 5's C1 (mu) term: DP-FedAvg as defined by docs/notes/adaped.md (section 2.12), whose only
+    released
     quantity is the model, accounted "with Thm 5 using the C1 term only"."""
     A = slope_for_epsilon(target_epsilon, delta)
     return math.sqrt(thm5_slope(K, m, T_over_tau, 1.0) * _check_terms(terms) / 2 / A)

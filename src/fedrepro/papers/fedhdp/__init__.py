@@ -8,7 +8,8 @@ Learning (on the shared engine, with Ditto personal models and quantile-adaptive
     hdp_fedavg         HDP-FedAvg: FedHDP with r = 1
     partition          the synthetic non-IID / skewed non-IID MNIST partitions of Sec. 5
 Beside them: privacy (Sec. 5.1's epsilons, Table 7's effective noise multiplier), plots (Figs. 1-4), cnn (Table 6's
-FEMNIST CNN) and experiments/ (the kinds). config/targets/fedhdp.csv is generated from the notes' verbatim table by
+FEMNIST CNN) and experiments/ (the kinds). config/targets/fedhdp.csv is generated from docs/notes/fedhdp.md's verbatim
+table by
 scripts/fedhdp_registry.py.
 """
 

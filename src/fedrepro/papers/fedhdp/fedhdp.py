@@ -1,5 +1,5 @@
 """FedHDP (Aldaghri, Mahdavifar, Beirami, "Federated Learning with Heterogeneous Differential Privacy", Alg. 2;
-notes fedhdp.md section 2.5) on the shared engine, two privacy levels: private clients and non-private (opt-out).
+docs/notes/fedhdp.md section 2.5) on the shared engine, two privacy levels: private clients and non-private (opt-out).
 
 Round t (the engine samples K clients; each runs tau local SGD steps from the global model theta^t):
 
@@ -15,16 +15,20 @@ Round t (the engine samples K clients; each runs tau local SGD steps from the gl
 plus Ditto personal models (:class:`fedrepro.learning.ditto.Ditto`) with lambda_p / lambda_np, trained on the same
 minibatches. r = 1 is HDP-FedAvg (:mod:`fedrepro.papers.fedhdp.hdp_fedavg`): the group noise zS/N_p weighted by N_p/K
 is the DP-FedAvg noise zS/K on the mean, so with clipped non-private updates r = 1 gives exactly DP-FedAvg's
-update (notes §7.4; tested). All clients non-private gives FedAvg (+ Ditto). With r = 0 the server uses only the
-non-private clients: private clients are never trained (neither globally nor personally; notes §2.5, C13), and a
-round without a non-private client leaves the model unchanged (notes §7.18). How the server picks its round's
+update (docs/notes/fedhdp.md §7.4; tested). All clients non-private gives FedAvg (+ Ditto). With r = 0 the server uses
+only the
+non-private clients: private clients are never trained (neither globally nor personally; docs/notes/fedhdp.md §2.5,
+C13), and a
+round without a non-private client leaves the model unchanged (docs/notes/fedhdp.md §7.18). How the server picks its
+round's
 clients at r = 0 is a reading (App. C: "the server only communicates with non-private clients during training"):
 ``r0_population="all"`` (default) samples K of all m clients and uses the ~rho_np K non-private ones among them;
 ``"nonprivate"`` samples K of the non-private clients only (all of them if fewer than K).
 
-GAPs (notes §7.16): non-private updates are not clipped by default (they carry no guarantee and the NON-PRIVATE
+GAPs (docs/notes/fedhdp.md §7.16): non-private updates are not clipped by default (they carry no guarantee and the
+NON-PRIVATE
 baseline is plain FedAvg); ``clip_nonprivate=True`` follows Alg. 2 literally (every ClientUpdate clips). Only
-clipped clients report bits. The engine samples a fixed K per round (accounting at q = K/m, notes §7.15).
+clipped clients report bits. The engine samples a fixed K per round (accounting at q = K/m, docs/notes/fedhdp.md §7.15).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HDP-FedAvg (Aldaghri et al., Sec. 5 baselines; notes fedhdp.md section 2.5 "Experiment baselines"): private
+"""HDP-FedAvg (Aldaghri et al., Sec. 5 baselines; docs/notes/fedhdp.md section 2.5 "Experiment baselines"): private
 clients are clipped and noised exactly as in DP-FedAvg, non-private clients are not, and the two groups are
 combined with uniform per-client weights, i.e. FedHDP with r = 1 (:class:`fedrepro.papers.fedhdp.fedhdp.FedHDP`).
 "+Ditto" adds the Ditto personal models (``lams``)."""

@@ -1,4 +1,4 @@
-"""Federated linear regression with several privacy levels (FedHDP App. A; notes §2.3, §2.4, C7-C10).
+"""Federated linear regression with several privacy levels (FedHDP App. A; docs/notes/fedhdp.md §2.3, §2.4, C7-C10).
 
 Model (eqs. 19-24): client j holds x_j = F_j phi_j + v_j, v_j ~ N(0, beta2 I_{n_s}), with F_j^T F_j = n_s I_d
 (the paper's diagonal-covariate assumption), phi_j = phi + p_j, p_j ~ N(0, tau2 I_d). Its least-squares estimate
@@ -9,7 +9,8 @@ r_i = sigma_p1^2 / sigma_pi^2 at the optimum (eqs. 32-33, 64-65); client j perso
 theta_j(lam) = (phi_hat_j + lam theta)/(1 + lam).
 
 Every coordinate is an independent copy of the point-estimation problem, so the closed-form loss of a
-personalized estimate is d times the scalar MSE of fedrepro.papers.fedhdp.point_estimation (notes C8); the Monte Carlo
+personalized estimate is d times the scalar MSE of fedrepro.papers.fedhdp.point_estimation (docs/notes/fedhdp.md C8);
+the Monte Carlo
 here draws the actual design matrices and samples.
 """
 
@@ -42,7 +43,7 @@ def server_variance(counts, gamma2s, r, alpha2: float, tau2: float) -> float:
 
 
 def server_variance_opt(counts, gamma2s, alpha2: float, tau2: float) -> float:
-    """(sum_i N_i / sigma_pi^2)^-1 (eq. 62, notes C10)."""
+    """(sum_i N_i / sigma_pi^2)^-1 (eq. 62, docs/notes/fedhdp.md C10)."""
     counts = np.asarray(counts, float)
     return float(1.0 / (counts / level_variances(counts, gamma2s, alpha2, tau2)).sum())
 
@@ -55,7 +56,8 @@ def server_variance_opt_two_level(n1: int, n2: int, g1: float, g2: float, alpha2
 
 
 def lambda_star_two_level(n1: int, n2: int, g1: float, g2: float, alpha2: float, tau2: float) -> tuple[float, float]:
-    """Theorem 8, eq. (50) (notes C7): (lam*_C1, lam*_C2) with Gamma_i^2 = N_i gamma_i^2/alpha2, Ups^2 = tau2/alpha2."""
+    """Theorem 8, eq. (50) (docs/notes/fedhdp.md C7): (lam*_C1, lam*_C2) with Gamma_i^2 = N_i gamma_i^2/alpha2, Ups^2 =
+    tau2/alpha2."""
     n = n1 + n2
     u2 = tau2 / alpha2
     G1, G2 = n1 * g1 / alpha2, n2 * g2 / alpha2
@@ -66,7 +68,7 @@ def lambda_star_two_level(n1: int, n2: int, g1: float, g2: float, alpha2: float,
 
 
 def lambda_star_levels(counts, gamma2s, alpha2: float, tau2: float, level: int) -> float:
-    """General closed form for any number of levels (notes C9, derived there; not printed by the paper):
+    """General closed form for any number of levels (docs/notes/fedhdp.md C9, derived there; not printed by the paper):
     lam_j* = alpha2 / [V_j + tau2 - (r_j / W)(alpha2 + tau2 + V_j)], W = sum_k N_k r_k, V_j the variance of the
     inverse-variance average of the other clients."""
     counts = np.asarray(counts, float)
@@ -98,7 +100,7 @@ def level_setup(
 def local_loss(
     lam, d: int, counts, gamma2s, r, alpha2: float, tau2: float, level: int, own_noise: str = "included"
 ) -> np.ndarray:
-    """E||theta_k(lam) - phi_k||^2 = d x the scalar MSE (notes C8)."""
+    """E||theta_k(lam) - phi_k||^2 = d x the scalar MSE (docs/notes/fedhdp.md C8)."""
     return d * pe.local_mse(lam, *level_setup(counts, gamma2s, r, alpha2, tau2, level, own_noise), alpha2, tau2)
 
 

@@ -1,5 +1,5 @@
 """FedHDP's synthetic "non-IID MNIST" and "skewed non-IID MNIST" (Aldaghri et al., Sec. 5 "Experimental setup",
-App. C Table 5; notes fedhdp.md E5, E6 and §7.14).
+App. C Table 5; docs/notes/fedhdp.md E5, E6 and §7.14).
 
 Source sentences (Sec. 5): "The synthetic dataset is referred to as the non-IID MNIST dataset, and the number of
 samples at a client is fixed across all clients. Each client is assigned samples randomly from the subsets of
@@ -10,7 +10,7 @@ opt out are picked randomly from the set of all clients but fixed [...]. The exc
 MNIST dataset, where clients that opt out are sampled from the clients who have the digit 7."
 
 Implemented (one digit per client: the skewed r = 0 row, Acc_g,p = 7.1 with variance 6.5 ≈ 100·0.071·0.929,
-means every private client's accuracy is 0 or 100 %, notes E6/§7.19):
+means every private client's accuracy is 0 or 100 %, docs/notes/fedhdp.md E6/§7.19):
   1. the MNIST training set is cut into ten single-digit subsets;
   2. every client gets one digit: ``clients_per_digit[d]`` clients hold digit d (see ``digit_assignment``), the
      digits are dealt to clients in random order;
@@ -19,7 +19,7 @@ means every private client's accuracy is 0 or 100 %, notes E6/§7.19):
   4. 5 % of the clients (``opt_out_fraction``; 100 of 2,000) opt out of privacy (``client_meta["opt_out"]``):
      drawn uniformly from all clients, or, with ``skewed=True``, from the clients holding digit ``skew_digit`` (7).
      With the same seed the skewed and the plain variant share steps 1-3 and differ only in the opt-out set.
-GAPS (the paper is silent; notes §7.14):
+GAPS (the paper is silent; docs/notes/fedhdp.md §7.14):
   * samples per client: not stated. 30 = 60,000/2,000 cannot be met disjointly with single-digit clients (MNIST has
     only 5,421 fives), so the default is the largest fixed size that fits: min_d ⌊n_train(d)/clients(d)⌋ (27 with
     the balanced assignment, 29 with the proportional one). Pass ``samples_per_client`` to force a value (an error
@@ -27,7 +27,8 @@ GAPS (the paper is silent; notes §7.14):
   * clients per digit (``digit_assignment``): "balanced" (default: 200 per digit, remainder to random digits),
     "proportional" (to the digit frequencies of the training set, largest remainder), "random" (each client's digit
     uniform i.i.d.), or an explicit ``clients_per_digit`` list. The paper's skewed r = 0 row suggests ≈ 234 digit-7
-    clients (notes §7.14), so its assignment was not exactly balanced; the "random" option is the closest reading.
+    clients (docs/notes/fedhdp.md §7.14), so its assignment was not exactly balanced; the "random" option is the closest
+    reading.
   * client-local test data: not described. Each digit's MNIST test samples are split evenly and disjointly among
     the clients holding that digit (4-5 per client at 2,000 clients); the server test set is the whole MNIST test
     set (App. C), i.e. the union over clients.

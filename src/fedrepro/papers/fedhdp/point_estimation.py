@@ -1,4 +1,5 @@
-"""Federated point estimation with private and non-private clients (FedHDP Sec. 3.1, App. B; notes §2.1, §8).
+"""Federated point estimation with private and non-private clients (FedHDP Sec. 3.1, App. B; docs/notes/fedhdp.md §2.1,
+§8).
 
 Model (eqs. 5-8): phi_j = phi + p_j, p_j ~ N(0, tau2); client j holds n_s samples x_ji = phi_j + v_ji with
 v_ji ~ N(0, n_s alpha2), so its mean phi_hat_j ~ N(phi_j, alpha2); it sends psi_j = phi_hat_j + l_j with
@@ -10,15 +11,16 @@ Ditto step, theta_k(lam) = (phi_hat_k + lam theta) / (1 + lam) (Lemma 7).
 
 Every closed form here is written in terms of the per-client weights w_i of the server average (sum w_i = 1), so
 one formula covers FedAvg / HDP-FedAvg (r = 1), DP-FedAvg (everyone noised) and FedHDP (r = r*):
-    Var(theta - phi) = sum_i w_i^2 (sigma_c2 + gamma_i2)                                  (notes C1)
+    Var(theta - phi) = sum_i w_i^2 (sigma_c2 + gamma_i2)                                  (docs/notes/fedhdp.md C1)
     MSE_k(lam) = [(1 + lam w_k)^2 a2 + lam^2 (1 - w_k)^2 t2 + lam^2 w_k^2 g_k2
-                  + lam^2 sum_{i != k} w_i^2 (a2 + t2 + g_i2)] / (1 + lam)^2                  (notes C8)
+                  + lam^2 sum_{i != k} w_i^2 (a2 + t2 + g_i2)] / (1 + lam)^2                  (docs/notes/fedhdp.md C8)
 MSE_k(lam) = (A + 2 B lam + C lam^2)/(1 + lam)^2 is minimized at lam = (A - B)/(C - B) (derived here), which is
 how eq. (17)/(18) are checked independently of their printed form.
 
 `own_noise` selects the reading of the client's own contribution to the global model it personalizes towards:
 "included" follows Algorithm 1 literally (its own noisy psi_k is inside theta); "excluded" is the convention of
-eq. (49) under which eqs. (17)/(18) are exactly Bayes optimal (its own phi_hat_k enters noise-free; notes §7 #3).
+eq. (49) under which eqs. (17)/(18) are exactly Bayes optimal (its own phi_hat_k enters noise-free; docs/notes/fedhdp.md
+§7 #3).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def group_weights(n_np: int, n_p: int, r: float | np.ndarray) -> tuple[np.ndarra
 
 
 def server_variance(r, n: int, rho: float, sigma_c2: float, gamma2: float) -> np.ndarray:
-    """sigma_s^2(r) = [N_np sigma_c2 + r^2 N_p (sigma_c2 + N_p gamma2)] / (N_np + r N_p)^2  (notes C1, from (12))."""
+    """sigma_s^2(r) = [N_np sigma_c2 + r^2 N_p (sigma_c2 + N_p gamma2)] / (N_np + r N_p)^2  (docs/notes/fedhdp.md C1,
+    from (12))."""
     n_np, n_p = split(n, rho)
     w_np, w_p = group_weights(n_np, n_p, r)
     return n_np * w_np**2 * sigma_c2 + n_p * w_p**2 * (sigma_c2 + n_p * gamma2)
@@ -57,17 +60,18 @@ def server_variance_opt(n: int, rho: float, sigma_c2: float, gamma2: float) -> f
 
 
 def server_variance_hdp(n: int, rho: float, sigma_c2: float, gamma2: float) -> float:
-    """HDP-FedAvg (uniform average, only private clients noised): sigma_c2/N + (1-rho)^2 gamma2 (notes C3)."""
+    """HDP-FedAvg (uniform average, only private clients noised): sigma_c2/N + (1-rho)^2 gamma2 (docs/notes/fedhdp.md
+    C3)."""
     return sigma_c2 / n + (1 - rho) ** 2 * gamma2
 
 
 def server_variance_dp(n: int, rho: float, sigma_c2: float, gamma2: float) -> float:
-    """DP-FedAvg (every client adds N(0, (1-rho) N gamma2)): sigma_c2/N + (1-rho) gamma2 (notes C3)."""
+    """DP-FedAvg (every client adds N(0, (1-rho) N gamma2)): sigma_c2/N + (1-rho) gamma2 (docs/notes/fedhdp.md C3)."""
     return sigma_c2 / n + (1 - rho) * gamma2
 
 
 def lemma2_gaps(n: int, rho: float, sigma_c2: float, gamma2: float) -> dict[str, float]:
-    """Lemma 2, eqs. (14)-(16), with D = sigma_c2 + rho (1-rho) gamma2 N (notes C4)."""
+    """Lemma 2, eqs. (14)-(16), with D = sigma_c2 + rho (1-rho) gamma2 N (docs/notes/fedhdp.md C4)."""
     d = sigma_c2 + rho * (1 - rho) * gamma2 * n
     return {
         "hdp_minus_opt": rho * (1 - rho) ** 3 * gamma2**2 * n / d,
@@ -116,7 +120,8 @@ def local_mse_coeffs(w_k: float, g_k2: float, others: float, alpha2: float, tau2
 
 
 def local_mse(lam, w_k: float, g_k2: float, others: float, alpha2: float, tau2: float) -> np.ndarray:
-    """MSE of theta_k(lam) = (phi_hat_k + lam theta)/(1 + lam) around phi_k (notes C8); lam may be an array."""
+    """MSE of theta_k(lam) = (phi_hat_k + lam theta)/(1 + lam) around phi_k (docs/notes/fedhdp.md C8); lam may be an
+    array."""
     a, b, c = local_mse_coeffs(w_k, g_k2, others, alpha2, tau2)
     lam = np.asarray(lam, dtype=float)
     with np.errstate(invalid="ignore"):
@@ -167,7 +172,8 @@ def client_setup(
 
 def bayes_local_variance(n: int, rho: float, alpha2: float, tau2: float, gamma2: float, private: bool) -> float:
     """Error variance of the Bayes estimate theta_j* of eqs. (43)-(47): alpha2 (V + tau2)/(alpha2 + tau2 + V), with
-    V = (sum_{i != j} 1/sigma_{p(i)}^2)^-1 the variance of the other clients' inverse-variance average (notes C8)."""
+    V = (sum_{i != j} 1/sigma_{p(i)}^2)^-1 the variance of the other clients' inverse-variance average
+    (docs/notes/fedhdp.md C8)."""
     n_np, n_p = split(n, rho)
     s1, s2 = alpha2 + tau2, alpha2 + tau2 + n_p * gamma2
     m_np, m_p = (n_np, n_p - 1) if private else (n_np - 1, n_p)
@@ -176,7 +182,7 @@ def bayes_local_variance(n: int, rho: float, alpha2: float, tau2: float, gamma2:
 
 
 def client_update(theta_global, theta_k, phi_hat_k, lam, eta: float = 1.0, eta_k=None):
-    """Algorithm 1's ClientUpdate (one step each, anchored at the received global model; notes §2.2):
+    """Algorithm 1's ClientUpdate (one step each, anchored at the received global model; docs/notes/fedhdp.md §2.2):
     theta <- theta - eta (theta - phi_hat_k);  theta_k <- theta_k - eta_k ((theta_k - phi_hat_k) + lam (theta_k -
     theta_global)), eta_k = 1/(1 + lam) by default. Returns (theta, theta_k) (Lemma 7: exact after one step)."""
     eta_k = 1.0 / (1.0 + lam) if eta_k is None else eta_k

@@ -10,7 +10,7 @@ PLD can be set beside the printed value.
 Table 7 lists an "effective noise multiplier": TFF's adaptive-clipping convention (Andrew et al. 2021), where the
 clipped-count sum gets its own noise sigma_b and the two releases compose into one Gaussian with
 
-    z_eff^-2 = z_Delta^-2 + (2 sigma_b)^-2                  (replication notes, section 3)
+    z_eff^-2 = z_Delta^-2 + (2 sigma_b)^-2                  (docs/notes/fedhdp.md, section 3)
 
 (the count has sensitivity 1/2 after TFF's centring, hence 2 sigma_b). TFF sets sigma_b = 0.05 x expected clients
 per round by default and requires z_eff < 2 sigma_b. The accountant runs with z_eff.

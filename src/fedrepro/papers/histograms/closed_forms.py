@@ -1,4 +1,5 @@
-"""Exact expectations under the mixture-of-Dirichlets model (notes §8; derived there, checked by Monte Carlo in
+"""Exact expectations under the mixture-of-Dirichlets model (docs/notes/histograms.md §8; derived there, checked by
+Monte Carlo in
 tests/papers/histograms/test_closed_forms.py).
 
 C5. For Q ~ Dir(alpha P), x ~ Mult(Q, m) and a fine-tuned estimator R^ = lam R + (1 - lam) x/m with R fixed:
@@ -11,7 +12,7 @@ C5. For Q ~ Dir(alpha P), x ~ Mult(Q, m) and a fine-tuned estimator R^ = lam R +
 Beta-Binomial.) Special cases: the Bayes risk (R = P, lam = alpha/(alpha + m), Lemma 2.2) and the cluster model
 alone (lam = 1): sum_i P_i (psi(alpha P_i + 1) - psi(alpha + 1) - log R_i).
 
-C4. The second moment App. C uses (corrected, notes G17): with Qbar = sum_k w_k P_k, D = Diag(Qbar),
+C4. The second moment App. C uses (corrected, docs/notes/histograms.md G17): with Qbar = sum_k w_k P_k, D = Diag(Qbar),
 B = sum_k w_k (P_k - Qbar)(P_k - Qbar)^T and s = sqrt(Qbar),
 
     E[V V^T] = (1 - 1/m) alpha/(alpha + 1) D^{-1/2} B D^{-1/2} + (m + alpha)/(m (alpha + 1)) (I - s s^T),

@@ -4,11 +4,12 @@
     {v_j}_{j<=k} = top-k eigenvectors of M (M is symmetric PSD: its singular vectors are its eigenvectors)
     keep token x iff max_j |v_j[x]| >= threshold
 
-Gaps (notes G12), each a parameter: the threshold is not reported, so either ``threshold`` or ``keep_tokens`` (keep
+Gaps (docs/notes/histograms.md G12), each a parameter: the threshold is not reported, so either ``threshold`` or
+``keep_tokens`` (keep
 the d' tokens with the largest max_j |v_j[x]|) is given; "for any v" is read as the max over the k vectors; the
 reduced histograms are renormalised and used only for the assignment KL, while re-centering (mean or Alg. 3) stays
 on the full vocabulary so estimates need no back-projection (:mod:`fedrepro.papers.histograms.lloyd`). Under the model
-only K - 1 of the top-k directions carry signal (notes C4;
+only K - 1 of the top-k directions carry signal (docs/notes/histograms.md C4;
 :func:`fedrepro.papers.histograms.closed_forms.second_moment`).
 """
 

@@ -1,7 +1,8 @@
 """The stylised generative model of Sec. 2.1: a mixture of K Dirichlets Dir(alpha P_k).
 
 c_u ~ Categorical(w); Q_u ~ Dir(alpha P_{c_u}); x_u ~ Multinomial(Q_u, m) (train tokens, Q^_u = x_u / m), plus
-optional test and validation token counts from the same Q_u. Centers (notes §6, a default, not from the paper):
+optional test and validation token counts from the same Q_u. Centers (docs/notes/histograms.md §6, a default, not from
+the paper):
 P_k = normalise(Zipf(s) base * exp(gamma g_k)), g_k ~ N(0, I_d): a shared heavy-tailed vocabulary whose clusters
 differ by log-normal tilts (gamma sets the separation).
 

@@ -1,6 +1,7 @@
 """IFCA (Ghosh et al. 2020) as the histograms paper's baseline. The paper's only description: "IFCA only takes a
 gradient step towards the optimal cluster center, we optimize for the optimal cluster center completely by taking
-the average". Everything else is unspecified (notes G11); the default (notes §2.10): the same initialization and
+the average". Everything else is unspecified (docs/notes/histograms.md G11); the default (docs/notes/histograms.md
+§2.10): the same initialization and
 assignment rule as Algorithm 2, centers parameterised by logits theta_k (P_k = softmax theta_k), one gradient step
 per round on the cluster's mean loss,
 

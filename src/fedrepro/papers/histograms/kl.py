@@ -3,7 +3,7 @@
 KL(p || q) = sum_i p_i log(p_i / q_i) (natural log, 0 log 0 = 0). Against K centers,
 argmin_k KL(Q_u || P_k) = argmax_k sum_i Q_u[i] log P_k[i], so every assignment is one product S @ log(P).T.
 
-Smoothing (notes G1), a named parameter everywhere it is used (``floor``): a center P is used as
+Smoothing (docs/notes/histograms.md G1), a named parameter everywhere it is used (``floor``): a center P is used as
 ``log(max(P, floor))`` inside assignments (exactly the unsmoothed KL wherever that is finite: a user's mass is
 never on a coordinate where its own cluster's mean is 0) and as :func:`smooth` (floor, then renormalise) when it is
 an estimate that gets evaluated.
@@ -48,7 +48,7 @@ def kl_to_centers(S: np.ndarray, P: np.ndarray, floor: float, negent: np.ndarray
 
 
 def assign(S: np.ndarray, P: np.ndarray, floor: float) -> np.ndarray:
-    """(n,) argmin_k KL(S_u || P_k); ties go to the lowest index (notes §2.6)."""
+    """(n,) argmin_k KL(S_u || P_k); ties go to the lowest index (docs/notes/histograms.md §2.6)."""
     return np.argmax(cross_log(S, safe_log(P, floor)), axis=1)
 
 

@@ -8,7 +8,7 @@
 * sampling: Prob(j = u) proportional to exp(tau * min_j' KL(Q^_u || P_j')), computed as a softmax in log space.
 
 tau = 0 is uniform sampling; tau -> infinity picks the most under-fit user. The centers are raw user rows, so this
-step is not private: the private pipelines run it on the public validation proxy (notes G7).
+step is not private: the private pipelines run it on the public validation proxy (docs/notes/histograms.md G7).
 """
 
 from __future__ import annotations

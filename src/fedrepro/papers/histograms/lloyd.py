@@ -1,13 +1,15 @@
 """Algorithm 2: Non-private Histogram Clustering (KL Lloyd), objective Eq. (3): min_P sum_u min_k KL(Q^_u || P_k).
 
-Consistent reading of the printed steps (notes §2.6, G3): P^(0) from Algorithm 1; C^(0) = argmin_k KL(Q^_u ||
+Consistent reading of the printed steps (docs/notes/histograms.md §2.6, G3): P^(0) from Algorithm 1; C^(0) = argmin_k
+KL(Q^_u ||
 P_k^(0)); t = 0; while t < T: P^(t+1) = re-center(S, C^(t)) (the cluster mean, or uniform for an empty cluster;
 Algorithm 3 in the private version), t = t + 1, C^(t) = argmin_k KL(Q^_u || P_k^(t)). Ties go to the lowest index.
 Non-privately the loop stops early once the assignments no longer change (the centers are then a fixed point);
 privately it always runs T iterations (``stop_when_stable=False``).
 
 The cluster mean is the exact minimiser of a cluster's sum of KL(Q^_u || P) (Lemma 2.1 / Bregman centroid), so
-without noise the objective never increases (notes C2): assignments use log(max(P, floor)), which equals the
+without noise the objective never increases (docs/notes/histograms.md C2): assignments use log(max(P, floor)), which
+equals the
 unsmoothed KL wherever that is finite.
 
 ``keep`` (App. C, :mod:`fedrepro.papers.histograms.dimred`): assignments use only the kept tokens (user and center

@@ -1,4 +1,5 @@
-"""Local: each user's own histogram from its train tokens (notes §2.1). Without smoothing KL(Q_u || Q^_u) is
+"""Local: each user's own histogram from its train tokens (docs/notes/histograms.md §2.1). Without smoothing KL(Q_u ||
+Q^_u) is
 infinite as soon as a token of Q_u has no train count; the paper's finite 5.093 implies some smoothing, which it
 does not state (G1): additive smoothing (x + beta) / (m + d beta), ``beta`` a named parameter."""
 

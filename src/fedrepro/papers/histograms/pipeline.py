@@ -1,4 +1,5 @@
-"""The nine methods of Table 1 in the two privacy regimes, on one data set, evaluated in KL (notes §2.11).
+"""The nine methods of Table 1 in the two privacy regimes, on one data set, evaluated in KL (docs/notes/histograms.md
+§2.11).
 
 | method          | centers                                   | per-user estimate                 |
 | local           | none                                      | (x_u + beta)/(m + d beta)         |
@@ -13,7 +14,8 @@ over users of KL(Q_u^eval || estimate_u), Q^eval the true histogram (synthetic) 
 
 Privacy (private regime): Alg. 3's per-step (eps, delta) comes from Theorem 3.1 through
 :func:`fedrepro.papers.histograms.privacy.per_step_budget` (the thm31_budget experiment's function). Alg. 1's
-initialization and DimRed's statistics use the public validation proxy ``Sval`` in both regimes (notes G7: the
+initialization and DimRed's statistics use the public validation proxy ``Sval`` in both regimes
+(docs/notes/histograms.md G7: the
 paper never accounts for them); private FedAvg is one Alg. 3 call with K = 1 at the per-step budget; private IFCA
 is described in :mod:`fedrepro.papers.histograms.ifca`.
 """

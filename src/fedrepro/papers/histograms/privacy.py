@@ -16,7 +16,8 @@ mechanism's sigma = sqrt(2 ln(1.25/delta)) / eps (the paper cites Balle & Wang 2
 Thm A.1; valid for eps < 1), applied to L2
 sensitivity 1 (b1) and c (b2, noise std c sigma).
 
-per_step_budget() inverts the composition for a total budget under the three readings of delta (notes G6):
+per_step_budget() inverts the composition for a total budget under the three readings of delta (docs/notes/histograms.md
+G6):
 ``total`` (delta' is the total: per-step delta = delta'/(2T+1)), ``per_step`` (delta is Alg. 3's delta: total
 (2T+1) delta), ``basic`` (basic composition, 3 eps T = eps' and 2 T delta = delta').
 """

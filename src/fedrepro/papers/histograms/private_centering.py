@@ -1,6 +1,7 @@
 """Algorithm 3: Private Centering (replaces step 5 of Algorithm 2 in the private version).
 
-Implementation reading (notes §2.7, G4, G5; add/remove neighbours, G8), per cluster k with n_k members:
+Implementation reading (docs/notes/histograms.md §2.7, G4, G5; add/remove neighbours, G8), per cluster k with n_k
+members:
 
     sigma = sqrt(2 ln(1.25/delta)) / eps                                 (Alg. 3 line 1; fedrepro.privacy)
     a_k   = max(n_k + Lap(1/eps), 1)                                     count, sensitivity 1
@@ -12,7 +13,8 @@ Implementation reading (notes §2.7, G4, G5; add/remove neighbours, G8), per clu
 
 Theorem 3.1: (3 eps, 2 delta)-DP per call. With ``noise=False`` the Laplace and Gaussian draws are skipped (a_k =
 max(n_k, 1)) and with ``clip=None`` nothing is clipped; then P_k = b1 + (mu_k - b1) = mu_k, the exact cluster mean
-(notes C7), and an empty cluster gets the uniform histogram (b1 = s everywhere), as Algorithm 2's step 5.
+(docs/notes/histograms.md C7), and an empty cluster gets the uniform histogram (b1 = s everywhere), as Algorithm 2's
+step 5.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The paper: "a vocabulary of 10^3 tokens", "roughly n = 10^5 users", m = 500 train and 2,000 test tokens per user,
 and 5,000 users with 1,000 extra validation tokens. It does not say how the vocabulary was chosen, how
-out-of-vocabulary tokens were handled, which users were kept or how tokens were split (notes histograms.md G9).
+out-of-vocabulary tokens were handled, which users were kept or how tokens were split (docs/notes/histograms.md G9).
 Defaults, each a parameter:
 
 * tokens of a user: the real tokens of every comment in LEAF's train, val and test files pooled (``target_tokens``

@@ -2,7 +2,7 @@
 f_i = l(y, (w + theta_i)^T x), one algorithm per module.
 
     stepsizes   the official code's map (step, alpha_c) -> (eta_w, eta_theta) and the clip operator
-    ppsgd_exp   PPSGD as the experiments run it ("PPSGD-exp", notes ppsgd.md §2.4): Q users per round, per-user
+    ppsgd_exp   PPSGD as the experiments run it ("PPSGD-exp", docs/notes/ppsgd.md §2.4): Q users per round, per-user
                 average gradient clipped to C (Frobenius over d x K), Gaussian noise sigma C / L on the mean;
                 vectorized over the round's users and over a batch of G (step, alpha_c) configurations
     algorithm1  Algorithm 1 of the paper (every user every round, one sample each, per-sample clipping)

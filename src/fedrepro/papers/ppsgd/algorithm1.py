@@ -1,4 +1,4 @@
-"""Algorithm 1 of the paper (PPSGD, full participation, one sample per user per round; notes ppsgd.md §2.1).
+"""Algorithm 1 of the paper (PPSGD, full participation, one sample per user per round; docs/notes/ppsgd.md §2.1).
 
     theta_i <- theta_i - (eta / N) grad_theta f_i(w, theta_i, xi_i)                    local, unclipped
     w       <- w - alpha eta ((1/N) sum_i clip_C(grad_w f_i(w, theta_i, xi_i)) + zeta),  zeta ~ N(0, sigma_zeta^2 I)

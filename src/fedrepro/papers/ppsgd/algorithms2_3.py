@@ -1,4 +1,4 @@
-"""Algorithms 2 and 3 of the paper: PPSGD with client sampling (notes ppsgd.md §2.2-2.3).
+"""Algorithms 2 and 3 of the paper: PPSGD with client sampling (docs/notes/ppsgd.md §2.2-2.3).
 
 Every user is sampled independently with probability q (b_i ~ Bernoulli(q)); a sampled user i draws a minibatch of
 m_i samples and forms the gradients of the additive squared loss f_i = 1/2 ||y - (w + theta_i)^T x||^2 at the

@@ -1,4 +1,4 @@
-"""PPSGD-exp with a CNN and an additive output layer (Fig. 1d; notes ppsgd.md §2.5, [code] ``main_nn.py``).
+"""PPSGD-exp with a CNN and an additive output layer (Fig. 1d; docs/notes/ppsgd.md §2.5, [code] ``main_nn.py``).
 
 Model: f_i((w, W), theta_i, (x, y)) = l(y, (w + theta_i)^T Phi_W(x)). The representation Phi_W (global, private) is
 the JAX stax stack of the code:
@@ -14,8 +14,10 @@ the target offset). One round on the L sampled users S, each with one minibatch 
     W, w                  <- W, w - eta_w ((1/L) sum_i clip(g)_i + (sigma C / L) N(0, I))   (noise on every tensor)
     theta_i               <- theta_i - L eta_theta g_theta_i                                  ([code]: factor L)
 
-GAPs (notes §7.11): the pooling padding is stax's default VALID (after the second conv the 5x5 map pools to 4x4:
-512 features); the notes' "5 x 5 x 32 = 800" (dense 25,632 parameters) needs the second pool to keep the 5x5 map
+GAPs (docs/notes/ppsgd.md §7.11): the pooling padding is stax's default VALID (after the second conv the 5x5 map pools
+to 4x4:
+512 features); docs/notes/ppsgd.md's "5 x 5 x 32 = 800" (dense 25,632 parameters) needs the second pool to keep the 5x5
+map
 (SAME padding), available as ``pool_padding="same_second"``. W is
 initialized as stax does (Glorot normal weights, N(0, 1e-6^2) biases) from a torch generator with the code's fixed
 seed 42 (JAX's PRNG bits cannot be reproduced in torch); w ~ N(0, 1/32) as the code (the paper's algorithms start

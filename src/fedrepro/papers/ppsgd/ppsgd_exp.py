@@ -1,4 +1,4 @@
-"""PPSGD as the paper's experiments run it ("PPSGD-exp", notes ppsgd.md §2.4, [code] ``training_priv``).
+"""PPSGD as the paper's experiments run it ("PPSGD-exp", docs/notes/ppsgd.md §2.4, [code] ``training_priv``).
 
 Linear additive model, squared loss: user i predicts ``x^T (w + theta_i)`` in R^K. One round on the L sampled
 users S (each with a minibatch X_i in R^{m x d}, Y_i in R^{m x K}):

@@ -1,5 +1,5 @@
 """The official code's client/batch sampler for the real-data experiments ([code] ``main_real.py::batches``,
-notes ppsgd.md §2.4).
+docs/notes/ppsgd.md §2.4).
 
 Each user's training rows (in stored order) are cut into floor(n_i / m) contiguous chunks of m rows (the last
 n_i mod m rows are never used). In every epoch each user visits its chunks in a fresh random order; a user's queue

@@ -1,4 +1,4 @@
-"""PPSGD's Stack Overflow tag-prediction data (Bietti et al. 2022 Sec. 6; notes/ppsgd.md E2).
+"""PPSGD's Stack Overflow tag-prediction data (Bietti et al. 2022 Sec. 6; docs/notes/ppsgd.md E2).
 
 Paper: "N = 500 users ... bag-of-words format of dimension 5000 ... the 80 most popular tags as labels". The recipe
 is the authors' ``create_stackoverflow_data.py`` calling google-research ``stackoverflow_tag_prediction.

@@ -1,4 +1,4 @@
-"""The official code's step-size map and the clipping operator (notes ppsgd.md §2.4 [code]).
+"""The official code's step-size map and the clipping operator (docs/notes/ppsgd.md §2.4 [code]).
 
 ``main_synthetic.py`` / ``main_real.py::training_priv`` take a base ``step`` and the personalization ratio
 alpha_c (the App. A grid labelled "alpha Q"; alpha_c = eta_w / eta_theta) and set

@@ -2,7 +2,8 @@
 
 Sec. 4 "AdaMix": m clients, theta_i ~ 1/2 N(mu, s I_d) + 1/2 N(-mu, s I_d), X_ij ~ N(0, I_d),
 Y_ij = <X_ij, theta_i> + w_ij; MSE = mean over clients of ||theta_hat_i - theta_i||^2 (summed over coordinates,
-notes §7.21). One run draws the m models once and, for each n in ``n_values``, fresh data, the local estimator
+docs/notes/adaped.md §7.21). One run draws the m models once and, for each n in ``n_values``, fresh data, the local
+estimator
 (min-norm least squares) and AdaMix. The algorithm and every GAP default are documented in
 :mod:`fedrepro.papers.adaped.adamix` and config/adaped.yaml. Beside them: the oracle posterior's expected MSE (Thm 7,
 eq. 48, exact given each X_i, component known) and, with ``variants: [marginal_em]``, the well-posed variant of
@@ -79,7 +80,7 @@ def _mse(est: np.ndarray, theta: np.ndarray) -> np.ndarray:
 
 
 def _local_check(errs: dict[int, np.ndarray], p: dict, mean_sq_norm: float) -> Check:
-    """Local MC MSE vs the min-norm LS closed form (notes §8.11) within z standard errors, at every n."""
+    """Local MC MSE vs the min-norm LS closed form (docs/notes/adaped.md §8.11) within z standard errors, at every n."""
     parts, ok = [], True
     for n, e in errs.items():
         try:

@@ -9,7 +9,8 @@ normal_std^2) restricted to [0, 1] by ``normal_support``: "truncate" (the trunca
 sampling, i.e. out-of-range draws are redrawn) or "clip" (project onto [0, 1], putting atoms at 0 and 1).
 
 Checks (closed forms; each can fail): local MSE = E p(1-p)/n; eq. (6) MSE and the paired MSE decrease equal their
-large-m limits (notes §8.9, see :func:`fedrepro.papers.adaped.bernoulli.eq6_large_m_limit`) within z Monte Carlo
+large-m limits (docs/notes/adaped.md §8.9, see :func:`fedrepro.papers.adaped.bernoulli.eq6_large_m_limit`) within z
+Monte Carlo
 standard errors; for the Beta prior, the known-prior posterior mean (31)
 attains its Bayes risk, eq. (6) does not beat it, and eq. (6) lies under the Thm 3 bound; and the paper's claim that
 less spread-out priors give larger gains.

@@ -1,4 +1,4 @@
-"""FedHDP's learning experiments (Aldaghri et al., Sec. 5, App. C; notes fedhdp.md E5-E8, Tables 3, 4, 8-11).
+"""FedHDP's learning experiments (Aldaghri et al., Sec. 5, App. C; docs/notes/fedhdp.md E5-E8, Tables 3, 4, 8-11).
 
 One run trains, on one partition with one initialization, every configured method on the shared engine:
 
@@ -14,10 +14,12 @@ and method: ``acc_g`` (global model on the pooled server test set = the union of
 ``acc_g_p`` / ``acc_g_np`` (mean over private / non-private clients of the global model's accuracy on each client's
 test split), ``acc_l_p`` / ``acc_l_np`` (the same with each client's personal model), ``d_g`` = acc_g_np - acc_g_p,
 ``d_l`` = acc_l_np - acc_l_p; accuracies in %, and ``<metric>_var`` the across-client variance in the paper's unit
-100 x Var(accuracy in [0, 1]) = Var(accuracy in %) / 100 (notes §7.19; population variance). NON-PRIVATE has only
+100 x Var(accuracy in [0, 1]) = Var(accuracy in %) / 100 (docs/notes/fedhdp.md §7.19; population variance). NON-PRIVATE
+has only
 the np metrics (all clients are non-private), DP-FedAvg only the p ones (all private).
 
-Privacy (notes §3): Table 7's "effective noise multiplier" z_eff with the clipped-count noise std z_count =
+Privacy (docs/notes/fedhdp.md §3): Table 7's "effective noise multiplier" z_eff with the clipped-count noise std z_count
+=
 ``count_std_per_client`` x K (TFF's 0.05 x clients per round) gives the update noise
 z_update = (z_eff^-2 - (2 z_count)^-2)^-1/2 (fedrepro.learning.adaptive_clip); epsilon of the private group comes
 from fedrepro.privacy (dp-accounting RDP) at z_eff, q = K/m, ``rounds`` releases, recorded as ``privacy.*``.
@@ -25,7 +27,7 @@ Non-private clients ("opt-out", 5 %): the partition's ``client_meta["opt_out"]``
 non-IID MNIST schemes), else drawn once from the ``opt_out.seed`` stream ("picked randomly but fixed across all
 experiments", Sec. 5), never from the run's seed.
 
-Schedule: ``rounds`` rounds of K = round(q m) clients (fixed K, notes §7.15); every sampled client runs
+Schedule: ``rounds`` rounds of K = round(q m) clients (fixed K, docs/notes/fedhdp.md §7.15); every sampled client runs
 ``local_epochs`` x ceil(median train count / batch_size) local SGD steps of fresh random minibatches (engine tau);
 lr x ``lr_decay`` every ``lr_decay_every`` rounds (non-IID MNIST: 0.9 every 50, Table 7). eta_p = eta.
 
@@ -243,7 +245,8 @@ def client_metrics(
 
 @dataclass(frozen=True)
 class Noise:
-    """The private group's noise (notes §3): Table 7's effective multiplier, the clipped-count noise, the update
+    """The private group's noise (docs/notes/fedhdp.md §3): Table 7's effective multiplier, the clipped-count noise, the
+    update
     noise they imply, the adaptive-clipping settings, and epsilon from dp-accounting at z_eff (None without noise)."""
 
     z_eff: float

@@ -1,4 +1,5 @@
-"""Private personalized histograms on the paper's own generative model (Setlur et al. Sec. 2.1; notes §6, §8).
+"""Private personalized histograms on the paper's own generative model (Setlur et al. Sec. 2.1; docs/notes/histograms.md
+§6, §8).
 
 The paper has no synthetic experiment; this one is an extra beyond it. A mixture of K Dirichlets Dir(alpha P_k)
 (:mod:`fedrepro.papers.histograms.generator`), n users with m train tokens, a public validation proxy of n_val further
@@ -6,7 +7,8 @@ users with m_val tokens, and the nine Table 1 methods in both privacy regimes
 (:mod:`fedrepro.papers.histograms.pipeline`), scored by KL(Q_u || estimate_u) against the TRUE histograms Q_u (the
 paper's objective, Sec. 2).
 
-Closed forms (notes C5), the n -> infinity risks of estimators with fixed centers: the Bayes risk (Lemma 2.2), the
+Closed forms (docs/notes/histograms.md C5), the n -> infinity risks of estimators with fixed centers: the Bayes risk
+(Lemma 2.2), the
 oracle clusters fine-tuned with the run's lambda, FedAvg's mixture mean with and without FT, and Local (additive
 smoothing is FT of the uniform histogram with lambda = d beta / (m + d beta), so its expected KL is exact at any n).
 
@@ -67,7 +69,7 @@ SCHEMA = {
 
 
 def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
-    """n -> infinity expected KL(Q || estimate) of the fixed-center estimators (notes C5)."""
+    """n -> infinity expected KL(Q || estimate) of the fixed-center estimators (docs/notes/histograms.md C5)."""
     qbar = mix.weights @ mix.centers
     lam_local = mix.d * beta / (m + mix.d * beta)
     uniform = np.full(mix.d, 1.0 / mix.d)

@@ -4,8 +4,10 @@ and private (eps' = 15, delta' = 1e-10), each number the mean over ``runs`` rand
 Data (:mod:`fedrepro.papers.histograms.reddit`, dataset ``reddit``): vocabulary of 10^3 tokens, users with >= 2,500
 in-vocabulary tokens, m = 500 train tokens (Q^_u) and 2,000 test tokens (the empirical "true" Q_u the KL is scored
 against) per user, 5,000 users with 1,000 extra validation tokens. The validation users' validation histograms are
-the public proxy that seeds Alg. 1 in the private regime and gives DimRed its statistics (notes G7). The token split
-is fixed by ``split_seed``; a run's randomness is Alg. 1, the DP noise and IFCA (notes G10). Metric keys
+the public proxy that seeds Alg. 1 in the private regime and gives DimRed its statistics (docs/notes/histograms.md G7).
+The token split
+is fixed by ``split_seed``; a run's randomness is Alg. 1, the DP noise and IFCA (docs/notes/histograms.md G10). Metric
+keys
 ``kl.<regime>.<method>`` (the registry's), with ``kl_std`` the std over runs and ``kl_ci95`` = 1.96 std / sqrt(runs).
 """
 

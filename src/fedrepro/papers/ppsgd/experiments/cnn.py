@@ -1,5 +1,6 @@
 """PPSGD Fig. 1d: the CNN with a shared private representation and an additive personalized output layer on federated
-EMNIST digits (Bietti et al. 2022 Sec. 6; notes ppsgd.md §2.5, E4; model and round in :mod:`fedrepro.papers.ppsgd.cnn`).
+EMNIST digits (Bietti et al. 2022 Sec. 6; docs/notes/ppsgd.md §2.5, E4; model and round in
+:mod:`fedrepro.papers.ppsgd.cnn`).
 
 Same protocol as Fig. 1c (:mod:`fedrepro.papers.ppsgd.experiments.linear`): the official sampler (Q users x m images per
 round, ``epochs`` passes), every (step, alpha_c) configuration on the same batch sequence, pooled test accuracy

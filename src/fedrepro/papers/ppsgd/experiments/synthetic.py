@@ -1,4 +1,4 @@
-"""PPSGD Fig. 1a: synthetic personalized linear regression (Bietti et al. 2022 Sec. 6; notes ppsgd.md E1).
+"""PPSGD Fig. 1a: synthetic personalized linear regression (Bietti et al. 2022 Sec. 6; docs/notes/ppsgd.md E1).
 
 N users, d coordinates; theta_0 ~ N(0, theta0_std^2 I); user i's optimum theta_i* equals theta_0 except on the last
 ``n_personal`` coordinates, which get + N(0, personal_std^2); x ~ N(0, diag(1/k)); y = theta_i*^T x + N(0, tau^2).
@@ -136,7 +136,8 @@ def expected_init_risk(theta0: np.ndarray, lam: np.ndarray, n_personal: int, per
 
 
 def global_floor(theta_star: np.ndarray, lam: np.ndarray) -> float:
-    """min_w R(w, 0) = (1/N) sum_i ||theta_i* - mean theta*||^2_Sigma (the alpha = inf plateau, notes §8.5)."""
+    """min_w R(w, 0) = (1/N) sum_i ||theta_i* - mean theta*||^2_Sigma (the alpha = inf plateau, docs/notes/ppsgd.md
+    §8.5)."""
     c = theta_star - theta_star.mean(axis=0)
     return float((c**2 @ lam).mean())
 
