@@ -22,6 +22,7 @@ import pandas as pd
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments.memory import MemoryNeed
+from fedrepro.experiments.method_slot import MethodSlot
 
 
 @dataclass
@@ -89,6 +90,9 @@ class Kind:
     reads: Callable[[dict, Any, str], dict] | None = None
     # what its arrays take at once for given parameters (a lower bound), checked before a run starts
     memory: MemoryNeed | None = None
+    # how the kind runs a method from outside the package (fedrepro.experiments.method_slot), or why it cannot
+    method_slot: MethodSlot | None = None
+    no_method_slot: str = ""
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -111,6 +115,8 @@ def experiment_kind(
     checks: tuple[str, ...] = (),
     reads: Callable[[dict, Any, str], dict] | None = None,
     memory: MemoryNeed | None = None,
+    method_slot: MethodSlot | None = None,
+    no_method_slot: str = "",
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -126,6 +132,8 @@ def experiment_kind(
     resolved_params).
     memory: for kinds whose arrays grow with their parameters, the parameters they grow with and a lower bound on
     their bytes (fedrepro.experiments.memory), so that `run` refuses sizes the machine cannot hold before any work.
+    method_slot: for kinds that train engine Algorithms, how `compare` runs a user's method under the kind's protocol
+    (fedrepro.experiments.method_slot); no_method_slot: for a training kind that cannot, why (its refusal).
     """
 
     def deco(fn):
@@ -142,6 +150,8 @@ def experiment_kind(
             checks=tuple(checks),
             reads=reads,
             memory=memory,
+            method_slot=method_slot,
+            no_method_slot=no_method_slot,
         )
         return fn
 

@@ -151,6 +151,12 @@ class EvalContext:
     iters_per_epoch: int
 
 
+#: Version of the public :class:`Algorithm` interface (README "Compare your method"): what a method outside the
+#: package implements and what :func:`train` guarantees it. Raised when a member is added, removed or changes meaning;
+#: tests/learning/test_algorithm_api.py fails until the README's list and this number follow the class.
+ALGORITHM_API_VERSION = 1
+
+
 class Algorithm(ABC):
     """A federated algorithm on the engine; ``selected`` is a LongTensor of client ids on the state's device.
 
@@ -435,6 +441,7 @@ def train(
 
 
 __all__ = [
+    "ALGORITHM_API_VERSION",
     "Algorithm",
     "EvalContext",
     "ce_loss",

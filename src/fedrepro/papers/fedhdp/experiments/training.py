@@ -400,6 +400,11 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
         "n_params",
     ),
     checks=("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg"),
+    no_method_slot=(
+        "FedHDP's tables read every method's global model and one Ditto personal model per lambda, split by "
+        "private and opt-out clients (final_models()); the Algorithm interface gives one deployed model per client, "
+        "which fills none of those columns"
+    ),
 )
 def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.models import n_params
