@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from fedrepro import paths
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
 from fedrepro.report.fmt import HEAD, WAITING, cells, printed
@@ -261,11 +262,43 @@ def write_csv(path: Path, report: m.Report) -> None:
                 )
 
 
+def extra_methods(cfg: Mapping, out_dir: Path) -> list[str]:
+    """The report's section on the methods of config ``extra_methods`` (``compare`` tables the workflow built under
+    results/extra/): each table's rows, apart from the papers' rows and never judged; nothing when none is
+    configured."""
+    names = sorted(cfg.get("extra_methods") or {})
+    if not names:
+        return []
+    lines = [
+        "",
+        "## Methods from outside the papers (extra rows; never judged)",
+        "",
+        "Each table is a paper experiment's protocol with a method of config `extra_methods` as one more row beside "
+        "the paper's methods of the same runs (python -m fedrepro compare; README: Compare your method). These rows "
+        "are not the papers' and are never compared with a printed value.",
+    ]
+    root = paths.results_root(cfg) / "extra"
+    for name in names:
+        tables = sorted((root / name).glob("*/*/*/table.md"))
+        lines += ["", f"### {name} ({cfg['extra_methods'][name]})", ""]
+        if not tables:
+            lines += ["No table built yet: `snakemake --cores 2` with this `extra_methods` builds them."]
+        for table in tables:
+            paper, exp, scale = table.parent.parent.parent.name, table.parent.parent.name, table.parent.name
+            first = table.read_text(encoding="utf-8").split("\n## ", 1)[0]  # the table, not the differences
+            rows = [ln for ln in first.splitlines() if ln.startswith("|")]
+            lines += [f"**{paper}.{exp}** ({scale}; [table]({_rel(table, out_dir)}))", "", *rows, ""]
+    return lines
+
+
 def write_report(cfg: Mapping, out_dir: Path, mode: str | None = None) -> m.Report:
     out_dir.mkdir(parents=True, exist_ok=True)
     report = m.build(cfg, mode)
     atomic_write(out_dir / "replication.csv", lambda p: write_csv(p, report))
     md = markdown(report, out_dir)
+    extra = extra_methods(cfg, out_dir)
+    if extra:
+        md = "\n".join([md, *extra])
     atomic_write(out_dir / "replication.md", lambda p: p.write_text(md, encoding="utf-8"))
     page = render_page(report)
     atomic_write(out_dir / "replication.html", lambda p: p.write_text(page, encoding="utf-8"))
