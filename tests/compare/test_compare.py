@@ -250,7 +250,6 @@ def test_missing_file_and_bad_spec(tmp_path, capsys):
         ("adaped.fig1a", "trains no federated method"),
         ("adaped.linreg_d50", "trains no federated method"),
         ("ppsgd.x_fig1d_femnist_sample", "PPSGD's protocols train with their own loop"),
-        ("fedhdp.noniid_mnist", "FedHDP's tables read every method's global model"),
     ],
 )
 def test_protocols_that_cannot_run_a_method_are_refused_in_one_line(tmp_path, capsys, exp_id, why):
@@ -275,3 +274,61 @@ def test_paired_difference_by_hand():
     d = paired_difference([5.0, math.nan], [1.0, 1.0])
     assert d.n == 1 and not d.resolved and d.more_seeds is None
     assert paired_difference([math.nan], [1.0]).n == 0
+
+
+def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(tmp_path):
+    """Under FedHDP's protocol a method from outside trains like the NON-PRIVATE row; its one deployed model per
+    client fills Acc_g (pooled), Acc_g,p / Acc_g,np and every lambda's Acc_l,p / Acc_l,np, split by the partition's
+    opt-out flags. FedAvg from outside has NON-PRIVATE's global model (FedAvg, same seed): the same Acc_g."""
+    import numpy as np
+
+    from fedrepro.data import fedformat
+    from fedrepro.data.partition import Partition
+
+    m, opt = 6, np.zeros(6, bool)
+    opt[[1, 4]] = True
+    rng = np.random.default_rng(0)
+    classes = [rng.choice(4, 2, replace=False) for _ in range(m)]
+    ytr = np.concatenate([rng.choice(c, 30) for c in classes])
+    yte = np.concatenate([rng.choice(c, 12) for c in classes])
+
+    def images(labels):
+        x = rng.integers(0, 100, (len(labels), 8, 8)).astype(np.uint8)
+        for c in range(4):
+            r, q = divmod(c, 2)
+            x[labels == c, 4 * r : 4 * r + 4, 4 * q : 4 * q + 4] += 90
+        return x
+
+    part = Partition("t", {"seed": 0}, m, np.repeat(np.arange(m), 30), np.repeat(np.arange(m), 12), {"opt_out": opt})
+    pdir = fedformat.write(tmp_path / "p", part, images(ytr), ytr, images(yte), yte)
+    params = {
+        "partition": "p",
+        "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
+        "methods": {"nonprivate_ditto": {"algorithm": "nonprivate"}, "fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}},
+        "lams": [0.005, 0.25],
+        "rounds": 3,
+        "local_epochs": 1,
+        "batch_size": 10,
+        "lr": 0.1,
+        "sampling_rate": 0.5,
+        "clip": {"init": 1.0},
+        "privacy": {"noise_multiplier_eff": 0.5, "count_std": 1.0, "delta": 1e-4},
+        "threads": 1,
+        "checks": {"np_ge_p_global": ["fedhdp_r_0_1"]},
+        "differences": {"gain": ["lam0.005.fedhdp_r_0_1.acc_g", "lam0.005.nonprivate_ditto.acc_g"]},
+    }
+    exp = Experiment("fedhdp", "cmp_test", "fedhdp_training", "a test protocol", params, params, "quick", ())
+    path = method_file(tmp_path, "from fedrepro.learning.fedavg import FedAvg\n\nclass Fa(FedAvg):\n    name = 'fa'\n")
+    ctx = lambda seed: RunContext("fedhdp.cmp_test", seed, partitions={"p": pdir})  # noqa: E731
+    comp = compare(exp, load_method(f"{path}:Fa"), path, [0, 1], ctx)
+    rows = {r.name: r for r in comp.rows}
+    fa = rows["fa"].cells
+    assert set(fa[0]) == {
+        "acc_g", "acc_g_p", "acc_g_np",
+        *(f"lam{lam} {g}" for lam in ("0.005", "0.25") for g in ("acc_l_p", "acc_l_np")),
+    }  # fmt: skip
+    assert all(0 < c["acc_g"] < 100 for c in fa)  # not saturated: equal accuracies say the same model
+    for seed in (0, 1):
+        assert fa[seed]["acc_g"] == pytest.approx(rows["nonprivate_ditto"].cells[seed]["acc_g"], abs=1e-9)
+        assert fa[seed]["lam0.25 acc_l_p"] == fa[seed]["acc_g_p"]  # one model per client in every role
+    assert not comp.private and "acc_g_p" not in rows["nonprivate_ditto"].cells[0]  # all NON-PRIVATE clients are np

@@ -22,7 +22,8 @@ class MethodSlot:
     protocol calibrates, and must accept ``dp``). ``methods(params)``: the paper's method names, in table order.
     ``cells(metrics, name)``: one method's table cells {column: value} from a run's metrics (the columns a paired
     difference is taken of). ``curves(history, name)``: one method's evaluation rows (columns x, y, series) for the
-    figure, or None when the kind draws none. ``x_label``/``y_label``: the figure's axes."""
+    figure, or None when the kind draws none. ``x_label``/``y_label``: the figure's axes. ``what``: what a cell is,
+    in words (the table's legend)."""
 
     only: Callable[[dict, str, bool], dict]
     private: Callable[[dict], bool]
@@ -31,3 +32,4 @@ class MethodSlot:
     curves: Callable[[Any, str], Any] | None = None
     x_label: str = ""
     y_label: str = ""
+    what: str = "test accuracy (%)"

@@ -246,6 +246,7 @@ METHOD_SLOT = MethodSlot(
     curves=_curves,
     x_label="epoch",
     y_label="test accuracy (%)",
+    what="test accuracy (%) of the deployed models, mean over clients",
 )
 
 # ------------------------------------------------------------------------------------------------------ kind

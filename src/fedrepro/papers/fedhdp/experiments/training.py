@@ -51,6 +51,7 @@ import pandas as pd
 from fedrepro.aggregate import flatten
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.experiments.params import DELTA, INT0, INT1, NONNEG, POSITIVE, UNIT
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
 
@@ -194,6 +195,8 @@ def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, c
     from fedrepro.learning.algorithms import build_algorithm
 
     alg, common = spec["algorithm"], dict(clip=clip, lams=lams, weight_decay=wd)
+    if alg not in ALGORITHMS:  # a method from outside the package (fedrepro.compare): trained without privacy
+        return build_algorithm(alg, weight_decay=wd)
     if alg == "nonprivate":  # FedAvg + Ditto: FedHDP with every client non-private
         return build_algorithm("fedhdp", private=np.zeros_like(private), r=1.0, **common)
     if alg == "dp_fedavg":
@@ -297,6 +300,17 @@ def train_methods(
         ckpt = run_checkpointer(
             ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p.get("checkpoint_every", 10), ctx.clock
         )
+        if spec["algorithm"] not in ALGORITHMS:  # a method from outside: its deployed models in every role
+            last: dict = {}
+            hist = train(
+                algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt, evaluated=last.update
+            )
+            rows += [dict(h, method=name) for h in hist]
+            per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, private, ("p", "np"))
+            for lam, vals in zip(lams, per_lam):
+                metrics[lam_key(lam)][name] = vals
+            per_method[name] = per_lam
+            continue
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
         models = algo.final_models()
@@ -381,6 +395,55 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
     return checks
 
 
+# ------------------------------------------------------------------------------------------------ method slot
+
+GROUP_METRICS = ("acc_g_p", "acc_g_np")  # the global model per client group (clients split by the opt-out flags)
+PERSONAL_METRICS = ("acc_l_p", "acc_l_np")  # the personal models, per lambda block
+
+
+def _only(p: dict, name: str, private: bool) -> dict:
+    """``p`` with the method ``name`` alone, trained like the NON-PRIVATE row (no clipping, no noise: FedHDP's
+    noise is the server's on the private group's clipped aggregate, which a user's Algorithm has no slot for); the
+    protocol's partition, opt-out clients, model, rounds, K, local steps, lr and decay, evaluation."""
+    drop = ("checks", "differences", "only_methods")
+    return {k: v for k, v in p.items() if k not in drop} | {"methods": {name: {"algorithm": name}}}
+
+
+def _cells(metrics: dict, name: str) -> dict[str, float]:
+    """Acc_g (pooled), Acc_g,p / Acc_g,np, and Acc_l,p / Acc_l,np per lambda block, of the groups the method has. A
+    method from outside has one deployed model per client: it fills the global and every lambda's personal column."""
+    blocks = [k for k in metrics if k.startswith("lam") and isinstance(metrics[k], dict) and name in metrics[k]]
+    out: dict[str, float] = {}
+    for i, block in enumerate(blocks):
+        vals = metrics[block][name]
+        keys = [("acc_g", "acc_g"), *((m, m) for m in GROUP_METRICS)] if i == 0 else []
+        keys += [(m, f"{block} {m}") for m in PERSONAL_METRICS]
+        out |= {col: float(vals[m]) for m, col in keys if m in vals}
+    return out
+
+
+def _curves(history: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Mean test accuracy (%) over clients of the deployed models vs round."""
+    h = history[history["method"] == name]
+    return pd.DataFrame({"x": h["round"], "y": 100 * h["test_acc"], "series": ""})
+
+
+METHOD_SLOT = MethodSlot(
+    only=_only,
+    private=lambda p: False,
+    methods=lambda p: list(trained(p)),
+    cells=_cells,
+    curves=_curves,
+    x_label="round",
+    y_label="test accuracy (%), mean over clients",
+    what=(
+        "accuracy (%): acc_g of the global model on the pooled test sets, acc_g_p / acc_g_np its mean over private / "
+        "opt-out clients, lam<lambda> acc_l_p / acc_l_np the same of the Ditto personal models (a method from outside: "
+        "its deployed models in every column; trained without privacy, as NON-PRIVATE)"
+    ),
+)
+
+
 @experiment_kind(
     "fedhdp_training",
     SCHEMA,
@@ -400,11 +463,7 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
         "n_params",
     ),
     checks=("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg"),
-    no_method_slot=(
-        "FedHDP's tables read every method's global model and one Ditto personal model per lambda, split by "
-        "private and opt-out clients (final_models()); the Algorithm interface gives one deployed model per client, "
-        "which fills none of those columns"
-    ),
+    method_slot=METHOD_SLOT,
 )
 def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.models import n_params
