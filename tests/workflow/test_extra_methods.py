@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from fedrepro.config import REPO_ROOT
-from fedrepro.report.build import extra_methods
+from fedrepro.report.build import extra_markdown, extra_methods
 
 _BESIDE = Path(sys.executable).parent / "snakemake"
 SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
@@ -74,10 +74,11 @@ def test_report_lists_extra_tables_apart_and_nothing_without_them(tmp_path):
         "# t\n\n| method | row | acc |\n|---|---|---|\n| fedavg | paper's | 90.00 ± 0.10 (n=3) |\n"
         "| fedprox | yours | 89.00 ± 0.20 (n=3) |\n\n## fedprox minus each baseline\n\n| baseline | x |\n"
     )
-    lines = extra_methods(cfg, tmp_path / "results" / "report")
-    text = "\n".join(lines)
+    extra = extra_methods(cfg)
+    assert [t["experiment"] for t in extra[0]["tables"]] == ["adaped.table4_femnist_sample"]
+    text = "\n".join(extra_markdown(extra, tmp_path / "results" / "report"))
     assert "## Methods from outside the papers (extra rows; never judged)" in text
     link = "../extra/fedprox/adaped/table4_femnist_sample/quick/table.md"
     assert f"**adaped.table4_femnist_sample** (quick; [table]({link}))" in text
     assert "| fedprox | yours | 89.00 ± 0.20 (n=3) |" in text and "| baseline | x |" not in text
-    assert extra_methods({"results_dir": str(tmp_path / "results")}, tmp_path) == []
+    assert extra_methods({"results_dir": str(tmp_path / "results")}) == [] and extra_markdown([], tmp_path) == []

@@ -96,7 +96,7 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
             r["baseline"],
             r["column"],
             "—" if r["n"] == 0 else f"{r['diff']:+.2f} ± {r['se']:.2f} (n={r['n']})",
-            "yes" if r["resolved"] else ("no" + (f": run {r['more_seeds']} more seeds" if r["more_seeds"] else "")),
+            "yes" if r["resolved"] else ("no" + (f": run {r['more_seeds']} more seed(s)" if r["more_seeds"] else "")),
         ]
         for r in diffs
     ]
