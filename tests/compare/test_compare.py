@@ -277,9 +277,10 @@ def test_paired_difference_by_hand():
 
 
 def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(tmp_path):
-    """Under FedHDP's protocol a method from outside trains like the NON-PRIVATE row; its one deployed model per
-    client fills Acc_g (pooled), Acc_g,p / Acc_g,np and every lambda's Acc_l,p / Acc_l,np, split by the partition's
-    opt-out flags. FedAvg from outside has NON-PRIVATE's global model (FedAvg, same seed): the same Acc_g."""
+    """Under FedHDP's protocol a method from outside trains like the NON-PRIVATE row (every client non-private): its
+    one deployed model per client fills Acc_g (pooled), Acc_g,np and every lambda's Acc_l,np, and FedAvg from outside
+    has NON-PRIVATE's global model (FedAvg, same seed): the same Acc_g and Acc_g,np. Group columns are paired with
+    NON-PRIVATE only (other rows' groups are their private and opt-out clients)."""
     import numpy as np
 
     from fedrepro.data import fedformat
@@ -322,13 +323,15 @@ def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(t
     ctx = lambda seed: RunContext("fedhdp.cmp_test", seed, partitions={"p": pdir})  # noqa: E731
     comp = compare(exp, load_method(f"{path}:Fa"), path, [0, 1], ctx)
     rows = {r.name: r for r in comp.rows}
-    fa = rows["fa"].cells
-    assert set(fa[0]) == {
-        "acc_g", "acc_g_p", "acc_g_np",
-        *(f"lam{lam} {g}" for lam in ("0.005", "0.25") for g in ("acc_l_p", "acc_l_np")),
-    }  # fmt: skip
+    fa, nonprivate = rows["fa"].cells, rows["nonprivate_ditto"].cells
+    assert set(fa[0]) == set(nonprivate[0]) == {"acc_g", "acc_g_np", "lam0.005 acc_l_np", "lam0.25 acc_l_np"}
     assert all(0 < c["acc_g"] < 100 for c in fa)  # not saturated: equal accuracies say the same model
     for seed in (0, 1):
-        assert fa[seed]["acc_g"] == pytest.approx(rows["nonprivate_ditto"].cells[seed]["acc_g"], abs=1e-9)
-        assert fa[seed]["lam0.25 acc_l_p"] == fa[seed]["acc_g_p"]  # one model per client in every role
-    assert not comp.private and "acc_g_p" not in rows["nonprivate_ditto"].cells[0]  # all NON-PRIVATE clients are np
+        for col in ("acc_g", "acc_g_np"):
+            assert fa[seed][col] == pytest.approx(nonprivate[seed][col], abs=1e-9)
+        assert fa[seed]["lam0.25 acc_l_np"] == fa[seed]["acc_g_np"]  # one model per client in every role
+    assert not comp.private
+    write_comparison(comp, tmp_path / "out", figure=False)
+    diffs = pd.read_csv(tmp_path / "out" / "differences.csv")
+    assert sorted(diffs[diffs["baseline"] == "nonprivate_ditto"]["column"]) == sorted(fa[0])
+    assert list(diffs[diffs["baseline"] == "fedhdp_r_0_1"]["column"]) == ["acc_g"]

@@ -61,7 +61,9 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
         body.append([row.name, ORIGIN[row.origin], *cells])
     diffs = []
     for row in comp.rows[:-1]:
-        for col in cols:
+        same = comp.slot.paired(exp.params, row.name)
+        has = {c for cells in row.cells for c in (cells or {})}  # columns the baseline has (DP-FedAvg: no np)
+        for col in [c for c in cols if c in has and (same is None or c in same)]:
             d = paired_difference(_values(mine, col), _values(row, col))
             diffs.append(
                 dict(
@@ -90,7 +92,8 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
     if mine.failures:
         lines += ["", f"**{mine.name} failed** ({len(mine.failures)} of {len(comp.seeds)} seeds):", ""]
         lines += [f"- {f}" for f in mine.failures]
-    lines += ["", f"## {mine.name} minus each baseline", "", f"Rule: {RULE}.", ""]
+    lines += ["", f"## {mine.name} minus each baseline", "", f"Rule: {RULE}."]
+    lines += [f"Columns: {comp.slot.paired_text}.", ""] if comp.slot.paired_text else [""]
     dbody = [
         [
             r["baseline"],

@@ -33,3 +33,5 @@ class MethodSlot:
     x_label: str = ""
     y_label: str = ""
     what: str = "test accuracy (%)"
+    paired: Callable[[dict, str], list[str] | None] = lambda params, baseline: None
+    paired_text: str = ""

@@ -306,7 +306,8 @@ def train_methods(
                 algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt, evaluated=last.update
             )
             rows += [dict(h, method=name) for h in hist]
-            per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, private, ("p", "np"))
+            # every client non-private, as NON-PRIVATE: its np columns are over all clients
+            per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, np.zeros(m, bool), ("np",))
             for lam, vals in zip(lams, per_lam):
                 metrics[lam_key(lam)][name] = vals
             per_method[name] = per_lam
@@ -397,21 +398,21 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
 
 # ------------------------------------------------------------------------------------------------ method slot
 
-GROUP_METRICS = ("acc_g_p", "acc_g_np")  # the global model per client group (clients split by the opt-out flags)
+GROUP_METRICS = ("acc_g_p", "acc_g_np")  # the global model per client group (a method's own notion of private)
 PERSONAL_METRICS = ("acc_l_p", "acc_l_np")  # the personal models, per lambda block
 
 
 def _only(p: dict, name: str, private: bool) -> dict:
-    """``p`` with the method ``name`` alone, trained like the NON-PRIVATE row (no clipping, no noise: FedHDP's
-    noise is the server's on the private group's clipped aggregate, which a user's Algorithm has no slot for); the
-    protocol's partition, opt-out clients, model, rounds, K, local steps, lr and decay, evaluation."""
+    """``p`` with the method ``name`` alone, trained like the NON-PRIVATE row (no clipping, no noise, every client
+    non-private: FedHDP's noise is the server's on the private group's clipped aggregate, which a user's Algorithm
+    has no slot for); the protocol's partition, model, rounds, K, local steps, lr and decay, evaluation."""
     drop = ("checks", "differences", "only_methods")
     return {k: v for k, v in p.items() if k not in drop} | {"methods": {name: {"algorithm": name}}}
 
 
 def _cells(metrics: dict, name: str) -> dict[str, float]:
     """Acc_g (pooled), Acc_g,p / Acc_g,np, and Acc_l,p / Acc_l,np per lambda block, of the groups the method has. A
-    method from outside has one deployed model per client: it fills the global and every lambda's personal column."""
+    method from outside has one deployed model per client: it fills Acc_g, Acc_g,np and every lambda's Acc_l,np."""
     blocks = [k for k in metrics if k.startswith("lam") and isinstance(metrics[k], dict) and name in metrics[k]]
     out: dict[str, float] = {}
     for i, block in enumerate(blocks):
@@ -420,6 +421,12 @@ def _cells(metrics: dict, name: str) -> dict[str, float]:
         keys += [(m, f"{block} {m}") for m in PERSONAL_METRICS]
         out |= {col: float(vals[m]) for m, col in keys if m in vals}
     return out
+
+
+def _paired(p: dict, baseline: str) -> list[str] | None:
+    """A method from outside counts every client as non-private, as NON-PRIVATE does: all its columns mean what
+    NON-PRIVATE's do; another row's group columns are over its private / opt-out clients, so only Acc_g compares."""
+    return None if p["methods"][baseline]["algorithm"] == "nonprivate" else ["acc_g"]
 
 
 def _curves(history: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -437,9 +444,15 @@ METHOD_SLOT = MethodSlot(
     x_label="round",
     y_label="test accuracy (%), mean over clients",
     what=(
-        "accuracy (%): acc_g of the global model on the pooled test sets, acc_g_p / acc_g_np its mean over private / "
-        "opt-out clients, lam<lambda> acc_l_p / acc_l_np the same of the Ditto personal models (a method from outside: "
-        "its deployed models in every column; trained without privacy, as NON-PRIVATE)"
+        "accuracy (%): acc_g of the global model on the pooled test sets, acc_g_p / acc_g_np its mean over the "
+        "method's private / non-private clients, lam<lambda> acc_l_p / acc_l_np the same of the Ditto personal models "
+        "(a method from outside: trained without privacy and every client non-private, as NON-PRIVATE; its deployed "
+        "models in every column)"
+    ),
+    paired=_paired,
+    paired_text=(
+        "the group columns are paired with NON-PRIVATE only (where every client is non-private too); with the "
+        "other rows, whose groups are their private and opt-out clients, only acc_g"
     ),
 )
 
