@@ -9,7 +9,6 @@ directories, checked against the resolved parameters) or are rebuilt here by the
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -153,7 +152,3 @@ def _paper_run(kind: Kind, exp: Experiment, seed: int, context, run_dir: Path | 
     print(f"[fedrepro] {exp.id} seed={seed}: the paper's methods", flush=True)
     out = kind.fn(exp.params, rng_for(exp.id, seed), context(seed))
     return out.metrics, out.history
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
