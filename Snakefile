@@ -45,6 +45,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/estimate.smk"
 include: "workflow/rules/privacy.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:

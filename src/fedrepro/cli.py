@@ -6,6 +6,7 @@ figure PAPER.FIG --out FILE.pdf [--png FILE.png]                  one paper figu
 tables PAPER --out-dir DIR                                        the paper's tables (CSV + Markdown)
 privacy PAPER [--out-dir DIR] [--figure FILE.pdf [--png FILE.png]] epsilons per accountant + epsilon vs rounds
 report --out-dir DIR                                              replication report (md, csv, html)
+compare FILE:CLASS --experiment EXP --out DIR [--seeds N ...]     your Algorithm under EXP's protocol, as one more row
 ci-check --report FILE                                            fail if a CI-flagged target is not reproduced
 data fetch DATASET|--all [--dry-run] [--offline]                  fetch + verify datasets (--dry-run: the plan)
 data partition NAME --out DIR                                     build a partition of config/partitions.yaml
@@ -249,6 +250,34 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from fedrepro.compare.method_file import load_method, parse_spec
+    from fedrepro.compare.protocol import compare, slot_of
+    from fedrepro.compare.table import write_comparison
+    from fedrepro.config import load_paper, paper_seeds, resolve_experiment
+    from fedrepro.data.sources import verified_files
+    from fedrepro.experiments import RunContext
+
+    cfg = _load_cfg(args)
+    exp = resolve_experiment(cfg, args.experiment, args.scale)
+    slot_of(exp)  # an experiment that cannot run a method is refused before the method file is even read
+    cls = load_method(args.method)
+    out = _writable(args.out, "--out", is_dir=True)
+    entry = load_paper(cfg, exp.paper)["experiments"][exp.name]
+    seeds = args.seeds if args.seeds else paper_seeds(cfg, entry, exp.scale)
+    data = {d: [f.path for f in verified_files(cfg, d)] for d in exp.datasets}
+    partitions = _partition_dirs(cfg, exp)
+
+    def context(seed: int) -> RunContext:
+        return RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg)
+
+    comparison = compare(exp, cls, parse_spec(args.method)[0], list(seeds), context, args.baselines or ())
+    has_figure = any(f["experiment"] == exp.name for f in (load_paper(cfg, exp.paper).get("figures") or {}).values())
+    for path in write_comparison(comparison, out, figure=has_figure):
+        print(f"[fedrepro] wrote {path}")
+    return 0
+
+
 def cmd_ci_check(args) -> int:
     from fedrepro.report.cicheck import ci_check
 
@@ -396,6 +425,24 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--scale", choices=scales, default=None)
     _common(rep)
     rep.set_defaults(fn=cmd_report)
+
+    cmp = sub.add_parser(
+        "compare", help="your Algorithm subclass under an experiment's protocol, beside the paper's methods"
+    )
+    cmp.add_argument("method", help="FILE:CLASS, e.g. examples/fedprox.py:FedProx (README: Compare your method)")
+    cmp.add_argument("--experiment", required=True, help="PAPER.NAME of a training experiment")
+    cmp.add_argument("--out", required=True, help="directory for table.md, table.csv, differences.csv, figure.png")
+    cmp.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
+    cmp.add_argument("--seeds", type=_seed, nargs="+", default=None, help="default: the scale's seeds")
+    cmp.add_argument(
+        "--baselines",
+        nargs="+",
+        default=None,
+        metavar="RUN_DIR",
+        help="the workflow's runs of the experiment (one per seed) instead of rebuilding the paper's methods",
+    )
+    _common(cmp)
+    cmp.set_defaults(fn=cmd_compare)
 
     c = sub.add_parser("ci-check", help="exit 1 if a CI-flagged target deviates or was not built")
     c.add_argument("--report", required=True, help="replication.csv written by `report`")

@@ -26,6 +26,8 @@ PATTERNS = {
     "table": "{results}/tables/{paper}/{table}.{ext}",
     "privacy_table": "{results}/privacy/{paper}/{name}.csv",
     "report": "{results}/report/replication.{ext}",
+    # a method from outside the papers (config extra_methods) as one more row of an experiment's table
+    "extra_table": "{results}/extra/{method}/{paper}/{exp}/{scale}/table.{ext}",
     # data
     "dataset_stamp": "{data}/{dataset}/.verified",
     "partition": "{results}/data/{name}",
@@ -37,6 +39,7 @@ PATTERNS = {
     "table_log": "{logs}/tables/{paper}/{table}.log",
     "privacy_log": "{logs}/privacy/{paper}/{name}.log",
     "report_log": "{logs}/report.log",
+    "extra_log": "{logs}/extra/{method}/{paper}/{exp}/{scale}.log",
     "dataset_log": "{logs}/data/{dataset}.log",
     "partition_log": "{logs}/data/partition/{name}.log",
     "partition_plot_log": "{logs}/data/plot/{name}.log",

@@ -196,3 +196,26 @@ def test_which_rows_judge_a_figure(report):
         "X.fm.acc"
     ]
     assert figure_rows("Privacy accounting", None, results) == []
+
+
+def test_methods_from_outside_get_a_section_of_their_own(report, tmp_path):
+    extra = [
+        {
+            "name": "fedprox",
+            "spec": "examples/fedprox.py:FedProx",
+            "tables": [
+                {
+                    "experiment": "adaped.table4_femnist_sample",
+                    "scale": "quick",
+                    "path": tmp_path / "table.md",
+                    "header": ["method", "row", "acc"],
+                    "rows": [["fedavg", "paper's", "90.00 ± 0.10 (n=3)"], ["fedprox", "yours", "89.00 ± 0.20 (n=3)"]],
+                }
+            ],
+        }
+    ]
+    plain, with_extra = render_page(report), render_page(report, extra)
+    assert "Methods from outside the papers" not in plain and render_page(report, []) == plain
+    section = with_extra.split("<h2>Methods from outside the papers (extra rows; never judged)</h2>", 1)[1]
+    assert "<td>fedprox</td><td>yours</td><td>89.00 ± 0.20 (n=3)</td>" in section
+    assert 'id="adaped.' not in section  # apart from the papers' rows

@@ -56,7 +56,16 @@ def P(pattern, /, **fields):
 # papers this invocation builds.
 _CLI_SETTINGS = {
     k: CFG[k]
-    for k in ("papers", "targets", "partitions", "data", "results_dir", "figures_dir", "default_scales")
+    for k in (
+        "papers",
+        "targets",
+        "partitions",
+        "data",
+        "results_dir",
+        "figures_dir",
+        "default_scales",
+        "extra_methods",
+    )
     if k in CFG
 }
 _CLI_SETTINGS["only_papers"] = list(CFG["papers"])
@@ -286,4 +295,24 @@ def all_outputs(wildcards=None):
         )
         out += table_files(paper)
     partitions = [P("partition", name=name) for name in available_partitions()]
-    return out + privacy_outputs() + partitions + partition_plots() + REPORT_FILES
+    return out + extra_tables() + privacy_outputs() + partitions + partition_plots() + REPORT_FILES
+
+
+# config extra_methods: name -> FILE:CLASS, each one more row of every runnable experiment whose kind can run it
+EXTRA_METHODS = dict(CFG.get("extra_methods") or {})
+EXTRA_NAMES = "|".join(sorted(EXTRA_METHODS)) or "(?!)"
+
+
+def extra_experiments():
+    """The runnable experiments whose kind runs a method from outside the package (a method slot)."""
+    return [e for e in EXPERIMENTS.values() if runnable(e.id) and get_kind(e.kind).method_slot is not None]
+
+
+def extra_tables():
+    """Every extra method's table (Markdown and CSV) of every such experiment; none without extra_methods."""
+    return [
+        P("extra_table", method=name, paper=e.paper, exp=e.name, scale=e.scale, ext=ext)
+        for name in EXTRA_METHODS
+        for e in extra_experiments()
+        for ext in ("md", "csv")
+    ]

@@ -58,6 +58,7 @@ rule report:
         summaries=[s for p in PAPERS for s in runnable_summaries(p)],
         figures=[f for p in PAPERS for f in figure_files(p, "png")],
         privacy=privacy_outputs(),
+        extra=extra_tables(),
         registries=list(CFG.get("targets", {}).values()),
         papers=list(CFG["papers"].values()),
     output:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.experiments.memory import MemoryNeed
+from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.registry import Registry
 
 
@@ -93,6 +94,9 @@ class Kind:
     # of the privacy figure, epsilon_panel(ax, exp, metrics, history, targets) (fedrepro.report.privacy)
     epsilon_rows: Callable[[Any, dict, pd.DataFrame], list[dict]] | None = None
     epsilon_panel: Callable[..., None] | None = None
+    # how the kind runs a method from outside the package (fedrepro.experiments.method_slot), or why it cannot
+    method_slot: MethodSlot | None = None
+    no_method_slot: str = ""
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -114,6 +118,8 @@ def experiment_kind(
     memory: MemoryNeed | None = None,
     epsilon_rows: Callable[[Any, dict, pd.DataFrame], list[dict]] | None = None,
     epsilon_panel: Callable[..., None] | None = None,
+    method_slot: MethodSlot | None = None,
+    no_method_slot: str = "",
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -132,6 +138,8 @@ def experiment_kind(
     epsilon_rows, epsilon_panel: for privacy-stage kinds, what the privacy stage makes of a run (the rows of the
     paper's epsilon.csv; the panel of its epsilon-vs-rounds figure, for epsilon curves): the stage itself knows no
     kind (fedrepro.report.privacy).
+    method_slot: for kinds that train engine Algorithms, how `compare` runs a user's method under the kind's protocol
+    (fedrepro.experiments.method_slot); no_method_slot: for a training kind that cannot, why (its refusal).
     """
 
     def deco(fn):
@@ -150,6 +158,8 @@ def experiment_kind(
                 memory=memory,
                 epsilon_rows=epsilon_rows,
                 epsilon_panel=epsilon_panel,
+                method_slot=method_slot,
+                no_method_slot=no_method_slot,
             ),
         )
         return fn

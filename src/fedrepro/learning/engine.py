@@ -171,6 +171,11 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry(
     "ALGORITHMS",
 )
 
+#: Version of the public :class:`Algorithm` interface (README "Compare your method"): what a method outside the
+#: package implements and what :func:`train` guarantees it. Raised when a member is added, removed or changes meaning;
+#: tests/learning/test_algorithm_api.py fails until the README's list and this number follow the class.
+ALGORITHM_API_VERSION = 1
+
 
 class Algorithm(ABC):
     """A federated algorithm on the engine; ``selected`` is a LongTensor of client ids on the state's device.
@@ -356,6 +361,7 @@ def train(
     gemm: bool | None = None,
     callback: Callable[[dict], None] | None = None,
     checkpoint: Checkpointer | None = None,
+    evaluated: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
@@ -368,6 +374,8 @@ def train(
     run returns exactly what the uninterrupted run would (tested by killing one). ``chunk_size``: clients per
     vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients`.
     ``gemm``: that formulation on or off (:class:`Net`; default: on CPU for the CNNs it supports).
+    ``evaluated(ev)`` after every evaluation with :func:`evaluate`'s per-client arrays (acc, loss, count) of the
+    deployed models (a kind that reports more than the client means, e.g. per client group).
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
@@ -431,6 +439,8 @@ def train(
                 step_lr = lr * lr_decay ** (t // iters_per_epoch)
                 ctx = EvalContext(data, rng_for(f"learning.eval.{r}", seed), batch_size, step_lr, iters_per_epoch)
                 ev = evaluate(net, algorithm.deployed_params(state, ctx), data, "test", eval_rows)
+                if evaluated is not None:
+                    evaluated(ev)
                 info["eval"] = {
                     "round": r,
                     "iteration": t,
@@ -461,6 +471,7 @@ def train(
 
 
 __all__ = [
+    "ALGORITHM_API_VERSION",
     "Algorithm",
     "EvalContext",
     "ce_loss",

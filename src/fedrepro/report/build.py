@@ -19,7 +19,7 @@ from fedrepro.files import atomic_write
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
 from fedrepro.report.fmt import HEAD, WAITING, cells, printed
-from fedrepro.report.page import render_page
+from fedrepro.report.page import EXTRA_TEXT, EXTRA_TITLE, render_page
 from fedrepro.report.status import Result
 
 CSV_COLUMNS = [
@@ -262,12 +262,54 @@ def write_csv(path: Path, report: m.Report) -> None:
                 )
 
 
+def extra_methods(cfg: Mapping) -> list[dict]:
+    """The ``compare`` tables of the methods of config ``extra_methods`` that the workflow built under
+    results/extra/ (none when none is configured): per method its name, FILE:CLASS and tables, each with its
+    experiment, scale, path and the rows of its table (paper's methods and the extra one). Reported apart from the
+    papers' rows and never judged."""
+    out = []
+    root = paths.results_root(cfg) / "extra"
+    for name in sorted(cfg.get("extra_methods") or {}):
+        tables = []
+        for path in sorted((root / name).glob("*/*/*/table.md")):
+            first = path.read_text(encoding="utf-8").split("\n## ", 1)[0]  # the table, not the differences
+            rows = [
+                [c.strip() for c in ln.strip().strip("|").split("|")] for ln in first.splitlines() if ln.startswith("|")
+            ]
+            paper, exp, scale = path.parent.parent.parent.name, path.parent.parent.name, path.parent.name
+            tables.append(
+                {"experiment": f"{paper}.{exp}", "scale": scale, "path": path, "header": rows[0], "rows": rows[2:]}
+            )
+        out.append({"name": name, "spec": cfg["extra_methods"][name], "tables": tables})
+    return out
+
+
+def extra_markdown(extra: list[dict], out_dir: Path) -> list[str]:
+    """The Markdown report's section on :func:`extra_methods` (nothing when there are none)."""
+    if not extra:
+        return []
+    lines = ["", f"## {EXTRA_TITLE}", "", EXTRA_TEXT]
+    for method in extra:
+        lines += ["", f"### {method['name']} ({method['spec']})", ""]
+        if not method["tables"]:
+            lines += ["No table built yet: `snakemake --cores 2` with this `extra_methods` builds them."]
+        for t in method["tables"]:
+            lines += [
+                f"**{t['experiment']}** ({t['scale']}; [table]({_rel(t['path'], out_dir)}))",
+                "",
+                *_table(t["header"], t["rows"]),
+                "",
+            ]
+    return lines
+
+
 def write_report(cfg: Mapping, out_dir: Path, mode: str | None = None) -> m.Report:
     out_dir.mkdir(parents=True, exist_ok=True)
     report = m.build(cfg, mode)
     atomic_write(out_dir / paths.report_name("csv"), lambda p: write_csv(p, report))
-    md = markdown(report, out_dir)
+    extra = extra_methods(cfg)
+    md = "\n".join([markdown(report, out_dir), *extra_markdown(extra, out_dir)])
     atomic_write(out_dir / paths.report_name("md"), lambda p: p.write_text(md, encoding="utf-8"))
-    page = render_page(report)
+    page = render_page(report, extra)
     atomic_write(out_dir / paths.report_name("html"), lambda p: p.write_text(page, encoding="utf-8"))
     return report

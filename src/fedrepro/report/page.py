@@ -25,6 +25,14 @@ from fedrepro.report.fmt import HEAD, WAITING, cells, fmt_value, printed, rebuil
 from fedrepro.report.status import Result
 
 TEMPLATES = Path(__file__).with_name("templates")
+# the section on methods from outside the papers (config extra_methods), in the page and the Markdown report
+EXTRA_TITLE = "Methods from outside the papers (extra rows; never judged)"
+EXTRA_TEXT = (
+    "Each table is a paper experiment's protocol with a method of config `extra_methods` as one more row beside the "
+    "paper's methods of the same runs (python -m fedrepro compare; README: Compare your method). These rows are not "
+    "the papers' and are never compared with a printed value."
+)
+
 OPEN_UP_TO = 30  # groups and tables with more rows than this start collapsed (FedHDP's tables have up to 261)
 
 
@@ -97,7 +105,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render_page(report: m.Report) -> str:
+def render_page(report: m.Report, extra: list[dict] | None = None) -> str:
+    """The page; ``extra``: the tables of methods from outside the papers (fedrepro.report.build.extra_methods),
+    shown in a section of their own after the papers."""
+
     statuses = [(s, sum(m.count(p.results, v.ALL_STATUSES)[s] for p in report.papers)) for s in v.ALL_STATUSES]
     return (
         _environment()
@@ -113,5 +124,8 @@ def render_page(report: m.Report) -> str:
             row_types=m.ROW_TYPES,
             css=(TEMPLATES / "page.css").read_text(encoding="utf-8"),
             js=(TEMPLATES / "page.js").read_text(encoding="utf-8"),
+            extra=extra or [],
+            extra_title=EXTRA_TITLE,
+            extra_text=EXTRA_TEXT,
         )
     )

@@ -1,5 +1,5 @@
-"""FedHDP theory (src/fedrepro/papers/fedhdp): closed forms against Monte Carlo and against each other, at parameter values
-other than the figures' ones, and the theory experiment kinds (Figs. 1-4, Table 2) at small sizes."""
+"""FedHDP theory (src/fedrepro/papers/fedhdp): closed forms against Monte Carlo and against each other, at parameter
+values other than the figures' ones, and the theory experiment kinds (Figs. 1-4, Table 2) at small sizes."""
 
 import math
 

@@ -34,6 +34,7 @@ import pandas as pd
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.keys import eps_key
+from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.learning import algorithms
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
@@ -75,6 +76,10 @@ SCHEMA = {
                     "lr": {"oneOf": [POSITIVE, {"type": "array", "minItems": 1, "items": POSITIVE}]},
                     "options": {"type": "object", "default": {}},
                     "private": {"type": "boolean", "default": False},
+                    # a private method whose noise is that of another algorithm (its accountant and mechanism):
+                    # a method from outside the package (fedrepro.compare) is private as DP-FedAvg's local steps;
+                    # null: its own algorithm's
+                    "privacy_as": {"enum": [None, *sorted(TERMS)], "default": None},
                 },
             },
         },
@@ -116,6 +121,11 @@ def build_algorithm(algorithm: str, options: dict, weight_decay: float):
         raise ConfigError(f"methods.*.options for {algorithm}: {exc}") from None
 
 
+def _accounted_as(spec: dict) -> str:
+    """The algorithm whose accountant and mechanism privatize a private method (``privacy_as``, else its own)."""
+    return spec["privacy_as"] or spec["algorithm"]
+
+
 def _pick(runs: list[tuple[float, list[dict]]], rule: str) -> tuple[float, list[dict]]:
     if rule == "final_test":
         return max(runs, key=lambda r: r[1][-1]["test_acc"])
@@ -134,10 +144,10 @@ def _validate(p: dict, ctx: RunContext) -> None:
         if spec["private"]:
             if p["privacy"] is None:
                 raise ConfigError(f"{ctx.exp_id}: params.methods.{name}.private needs params.privacy")
-            if spec["algorithm"] not in TERMS:
+            if _accounted_as(spec) not in TERMS:
                 raise ConfigError(
                     f"{ctx.exp_id}: params.methods.{name}.private: no accountant for algorithm "
-                    f"{spec['algorithm']!r} (private algorithms: {sorted(TERMS)})"
+                    f"{spec['algorithm']!r} (private algorithms: {sorted(TERMS)}; or set privacy_as)"
                 )
     for check, names in p["checks"].items():
         unknown = sorted(set(names) - set(p["methods"]))
@@ -196,6 +206,56 @@ def _fmt(values: dict) -> str:
     return ", ".join(f"{_k(k)}{v:.1f}" for k, v in values.items())
 
 
+# ------------------------------------------------------------------------------------------------ method slot
+
+
+def _private(p: dict) -> bool:
+    """A protocol whose rows are private (Table 2): a method from outside runs with the noise it calibrates."""
+    return any(spec["private"] for spec in p["methods"].values())
+
+
+def _only(p: dict, name: str, private: bool) -> dict:
+    """``p`` with the method ``name`` alone: lr over the protocol's grid (every lr a method of the protocol uses,
+    chosen by the protocol's ``select``), private as DP-FedAvg's clipped and noised local steps when ``private``."""
+    grid = sorted(
+        {lr for spec in p["methods"].values() for lr in (spec["lr"] if isinstance(spec["lr"], list) else [spec["lr"]])}
+    )
+    spec: dict[str, Any] = {
+        "algorithm": name,
+        "lr": grid if len(grid) > 1 else grid[0],
+        "options": {},
+        "private": private,
+        "privacy_as": "fedavg" if private else None,
+    }
+    return p | {"methods": {name: spec}, "checks": {}}
+
+
+def _cells(metrics: dict, name: str) -> dict[str, float]:
+    """Test accuracy (%) of one method: column ``acc``, or ``acc <eps key>`` per epsilon of a private method."""
+    acc = metrics.get("acc", {}).get(name)
+    if isinstance(acc, dict):
+        return {f"acc {k}": float(v) for k, v in acc.items()}
+    return {} if acc is None else {"acc": float(acc)}
+
+
+def _curves(history: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The selected lr's accuracy (%) vs epoch, one series per epsilon of a private method."""
+    h = history[(history["method"] == name) & history["selected"]]
+    series = h["epsilon"].map(lambda e: f"eps {e:g}") if "epsilon" in h else pd.Series("", index=h.index)
+    return pd.DataFrame({"x": h["epoch"], "y": 100 * h["test_acc"], "series": series})
+
+
+METHOD_SLOT = MethodSlot(
+    only=_only,
+    private=_private,
+    methods=lambda p: list(p["methods"]),
+    cells=_cells,
+    curves=_curves,
+    x_label="epoch",
+    y_label="test accuracy (%)",
+    what="test accuracy (%) of the deployed models, mean over clients",
+)
+
 # ------------------------------------------------------------------------------------------------------ kind
 
 
@@ -217,6 +277,7 @@ def _fmt(values: dict) -> str:
         "n_params",
     ),
     checks=("beats_chance", "curve", "psi_decreases", "psi_decreases_then_increases"),
+    method_slot=METHOD_SLOT,
 )
 def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.checkpoint import run_checkpointer
@@ -259,7 +320,7 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
                 (
                     eps_key(e),
                     plan_noise(
-                        spec["algorithm"],
+                        _accounted_as(spec),
                         e,
                         K=K,
                         m=m,
@@ -272,7 +333,7 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
                 for e in priv["epsilons"]
             ]
         for key, plan in settings:
-            extra = plan.mechanism(spec["algorithm"]) if plan else {}
+            extra = plan.mechanism(_accounted_as(spec)) if plan else {}
             runs = []
             for lr in grid:
                 algo = build_algorithm(spec["algorithm"], options | extra, wd)

@@ -53,6 +53,7 @@ import pandas as pd
 from fedrepro.aggregate import flatten
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.experiments.params import DELTA, INT0, INT1, NONNEG, POSITIVE, UNIT
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
 
@@ -210,6 +211,8 @@ def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, c
     from fedrepro.learning.algorithms import build_algorithm
 
     alg, common = spec["algorithm"], dict(clip=clip, lams=lams, weight_decay=wd)
+    if alg not in ALGORITHMS:  # a method from outside the package (fedrepro.compare): trained without privacy
+        return build_algorithm(alg, weight_decay=wd)
     if alg == "nonprivate":  # FedAvg + Ditto: FedHDP with every client non-private
         return build_algorithm("fedhdp", private=np.zeros_like(private), r=1.0, **common)
     if alg == "dp_fedavg":
@@ -314,6 +317,18 @@ def train_methods(
         ckpt = run_checkpointer(
             ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p["checkpoint_every"], ctx.clock
         )
+        if spec["algorithm"] not in ALGORITHMS:  # a method from outside: its deployed models in every role
+            last: dict = {}
+            hist = train(
+                algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt, evaluated=last.update
+            )
+            rows += [dict(h, method=name) for h in hist]
+            # every client non-private, as NON-PRIVATE: its np columns are over all clients
+            per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, np.zeros(m, bool), ("np",))
+            for lam, vals in zip(lams, per_lam):
+                metrics[lam_key(lam)][name] = vals
+            per_method[name] = per_lam
+            continue
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
         models = algo.final_models()
@@ -398,6 +413,67 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
     return checks
 
 
+# ------------------------------------------------------------------------------------------------ method slot
+
+GROUP_METRICS = ("acc_g_p", "acc_g_np")  # the global model per client group (a method's own notion of private)
+PERSONAL_METRICS = ("acc_l_p", "acc_l_np")  # the personal models, per lambda block
+
+
+def _only(p: dict, name: str, private: bool) -> dict:
+    """``p`` with the method ``name`` alone, trained like the NON-PRIVATE row (no clipping, no noise, every client
+    non-private: FedHDP's noise is the server's on the private group's clipped aggregate, which a user's Algorithm
+    has no slot for); the protocol's partition, model, rounds, K, local steps, lr and decay, evaluation."""
+    drop = ("checks", "differences", "only_methods")
+    return {k: v for k, v in p.items() if k not in drop} | {"methods": {name: {"algorithm": name}}}
+
+
+def _cells(metrics: dict, name: str) -> dict[str, float]:
+    """Acc_g (pooled), Acc_g,p / Acc_g,np, and Acc_l,p / Acc_l,np per lambda block, of the groups the method has. A
+    method from outside has one deployed model per client: it fills Acc_g, Acc_g,np and every lambda's Acc_l,np."""
+    blocks = [k for k in metrics if k.startswith("lam") and isinstance(metrics[k], dict) and name in metrics[k]]
+    out: dict[str, float] = {}
+    for i, block in enumerate(blocks):
+        vals = metrics[block][name]
+        keys = [("acc_g", "acc_g"), *((m, m) for m in GROUP_METRICS)] if i == 0 else []
+        keys += [(m, f"{block} {m}") for m in PERSONAL_METRICS]
+        out |= {col: float(vals[m]) for m, col in keys if m in vals}
+    return out
+
+
+def _paired(p: dict, baseline: str) -> list[str] | None:
+    """A method from outside counts every client as non-private, as NON-PRIVATE does: all its columns mean what
+    NON-PRIVATE's do; another row's group columns are over its private / opt-out clients, so only Acc_g compares."""
+    return None if p["methods"][baseline]["algorithm"] == "nonprivate" else ["acc_g"]
+
+
+def _curves(history: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Mean test accuracy (%) over clients of the deployed models vs round."""
+    h = history[history["method"] == name]
+    return pd.DataFrame({"x": h["round"], "y": 100 * h["test_acc"], "series": ""})
+
+
+METHOD_SLOT = MethodSlot(
+    only=_only,
+    private=lambda p: False,
+    methods=lambda p: list(trained(p)),
+    cells=_cells,
+    curves=_curves,
+    x_label="round",
+    y_label="test accuracy (%), mean over clients",
+    what=(
+        "accuracy (%): acc_g of the global model on the pooled test sets, acc_g_p / acc_g_np its mean over the "
+        "method's private / non-private clients, lam<lambda> acc_l_p / acc_l_np the same of the Ditto personal models "
+        "(a method from outside: trained without privacy and every client non-private, as NON-PRIVATE; its deployed "
+        "models in every column)"
+    ),
+    paired=_paired,
+    paired_text=(
+        "the group columns are paired with NON-PRIVATE only (where every client is non-private too); with the "
+        "other rows, whose groups are their private and opt-out clients, only acc_g"
+    ),
+)
+
+
 @experiment_kind(
     "fedhdp_training",
     SCHEMA,
@@ -417,6 +493,7 @@ def checks_of(p: dict, per_method: dict, n_classes: int, exp_id: str) -> dict[st
         "n_params",
     ),
     checks=("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg"),
+    method_slot=METHOD_SLOT,
 )
 def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.models import n_params

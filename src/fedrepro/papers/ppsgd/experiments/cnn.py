@@ -130,6 +130,11 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
         "best_alpha_without_privacy",
     ),
     checks=("beats_chance", "local_poor", "personalized_dominates", "best_alpha_without_privacy"),
+    no_method_slot=(
+        "PPSGD's protocols train with their own loop (the official user sampler, every (step, alpha_c) configuration "
+        "on one batch sequence, a shared representation with an additive personal output layer), not the engine's "
+        "Algorithm rounds, so no user Algorithm runs under them"
+    ),
 )
 def ppsgd_cnn(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["data"] not in ctx.partitions:

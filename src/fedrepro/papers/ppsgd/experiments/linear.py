@@ -190,6 +190,11 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
         "best_alpha_without_privacy",
     ),
     checks=("beats_chance", "personalized_dominates", "best_alpha_without_privacy"),
+    no_method_slot=(
+        "PPSGD's protocols train with their own loop (the official user sampler, every (step, alpha_c) configuration "
+        "on one batch sequence, a shared representation with an additive personal output layer), not the engine's "
+        "Algorithm rounds, so no user Algorithm runs under them"
+    ),
 )
 def ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2

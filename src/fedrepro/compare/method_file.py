@@ -1,0 +1,125 @@
+"""Load a user's Algorithm subclass from one Python file, and guard its training.
+
+An error in the file (a syntax error, an exception at import, no such class, not an Algorithm, an abstract method
+left out) is one line ``FILE:LINE: message`` (a :class:`~fedrepro.errors.ConfigError`). During training the class is
+wrapped (:func:`guarded`) so that a non-finite training loss or deployed model raises :class:`MethodFailed`, and any
+exception the user's code raises is reported by :func:`failure` as ``FILE:LINE: Type: message``: the caller marks the
+method's row failed and goes on with the other rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+from fedrepro.errors import ConfigError
+from fedrepro.learning.engine import Algorithm
+
+
+class MethodFailed(Exception):
+    """The user's method produced something the engine cannot evaluate (a non-finite loss or model)."""
+
+
+def parse_spec(spec: str) -> tuple[Path, str]:
+    """``FILE:CLASS`` -> (file, class name)."""
+    file, sep, name = spec.rpartition(":")
+    if not sep or not file or not name.isidentifier():
+        raise ConfigError(f"method {spec!r}: expected FILE:CLASS, e.g. examples/fedprox.py:FedProx")
+    return Path(file), name
+
+
+def _line_in(path: Path, tb) -> int | None:
+    """The last line of ``path`` in traceback ``tb`` (where the user's code raised), or None."""
+    target = str(path.resolve())
+    lines = [f.lineno for f in traceback.extract_tb(tb) if str(Path(f.filename).resolve()) == target]
+    return lines[-1] if lines else None
+
+
+def load_method(spec: str) -> type[Algorithm]:
+    """The Algorithm subclass ``CLASS`` of file ``FILE`` (executed as a module of its own); one line on error."""
+    path, name = parse_spec(spec)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such method file (give FILE:CLASS with FILE a Python file)")
+    module_name = f"fedrepro_method_{path.stem}_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise ConfigError(f"{path}: not a Python file Python can import")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look their module up here
+    try:
+        loader_spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(module_name, None)
+        raise ConfigError(f"{path}:{exc.lineno}: SyntaxError: {exc.msg}") from None
+    except Exception as exc:  # the user's module raised while it was imported: name the line
+        sys.modules.pop(module_name, None)
+        line = _line_in(path, exc.__traceback__)
+        raise ConfigError(f"{path}:{line or 1}: {type(exc).__name__} while importing: {exc}") from None
+    cls = getattr(module, name, None)
+    if cls is None:
+        found = sorted(k for k, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module_name)
+        raise ConfigError(f"{path}:1: no class {name} (classes defined there: {', '.join(found) or 'none'})")
+    line = _class_line(cls, path)
+    if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
+        raise ConfigError(f"{path}:{line}: {name} is not a subclass of fedrepro.learning.engine.Algorithm")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise ConfigError(f"{path}:{line}: {name} does not implement {missing} (README: Compare your method)")
+    return cls
+
+
+def _class_line(cls, path: Path) -> int:
+    try:
+        return inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return 1
+
+
+def guarded(cls: type[Algorithm], path: Path) -> type[Algorithm]:
+    """``cls`` with its training losses and deployed models checked: a NaN or inf raises :class:`MethodFailed`."""
+
+    class Guarded(cls):  # type: ignore[misc,valid-type]
+        def local_step(self, state, x, y, selected, lr):
+            losses = super().local_step(state, x, y, selected, lr)
+            if not torch.isfinite(torch.as_tensor(losses)).all():
+                raise MethodFailed(
+                    f"{path}: {cls.__name__}.local_step returned a non-finite training loss at lr={lr:g}"
+                )
+            return losses
+
+        def deployed_params(self, state, ctx=None):
+            params = super().deployed_params(state, ctx)
+            bad = sorted(k for k, v in params.items() if not torch.isfinite(v).all())
+            if bad:
+                raise MethodFailed(f"{path}: {cls.__name__}.deployed_params has non-finite values in {', '.join(bad)}")
+            return params
+
+    Guarded.__name__ = Guarded.__qualname__ = cls.__name__
+    Guarded.name = method_name(cls)
+    return Guarded
+
+
+def method_name(cls: type[Algorithm]) -> str:
+    """A user's method's row name: its class attribute ``name`` where it sets one, else the class name lowercased."""
+    return cls.__dict__.get("name") or cls.__name__.lower()
+
+
+def accepts(cls: type[Algorithm], keyword: str) -> bool:
+    """Whether the constructor of ``cls`` takes keyword ``keyword`` (or any keyword)."""
+    params = inspect.signature(cls).parameters.values()
+    return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def failure(exc: BaseException, path: Path) -> str:
+    """One line saying why the user's method failed: ``FILE:LINE: Type: message`` when its own code raised."""
+    if isinstance(exc, MethodFailed):
+        return str(exc)
+    line = _line_in(path, exc.__traceback__)
+    where = f"{path}:{line}" if line else str(path)
+    return f"{where}: {type(exc).__name__}: {exc}"

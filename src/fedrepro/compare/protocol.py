@@ -1,0 +1,154 @@
+"""Run a user's method under an experiment's protocol, beside the paper's methods, over paired seeds.
+
+Each seed's protocol draws everything from ``rng_for(experiment, seed)`` before any method trains (one training seed
+shared by every method: initialization, client sampling, minibatch order), so the user's method trained alone with
+the experiment's seed meets exactly the data and initialization the paper's methods met in that seed's run. The
+paper's methods come either from the workflow's runs of the same experiment and parameters (``baselines``: run
+directories, checked against the resolved parameters) or are rebuilt here by the kind itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from fedrepro.compare.method_file import accepts, failure, guarded, method_name
+from fedrepro.config import Experiment, fill_defaults
+from fedrepro.errors import ConfigError, ResultError
+from fedrepro.experiments import Kind, RunContext, get_kind
+from fedrepro.experiments.method_slot import MethodSlot
+from fedrepro.learning import algorithms
+from fedrepro.learning.engine import Algorithm
+from fedrepro.seeding import rng_for
+
+PAPER, YOURS = "paper", "yours"
+
+
+@dataclass
+class Row:
+    """One method's cells per seed (``None`` for a seed where it failed) and its curves."""
+
+    name: str
+    origin: str
+    cells: list[dict[str, float] | None] = field(default_factory=list)
+    curves: list[pd.DataFrame] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    experiment: Experiment
+    slot: MethodSlot
+    seeds: list[int]
+    rows: list[Row]
+    private: bool
+
+    @property
+    def columns(self) -> list[str]:
+        out: list[str] = []
+        for row in self.rows:
+            for cells in row.cells:
+                out += [c for c in (cells or {}) if c not in out]
+        return out
+
+
+def slot_of(exp: Experiment) -> MethodSlot:
+    """The kind's method slot, or a one-line refusal saying why this experiment cannot run a user's method."""
+    kind = get_kind(exp.kind)
+    if kind.method_slot is not None:
+        return kind.method_slot
+    why = kind.no_method_slot or (
+        "it trains no federated method (an estimation, accounting or closed-form experiment); methods run under "
+        "the training kinds, e.g. adaped.table4_femnist_sample"
+    )
+    raise ConfigError(f"{exp.id} (kind {exp.kind}) cannot run a user's Algorithm: {why}")
+
+
+def _check_method(cls: type[Algorithm], path: Path, name: str, slot: MethodSlot, exp: Experiment) -> bool:
+    if name in slot.methods(exp.params):
+        raise ConfigError(f"{path}: method name {name!r} is a method of {exp.id}; set the class's `name` to another")
+    private = slot.private(exp.params)
+    if private and not accepts(cls, "dp"):
+        raise ConfigError(
+            f"{path}: {exp.id} is a private protocol (its rows are DP): {cls.__name__}.__init__ must accept dp= "
+            "(the clip and noise multiplier the protocol calibrates; README: Compare your method)"
+        )
+    if not accepts(cls, "weight_decay"):
+        raise ConfigError(f"{path}: {cls.__name__}.__init__ must accept weight_decay= (the protocol's weight decay)")
+    return private
+
+
+def _baseline_docs(dirs: Sequence[Path], exp: Experiment, seeds: list[int]) -> dict[int, Path]:
+    """The run directory of each seed among ``dirs``, checked to be this experiment at these parameters."""
+    from fedrepro.provenance import params_digest
+    from fedrepro.runio import read_metrics
+
+    digest, found = params_digest(exp.params), {}
+    for d in map(Path, dirs):
+        doc = read_metrics(d)
+        if doc["experiment"] != exp.id or doc.get("params_digest") != digest:
+            raise ResultError(
+                f"{d}: a run of {doc['experiment']} with other parameters than {exp.id} at scale {exp.scale}; give "
+                "runs of the same experiment and scale, or leave --baselines out to rebuild them"
+            )
+        found[int(doc["seed"])] = d
+    missing = [s for s in seeds if s not in found]
+    if missing:
+        raise ResultError(f"--baselines: no run of seed(s) {missing} of {exp.id} among {len(found)} run(s)")
+    return found
+
+
+def compare(
+    exp: Experiment,
+    cls: type[Algorithm],
+    path: Path,
+    seeds: list[int],
+    context: Callable[[int], RunContext],
+    baselines: Sequence[Path] = (),
+) -> Comparison:
+    """Train ``cls`` under ``exp``'s protocol for every seed, beside the paper's methods (read from ``baselines``
+    or rebuilt); a failure of the user's method marks its row failed in that seed, loudly, and the rest goes on."""
+    slot, kind = slot_of(exp), get_kind(exp.kind)
+    name = method_name(cls)
+    private = _check_method(cls, path, name, slot, exp)
+    algorithms.register_external(guarded(cls, path))
+    paper_rows = {m: Row(m, PAPER) for m in slot.methods(exp.params)}
+    mine = Row(name, YOURS)
+    runs = _baseline_docs(baselines, exp, seeds) if baselines else {}
+    only = fill_defaults(slot.only(exp.params, name, private), kind.schema)  # what the kind reads, as a resolved run
+    for seed in seeds:
+        metrics, history = _paper_run(kind, exp, seed, context, runs.get(seed))
+        for m, row in paper_rows.items():
+            cells = slot.cells(metrics, m)
+            row.cells.append(cells or None)
+            if slot.curves is not None and history is not None and not history.empty:
+                row.curves.append(slot.curves(history, m))
+        print(f"[fedrepro] {exp.id} seed={seed}: {name} ({path})", flush=True)
+        try:
+            out = kind.fn(only, rng_for(exp.id, seed), context(seed))
+        except Exception as exc:  # the user's code: its row fails, loudly; the table is still written
+            why = failure(exc, path)
+            print(f"fedrepro: method {name} failed in seed {seed}: {why}; its row is marked failed", file=sys.stderr)
+            mine.cells.append(None)
+            mine.failures.append(f"seed {seed}: {why}")
+            continue
+        mine.cells.append(slot.cells(out.metrics, name) or None)
+        if slot.curves is not None and not out.history.empty:
+            mine.curves.append(slot.curves(out.history, name))
+    return Comparison(exp, slot, list(seeds), [*paper_rows.values(), mine], private)
+
+
+def _paper_run(kind: Kind, exp: Experiment, seed: int, context, run_dir: Path | None):
+    """(metrics, history) of the paper's methods in one seed: read from the workflow's run, or rebuilt."""
+    if run_dir is not None:
+        from fedrepro.runio import HISTORY, read_history, read_metrics
+
+        history = read_history(run_dir) if (run_dir / HISTORY).is_file() else None
+        return read_metrics(run_dir)["metrics"], history
+    print(f"[fedrepro] {exp.id} seed={seed}: the paper's methods", flush=True)
+    out = kind.fn(exp.params, rng_for(exp.id, seed), context(seed))
+    return out.metrics, out.history

@@ -1,0 +1,147 @@
+"""The experiment's table with a user's method as one more row: Markdown, CSV, the paired differences and, where the
+experiment has a figure, the curves of every method.
+
+Cells are mean ± standard error over the seeds (fedrepro.aggregate.stats); the user's row is labelled as such and is
+never judged against a printed value. A row whose method failed in a seed shows ``failed`` and the reason below the
+table (its other seeds are not averaged: a failed seed is never averaged away).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from fedrepro.aggregate import stats
+from fedrepro.compare.paired import RULE, paired_difference
+from fedrepro.compare.protocol import YOURS, Comparison, Row
+from fedrepro.runio import atomic_write
+
+ORIGIN = {"paper": "paper's method (rebuilt)", YOURS: "yours: not in the paper, never judged"}
+
+
+def _values(row: Row, column: str) -> list[float]:
+    return [math.nan if c is None else float(c.get(column, math.nan)) for c in row.cells]
+
+
+def _cell(row: Row, column: str) -> tuple[str, dict]:
+    vals = _values(row, column)
+    if any(c is None for c in row.cells):
+        return "failed", {"mean": math.nan, "se": math.nan, "n": 0}
+    s = stats(vals)
+    if s["n"] == 0:
+        return "—", {"mean": math.nan, "se": math.nan, "n": 0}
+    return f"{s['mean']:.2f} ± {s['se']:.2f} (n={s['n']})", s
+
+
+def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
+    """table.md, table.csv, differences.csv and (``figure``) figure.png under ``out``; returns the paths written."""
+    out = Path(out)
+    exp, cols = comp.experiment, comp.columns
+    mine = comp.rows[-1]
+    records, body = [], []
+    for row in comp.rows:
+        cells = []
+        for col in cols:
+            text, s = _cell(row, col)
+            cells.append(text)
+            records.append(
+                dict(
+                    method=row.name,
+                    origin=row.origin,
+                    column=col,
+                    mean=s["mean"],
+                    se=s["se"],
+                    n=s["n"],
+                    seeds=" ".join(map(str, comp.seeds)),
+                    failed="; ".join(row.failures),
+                )
+            )
+        body.append([row.name, ORIGIN[row.origin], *cells])
+    diffs = []
+    for row in comp.rows[:-1]:
+        same = comp.slot.paired(exp.params, row.name)
+        has = {c for cells in row.cells for c in (cells or {})}  # columns the baseline has (DP-FedAvg: no np)
+        for col in [c for c in cols if c in has and (same is None or c in same)]:
+            d = paired_difference(_values(mine, col), _values(row, col))
+            diffs.append(
+                dict(
+                    method=mine.name,
+                    baseline=row.name,
+                    column=col,
+                    diff=d.mean,
+                    se=d.se,
+                    n=d.n,
+                    resolved=d.resolved,
+                    more_seeds=d.more_seeds,
+                )
+            )
+    lines = [
+        f"# {exp.id} with {mine.name}",
+        "",
+        f"{exp.description}",
+        "",
+        f"Scale {exp.scale}; seeds {', '.join(map(str, comp.seeds))}; every cell is the mean ± standard error over "
+        f"the seeds of the {comp.slot.what}"
+        + (" at each epsilon (the noise the protocol calibrates)" if comp.private else "")
+        + f". The row {mine.name} is a method from outside the papers: it is never judged against a printed value.",
+        "",
+        *_md(["method", "row", *cols], body),
+    ]
+    if mine.failures:
+        lines += ["", f"**{mine.name} failed** ({len(mine.failures)} of {len(comp.seeds)} seeds):", ""]
+        lines += [f"- {f}" for f in mine.failures]
+    lines += ["", f"## {mine.name} minus each baseline", "", f"Rule: {RULE}."]
+    lines += [f"Columns: {comp.slot.paired_text}.", ""] if comp.slot.paired_text else [""]
+    dbody = [
+        [
+            r["baseline"],
+            r["column"],
+            "—" if r["n"] == 0 else f"{r['diff']:+.2f} ± {r['se']:.2f} (n={r['n']})",
+            "yes" if r["resolved"] else ("no" + (f": run {r['more_seeds']} more seed(s)" if r["more_seeds"] else "")),
+        ]
+        for r in diffs
+    ]
+    lines += _md(["baseline", "column", "difference", "resolved"], dbody)
+    written = [out / "table.md", out / "table.csv", out / "differences.csv"]
+    text = "\n".join(lines) + "\n"
+    atomic_write(written[0], lambda p: p.write_text(text, encoding="utf-8"))
+    atomic_write(written[1], lambda p: pd.DataFrame(records).to_csv(p, index=False))
+    atomic_write(written[2], lambda p: pd.DataFrame(diffs).to_csv(p, index=False))
+    if figure and any(row.curves for row in comp.rows):
+        written.append(out / "figure.png")
+        _figure(comp, written[-1])
+    return written
+
+
+def _md(header: list[str], body: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in body),
+    ]
+
+
+def _figure(comp: Comparison, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for row in comp.rows:
+        if not row.curves:
+            continue
+        curve = pd.concat(row.curves).groupby(["series", "x"], as_index=False)["y"].mean()
+        for series, g in curve.groupby("series"):
+            label = f"{row.name} {series}".strip()
+            style = dict(linewidth=2.5, color="black") if row.origin == YOURS else dict(linewidth=1, alpha=0.8)
+            ax.plot(g["x"], g["y"], label=label, **style)
+    ax.set_xlabel(comp.slot.x_label)
+    ax.set_ylabel(comp.slot.y_label)
+    ax.set_title(f"{comp.experiment.id} ({comp.experiment.scale}), mean over {len(comp.seeds)} seed(s)", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=120, metadata={"Software": None}))
+    plt.close(fig)

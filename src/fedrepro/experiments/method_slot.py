@@ -1,0 +1,37 @@
+"""How a training kind takes one more method from outside the package (``python -m fedrepro compare``).
+
+A kind that trains engine Algorithms declares a :class:`MethodSlot` (``experiment_kind(..., method_slot=...)``): how
+to turn its parameters into a run of the user's method alone under the same protocol (same partition,
+initialization, data order, lr grid and selection rule, rounds, evaluation, privacy calibration), and how to read
+the table cells of one method from a run's metrics. A kind that cannot run a user's Algorithm declares none, or a
+``no_method_slot`` sentence saying why (the refusal ``compare`` prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MethodSlot:
+    """``only(params, name, private)``: the kind's parameters with ``name`` (an Algorithm registered under that name,
+    fedrepro.learning.algorithms.register_external) as the only method and nothing that names the paper's methods
+    (checks); ``private``: the method accepts a ``dp`` mechanism, for protocols whose rows are private.
+    ``private(params)``: whether the protocol's rows are private (the method is then trained with the noise the
+    protocol calibrates, and must accept ``dp``). ``methods(params)``: the paper's method names, in table order.
+    ``cells(metrics, name)``: one method's table cells {column: value} from a run's metrics (the columns a paired
+    difference is taken of). ``curves(history, name)``: one method's evaluation rows (columns x, y, series) for the
+    figure, or None when the kind draws none. ``x_label``/``y_label``: the figure's axes. ``what``: what a cell is,
+    in words (the table's legend)."""
+
+    only: Callable[[dict, str, bool], dict]
+    private: Callable[[dict], bool]
+    methods: Callable[[dict], list[str]]
+    cells: Callable[[dict, str], dict[str, float]]
+    curves: Callable[[Any, str], Any] | None = None
+    x_label: str = ""
+    y_label: str = ""
+    what: str = "test accuracy (%)"
+    paired: Callable[[dict, str], list[str] | None] = lambda params, baseline: None
+    paired_text: str = ""

@@ -1,0 +1,337 @@
+"""`compare`: a user's Algorithm from a file of its own under a training experiment's protocol, as one more row beside
+the paper's methods over paired seeds; a broken file is one line naming the file and line; a method that produces
+NaN fails its row, not the run; experiments that cannot run a method are refused with the reason."""
+
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fedrepro.cli import main
+from fedrepro.compare.method_file import load_method
+from fedrepro.compare.paired import paired_difference
+from fedrepro.compare.protocol import YOURS, compare
+from fedrepro.compare.table import write_comparison
+from fedrepro.config import Experiment
+from fedrepro.errors import ConfigError
+from fedrepro.experiments import RunContext, get_kind
+from fedrepro.seeding import rng_for
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REPO = Path(__file__).resolve().parents[2]
+FEDPROX = REPO / "examples" / "fedprox.py"
+
+
+@pytest.fixture(scope="module")
+def partition_dir(tmp_path_factory):
+    from learning_helpers import write_quadrant_partition
+
+    return write_quadrant_partition(tmp_path_factory.mktemp("cmp") / "p")
+
+
+def experiment(**over) -> Experiment:
+    params = {
+        "partition": "p",
+        "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
+        "epochs": 2,
+        "iters_per_epoch": 4,
+        "batch_size": "auto",
+        "tau": 2,
+        "eval_every": 2,
+        "threads": 1,
+        "methods": {
+            "fedavg": {"algorithm": "fedavg", "lr": [0.05, 0.2]},
+            "local": {"algorithm": "local", "lr": 0.2},
+        },
+        "checks": {"beats_chance": ["fedavg"]},
+    }
+    params.update(over)
+    return Experiment("adaped", "cmp_test", "adaped_fl_training", "a test protocol", params, params, "quick", ())
+
+
+def context(partition_dir):
+    return lambda seed: RunContext("adaped.cmp_test", seed, partitions={"p": partition_dir})
+
+
+def method_file(tmp_path, body: str, name: str = "method.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return path
+
+
+def test_fedprox_with_mu_zero_is_fedavg_in_every_seed(tmp_path, partition_dir):
+    """Same protocol, same seed: FedProx at mu = 0 trains exactly FedAvg's model (same init, data order, lr grid and
+    selection), so its cells equal FedAvg's seed by seed and every paired difference to FedAvg is 0."""
+    path = method_file(
+        tmp_path,
+        f"""
+        import importlib.util
+        import sys
+
+        spec = importlib.util.spec_from_file_location("fedprox_example", {str(FEDPROX)!r})
+        mod = sys.modules["fedprox_example"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+
+        class ProxZero(mod.FedProx):
+            name = "prox_zero"
+
+            def __init__(self, weight_decay=1e-4, dp=None):
+                super().__init__(mu=0.0, weight_decay=weight_decay, dp=dp)
+        """,
+    )
+    cls = load_method(f"{path}:ProxZero")
+    exp = experiment()
+    comp = compare(exp, cls, path, [0, 1], context(partition_dir))
+    rows = {r.name: r for r in comp.rows}
+    assert list(rows) == ["fedavg", "local", "prox_zero"] and rows["prox_zero"].origin == YOURS
+    for mine, theirs in zip(rows["prox_zero"].cells, rows["fedavg"].cells):
+        assert mine["acc"] == pytest.approx(theirs["acc"], abs=1e-9)
+    # the paper's rows are the kind's own run of each seed
+    for i, seed in enumerate([0, 1]):
+        plain = get_kind("adaped_fl_training").fn(exp.params, rng_for(exp.id, seed), context(partition_dir)(seed))
+        assert rows["local"].cells[i]["acc"] == plain.metrics["acc"]["local"]
+    written = write_comparison(comp, tmp_path / "out", figure=True)
+    assert [p.name for p in written] == ["table.md", "table.csv", "differences.csv", "figure.png"]
+    diffs = pd.read_csv(tmp_path / "out" / "differences.csv")
+    to_fedavg = diffs[diffs["baseline"] == "fedavg"].iloc[0]
+    assert to_fedavg["diff"] == pytest.approx(0.0, abs=1e-9) and to_fedavg["n"] == 2 and not to_fedavg["resolved"]
+
+
+def test_fedprox_row_in_the_table_with_numbers(tmp_path, partition_dir):
+    comp = compare(experiment(), load_method(f"{FEDPROX}:FedProx"), FEDPROX, [0, 1], context(partition_dir))
+    write_comparison(comp, tmp_path, figure=False)
+    md = (tmp_path / "table.md").read_text()
+    fedprox = next(line for line in md.splitlines() if line.startswith("| fedprox |"))
+    assert "never judged" in fedprox and "(n=2)" in fedprox
+    table = pd.read_csv(tmp_path / "table.csv")
+    assert set(table["method"]) == {"fedavg", "local", "fedprox"}
+    assert table["mean"].notna().all() and (table["n"] == 2).all()
+    assert not (tmp_path / "figure.png").exists()
+
+
+def test_private_protocol_calibrates_the_methods_noise(tmp_path, partition_dir):
+    """Under a DP protocol the method is trained per epsilon with DP-FedAvg's calibrated noise (dp= passed in)."""
+    exp = experiment(
+        privacy={"epsilons": [2.0, 20.0], "delta": 1e-5, "clip": 0.5},
+        methods={"dp_fedavg": {"algorithm": "fedavg", "lr": 0.2, "private": True}},
+        checks={},
+    )
+    path = method_file(
+        tmp_path,
+        """
+        from fedrepro.learning.fedavg import FedAvg
+
+        SEEN = []
+
+        class Spy(FedAvg):
+            name = "spy"
+
+            def __init__(self, weight_decay=1e-4, dp=None):
+                SEEN.append(dp)
+                super().__init__(weight_decay, dp)
+        """,
+    )
+    cls = load_method(f"{path}:Spy")
+    comp = compare(exp, cls, path, [0], context(partition_dir))
+    seen = sys.modules[cls.__module__].SEEN
+    assert [s["clip"] for s in seen] == [0.5, 0.5] and seen[0]["noise_multiplier"] > seen[1]["noise_multiplier"] > 0
+    spy, dp_fedavg = comp.rows[-1].cells[0], comp.rows[0].cells[0]
+    assert set(spy) == set(dp_fedavg) == {"acc eps_2p00", "acc eps_20p00"}
+    assert spy == pytest.approx(dp_fedavg, abs=1e-9)  # a subclass of FedAvg: DP-FedAvg's numbers exactly
+
+
+def test_private_protocol_refuses_a_method_without_dp(tmp_path, partition_dir):
+    exp = experiment(
+        privacy={"epsilons": [2.0], "delta": 1e-5, "clip": 0.5},
+        methods={"dp_fedavg": {"algorithm": "fedavg", "lr": 0.2, "private": True}},
+        checks={},
+    )
+    path = method_file(
+        tmp_path,
+        """
+        from fedrepro.learning.fedavg import FedAvg
+
+        class NoDP(FedAvg):
+            name = "nodp"
+
+            def __init__(self, weight_decay=1e-4):
+                super().__init__(weight_decay)
+        """,
+    )
+    with pytest.raises(ConfigError, match=r"private protocol .* must accept dp="):
+        compare(exp, load_method(f"{path}:NoDP"), path, [0], context(partition_dir))
+
+
+def test_nan_method_fails_its_row_not_the_run(tmp_path, partition_dir, capsys):
+    path = method_file(
+        tmp_path,
+        """
+        import torch
+        from fedrepro.learning.fedavg import FedAvg
+
+        class Diverges(FedAvg):
+            name = "diverges"
+
+            def local_step(self, state, x, y, selected, lr):
+                return super().local_step(state, x, y, selected, lr) * float("nan")
+        """,
+    )
+    comp = compare(experiment(), load_method(f"{path}:Diverges"), path, [0, 1], context(partition_dir))
+    err = capsys.readouterr().err
+    assert err.count("fedrepro: method diverges failed in seed") == 2 and "non-finite training loss" in err
+    mine = comp.rows[-1]
+    assert mine.cells == [None, None] and len(mine.failures) == 2
+    assert all(c is not None and math.isfinite(c["acc"]) for r in comp.rows[:-1] for c in r.cells)
+    write_comparison(comp, tmp_path / "out", figure=False)
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "| diverges | yours: not in the paper, never judged | failed |" in md and "**diverges failed**" in md
+    table = pd.read_csv(tmp_path / "out" / "table.csv").set_index("method")
+    assert math.isnan(table.loc["diverges", "mean"]) and "non-finite" in table.loc["diverges", "failed"]
+    assert table.loc["fedavg", "n"] == 2
+
+
+def test_an_exception_in_the_methods_code_names_its_line(tmp_path, partition_dir, capsys):
+    path = method_file(
+        tmp_path,
+        """
+        from fedrepro.learning.fedavg import FedAvg
+
+        class Broken(FedAvg):
+            name = "broken"
+
+            def sync(self, state, selected):
+                raise RuntimeError("server went away")
+        """,
+    )
+    comp = compare(experiment(), load_method(f"{path}:Broken"), path, [0], context(partition_dir))
+    assert comp.rows[-1].failures == [f"seed 0: {path}:8: RuntimeError: server went away"]
+    assert f"{path}:8: RuntimeError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "what"),
+    [
+        ("x = 1\ndef broken(:\n    pass\n", 2, "SyntaxError"),
+        ("import math\n\nraise ValueError('bad constant')\n", 3, "ValueError while importing: bad constant"),
+        ("class Other:\n    pass\n", 1, "no class Method (classes defined there: Other)"),
+        ("class Method:\n    pass\n", 1, "Method is not a subclass of fedrepro.learning.engine.Algorithm"),
+        (
+            "from fedrepro.learning.engine import Algorithm\n\n\nclass Method(Algorithm):\n    name = 'm'\n",
+            4,
+            "Method does not implement deployed_params, init_state, local_step",
+        ),
+    ],
+)
+def test_a_broken_method_file_is_one_line_naming_file_and_line(tmp_path, capsys, body, line, what):
+    path = tmp_path / "mine.py"
+    path.write_text(body, encoding="utf-8")
+    rc = main(["compare", f"{path}:Method", "--experiment", "adaped.table4_femnist_sample", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"fedrepro: error: {path}:{line}: ") and what in err
+
+
+def test_missing_file_and_bad_spec(tmp_path, capsys):
+    assert main(["compare", "nowhere.py:X", "--experiment", "adaped.table4_femnist_sample", "--out", str(tmp_path)])
+    assert "nowhere.py: no such method file" in capsys.readouterr().err
+    assert main(["compare", "examples/fedprox.py", "--experiment", "adaped.table4_femnist_sample", "--out", "x"])
+    assert "expected FILE:CLASS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("exp_id", "why"),
+    [
+        ("adaped.fig1a", "trains no federated method"),
+        ("adaped.linreg_d50", "trains no federated method"),
+        ("ppsgd.x_fig1d_femnist_sample", "PPSGD's protocols train with their own loop"),
+    ],
+)
+def test_protocols_that_cannot_run_a_method_are_refused_in_one_line(tmp_path, capsys, exp_id, why):
+    rc = main(["compare", "examples/fedprox.py:FedProx", "--experiment", exp_id, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith(f"fedrepro: error: {exp_id} (kind ") and "cannot run a user's Algorithm" in err
+    assert why in err and not (tmp_path / "o").exists()
+
+
+def test_paired_difference_by_hand():
+    # d = (1, 2, 3): mean 2, sd 1, se 1/sqrt(3) = 0.577; 1.96 se = 1.13 < 2: resolved
+    d = paired_difference([11.0, 12.0, 13.0], [10.0, 10.0, 10.0])
+    assert (d.mean, d.n, d.resolved, d.more_seeds) == (pytest.approx(2.0), 3, True, None)
+    assert d.se == pytest.approx(1 / math.sqrt(3))
+    # d = (1, -1, 2): mean 2/3, sd sqrt(7/3) = 1.528, se 0.882; 1.96 se = 1.73 > 0.667: not resolved; the rule
+    # needs n' = ceil((1.96 * 1.528 / 0.667)^2) = ceil(20.17) = 21 seeds, 18 more
+    d = paired_difference([1.0, -1.0, 2.0], [0.0, 0.0, 0.0])
+    assert d.mean == pytest.approx(2 / 3) and d.se == pytest.approx(math.sqrt(7 / 3) / math.sqrt(3))
+    assert not d.resolved and d.more_seeds == 18
+    # a failed seed (NaN) drops out of the pairs; one pair left: no standard error, never resolved
+    d = paired_difference([5.0, math.nan], [1.0, 1.0])
+    assert d.n == 1 and not d.resolved and d.more_seeds is None
+    assert paired_difference([math.nan], [1.0]).n == 0
+
+
+def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(tmp_path):
+    """Under FedHDP's protocol a method from outside trains like the NON-PRIVATE row (every client non-private): its
+    one deployed model per client fills Acc_g (pooled), Acc_g,np and every lambda's Acc_l,np, and FedAvg from outside
+    has NON-PRIVATE's global model (FedAvg, same seed): the same Acc_g and Acc_g,np. Group columns are paired with
+    NON-PRIVATE only (other rows' groups are their private and opt-out clients)."""
+    import numpy as np
+
+    from fedrepro.data import fedformat
+    from fedrepro.data.partition import Partition
+
+    m, opt = 6, np.zeros(6, bool)
+    opt[[1, 4]] = True
+    rng = np.random.default_rng(0)
+    classes = [rng.choice(4, 2, replace=False) for _ in range(m)]
+    ytr = np.concatenate([rng.choice(c, 30) for c in classes])
+    yte = np.concatenate([rng.choice(c, 12) for c in classes])
+
+    def images(labels):
+        x = rng.integers(0, 100, (len(labels), 8, 8)).astype(np.uint8)
+        for c in range(4):
+            r, q = divmod(c, 2)
+            x[labels == c, 4 * r : 4 * r + 4, 4 * q : 4 * q + 4] += 90
+        return x
+
+    part = Partition("t", {"seed": 0}, m, np.repeat(np.arange(m), 30), np.repeat(np.arange(m), 12), {"opt_out": opt})
+    pdir = fedformat.write(tmp_path / "p", part, images(ytr), ytr, images(yte), yte)
+    params = {
+        "partition": "p",
+        "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
+        "methods": {"nonprivate_ditto": {"algorithm": "nonprivate"}, "fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}},
+        "lams": [0.005, 0.25],
+        "rounds": 3,
+        "local_epochs": 1,
+        "batch_size": 10,
+        "lr": 0.1,
+        "sampling_rate": 0.5,
+        "clip": {"init": 1.0},
+        "privacy": {"noise_multiplier_eff": 0.5, "count_std": 1.0, "delta": 1e-4},
+        "threads": 1,
+        "checks": {"np_ge_p_global": ["fedhdp_r_0_1"]},
+        "differences": {"gain": ["lam0.005.fedhdp_r_0_1.acc_g", "lam0.005.nonprivate_ditto.acc_g"]},
+    }
+    exp = Experiment("fedhdp", "cmp_test", "fedhdp_training", "a test protocol", params, params, "quick", ())
+    path = method_file(tmp_path, "from fedrepro.learning.fedavg import FedAvg\n\nclass Fa(FedAvg):\n    name = 'fa'\n")
+    ctx = lambda seed: RunContext("fedhdp.cmp_test", seed, partitions={"p": pdir})  # noqa: E731
+    comp = compare(exp, load_method(f"{path}:Fa"), path, [0, 1], ctx)
+    rows = {r.name: r for r in comp.rows}
+    fa, nonprivate = rows["fa"].cells, rows["nonprivate_ditto"].cells
+    assert set(fa[0]) == set(nonprivate[0]) == {"acc_g", "acc_g_np", "lam0.005 acc_l_np", "lam0.25 acc_l_np"}
+    assert all(0 < c["acc_g"] < 100 for c in fa)  # not saturated: equal accuracies say the same model
+    for seed in (0, 1):
+        for col in ("acc_g", "acc_g_np"):
+            assert fa[seed][col] == pytest.approx(nonprivate[seed][col], abs=1e-9)
+        assert fa[seed]["lam0.25 acc_l_np"] == fa[seed]["acc_g_np"]  # one model per client in every role
+    assert not comp.private
+    write_comparison(comp, tmp_path / "out", figure=False)
+    diffs = pd.read_csv(tmp_path / "out" / "differences.csv")
+    assert sorted(diffs[diffs["baseline"] == "nonprivate_ditto"]["column"]) == sorted(fa[0])
+    assert list(diffs[diffs["baseline"] == "fedhdp_r_0_1"]["column"]) == ["acc_g"]

@@ -1,0 +1,84 @@
+"""config extra_methods: the workflow plans one compare_method job per extra method and compatible experiment (from
+the runs of the paper's methods), none without it, and the report lists those tables apart from the papers' rows."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedrepro.config import REPO_ROOT
+from fedrepro.report.build import extra_markdown, extra_methods
+
+_BESIDE = Path(sys.executable).parent / "snakemake"
+SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
+
+
+def _config(tmp: Path) -> list[str]:
+    """A slice of AdaPeD: a training stand-in (compatible), an estimation experiment (not), data fetchable."""
+    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
+    doc["experiments"] = {k: doc["experiments"][k] for k in ("table4_femnist_sample", "fig3b")}
+    doc["figures"] = {}
+    (tmp / "adaped.yaml").write_text(yaml.safe_dump(doc))
+    (tmp / "adaped.csv").write_text(
+        (REPO_ROOT / "config" / "targets" / "adaped.csv").read_text().splitlines()[0] + "\n"
+    )
+    override = {
+        "results_dir": f"{tmp}/results",
+        "figures_dir": f"{tmp}/figures",
+        "logs_dir": f"{tmp}/logs",
+        "papers": {"adaped": f"{tmp}/adaped.yaml"},
+        "targets": {"adaped": f"{tmp}/adaped.csv"},
+        "only_papers": ["adaped"],
+        "scale": "quick",
+        "data": {"dir": f"{tmp}/data", "online": True},
+    }
+    (tmp / "override.yaml").write_text(yaml.safe_dump(override))
+    return ["--configfile", str(REPO_ROOT / "config" / "config.yaml"), str(tmp / "override.yaml")]
+
+
+def _dry(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SNAKEMAKE, "-n", "--cores", "2", "--nolock", *args], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+
+
+@pytest.mark.slow
+def test_extra_method_is_planned_for_compatible_experiments_only(tmp_path):
+    cfg = _config(tmp_path)
+    with_method = _dry([*cfg, "--config", "extra_methods={fedprox: examples/fedprox.py:FedProx}"])
+    assert with_method.returncode == 0, with_method.stderr[-2000:]
+    planned = sorted(set(re.findall(r"results/extra/(\S+)/table\.md", with_method.stdout)))
+    assert planned == ["fedprox/adaped/table4_femnist_sample/quick"]
+    plain = _dry(cfg)
+    assert plain.returncode == 0 and "compare_method" not in plain.stdout and "results/extra" not in plain.stdout
+
+
+@pytest.mark.slow
+def test_a_bad_extra_method_entry_names_the_key(tmp_path):
+    r = _dry([*_config(tmp_path), "--config", "extra_methods={fedprox: examples/fedprox.py}"])
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "extra_methods.fedprox: 'examples/fedprox.py' does not match" in out
+
+
+def test_report_lists_extra_tables_apart_and_nothing_without_them(tmp_path):
+    cfg = {"results_dir": str(tmp_path / "results"), "extra_methods": {"fedprox": "examples/fedprox.py:FedProx"}}
+    table = tmp_path / "results" / "extra" / "fedprox" / "adaped" / "table4_femnist_sample" / "quick" / "table.md"
+    table.parent.mkdir(parents=True)
+    table.write_text(
+        "# t\n\n| method | row | acc |\n|---|---|---|\n| fedavg | paper's | 90.00 ± 0.10 (n=3) |\n"
+        "| fedprox | yours | 89.00 ± 0.20 (n=3) |\n\n## fedprox minus each baseline\n\n| baseline | x |\n"
+    )
+    extra = extra_methods(cfg)
+    assert [t["experiment"] for t in extra[0]["tables"]] == ["adaped.table4_femnist_sample"]
+    text = "\n".join(extra_markdown(extra, tmp_path / "results" / "report"))
+    assert "## Methods from outside the papers (extra rows; never judged)" in text
+    link = "../extra/fedprox/adaped/table4_femnist_sample/quick/table.md"
+    assert f"**adaped.table4_femnist_sample** (quick; [table]({link}))" in text
+    assert "| fedprox | yours | 89.00 ± 0.20 (n=3) |" in text and "| baseline | x |" not in text
+    assert extra_methods({"results_dir": str(tmp_path / "results")}) == [] and extra_markdown([], tmp_path) == []
