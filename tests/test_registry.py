@@ -60,4 +60,6 @@ def test_every_registry_refuses_a_duplicate():
         model(taken(MODELS))(second)
     base = ALGORITHMS.get(taken(ALGORITHMS))
     with pytest.raises(RuntimeError, match="algorithm .* registered twice"):
-        type("Impostor", (base,), {"name": base.name})
+        type("Impostor", (base,), {"name": base.name, "__module__": "fedrepro.impostor"})  # one of the package's
+    outside = type("Outside", (base,), {"name": base.name})  # a user's or a test's class: never in the registry
+    assert ALGORITHMS.get(base.name) is base and outside is not base

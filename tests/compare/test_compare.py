@@ -17,7 +17,7 @@ from fedrepro.compare.method_file import load_method
 from fedrepro.compare.paired import paired_difference
 from fedrepro.compare.protocol import YOURS, compare
 from fedrepro.compare.table import write_comparison
-from fedrepro.config import Experiment
+from fedrepro.config import Experiment, resolve_params
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.seeding import rng_for
@@ -51,7 +51,7 @@ def experiment(**over) -> Experiment:
         },
         "checks": {"beats_chance": ["fedavg"]},
     }
-    params.update(over)
+    params = resolve_params({**params, **over}, get_kind("adaped_fl_training").schema)  # as a run resolves them
     return Experiment("adaped", "cmp_test", "adaped_fl_training", "a test protocol", params, params, "quick", ())
 
 
@@ -318,6 +318,7 @@ def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(t
         "checks": {"np_ge_p_global": ["fedhdp_r_0_1"]},
         "differences": {"gain": ["lam0.005.fedhdp_r_0_1.acc_g", "lam0.005.nonprivate_ditto.acc_g"]},
     }
+    params = resolve_params(params, get_kind("fedhdp_training").schema)
     exp = Experiment("fedhdp", "cmp_test", "fedhdp_training", "a test protocol", params, params, "quick", ())
     path = method_file(tmp_path, "from fedrepro.learning.fedavg import FedAvg\n\nclass Fa(FedAvg):\n    name = 'fa'\n")
     ctx = lambda seed: RunContext("fedhdp.cmp_test", seed, partitions={"p": pdir})  # noqa: E731

@@ -199,7 +199,9 @@ class Algorithm(ABC):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:
+        # the package's own algorithms register by name; a class from a user's method file (fedrepro.compare) or a
+        # test is built through fedrepro.learning.algorithms.register_external, never into the shared registry
+        if "name" in cls.__dict__ and cls.__module__.startswith("fedrepro."):
             ALGORITHMS.add(cls.name, cls)
 
     @abstractmethod
