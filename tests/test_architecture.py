@@ -99,7 +99,7 @@ def kinds_importing_kinds(graph: dict[str, set[str]], kind_mods: set[str]) -> di
 LAYERS = (
     {"__main__"},
     {"papers"},
-    {"cli", "audit"},
+    {"cli", "audit", "compare"},
     {"report", "plots", "learning", "aggregate"},
     {"runio"},
     {"paths", "plan", "datasets"},

@@ -5,7 +5,8 @@ from above (tests/test_architecture.py reads every import, those inside function
 
     papers/{adaped,fedhdp,histograms,ppsgd}   everything one paper needs: estimators, algorithms, models,
                                               experiment kinds, figure styles, its privacy statements
-    cli, audit                                the command line; kinds that audit other runs (forensic sweeps)
+    cli, audit, compare                       the command line; kinds that audit other runs (forensic sweeps,
+                                              printed relations); a user's method under a paper's protocol
     report, plots, learning, aggregate        verdicts, tables, pages; figure house style; the FL engine and the
                                               paper-free algorithms; a run's seeds into one summary
     runio                                     a run's files (metrics, history, resolved config)

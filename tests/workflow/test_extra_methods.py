@@ -67,7 +67,8 @@ def test_a_bad_extra_method_entry_names_the_key(tmp_path):
 
 
 def test_report_lists_extra_tables_apart_and_nothing_without_them(tmp_path):
-    cfg = {"results_dir": str(tmp_path / "results"), "extra_methods": {"fedprox": "examples/fedprox.py:FedProx"}}
+    dirs = {"results_dir": str(tmp_path / "results"), "figures_dir": str(tmp_path / "f"), "data": {"dir": "data"}}
+    cfg = {**dirs, "extra_methods": {"fedprox": "examples/fedprox.py:FedProx"}}
     table = tmp_path / "results" / "extra" / "fedprox" / "adaped" / "table4_femnist_sample" / "quick" / "table.md"
     table.parent.mkdir(parents=True)
     table.write_text(
@@ -81,4 +82,4 @@ def test_report_lists_extra_tables_apart_and_nothing_without_them(tmp_path):
     link = "../extra/fedprox/adaped/table4_femnist_sample/quick/table.md"
     assert f"**adaped.table4_femnist_sample** (quick; [table]({link}))" in text
     assert "| fedprox | yours | 89.00 ± 0.20 (n=3) |" in text and "| baseline | x |" not in text
-    assert extra_methods({"results_dir": str(tmp_path / "results")}) == [] and extra_markdown([], tmp_path) == []
+    assert extra_methods(dirs) == [] and extra_markdown([], tmp_path) == []

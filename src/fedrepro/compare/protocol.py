@@ -19,7 +19,7 @@ import pandas as pd
 from fedrepro.compare.method_file import accepts, failure, guarded, method_name
 from fedrepro.config import Experiment, fill_defaults
 from fedrepro.errors import ConfigError, ResultError
-from fedrepro.experiments import Kind, RunContext, get_kind
+from fedrepro.experiments import KINDS, Kind, RunContext, get_kind
 from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.learning import algorithms
 from fedrepro.learning.engine import Algorithm
@@ -61,9 +61,10 @@ def slot_of(exp: Experiment) -> MethodSlot:
     kind = get_kind(exp.kind)
     if kind.method_slot is not None:
         return kind.method_slot
+    slots = sorted(name for name, k in KINDS.all().items() if k.method_slot is not None)
     why = kind.no_method_slot or (
         "it trains no federated method (an estimation, accounting or closed-form experiment); methods run under "
-        "the training kinds, e.g. adaped.table4_femnist_sample"
+        f"the experiments of kind {' or '.join(slots)} (python -m fedrepro list)"
     )
     raise ConfigError(f"{exp.id} (kind {exp.kind}) cannot run a user's Algorithm: {why}")
 

@@ -10,6 +10,7 @@ byte-identical reports.
 from __future__ import annotations
 
 import csv
+import glob
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -268,10 +269,10 @@ def extra_methods(cfg: Mapping) -> list[dict]:
     experiment, scale, path and the rows of its table (paper's methods and the extra one). Reported apart from the
     papers' rows and never judged."""
     out = []
-    root = paths.results_root(cfg) / "extra"
     for name in sorted(cfg.get("extra_methods") or {}):
         tables = []
-        for path in sorted((root / name).glob("*/*/*/table.md")):
+        pattern = paths.path(cfg, "extra_table", method=name, paper="*", exp="*", scale="*", ext="md")
+        for path in sorted(map(Path, glob.glob(str(pattern)))):
             first = path.read_text(encoding="utf-8").split("\n## ", 1)[0]  # the table, not the differences
             rows = [
                 [c.strip() for c in ln.strip().strip("|").split("|")] for ln in first.splitlines() if ln.startswith("|")
