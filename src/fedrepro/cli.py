@@ -52,6 +52,22 @@ def _load_cfg(args):
     return load_global(args.config, deep_merge(overrides, parse_overrides(args.config_set)))
 
 
+def _run_inputs(cfg, exp) -> tuple[dict, dict, dict]:
+    """What a run of ``exp`` trains on: its datasets' verified files, its partitions' checked directories, and the
+    ``inputs`` record of their digests (fedrepro.provenance.input_digests) that its metrics keep."""
+    from fedrepro.data import fedformat
+    from fedrepro.data.sources import verified_files
+    from fedrepro.provenance import input_digests
+
+    verified, partitions = {d: verified_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
+    data = {d: [f.path for f in files] for d, files in verified.items()}
+    inputs = input_digests(
+        {d: [(f.name, f.sha256) for f in files] for d, files in verified.items()},
+        {name: fedformat.manifest_digest(d) for name, d in partitions.items()},
+    )
+    return data, partitions, inputs
+
+
 def _partition_dirs(cfg, exp) -> dict:
     from fedrepro import paths
     from fedrepro.data import fedformat
@@ -154,11 +170,9 @@ def _writable(path: str | Path, option: str, is_dir: bool) -> Path:
 
 def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
-    from fedrepro.data import fedformat
-    from fedrepro.data.sources import verified_files
     from fedrepro.experiments import RunContext, get_kind
     from fedrepro.experiments.memory import check_memory
-    from fedrepro.provenance import code_files, input_digests
+    from fedrepro.provenance import code_files
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
@@ -170,12 +184,7 @@ def cmd_run(args) -> int:
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
-    verified, partitions = {d: verified_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
-    data = {d: [f.path for f in files] for d, files in verified.items()}
-    inputs = input_digests(
-        {d: [(f.name, f.sha256) for f in files] for d, files in verified.items()},
-        {name: fedformat.manifest_digest(d) for name, d in partitions.items()},
-    )
+    data, partitions, inputs = _run_inputs(cfg, exp)
     if ckpt is not None:
         _checkpoints_made_from(ckpt, inputs, code_files())
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
@@ -255,7 +264,6 @@ def cmd_compare(args) -> int:
     from fedrepro.compare.protocol import compare, slot_of
     from fedrepro.compare.table import write_comparison
     from fedrepro.config import load_paper, paper_seeds, resolve_experiment
-    from fedrepro.data.sources import verified_files
     from fedrepro.experiments import RunContext
 
     cfg = _load_cfg(args)
@@ -265,13 +273,12 @@ def cmd_compare(args) -> int:
     out = _writable(args.out, "--out", is_dir=True)
     entry = load_paper(cfg, exp.paper)["experiments"][exp.name]
     seeds = args.seeds if args.seeds else paper_seeds(cfg, entry, exp.scale)
-    data = {d: [f.path for f in verified_files(cfg, d)] for d in exp.datasets}
-    partitions = _partition_dirs(cfg, exp)
+    data, partitions, inputs = _run_inputs(cfg, exp)
 
     def context(seed: int) -> RunContext:
-        return RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg)
+        return RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
 
-    comparison = compare(exp, cls, parse_spec(args.method)[0], list(seeds), context, args.baselines or ())
+    comparison = compare(exp, cls, parse_spec(args.method)[0], list(seeds), context, args.baselines or (), inputs)
     has_figure = any(f["experiment"] == exp.name for f in (load_paper(cfg, exp.paper).get("figures") or {}).values())
     for path in write_comparison(comparison, out, figure=has_figure):
         print(f"[fedrepro] wrote {path}")

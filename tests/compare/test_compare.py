@@ -336,3 +336,23 @@ def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(t
     diffs = pd.read_csv(tmp_path / "out" / "differences.csv")
     assert sorted(diffs[diffs["baseline"] == "nonprivate_ditto"]["column"]) == sorted(fa[0])
     assert list(diffs[diffs["baseline"] == "fedhdp_r_0_1"]["column"]) == ["acc_g"]
+
+
+def test_baselines_are_read_only_when_made_from_the_same_data(tmp_path, partition_dir):
+    """--baselines (the workflow's runs of the paper's methods) pair with the method only when made from the data the
+    method trains on: a run whose recorded partition digest differs is refused, naming the run and the partition."""
+    from fedrepro.errors import ResultError
+    from fedrepro.runio import write_run
+
+    exp = experiment()
+    inputs = {"datasets": {}, "partitions": {"p": "a" * 64}}
+    run = tmp_path / "run0"
+    out = get_kind(exp.kind).fn(exp.params, rng_for(exp.id, 0), context(partition_dir)(0))
+    write_run(run, exp, 0, out, 0.0, inputs=inputs)
+    cls = load_method(f"{FEDPROX}:FedProx")
+    same = compare(exp, cls, FEDPROX, [0], context(partition_dir), [run], inputs)
+    fedavg = next(r for r in same.rows if r.name == "fedavg")
+    assert fedavg.cells[0]["acc"] == out.metrics["acc"]["fedavg"]  # read from the run, not rebuilt
+    rebuilt = {"datasets": {}, "partitions": {"p": "b" * 64}}
+    with pytest.raises(ResultError, match=r"run0: made from other input data .*\(partition p\)"):
+        compare(exp, cls, FEDPROX, [0], context(partition_dir), [run], rebuilt)

@@ -10,7 +10,7 @@ directories, checked against the resolved parameters) or are rebuilt here by the
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,9 +83,10 @@ def _check_method(cls: type[Algorithm], path: Path, name: str, slot: MethodSlot,
     return private
 
 
-def _baseline_docs(dirs: Sequence[Path], exp: Experiment, seeds: list[int]) -> dict[int, Path]:
-    """The run directory of each seed among ``dirs``, checked to be this experiment at these parameters."""
-    from fedrepro.provenance import params_digest
+def _baseline_docs(dirs: Sequence[Path], exp: Experiment, seeds: list[int], inputs: Mapping | None) -> dict[int, Path]:
+    """The run directory of each seed among ``dirs``, checked to be this experiment at these parameters and, where
+    ``inputs`` (the digests of the data the method trains on) is given, made from the same data."""
+    from fedrepro.provenance import changed_inputs, params_digest
     from fedrepro.runio import read_metrics
 
     digest, found = params_digest(exp.params), {}
@@ -95,6 +96,12 @@ def _baseline_docs(dirs: Sequence[Path], exp: Experiment, seeds: list[int]) -> d
             raise ResultError(
                 f"{d}: a run of {doc['experiment']} with other parameters than {exp.id} at scale {exp.scale}; give "
                 "runs of the same experiment and scale, or leave --baselines out to rebuild them"
+            )
+        changed = [] if inputs is None else changed_inputs(doc.get("inputs") or {}, inputs)
+        if changed:
+            raise ResultError(
+                f"{d}: made from other input data than the method would train on ({', '.join(changed)}): a paired "
+                "difference needs the same data; rerun the paper's methods, or leave --baselines out to rebuild them"
             )
         found[int(doc["seed"])] = d
     missing = [s for s in seeds if s not in found]
@@ -110,16 +117,19 @@ def compare(
     seeds: list[int],
     context: Callable[[int], RunContext],
     baselines: Sequence[Path] = (),
+    inputs: Mapping | None = None,
 ) -> Comparison:
     """Train ``cls`` under ``exp``'s protocol for every seed, beside the paper's methods (read from ``baselines``
-    or rebuilt); a failure of the user's method marks its row failed in that seed, loudly, and the rest goes on."""
+    or rebuilt); a failure of the user's method marks its row failed in that seed, loudly, and the rest goes on.
+    ``inputs``: the digests of the data the method trains on (provenance.input_digests); a baseline run made from
+    other data is refused."""
     slot, kind = slot_of(exp), get_kind(exp.kind)
     name = method_name(cls)
     private = _check_method(cls, path, name, slot, exp)
     algorithms.register_external(guarded(cls, path))
     paper_rows = {m: Row(m, PAPER) for m in slot.methods(exp.params)}
     mine = Row(name, YOURS)
-    runs = _baseline_docs(baselines, exp, seeds) if baselines else {}
+    runs = _baseline_docs(baselines, exp, seeds, inputs) if baselines else {}
     only = fill_defaults(slot.only(exp.params, name, private), kind.schema)  # what the kind reads, as a resolved run
     for seed in seeds:
         metrics, history = _paper_run(kind, exp, seed, context, runs.get(seed))
