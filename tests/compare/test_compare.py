@@ -249,7 +249,7 @@ def test_missing_file_and_bad_spec(tmp_path, capsys):
     [
         ("adaped.fig1a", "trains no federated method"),
         ("adaped.linreg_d50", "trains no federated method"),
-        ("ppsgd.x_fig1d_femnist_sample", "PPSGD's protocols train with their own loop"),
+        ("ppsgd.eps_emnist", "trains no federated method"),
     ],
 )
 def test_protocols_that_cannot_run_a_method_are_refused_in_one_line(tmp_path, capsys, exp_id, why):

@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 
 from fedrepro.errors import ConfigError
-from fedrepro.learning.engine import Algorithm
+from fedrepro.learning.engine import Algorithm, Diverged
 
 
-class MethodFailed(Exception):
+class MethodFailed(Diverged):
     """The user's method produced something the engine cannot evaluate (a non-finite loss or model)."""
 
 

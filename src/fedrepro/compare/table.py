@@ -84,7 +84,7 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
         "",
         f"Scale {exp.scale}; seeds {', '.join(map(str, comp.seeds))}; every cell is the mean ± standard error over "
         f"the seeds of the {comp.slot.what}"
-        + (" at each epsilon (the noise the protocol calibrates)" if comp.private else "")
+        + (comp.slot.private_text if comp.private else "")
         + f". The row {mine.name} is a method from outside the papers: it is never judged against a printed value.",
         "",
         *_md(["method", "row", *cols], body),

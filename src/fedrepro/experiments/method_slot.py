@@ -23,7 +23,9 @@ class MethodSlot:
     ``cells(metrics, name)``: one method's table cells {column: value} from a run's metrics (the columns a paired
     difference is taken of). ``curves(history, name)``: one method's evaluation rows (columns x, y, series) for the
     figure, or None when the kind draws none. ``x_label``/``y_label``: the figure's axes. ``what``: what a cell is,
-    in words (the table's legend)."""
+    in words (the table's legend); ``private_text``: what the legend adds in a private protocol.
+    ``paired(params, baseline)``: the columns a paired difference with ``baseline`` takes (None: every column), and
+    ``paired_text`` says why in words."""
 
     only: Callable[[dict, str, bool], dict]
     private: Callable[[dict], bool]
@@ -35,3 +37,4 @@ class MethodSlot:
     what: str = "test accuracy (%)"
     paired: Callable[[dict, str], list[str] | None] = lambda params, baseline: None
     paired_text: str = ""
+    private_text: str = " at each epsilon (the noise the protocol calibrates)"

@@ -71,6 +71,23 @@ class GaussianMechanism:
         )
 
 
+@dataclass(frozen=True)
+class SharedNoiseMechanism(GaussianMechanism):
+    """The server's Gaussian mechanism with its noise drawn at the clients: clip each client's update to ``clip``;
+    each of the n clients in one call adds N(0, (noise_multiplier * clip)^2 / n) per coordinate, so the *sum* of the n
+    noised updates carries exactly N(0, (noise_multiplier * clip)^2), as when the server noises the sum of the clipped
+    updates (PPSGD's w update: sigma C on the sum, sigma C / L on the mean of the L sampled users). The privacy of that
+    sum is the Gaussian mechanism's with multiplier ``noise_multiplier`` only if nothing but the sum (or the mean) of
+    one call's updates leaves the round: one call per client per round, aggregated by summing or averaging."""
+
+    def __call__(self, tree: Any, generator: torch.Generator) -> Any:
+        clipped = clip_per_client(tree, self.clip)
+        if self.std == 0:
+            return clipped
+        n = tree_flatten(clipped)[0][0].shape[0]
+        return tree_map(torch.add, clipped, gaussian_noise(clipped, self.std / n**0.5, generator))
+
+
 def calibrated(
     clip: float, target_epsilon: float, delta: float, steps: int, sampling_rate: float, accountant: str = "rdp", **kw
 ) -> GaussianMechanism:
@@ -82,4 +99,11 @@ def calibrated(
     return GaussianMechanism(clip, cal.noise_multiplier)
 
 
-__all__ = ["GaussianMechanism", "calibrated", "client_norms", "clip_per_client", "gaussian_noise"]
+__all__ = [
+    "GaussianMechanism",
+    "SharedNoiseMechanism",
+    "calibrated",
+    "client_norms",
+    "clip_per_client",
+    "gaussian_noise",
+]

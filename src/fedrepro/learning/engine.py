@@ -58,19 +58,14 @@ from fedrepro.seeding import rng_for
 # ------------------------------------------------------------------------------------------------- gradients
 
 
-def ce_loss(net: Net, params: Params, x: Tensor, y: Tensor) -> Tensor:
-    """Mean cross-entropy of one client's minibatch."""
-    return F.cross_entropy(net.logits(params, x), y)
-
-
 def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
-    """Per-client minibatch gradients of the cross-entropy and the losses: (grads (n, ...), losses (n,)). A model
-    with a client-batched formulation (:attr:`Net.formulation`: the CNNs of :mod:`batched_cnn`, the MLPs of
-    :mod:`batched_mlp`) takes its hand-written gradient; everything else ``grad_and_value`` of :func:`ce_loss` per
-    client."""
+    """Per-client minibatch gradients of the training loss (:meth:`Net.loss`: the cross-entropy unless the protocol
+    sets another) and the losses: (grads (n, ...), losses (n,)). A model with a client-batched formulation
+    (:attr:`Net.formulation`: the CNNs of :mod:`batched_cnn`, the MLPs of :mod:`batched_mlp`) takes its hand-written
+    gradient; everything else ``grad_and_value`` of :meth:`Net.loss` per client."""
     if net.formulation is not None and net.vectorize:
         return net.formulation.ce_grads(net.model, params, x, y)
-    return net.map(grad_and_value(lambda p, xb, yb: ce_loss(net, p, xb, yb)), params, x, y)
+    return net.map(grad_and_value(lambda p, xb, yb: net.loss(p, xb, yb)), params, x, y)
 
 
 def client_sgd(
@@ -100,14 +95,14 @@ def client_sgd(
     if prox is None:
 
         def step(p: Params, xb: Tensor, yb: Tensor) -> tuple[Params, Tensor]:
-            g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
+            g, loss = grad_and_value(lambda q: net.loss(q, xb, yb))(p)
             return sgd(p, g, lr, weight_decay), loss
 
         return net.map(step, params, x, y)
     lam, anchor = prox
 
     def prox_step(p: Params, xb: Tensor, yb: Tensor, lam_i: Tensor) -> tuple[Params, Tensor]:
-        g, loss = grad_and_value(lambda q: ce_loss(net, q, xb, yb))(p)
+        g, loss = grad_and_value(lambda q: net.loss(q, xb, yb))(p)
         return _step(p, g, lr, weight_decay, (lam_i, anchor)), loss
 
     return net.map(prox_step, params, x, y, lam)
@@ -140,6 +135,12 @@ def loop_grads(model: nn.Module, params: Params, x: Tensor, y: Tensor) -> tuple[
 
 
 # ------------------------------------------------------------------------------------------------ algorithms
+
+
+class Diverged(ArithmeticError):
+    """A method's training loss or deployed model is no longer finite (at this lr). Raised by the guard `compare`
+    puts around a method from outside the package; a protocol whose lr grid may diverge (PPSGD's) reads it as that
+    lr's run ending, never selected."""
 
 
 @dataclass
@@ -475,8 +476,8 @@ def train(
 __all__ = [
     "ALGORITHM_API_VERSION",
     "Algorithm",
+    "Diverged",
     "EvalContext",
-    "ce_loss",
     "client_grads",
     "client_sgd",
     "evaluate",

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.nn import functional as F
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from fedrepro.learning import batched_cnn, batched_mlp
@@ -31,15 +32,30 @@ class Net:
     steps then take the formulation's fused gradient (benchmarks/RESULTS.md). Default (None): on CPU, for the
     models one supports; the CUDA path keeps the module's own ops (cuDNN; the formulations are untimed on a GPU).
     The per-client loop (``vectorize=False``) always runs the module's own forward and autograd: it is the
-    reference."""
+    reference.
+
+    ``loss(logits (B, n_classes), y) -> scalar``: the protocol's training loss of one client's minibatch, which
+    :meth:`loss` and the engine's steps (``client_grads``, ``client_sgd``) differentiate; default (None) the mean
+    cross-entropy of integer labels. A protocol with another loss (PPSGD's squared loss) sets it; the hand-written
+    formulations compute only the cross-entropy, so they are off then."""
 
     def __init__(
-        self, model: nn.Module, vectorize: bool = True, chunk_size: int | None = None, gemm: bool | None = None
+        self,
+        model: nn.Module,
+        vectorize: bool = True,
+        chunk_size: int | None = None,
+        gemm: bool | None = None,
+        loss: Callable[[Tensor, Tensor], Tensor] | None = None,
     ):
         self.model = model
         self.vectorize = vectorize
         self.chunk_size = chunk_size
-        formulation = next((f for f in FORMULATIONS if f.supports(model)), None)
+        self.loss_fn = loss
+        formulation = next((f for f in FORMULATIONS if f.supports(model)), None) if loss is None else None
+        if gemm and loss is not None:
+            raise ValueError(
+                "gemm=True: the batched formulations compute the cross-entropy only, not a protocol's loss"
+            )
         if gemm is None:
             gemm = formulation is not None and all(p.device.type == "cpu" for p in model.parameters())
         elif gemm and formulation is None:
@@ -63,6 +79,11 @@ class Net:
         if self.formulation is not None and self.vectorize:
             return self.formulation.logits(self.model, params, x)
         return functional_call(self.model, params, (x,))
+
+    def loss(self, params: Params, x: Tensor, y: Tensor) -> Tensor:
+        """The training loss of one client's minibatch (params without client axis, x (B, ...), y (B, ...))."""
+        logits = self.logits(params, x)
+        return F.cross_entropy(logits, y) if self.loss_fn is None else self.loss_fn(logits, y)
 
     def map(self, fn: Callable, *args: Any) -> Any:
         """``fn`` applied per client over axis 0 of every tensor in ``args`` (pytrees); outputs stacked."""

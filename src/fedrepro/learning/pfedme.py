@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 from torch.func import grad_and_value
 
-from fedrepro.learning.engine import Algorithm, EvalContext, ce_loss
+from fedrepro.learning.engine import Algorithm, EvalContext
 from fedrepro.learning.net import Net, Params, expand, mean, put, stack, take
 
 
@@ -86,7 +86,7 @@ class PFedMe(Algorithm):
         def client(w: Params, theta: Params, xb: Tensor, yb: Tensor):
             losses = []
             for _ in range(self.inner_steps):
-                g, loss = grad_and_value(lambda th: ce_loss(net, th, xb, yb))(theta)
+                g, loss = grad_and_value(lambda th: net.loss(th, xb, yb))(theta)
                 losses.append(loss)
                 theta = {k: t - eta_p * (g[k] + lam * (t - w[k]) + wd * t) for k, t in theta.items()}
             return {k: v - lr * lam * (v - theta[k]) for k, v in w.items()}, theta, losses[0]

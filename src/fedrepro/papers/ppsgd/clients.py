@@ -17,6 +17,7 @@ class Clients:
     x_test: object
     y_test: np.ndarray
     test_off: np.ndarray
+    source: object = None  # the FederatedDataset of a partition (None: built otherwise, e.g. Stack Overflow)
 
     @property
     def n_users(self) -> int:
@@ -45,4 +46,4 @@ def load_partition(path, n_classes: int | None = None) -> Clients:
 
     xtr, ytr, otr = split("train")
     xte, yte, ote = split("test")
-    return Clients(xtr, ytr, otr, xte, yte, ote)
+    return Clients(xtr, ytr, otr, xte, yte, ote, ds)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.func import grad, vmap
 
 FEATURES = 32
@@ -76,6 +77,25 @@ def features(W: dict, x: torch.Tensor, pool_padding: str = "valid") -> torch.Ten
     h = _pool(F.relu(F.conv2d(h, W["c2w"], W["c2b"], stride=2)), pool_padding == "same_second")
     h = F.relu(h.flatten(1) @ W["dw"] + W["db"])
     return h.reshape(*lead, FEATURES)
+
+
+class GlobalModel(nn.Module):
+    """The protocol's global model (Phi_W, w) as one module, for a method from outside the package
+    (:mod:`fedrepro.papers.ppsgd.method`): ``forward(x (B, 784 or 28, 28)) = Phi_W(x) @ w``, parameters the
+    representation's tensors (initialized as :func:`init_state` does) and the head ``w`` (32, K)."""
+
+    def __init__(self, W: dict[str, torch.Tensor], w: torch.Tensor, pool_padding: str = "valid"):
+        super().__init__()
+        self.pool_padding = pool_padding
+        for k, v in W.items():
+            self.register_parameter(k, nn.Parameter(v.detach().clone()))
+        self.w = nn.Parameter(w.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        W = {k: getattr(self, k) for k in ("c1w", "c1b", "c2w", "c2b", "dw", "db")}
+        return (
+            features(W, x.reshape(*x.shape[:-1], 28, 28) if x.shape[-1] == 28 * 28 else x, self.pool_padding) @ self.w
+        )
 
 
 def _loss(W, w, theta_i, x, y, pool_padding):

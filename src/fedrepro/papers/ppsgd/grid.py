@@ -31,7 +31,10 @@ GRID_PROPERTIES = {
 }
 
 
-def alpha_label(a: float) -> str:
+def alpha_label(a: float | str) -> str:
+    """An alpha_c's label (``inf`` for global learning); a method's name (``method`` mode) is its own label."""
+    if isinstance(a, str):
+        return a
     return "inf" if math.isinf(a) else f"{a:g}"
 
 
@@ -53,12 +56,17 @@ def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOut
     """Train every (step, alpha) configuration once per sigma with ``train_fn(cl, p, sigma, eta_w, eta_theta, seed)
     -> (eval iterations, accuracy (E, G), rounds)``, select the best step per evaluation point / at the end (the
     code's rule), attach epsilon per iteration, and evaluate the configured checks. Shared by the linear model and
-    the CNN of Fig. 1d."""
+    the CNN of Fig. 1d. With ``p["method"]`` (a method from outside, :mod:`fedrepro.papers.ppsgd.method`) its one
+    row replaces the alphas: configurations are the steps (its lr, global learning's eta_w), selected the same way."""
     N, K = cl.n_users, cl.y_train.shape[1]
     q = min(1.0, p["users_per_round"] / N)
-    alphas = [parse_alpha(a) for a in p["alphas"]]
     steps = [float(s) for s in p["steps"]]
-    eta_w, eta_theta = step_size_arrays([s for a in alphas for s in steps], [a for a in alphas for s in steps])
+    if p.get("method"):
+        alphas: list = [p["method"]["name"]]
+        eta_w, eta_theta = np.array(steps), np.zeros(len(steps))
+    else:
+        alphas = [parse_alpha(a) for a in p["alphas"]]
+        eta_w, eta_theta = step_size_arrays([s for a in alphas for s in steps], [a for a in alphas for s in steps])
     seed = int(rng.integers(2**31))
     rows, final = [], {}
     for sigma in p["sigmas"]:
@@ -77,7 +85,7 @@ def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOut
                     pd.DataFrame(
                         {
                             "sigma": sigma,
-                            "alpha": a,
+                            "alpha": math.nan if isinstance(a, str) else a,
                             "alpha_label": alpha_label(a),
                             "step": s,
                             "iteration": its,
@@ -101,7 +109,7 @@ def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOut
         "sampling_rate": q,
     }
     checks = {}
-    want = p["checks"]
+    want = {} if p.get("method") else p["checks"]  # the claims read PPSGD's alphas, not a method from outside
     if "best_alpha_without_privacy" in want and 0 in p["sigmas"]:
         target = parse_alpha(want["best_alpha_without_privacy"])
         accs0 = {a: final[(0, a)][0] for a in alphas}

@@ -7,6 +7,7 @@ is used, with only the sizes the 3-writer fixtures cannot satisfy overridden."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,23 +81,24 @@ def test_fig1b_runs_on_stackoverflow(so_mirror, monkeypatch, release):
     files = {release: dataset_files(cfg, release), so.COUNTS_ID: dataset_files(cfg, so.COUNTS_ID)}
     exp = resolve_experiment(load_global(), "ppsgd.fig1b_stackoverflow", "quick")
     assert set(exp.datasets) == {so.SQLITE_ID, so.COUNTS_ID} and exp.params["data"] == so.SQLITE_ID
-    out = _run(
-        "ppsgd.fig1b_stackoverflow",
-        {
-            "data": release,
-            "n_users": 2,
-            "word_vocab_size": 3,
-            "tag_vocab_size": 2,
-            "max_train_per_client": 4,
-            "m": 1,
-            "users_per_round": 1,
-            "eval_every": 1,
-        },
-        {"data": files},
-    )
+    small = {
+        "data": release,
+        "n_users": 2,
+        "word_vocab_size": 3,
+        "tag_vocab_size": 2,
+        "max_train_per_client": 4,
+        "m": 1,
+        "users_per_round": 1,
+        "eval_every": 1,
+    }
+    out = _run("ppsgd.fig1b_stackoverflow", small, {"data": files})
     _assert_grid(out.metrics["final_accuracy"], {"s0", "s1"}, {"0", "1", "10", "inf"})
     assert out.metrics["n_classes"] == 2
     assert "best_alpha_without_privacy" in out.checks  # the claim is evaluated (its value is data's)
+    # a method from outside on the multi-label tags: y is the 0/1 tag matrix, a hit is any of the row's tags
+    mine = _run("ppsgd.fig1b_stackoverflow", small | {"method": {"name": "fedavg", "dp": True}}, {"data": files})
+    _assert_grid(mine.metrics["final_accuracy"], {"s0", "s1"}, {"fedavg"})
+    assert mine.history["iteration"].tolist() == out.history.query("alpha_label == 'inf'")["iteration"].tolist()
 
 
 def test_fig1d_cnn_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, tmp_path, one_thread):
@@ -104,3 +106,32 @@ def test_fig1d_cnn_runs_on_the_emnist_partition(emnist_mirror, monkeypatch, tmp_
     out = _run("ppsgd.fig1d_emnist_cnn", {"m": 1, "users_per_round": 2, "eval_every": 2}, {"partitions": {PART: part}})
     _assert_grid(out.metrics["final_accuracy"], {"s0", "s3"}, {"0", "1", "inf"})
     assert out.metrics["n_classes"] == 10 and set(out.checks) == {"beats_chance", "local_poor"}
+
+
+def test_fedprox_under_fig1c_is_ppsgd_global_learning_at_sigma_zero(emnist_mirror, monkeypatch, tmp_path, capsys):
+    """`compare` under Fig. 1c's linear protocol: the PPSGD rows rebuilt and FedProx as one more row. FedProx takes one
+    local step per round (its proximal term is then 0), so at sigma = 0 it is PPSGD's global learning: its cells equal
+    alpha Q = inf's in every seed; at sigma = 3 it has its own noise draws."""
+    from fedrepro.compare.method_file import load_method
+    from fedrepro.compare.protocol import compare
+    from fedrepro.compare.table import write_comparison
+
+    part = _emnist_partition(emnist_mirror, monkeypatch, tmp_path)
+    over = {"m": 2, "users_per_round": 2, "eval_every": 2, "epochs": 2}
+    exp = resolve_experiment(load_global(), "ppsgd.fig1c_emnist", "quick", overrides=over)
+    spec = "examples/fedprox.py:FedProx"
+    comp = compare(
+        exp,
+        load_method(spec),
+        Path(spec.split(":")[0]),
+        [0, 1],
+        lambda s: RunContext(exp.id, s, partitions={PART: part}),
+    )
+    rows = {r.name: r for r in comp.rows}
+    assert list(rows) == ["PPSGD αQ=0", "PPSGD αQ=1", "PPSGD αQ=inf", "fedprox"]
+    for mine, glob in zip(rows["fedprox"].cells, rows["PPSGD αQ=inf"].cells):
+        assert set(mine) == {"acc σ=0", "acc σ=3"} and mine["acc σ=0"] == glob["acc σ=0"]
+    written = write_comparison(comp, tmp_path / "out", figure=True)
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| fedprox | yours: not in the paper, never judged |" in table and "failed" not in table
+    assert [p.name for p in written] == ["table.md", "table.csv", "differences.csv", "figure.png"]

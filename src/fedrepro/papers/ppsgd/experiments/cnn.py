@@ -21,7 +21,7 @@ from fedrepro.errors import DataError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1
 from fedrepro.learning.engine import resolve_device
-from fedrepro.papers.ppsgd import cnn
+from fedrepro.papers.ppsgd import cnn, method
 from fedrepro.papers.ppsgd.clients import Clients, load_partition
 from fedrepro.papers.ppsgd.grid import GRID_PROPERTIES, run_grid
 from fedrepro.papers.ppsgd.sampler import BatchSampler
@@ -56,6 +56,7 @@ SCHEMA = {
         "eval_every": INT1,
         "max_rounds": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: every round
         "select": {"enum": ["max_test_accuracy_over_steps"]},
+        "method": method.METHOD_PROPERTY,  # a method from outside in place of PPSGD's grid (python -m fedrepro compare)
         "pool_padding": {"enum": ["valid", "same_second"]},
         "threads": {**INT1, "default": 1},
         "device": {"enum": ["auto", "cpu", "cuda"], "default": "auto"},  # auto: cuda when torch sees a GPU, else cpu
@@ -130,11 +131,7 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
         "best_alpha_without_privacy",
     ),
     checks=("beats_chance", "local_poor", "personalized_dominates", "best_alpha_without_privacy"),
-    no_method_slot=(
-        "PPSGD's protocols train with their own loop (the official user sampler, every (step, alpha_c) configuration "
-        "on one batch sequence, a shared representation with an additive personal output layer), not the engine's "
-        "Algorithm rounds, so no user Algorithm runs under them"
-    ),
+    method_slot=method.METHOD_SLOT,
 )
 def ppsgd_cnn(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     if p["data"] not in ctx.partitions:
@@ -149,12 +146,27 @@ def ppsgd_cnn(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     torch.set_num_threads(p["threads"])
     try:
         linear_checks = {k: v for k, v in p["checks"].items() if k != "local_poor"}
-        out = run_grid(cl, p | {"checks": linear_checks}, rng, train_cnn)
+        out = run_grid(cl, p | {"checks": linear_checks}, rng, _method_trainer(cl, p) if p["method"] else train_cnn)
     finally:
         torch.set_num_threads(prev)
-    if p["checks"].get("local_poor"):
+    if p["checks"].get("local_poor") and not p["method"]:
         out.checks["local_poor"] = local_poor(out.metrics["final_accuracy"])
     return out
+
+
+def _method_trainer(cl: Clients, p: dict):
+    """A method from outside under this protocol (:mod:`fedrepro.papers.ppsgd.method`): the global model (Phi_W, w)
+    initialized exactly as the PPSGD rows' (:func:`fedrepro.papers.ppsgd.cnn.init_state` from the run's [seed, 2]
+    stream), the mean squared loss of [code] main_nn.py."""
+    K = cl.y_train.shape[1]
+    dev = resolve_device(p["device"])
+
+    def model(seed: int) -> cnn.GlobalModel:
+        state = cnn.init_state(cl.n_users, K, np.random.default_rng([seed, 2]), p["pool_padding"])
+        return cnn.GlobalModel(state.W, state.w, p["pool_padding"])
+
+    loss = method.squared_loss(p["target_offset"], K, half_sum=False)
+    return method.trainer(model, loss, False, method.eval_data(cl, dev), dev)
 
 
 def local_poor(final_accuracy: dict) -> Check:

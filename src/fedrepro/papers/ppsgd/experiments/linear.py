@@ -23,7 +23,7 @@ from threadpoolctl import threadpool_limits
 from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.params import INT1
-from fedrepro.papers.ppsgd import ppsgd_exp
+from fedrepro.papers.ppsgd import method, ppsgd_exp
 from fedrepro.papers.ppsgd.clients import Clients, load_partition, rows_of
 from fedrepro.papers.ppsgd.grid import ALPHA, GRID_PROPERTIES, run_grid
 from fedrepro.papers.ppsgd.sampler import BatchSampler
@@ -66,6 +66,7 @@ SCHEMA = {
         "eval_every": INT1,
         "max_rounds": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: every round
         "select": {"enum": ["max_test_accuracy_over_steps"]},
+        "method": method.METHOD_PROPERTY,  # a method from outside in place of PPSGD's grid (python -m fedrepro compare)
         "chunk": INT1,
         "checks": {
             "type": "object",
@@ -190,11 +191,7 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
         "best_alpha_without_privacy",
     ),
     checks=("beats_chance", "personalized_dominates", "best_alpha_without_privacy"),
-    no_method_slot=(
-        "PPSGD's protocols train with their own loop (the official user sampler, every (step, alpha_c) configuration "
-        "on one batch sequence, a shared representation with an additive personal output layer), not the engine's "
-        "Algorithm rounds, so no user Algorithm runs under them"
-    ),
+    method_slot=method.METHOD_SLOT,
 )
 def ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2
@@ -218,4 +215,22 @@ def _ppsgd_linear(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutp
         if p["data"] not in ctx.partitions:
             raise DataError(f"{ctx.exp_id}: partition {p['data']!r} not built (declare `partitions: [{p['data']}]`)")
         cl = load_partition(ctx.partitions[p["data"]], p["n_classes"])
+    if p["method"]:
+        return _run_method(cl, p, rng, multilabel=p["data"] in SO_RELEASES)
     return run_grid(cl, p, rng, train)
+
+
+def _run_method(cl: Clients, p: dict, rng: np.random.Generator, multilabel: bool) -> RunOutput:
+    """A method from outside under this protocol (:mod:`fedrepro.papers.ppsgd.method`): the linear global model from 0
+    and the loss whose gradient PPSGD-exp takes, on one torch thread (the BLAS reason above)."""
+    import torch
+
+    d, K = cl.x_train.shape[1], cl.y_train.shape[1]
+    loss = method.squared_loss(p["target_offset"], K, half_sum=True)
+    train_fn = method.trainer(lambda seed: method.Linear(d, K), loss, multilabel, method.eval_data(cl, "cpu"))
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run_grid(cl, p, rng, train_fn)
+    finally:
+        torch.set_num_threads(prev)
