@@ -250,6 +250,7 @@ def test_missing_file_and_bad_spec(tmp_path, capsys):
         ("adaped.fig1a", "trains no federated method"),
         ("adaped.linreg_d50", "trains no federated method"),
         ("ppsgd.eps_emnist", "trains no federated method"),
+        ("ppsgd.fig1a_synthetic", "excess risk of each user's linear regression parameters"),
     ],
 )
 def test_protocols_that_cannot_run_a_method_are_refused_in_one_line(tmp_path, capsys, exp_id, why):

@@ -1,5 +1,6 @@
 """config extra_methods: the workflow plans one compare_method job per extra method and compatible experiment (from
-the runs of the paper's methods), none without it, and the report lists those tables apart from the papers' rows."""
+the runs of the paper's methods: AdaPeD's, FedHDP's and PPSGD's learning experiments), none without it, and the
+report lists those tables apart from the papers' rows."""
 
 from __future__ import annotations
 
@@ -19,23 +20,30 @@ _BESIDE = Path(sys.executable).parent / "snakemake"
 SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
 
 
+SLICES = {  # paper -> experiments: training experiments (compatible) beside ones that train no Algorithm
+    "adaped": ("fig2a_mnist", "fig3b"),
+    "fedhdp": ("noniid_mnist",),
+    "ppsgd": ("fig1c_emnist", "fig1d_emnist_cnn", "fig1a_synthetic"),
+}
+
+
 def _config(tmp: Path) -> list[str]:
-    """A slice of AdaPeD: a training experiment (compatible), an estimation experiment (not), data fetchable
-    (MNIST from its canonical source, so a clone without the offline mirror plans it too)."""
-    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
-    doc["experiments"] = {k: doc["experiments"][k] for k in ("fig2a_mnist", "fig3b")}
-    doc["figures"] = {}
-    (tmp / "adaped.yaml").write_text(yaml.safe_dump(doc))
-    (tmp / "adaped.csv").write_text(
-        (REPO_ROOT / "config" / "targets" / "adaped.csv").read_text().splitlines()[0] + "\n"
-    )
+    """A slice of three papers, data fetchable (MNIST and TFF EMNIST from their canonical sources, so a clone without
+    the offline mirror plans it too)."""
+    for paper, exps in SLICES.items():
+        doc = yaml.safe_load((REPO_ROOT / "config" / f"{paper}.yaml").read_text())
+        doc["experiments"] = {k: doc["experiments"][k] for k in exps}
+        doc["figures"] = {}
+        (tmp / f"{paper}.yaml").write_text(yaml.safe_dump(doc))
+        header = (REPO_ROOT / "config" / "targets" / f"{paper}.csv").read_text().splitlines()[0]
+        (tmp / f"{paper}.csv").write_text(header + "\n")
     override = {
         "results_dir": f"{tmp}/results",
         "figures_dir": f"{tmp}/figures",
         "logs_dir": f"{tmp}/logs",
-        "papers": {"adaped": f"{tmp}/adaped.yaml"},
-        "targets": {"adaped": f"{tmp}/adaped.csv"},
-        "only_papers": ["adaped"],
+        "papers": {paper: f"{tmp}/{paper}.yaml" for paper in SLICES},
+        "targets": {paper: f"{tmp}/{paper}.csv" for paper in SLICES},
+        "only_papers": list(SLICES),
         "scale": "quick",
         "data": {"dir": f"{tmp}/data", "online": True},
     }
@@ -55,7 +63,12 @@ def test_extra_method_is_planned_for_compatible_experiments_only(tmp_path):
     with_method = _dry([*cfg, "--config", "extra_methods={fedprox: examples/fedprox.py:FedProx}"])
     assert with_method.returncode == 0, with_method.stderr[-2000:]
     planned = sorted(set(re.findall(r"results/extra/(\S+)/table\.md", with_method.stdout)))
-    assert planned == ["fedprox/adaped/fig2a_mnist/quick"]
+    assert planned == [
+        "fedprox/adaped/fig2a_mnist/quick",
+        "fedprox/fedhdp/noniid_mnist/quick",
+        "fedprox/ppsgd/fig1c_emnist/quick",
+        "fedprox/ppsgd/fig1d_emnist_cnn/quick",
+    ]
     plain = _dry(cfg)
     assert plain.returncode == 0 and "compare_method" not in plain.stdout and "results/extra" not in plain.stdout
 

@@ -70,11 +70,12 @@ def rehearse(
     exps: list[str],
     files: dict[str, dict[str, Callable[[Path], None]]],
     shorten: dict[str, dict] | None = None,
+    extra_methods: dict[str, str] | None = None,
 ) -> dict:
     """Serve ``files`` ({dataset: {file name: writer(path)}}) over HTTP as <mirror>/<dataset>/<name>, pin them
     test-only, run snakemake (quick scale, online) for the report of ``paper`` sliced to ``exps`` (``shorten``: quick
-    params replaced in the sliced copy, see _slice_paper); return {target id: report row} of the experiments'
-    registered rows."""
+    params replaced in the sliced copy, see _slice_paper; ``extra_methods``: config extra_methods, whose tables must
+    then hold the method's row with numbers); return {target id: report row} of the experiments' registered rows."""
     served = tmp / "served"
     pins = {}
     for ds, writers in files.items():
@@ -100,7 +101,7 @@ def rehearse(
             "scale": "quick",
             "seeds": {"quick": [0], "paper": [0]},
             "data": {"dir": f"{tmp}/data", "mirror": server.url, "online": True},
-        }
+        } | ({"extra_methods": extra_methods} if extra_methods else {})
         (tmp / "override.yaml").write_text(yaml.safe_dump(override))
         report = tmp / "results" / "report" / "replication.csv"
         start = time.monotonic()
@@ -132,6 +133,13 @@ def rehearse(
         i: rows[i]["status"] for i in ids if rows[i]["status"] != "invalid" or "synthetic" not in rows[i]["reason"]
     }
     assert not judged, f"rows judged on synthetic data: {judged}"
+    for name in extra_methods or {}:
+        tables = sorted((tmp / "results" / "extra" / name / paper).glob("*/quick/table.md"))
+        assert [t.parts[-3] for t in tables] == exps, f"extra tables of {name}: {tables}"
+        for t in tables:
+            row = next(line for line in t.read_text().splitlines() if line.startswith(f"| {name} |"))
+            assert "yours: not in the paper" in row and "(n=1)" in row and "failed" not in row, row
+        assert f"**{paper}." in (tmp / "results" / "report" / "replication.md").read_text()
     return {i: rows[i] for i in ids}
 
 
@@ -290,7 +298,9 @@ def test_rehearsal_cifar100_adaped_table1(tmp_path):
 
 def test_rehearsal_stackoverflow_ppsgd_fig1b(tmp_path):
     # Fig. 1b's sizes are fixed in its params: the first 500 test-split users, 5,000 words, 80 tags
-    rehearse(tmp_path, "ppsgd", ["fig1b_stackoverflow"], so_files(500, 5000, 80))
+    # with a method from outside (config extra_methods): its row on the multi-label tags, beside PPSGD's rows
+    extra = {"fedprox": "examples/fedprox.py:FedProx"}
+    rehearse(tmp_path, "ppsgd", ["fig1b_stackoverflow"], so_files(500, 5000, 80), extra_methods=extra)
 
 
 def test_rehearsal_mnist_fedhdp_noniid(tmp_path):

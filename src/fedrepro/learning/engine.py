@@ -175,7 +175,8 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry(
 #: Version of the public :class:`Algorithm` interface (README "Compare your method"): what a method outside the
 #: package implements and what :func:`train` guarantees it. Raised when a member is added, removed or changes meaning;
 #: tests/learning/test_algorithm_api.py fails until the README's list and this number follow the class.
-ALGORITHM_API_VERSION = 1
+#: 2: the steps differentiate the protocol's loss (Net.loss), and y may be a 0/1 label matrix (PPSGD's protocols).
+ALGORITHM_API_VERSION = 2
 
 
 class Algorithm(ABC):

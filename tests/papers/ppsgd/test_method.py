@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from ppsgd_clients import blob_clients
 
 from fedrepro.errors import ConfigError
 from fedrepro.learning.dp import GaussianMechanism, SharedNoiseMechanism
@@ -17,24 +18,10 @@ from fedrepro.learning.engine import Diverged
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.net import Net
 from fedrepro.papers.ppsgd import cnn, method, ppsgd_exp
-from fedrepro.papers.ppsgd.clients import Clients
 from fedrepro.papers.ppsgd.experiments import linear as lin
 from fedrepro.papers.ppsgd.grid import run_grid
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _clients(rng, n=6, d=5, k=3, n_train=30, n_test=7, dtype=np.float32) -> Clients:
-    centers = rng.standard_normal((k, d)) * 3
-    xs, ys, xt, yt = [], [], [], []
-    for _ in range(n):
-        lab = rng.integers(k, size=n_train + n_test)
-        x = centers[lab] + rng.standard_normal((len(lab), d))
-        y = np.eye(k)[lab]
-        xs.append(x[:n_train]), ys.append(y[:n_train]), xt.append(x[n_train:]), yt.append(y[n_train:])
-    off_tr, off_te = np.arange(n + 1) * n_train, np.arange(n + 1) * n_test
-    cat = lambda a: np.concatenate(a).astype(dtype)  # noqa: E731
-    return Clients(cat(xs), cat(ys), off_tr, cat(xt), cat(yt), off_te)
 
 
 def _params(**over) -> dict:
@@ -126,7 +113,7 @@ def test_fedavg_at_sigma_zero_meets_ppsgd_global_rows_over_a_whole_run():
     """Through run_grid: the same sampler, steps, evaluation points and selection; at sigma = 0 FedAvg with clip-only
     dp reproduces PPSGD's alpha_c = inf curve at every evaluation point and step; at sigma > 0 its noise differs
     (its own draws) but its epsilon is the rows'."""
-    cl = _clients(np.random.default_rng(3))
+    cl = blob_clients(np.random.default_rng(3), dtype=np.float32)
     p = _params()
     rows = run_grid(cl, p, np.random.default_rng(5), lin.train)
     d, K = cl.x_train.shape[1], cl.y_train.shape[1]
@@ -145,7 +132,7 @@ def test_fedavg_at_sigma_zero_meets_ppsgd_global_rows_over_a_whole_run():
 
 
 def test_a_diverging_step_is_dropped_and_every_step_diverging_fails():
-    cl = _clients(np.random.default_rng(3))
+    cl = blob_clients(np.random.default_rng(3), dtype=np.float32)
     d, K = cl.x_train.shape[1], cl.y_train.shape[1]
     train = method.trainer(lambda seed: method.Linear(d, K), method.squared_loss(0.1, K, True), False)
     p = _params(sigmas=[0], steps=[0.01, 1e6], method={"name": "fedavg", "dp": False})
@@ -159,7 +146,7 @@ def test_a_diverging_step_is_dropped_and_every_step_diverging_fails():
 
 
 def test_methods_the_sampler_cannot_serve_are_refused():
-    cl = _clients(np.random.default_rng(3))
+    cl = blob_clients(np.random.default_rng(3), dtype=np.float32)
     d, K = cl.x_train.shape[1], cl.y_train.shape[1]
     train = method.trainer(lambda seed: method.Linear(d, K), method.squared_loss(0.1, K, True), False)
     p = _params(sigmas=[0], method={"name": "perfedavg", "dp": False})  # two minibatches per step
@@ -169,7 +156,7 @@ def test_methods_the_sampler_cannot_serve_are_refused():
 
 def test_pooled_accuracy_matches_a_per_row_loop():
     rng = np.random.default_rng(4)
-    cl = _clients(rng, n=5, n_test=9)
+    cl = blob_clients(rng, n=5, n_test=9, dtype=np.float32)
     cl.test_off = np.array([0, 0, 9, 11, 30, 45])  # users of different test sizes, one with none
     d, K = cl.x_train.shape[1], cl.y_train.shape[1]
     net = Net(method.Linear(d, K))

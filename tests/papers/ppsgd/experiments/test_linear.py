@@ -3,10 +3,10 @@
 import math
 
 import numpy as np
+from ppsgd_clients import blob_clients
 
 from fedrepro.config import fill_defaults
 from fedrepro.papers.ppsgd import ppsgd_exp
-from fedrepro.papers.ppsgd.clients import Clients
 from fedrepro.papers.ppsgd.experiments import linear as lin
 from fedrepro.papers.ppsgd.grid import pareto
 from fedrepro.papers.ppsgd.sampler import BatchSampler
@@ -36,22 +36,9 @@ def test_pareto_front():
     assert pareto(pts) == [(0.5, 0.1), (1.0, 0.5), (3.0, 0.7)]
 
 
-def _clients(rng, n=6, d=5, k=3, n_train=30, n_test=7):
-    centers = rng.standard_normal((k, d)) * 3
-    xs, ys, xt, yt = [], [], [], []
-    for _ in range(n):
-        lab = rng.integers(k, size=n_train + n_test)
-        x = centers[lab] + rng.standard_normal((len(lab), d))
-        y = np.eye(k)[lab]
-        xs.append(x[:n_train]), ys.append(y[:n_train]), xt.append(x[n_train:]), yt.append(y[n_train:])
-    off_tr = np.arange(n + 1) * n_train
-    off_te = np.arange(n + 1) * n_test
-    return Clients(np.concatenate(xs), np.concatenate(ys), off_tr, np.concatenate(xt), np.concatenate(yt), off_te)
-
-
 def test_accuracy_matches_per_row_loop():
     rng = np.random.default_rng(0)
-    cl = _clients(rng)
+    cl = blob_clients(rng)
     state = ppsgd_exp.State(rng.standard_normal((5, 3, 2)), rng.standard_normal((6, 5, 3, 2)))
     acc = lin.accuracy(cl, state)
     hits = np.zeros(2)
@@ -65,7 +52,7 @@ def test_accuracy_matches_per_row_loop():
 
 def test_tiny_training_learns_and_alpha_limits_hold():
     rng = np.random.default_rng(1)
-    cl = _clients(rng)
+    cl = blob_clients(rng)
     p = {
         "m": 5,
         "users_per_round": 3,

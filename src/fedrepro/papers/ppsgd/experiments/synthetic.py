@@ -244,6 +244,11 @@ def _grid_bytes(p: dict) -> float:
         "local_overtakes_joint_at_large_noise",
     ),
     memory=MemoryNeed(("n_users", "d", "m", "steps", "alphas", "niter", "sigmas"), _grid_bytes),
+    no_method_slot=(
+        "Fig. 1a measures the excess risk of each user's linear regression parameters w + theta_i against the true "
+        "theta_i* (every user every round, m fresh samples), which a classifier's deployed models have no counterpart "
+        "for; its real-data protocols (ppsgd.fig1b_stackoverflow, fig1c_emnist, fig1d_emnist_cnn) take a method"
+    ),
 )
 def ppsgd_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     # single-threaded BLAS: the many small batched products gain nothing from threads, and 2 BLAS threads on 2
