@@ -261,7 +261,7 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     from fedrepro.compare.method_file import load_method, parse_spec
-    from fedrepro.compare.protocol import compare, slot_of
+    from fedrepro.compare.protocol import SEEDS_DIR, compare, slot_of
     from fedrepro.compare.table import write_comparison
     from fedrepro.config import load_paper, paper_seeds, resolve_experiment
     from fedrepro.experiments import RunContext
@@ -278,7 +278,9 @@ def cmd_compare(args) -> int:
     def context(seed: int) -> RunContext:
         return RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
 
-    comparison = compare(exp, cls, parse_spec(args.method)[0], list(seeds), context, args.baselines or (), inputs)
+    comparison = compare(
+        exp, cls, parse_spec(args.method)[0], list(seeds), context, args.baselines or (), inputs, out / SEEDS_DIR
+    )
     has_figure = any(f["experiment"] == exp.name for f in (load_paper(cfg, exp.paper).get("figures") or {}).values())
     for path in write_comparison(comparison, out, figure=has_figure):
         print(f"[fedrepro] wrote {path}")

@@ -357,3 +357,38 @@ def test_baselines_are_read_only_when_made_from_the_same_data(tmp_path, partitio
     rebuilt = {"datasets": {}, "partitions": {"p": "b" * 64}}
     with pytest.raises(ResultError, match=r"run0: made from other input data .*\(partition p\)"):
         compare(exp, cls, FEDPROX, [0], context(partition_dir), [run], rebuilt)
+
+
+def test_a_killed_compare_resumes_from_its_finished_seeds(tmp_path, partition_dir):
+    """Killed (Ctrl-C) while training seed 1: seed 0's result is kept under the state dir, the next run reads it
+    back without training it and writes the same table as a run never killed; a changed method file trains again."""
+    plain = context(partition_dir)
+    calls: list[int] = []
+
+    def killed_in_seed_1(seed):
+        calls.append(seed)
+        if seed == 1:
+            raise KeyboardInterrupt
+        return plain(seed)
+
+    def counting(seed):
+        calls.append(seed)
+        return plain(seed)
+
+    method = method_file(tmp_path, FEDPROX.read_text(), "fedprox.py")
+    cls, exp, state = load_method(f"{method}:FedProx"), experiment(), tmp_path / "state"
+    with pytest.raises(KeyboardInterrupt):
+        compare(exp, cls, method, [0, 1], killed_in_seed_1, state_dir=state)
+    assert sorted(p.name for p in state.iterdir()) == ["seed0.json"]
+    calls.clear()
+    resumed = compare(exp, cls, method, [0, 1], counting, state_dir=state)
+    assert set(calls) == {1}  # seed 0 was not trained again
+    write_comparison(resumed, tmp_path / "resumed", figure=True)
+    write_comparison(compare(exp, cls, method, [0, 1], plain), tmp_path / "whole", figure=True)
+    for name in ("table.md", "table.csv", "differences.csv"):
+        assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    # the key holds: the method file changed, so every seed trains again
+    method.write_text(FEDPROX.read_text() + "\n# changed\n")
+    calls.clear()
+    compare(exp, load_method(f"{method}:FedProx"), method, [0, 1], counting, state_dir=state)
+    assert set(calls) == {0, 1}

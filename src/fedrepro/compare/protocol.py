@@ -5,10 +5,18 @@ shared by every method: initialization, client sampling, minibatch order), so th
 the experiment's seed meets exactly the data and initialization the paper's methods met in that seed's run. The
 paper's methods come either from the workflow's runs of the same experiment and parameters (``baselines``: run
 directories, checked against the resolved parameters) or are rebuilt here by the kind itself.
+
+Resume: with ``state_dir``, every finished seed (the paper's cells and curves, the method's, or its failure) is
+written there as ``seed<N>.json`` under a key of everything it depends on (experiment, resolved parameters, the
+method file's bytes and class, the input data's digests, the baseline run read). A killed ``compare`` run again
+reads the finished seeds back instead of training them (the same numbers: every seed is deterministic) and trains
+only the rest; a changed method file, parameter or input trains the seed again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +34,7 @@ from fedrepro.learning.engine import Algorithm
 from fedrepro.seeding import rng_for
 
 PAPER, YOURS = "paper", "yours"
+SEEDS_DIR = ".seeds"  # under compare's --out: the finished seeds a killed run resumes from
 
 
 @dataclass
@@ -118,11 +127,12 @@ def compare(
     context: Callable[[int], RunContext],
     baselines: Sequence[Path] = (),
     inputs: Mapping | None = None,
+    state_dir: Path | None = None,
 ) -> Comparison:
     """Train ``cls`` under ``exp``'s protocol for every seed, beside the paper's methods (read from ``baselines``
     or rebuilt); a failure of the user's method marks its row failed in that seed, loudly, and the rest goes on.
     ``inputs``: the digests of the data the method trains on (provenance.input_digests); a baseline run made from
-    other data is refused."""
+    other data is refused. ``state_dir``: where finished seeds are kept, so that a killed run resumes (above)."""
     slot, kind = slot_of(exp), get_kind(exp.kind)
     name = method_name(cls)
     private = _check_method(cls, path, name, slot, exp)
@@ -132,25 +142,78 @@ def compare(
     runs = _baseline_docs(baselines, exp, seeds, inputs) if baselines else {}
     only = fill_defaults(slot.only(exp.params, name, private), kind.schema)  # what the kind reads, as a resolved run
     for seed in seeds:
-        metrics, history = _paper_run(kind, exp, seed, context, runs.get(seed))
-        for m, row in paper_rows.items():
-            cells = slot.cells(metrics, m)
-            row.cells.append(cells or None)
-            if slot.curves is not None and history is not None and not history.empty:
-                row.curves.append(slot.curves(history, m))
-        print(f"[fedrepro] {exp.id} seed={seed}: {name} ({path})", flush=True)
-        try:
-            out = kind.fn(only, rng_for(exp.id, seed), context(seed))
-        except Exception as exc:  # the user's code: its row fails, loudly; the table is still written
-            why = failure(exc, path)
-            print(f"fedrepro: method {name} failed in seed {seed}: {why}; its row is marked failed", file=sys.stderr)
-            mine.cells.append(None)
-            mine.failures.append(f"seed {seed}: {why}")
-            continue
-        mine.cells.append(slot.cells(out.metrics, name) or None)
-        if slot.curves is not None and not out.history.empty:
-            mine.curves.append(slot.curves(out.history, name))
+        key = _seed_key(exp, cls, path, seed, inputs, runs.get(seed))
+        done = _read_seed(state_dir, seed, key)
+        if done is None:
+            done = _run_seed(kind, exp, slot, seed, context, runs.get(seed), list(paper_rows), only, name, path)
+            _write_seed(state_dir, seed, key, done)
+        else:
+            print(f"[fedrepro] {exp.id} seed={seed}: finished in an earlier run, read from {state_dir}", flush=True)
+        for row in [*paper_rows.values(), mine]:
+            cells, curves = done["rows"][row.name]
+            row.cells.append(cells)
+            if curves is not None:
+                row.curves.append(pd.DataFrame(curves))
+        if done["failure"]:
+            mine.failures.append(f"seed {seed}: {done['failure']}")
     return Comparison(exp, slot, list(seeds), [*paper_rows.values(), mine], private)
+
+
+def _run_seed(kind, exp, slot, seed, context, run_dir, paper_names, only, name, path) -> dict:
+    """One seed: {"rows": {row: (cells or None, curves records or None)}, "failure": why the method failed or ""}."""
+    metrics, history = _paper_run(kind, exp, seed, context, run_dir)
+    has_curves = slot.curves is not None and history is not None and not history.empty
+    rows = {m: (slot.cells(metrics, m) or None, _records(slot.curves(history, m)) if has_curves else None)
+            for m in paper_names}  # fmt: skip
+    print(f"[fedrepro] {exp.id} seed={seed}: {name} ({path})", flush=True)
+    try:
+        out = kind.fn(only, rng_for(exp.id, seed), context(seed))
+    except Exception as exc:  # the user's code: its row fails, loudly; the table is still written
+        why = failure(exc, path)
+        print(f"fedrepro: method {name} failed in seed {seed}: {why}; its row is marked failed", file=sys.stderr)
+        return {"rows": rows | {name: (None, None)}, "failure": why}
+    curves = _records(slot.curves(out.history, name)) if slot.curves is not None and not out.history.empty else None
+    return {"rows": rows | {name: (slot.cells(out.metrics, name) or None, curves)}, "failure": ""}
+
+
+def _records(frame: pd.DataFrame) -> dict[str, list]:
+    return {c: frame[c].tolist() for c in frame.columns}
+
+
+def _seed_key(exp: Experiment, cls: type[Algorithm], path: Path, seed: int, inputs, run_dir: Path | None) -> str:
+    """What one seed's result depends on, digested: a change to any of them trains the seed again."""
+    from fedrepro.provenance import params_digest
+
+    parts = {
+        "experiment": exp.id,
+        "params": params_digest(exp.params),
+        "method": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        "class": cls.__name__,
+        "seed": seed,
+        "inputs": inputs or {},
+        "baseline": hashlib.sha256((run_dir / "metrics.json").read_bytes()).hexdigest() if run_dir else "rebuilt",
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read_seed(state_dir: Path | None, seed: int, key: str) -> dict | None:
+    path = None if state_dir is None else Path(state_dir) / f"seed{seed}.json"
+    if path is None or not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a torn or foreign file: the seed is trained again
+    return doc["result"] if isinstance(doc, dict) and doc.get("key") == key else None
+
+
+def _write_seed(state_dir: Path | None, seed: int, key: str, result: dict) -> None:
+    if state_dir is None:
+        return
+    from fedrepro.files import atomic_write
+
+    text = json.dumps({"key": key, "result": result}, allow_nan=True)
+    atomic_write(Path(state_dir) / f"seed{seed}.json", lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def _paper_run(kind: Kind, exp: Experiment, seed: int, context, run_dir: Path | None):
