@@ -379,7 +379,7 @@ def test_a_killed_compare_resumes_from_its_finished_seeds(tmp_path, partition_di
     cls, exp, state = load_method(f"{method}:FedProx"), experiment(), tmp_path / "state"
     with pytest.raises(KeyboardInterrupt):
         compare(exp, cls, method, [0, 1], killed_in_seed_1, state_dir=state)
-    assert sorted(p.name for p in state.iterdir()) == ["seed0.json"]
+    assert sorted(p.name for p in state.iterdir()) == ["0.json"]
     calls.clear()
     resumed = compare(exp, cls, method, [0, 1], counting, state_dir=state)
     assert set(calls) == {1}  # seed 0 was not trained again

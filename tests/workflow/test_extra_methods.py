@@ -5,20 +5,14 @@ report lists those tables apart from the papers' rows."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from sliced_workflow import SNAKEMAKE, slice_paper, snakemake_args
 
 from fedrepro.config import REPO_ROOT
 from fedrepro.report.build import extra_markdown, extra_methods
-
-_BESIDE = Path(sys.executable).parent / "snakemake"
-SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
-
 
 SLICES = {  # paper -> experiments: training experiments (compatible) beside ones that train no Algorithm
     "adaped": ("fig2a_mnist", "fig3b"),
@@ -28,27 +22,13 @@ SLICES = {  # paper -> experiments: training experiments (compatible) beside one
 
 
 def _config(tmp: Path) -> list[str]:
-    """A slice of three papers, data fetchable (MNIST and TFF EMNIST from their canonical sources, so a clone without
-    the offline mirror plans it too)."""
+    """A slice of three papers without registry rows, data fetchable (MNIST and TFF EMNIST from their canonical
+    sources, so a clone without the offline mirror plans it too)."""
+    papers = {}
     for paper, exps in SLICES.items():
-        doc = yaml.safe_load((REPO_ROOT / "config" / f"{paper}.yaml").read_text())
-        doc["experiments"] = {k: doc["experiments"][k] for k in exps}
-        doc["figures"] = {}
-        (tmp / f"{paper}.yaml").write_text(yaml.safe_dump(doc))
-        header = (REPO_ROOT / "config" / "targets" / f"{paper}.csv").read_text().splitlines()[0]
-        (tmp / f"{paper}.csv").write_text(header + "\n")
-    override = {
-        "results_dir": f"{tmp}/results",
-        "figures_dir": f"{tmp}/figures",
-        "logs_dir": f"{tmp}/logs",
-        "papers": {paper: f"{tmp}/{paper}.yaml" for paper in SLICES},
-        "targets": {paper: f"{tmp}/{paper}.csv" for paper in SLICES},
-        "only_papers": list(SLICES),
-        "scale": "quick",
-        "data": {"dir": f"{tmp}/data", "online": True},
-    }
-    (tmp / "override.yaml").write_text(yaml.safe_dump(override))
-    return ["--configfile", str(REPO_ROOT / "config" / "config.yaml"), str(tmp / "override.yaml")]
+        header = (REPO_ROOT / "config" / "targets" / f"{paper}.csv").read_text().splitlines()[0] + "\n"
+        papers[paper] = slice_paper(tmp, paper, exps, figures=False, registry=header)[:2]
+    return snakemake_args(tmp, papers, data={"dir": f"{tmp}/data", "online": True})
 
 
 def _dry(args: list[str]) -> subprocess.CompletedProcess:

@@ -12,7 +12,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Callable
@@ -21,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tff_fixtures
-import yaml
 from archives import tar_gz
 from fault_server import FaultServer
 from nist_fixtures import make_nist_zips
+from sliced_workflow import SNAKEMAKE, slice_paper, snakemake_args
 
 from fedrepro.config import REPO_ROOT
 from fedrepro.data import cifar, leaf
@@ -34,34 +33,8 @@ from fedrepro.data.catalog import TEST_PINS_ENV, get_dataset
 from fedrepro.data.stamps import sha256_of
 
 ROOT = REPO_ROOT
-_BESIDE = Path(sys.executable).parent / "snakemake"
-SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]  # out of the default run (addopts); CI runs -m rehearsal
-
-
-def _slice_paper(
-    tmp: Path, paper: str, exps: list[str], shorten: dict[str, dict] | None = None
-) -> tuple[Path, Path, list[str]]:
-    """config/<paper>.yaml with only ``exps`` (and their figures), and the registry rows of those experiments;
-    ``shorten`` ({experiment: {param: value}}) is laid over an experiment's quick params in that copy."""
-    doc = yaml.safe_load((ROOT / "config" / f"{paper}.yaml").read_text())
-    doc["experiments"] = {k: doc["experiments"][k] for k in exps}
-    for exp, params in (shorten or {}).items():
-        doc["experiments"][exp]["quick"] = {**(doc["experiments"][exp].get("quick") or {}), **params}
-    doc["figures"] = {k: v for k, v in (doc.get("figures") or {}).items() if v["experiment"] in exps}
-    cfg = tmp / f"{paper}.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
-    with open(ROOT / "config" / "targets" / f"{paper}.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    kept = [r for r in rows if r["experiment"] in {f"{paper}.{e}" for e in exps}]
-    assert kept, f"no registry rows for {exps}"
-    reg = tmp / f"{paper}.csv"
-    with open(reg, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(kept)
-    return cfg, reg, [r["id"] for r in kept]
 
 
 def rehearse(
@@ -88,26 +61,19 @@ def rehearse(
             pins.setdefault(ds, {})[name] = sha256_of(p)
     pins_file = tmp / "test-pins.json"
     pins_file.write_text(json.dumps({"synthetic": True, "datasets": pins}))
-    paper_cfg, registry, ids = _slice_paper(tmp, paper, exps, shorten)
+    paper_cfg, registry, ids = slice_paper(tmp, paper, exps, shorten=shorten)
+    assert ids, f"no registry rows for {exps}"
     server = FaultServer(served, default=["503"])  # each file: one 503 (Retry-After: 0), then the file
     try:
-        override = {
-            "results_dir": f"{tmp}/results",
-            "figures_dir": f"{tmp}/figures",
-            "logs_dir": f"{tmp}/logs",
-            "papers": {paper: str(paper_cfg)},
-            "targets": {paper: str(registry)},
-            "only_papers": [paper],
-            "scale": "quick",
+        settings = {
             "seeds": {"quick": [0], "paper": [0]},
             "data": {"dir": f"{tmp}/data", "mirror": server.url, "online": True},
         } | ({"extra_methods": extra_methods} if extra_methods else {})
-        (tmp / "override.yaml").write_text(yaml.safe_dump(override))
+        args = snakemake_args(tmp, {paper: (paper_cfg, registry)}, **settings)
         report = tmp / "results" / "report" / "replication.csv"
         start = time.monotonic()
         r = subprocess.run(
-            [SNAKEMAKE, "--cores", "2", "--nolock", "--configfile", str(ROOT / "config" / "config.yaml"),
-             str(tmp / "override.yaml"), "--", str(report)],
+            [SNAKEMAKE, "--cores", "2", "--nolock", *args, "--", str(report)],
             cwd=ROOT, capture_output=True, text=True, env={**os.environ, TEST_PINS_ENV: str(pins_file)},
             timeout=900,
         )  # fmt: skip

@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,13 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from sliced_workflow import SNAKEMAKE, slice_paper, snakemake_args
 
 from fedrepro.config import REPO_ROOT
 
 ROOT = REPO_ROOT
-_BESIDE = Path(sys.executable).parent / "snakemake"  # the snakemake installed with this interpreter, if any
-SNAKEMAKE = str(_BESIDE) if _BESIDE.exists() else shutil.which("snakemake")
 pytestmark = pytest.mark.slow
 
 REGISTRY = """id,artifact,table_row,table_col,setting,metric,unit,value,pm,pm_reading,runs,tolerance,experiment,key,row,ci,needs,note
@@ -42,30 +39,17 @@ PRIVACY_CURVE = {
 
 
 def _setup(tmp: Path, seeds, experiments=("remark1", "fig3b"), privacy=False) -> list[str]:
-    doc = yaml.safe_load((ROOT / "config" / "adaped.yaml").read_text())
-    doc["experiments"] = {k: doc["experiments"][k] for k in experiments}
-    if privacy:
-        doc["experiments"]["eps_test"] = PRIVACY_CURVE
-    doc["experiments"]["fig3b"]["quick"] = {"reps": 4}
-    doc["figures"] = {"fig3b": doc["figures"]["fig3b"]}
-    (tmp / "adaped.yaml").write_text(yaml.safe_dump(doc))
-    # the registry rows of the experiments kept (the loader refuses a row naming an experiment the config lacks)
-    lines = REGISTRY.splitlines(keepends=True)
-    (tmp / "adaped.csv").write_text(
-        "".join([lines[0], *(ln for ln in lines[1:] if any(f"adaped.{e}," in ln for e in experiments))])
+    """AdaPeD's ``experiments`` (and a privacy curve), fig3b at 4 repetitions, the registry rows above of those kept."""
+    files = slice_paper(
+        tmp,
+        "adaped",
+        experiments,
+        shorten={"fig3b": {"reps": 4}} if "fig3b" in experiments else None,
+        add={"eps_test": PRIVACY_CURVE} if privacy else None,
+        registry=REGISTRY,
     )
-    override = {
-        "results_dir": f"{tmp}/results",
-        "figures_dir": f"{tmp}/figures",
-        "logs_dir": f"{tmp}/logs",
-        "papers": {"adaped": f"{tmp}/adaped.yaml"},
-        "targets": {"adaped": f"{tmp}/adaped.csv"},
-        "seeds": {"quick": seeds, "paper": [0, 1]},  # remark1 (no quick overrides) runs at paper scale
-        "scale": "quick",
-        "only_papers": ["adaped"],
-    }
-    (tmp / "override.yaml").write_text(yaml.safe_dump(override))
-    return ["--configfile", str(ROOT / "config" / "config.yaml"), str(tmp / "override.yaml")]
+    # remark1 (no quick overrides) runs at paper scale
+    return snakemake_args(tmp, {"adaped": files[:2]}, seeds={"quick": seeds, "paper": [0, 1]})
 
 
 def _snakemake(args, **kw):

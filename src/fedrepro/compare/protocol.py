@@ -7,7 +7,7 @@ paper's methods come either from the workflow's runs of the same experiment and 
 directories, checked against the resolved parameters) or are rebuilt here by the kind itself.
 
 Resume: with ``state_dir``, every finished seed (the paper's cells and curves, the method's, or its failure) is
-written there as ``seed<N>.json`` under a key of everything it depends on (experiment, resolved parameters, the
+written there as ``<N>.json`` under a key of everything it depends on (experiment, resolved parameters, the
 method file's bytes and class, the input data's digests, the baseline run read). A killed ``compare`` run again
 reads the finished seeds back instead of training them (the same numbers: every seed is deterministic) and trains
 only the rest; a changed method file, parameter or input trains the seed again.
@@ -183,6 +183,7 @@ def _records(frame: pd.DataFrame) -> dict[str, list]:
 def _seed_key(exp: Experiment, cls: type[Algorithm], path: Path, seed: int, inputs, run_dir: Path | None) -> str:
     """What one seed's result depends on, digested: a change to any of them trains the seed again."""
     from fedrepro.provenance import params_digest
+    from fedrepro.runio import METRICS
 
     parts = {
         "experiment": exp.id,
@@ -191,13 +192,13 @@ def _seed_key(exp: Experiment, cls: type[Algorithm], path: Path, seed: int, inpu
         "class": cls.__name__,
         "seed": seed,
         "inputs": inputs or {},
-        "baseline": hashlib.sha256((run_dir / "metrics.json").read_bytes()).hexdigest() if run_dir else "rebuilt",
+        "baseline": hashlib.sha256((run_dir / METRICS).read_bytes()).hexdigest() if run_dir else "rebuilt",
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _read_seed(state_dir: Path | None, seed: int, key: str) -> dict | None:
-    path = None if state_dir is None else Path(state_dir) / f"seed{seed}.json"
+    path = None if state_dir is None else Path(state_dir) / f"{seed}.json"
     if path is None or not path.is_file():
         return None
     try:
@@ -213,7 +214,7 @@ def _write_seed(state_dir: Path | None, seed: int, key: str, result: dict) -> No
     from fedrepro.files import atomic_write
 
     text = json.dumps({"key": key, "result": result}, allow_nan=True)
-    atomic_write(Path(state_dir) / f"seed{seed}.json", lambda p: p.write_text(text, encoding="utf-8"))
+    atomic_write(Path(state_dir) / f"{seed}.json", lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def _paper_run(kind: Kind, exp: Experiment, seed: int, context, run_dir: Path | None):

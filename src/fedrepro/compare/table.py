@@ -134,10 +134,11 @@ def _figure(comp: Comparison, path: Path) -> None:
         if not row.curves:
             continue
         curve = pd.concat(row.curves).groupby(["series", "x"], as_index=False)["y"].mean()
-        for series, g in curve.groupby("series"):
+        for i, (series, g) in enumerate(curve.groupby("series")):
             label = f"{row.name} {series}".strip()
-            style = dict(linewidth=2.5, color="black") if row.origin == YOURS else dict(linewidth=1, alpha=0.8)
-            ax.plot(g["x"], g["y"], label=label, **style)
+            dashes = ("-", "--", ":", "-.")[i % 4]  # your row's series (e.g. one per epsilon or sigma) told apart
+            mine = dict(linewidth=2.5, color="black", linestyle=dashes)
+            ax.plot(g["x"], g["y"], label=label, **(mine if row.origin == YOURS else dict(linewidth=1, alpha=0.8)))
     ax.set_xlabel(comp.slot.x_label)
     ax.set_ylabel(comp.slot.y_label)
     ax.set_title(f"{comp.experiment.id} ({comp.experiment.scale}), mean over {len(comp.seeds)} seed(s)", fontsize=9)

@@ -51,7 +51,7 @@ SCHEMA = {
         "m": INT1,
         "users_per_round": INT1,
         "epochs": INT1,
-        **GRID_PROPERTIES,
+        **{k: v for k, v in GRID_PROPERTIES.items() if k != "dtype"},  # float32 always (torch), no dtype setting
         "target_offset": {"type": "number"},
         "eval_every": INT1,
         "max_rounds": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: every round
