@@ -8,9 +8,9 @@ directories, checked against the resolved parameters) or are rebuilt here by the
 
 Resume: with ``state_dir``, every finished seed (the paper's cells and curves, the method's, or its failure) is
 written there as ``<N>.json`` under a key of everything it depends on (experiment, resolved parameters, the
-method file's bytes and class, the input data's digests, the baseline run read). A killed ``compare`` run again
-reads the finished seeds back instead of training them (the same numbers: every seed is deterministic) and trains
-only the rest; a changed method file, parameter or input trains the seed again.
+method file's bytes and class, the input data's digests, the baseline run read, fedrepro's own code). A killed
+``compare`` run again reads the finished seeds back instead of training them (the same numbers: every seed is
+deterministic) and trains only the rest; a changed method file, parameter, input or code trains the seed again.
 """
 
 from __future__ import annotations
@@ -182,10 +182,11 @@ def _records(frame: pd.DataFrame) -> dict[str, list]:
 
 def _seed_key(exp: Experiment, cls: type[Algorithm], path: Path, seed: int, inputs, run_dir: Path | None) -> str:
     """What one seed's result depends on, digested: a change to any of them trains the seed again."""
-    from fedrepro.provenance import params_digest
+    from fedrepro.provenance import code_files, params_digest
     from fedrepro.runio import METRICS
 
     parts = {
+        "code": code_files(),  # what fedrepro computes (an updated checkout trains again)
         "experiment": exp.id,
         "params": params_digest(exp.params),
         "method": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
