@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from fedrepro.checkout import REPO_ROOT, resolve_path
+from fedrepro.checkout import REPO_ROOT, ROOT_ENV, resolve_path
 from fedrepro.errors import ConfigError, FedreproError
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
@@ -205,6 +205,11 @@ def validate_global(cfg: Mapping, source: str = "config") -> dict:
 
 
 def load_global(path: str | Path | None = None, overrides: Mapping | None = None) -> dict:
+    if not path and not DEFAULT_CONFIG.is_file():
+        raise ConfigError(
+            f"no fedrepro checkout here: {DEFAULT_CONFIG} does not exist; run from the checkout (the directory with "
+            f"the Snakefile and config/), or set {ROOT_ENV} to it"
+        )
     path = Path(path) if path else DEFAULT_CONFIG
     cfg = deep_merge(read_yaml(path), overrides or {})
     return validate_global(cfg, source=str(path))
