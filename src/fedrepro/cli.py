@@ -20,6 +20,7 @@ import argparse
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from fedrepro.errors import DISK_FULL, FedreproError, disk_full
@@ -262,7 +263,7 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from fedrepro.compare.method_file import load_method, parse_spec
     from fedrepro.compare.protocol import SEEDS_DIR, compare, slot_of
-    from fedrepro.compare.table import write_comparison
+    from fedrepro.compare.table import write_comparison, write_record
     from fedrepro.config import load_paper, paper_seeds, resolve_experiment
     from fedrepro.experiments import RunContext
 
@@ -278,11 +279,12 @@ def cmd_compare(args) -> int:
     def context(seed: int) -> RunContext:
         return RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
 
-    comparison = compare(
-        exp, cls, parse_spec(args.method)[0], list(seeds), context, args.baselines or (), inputs, out / SEEDS_DIR
-    )
+    start, method_file = time.monotonic(), parse_spec(args.method)[0]
+    comparison = compare(exp, cls, method_file, list(seeds), context, args.baselines or (), inputs, out / SEEDS_DIR)
     has_figure = any(f["experiment"] == exp.name for f in (load_paper(cfg, exp.paper).get("figures") or {}).values())
-    for path in write_comparison(comparison, out, figure=has_figure):
+    written = write_comparison(comparison, out, figure=has_figure)
+    written.append(write_record(comparison, out, args.method, method_file, inputs, time.monotonic() - start))
+    for path in written:
         print(f"[fedrepro] wrote {path}")
     return 0
 
@@ -440,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp.add_argument("method", help="FILE:CLASS, e.g. examples/fedprox.py:FedProx (README: Compare your method)")
     cmp.add_argument("--experiment", required=True, help="PAPER.NAME of a training experiment")
-    cmp.add_argument("--out", required=True, help="directory for table.md, table.csv, differences.csv, figure.png")
+    cmp.add_argument("--out", required=True, help="for table.md, .csv, differences.csv, figure.png, compare.json")
     cmp.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     cmp.add_argument("--seeds", type=_seed, nargs="+", default=None, help="default: the scale's seeds")
     cmp.add_argument(

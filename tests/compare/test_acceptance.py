@@ -3,6 +3,7 @@ seed to keep it near a minute): the table has the paper's eight method rows and 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -34,5 +35,8 @@ def test_fedprox_under_table4_femnist_sample(tmp_path, monkeypatch, capsys):
     for name in [*METHODS, "fedprox"]:
         assert any(line.startswith(f"| {name} |") and "(n=1)" in line for line in md.splitlines())
     assert (out / "figure.png").stat().st_size > 0  # the experiment has a figure (x_curves_femnist_sample)
+    record = json.loads((out / "compare.json").read_text())
+    assert record["experiment"] == "adaped.table4_femnist_sample" and record["baselines"] == "rebuilt"
+    assert record["inputs"]["partitions"] and record["method"]["spec"] == "examples/fedprox.py:FedProx"
     diffs = pd.read_csv(out / "differences.csv")
     assert list(diffs["baseline"]) == METHODS and not diffs["resolved"].any()  # one seed resolves nothing

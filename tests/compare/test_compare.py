@@ -4,6 +4,8 @@ NaN fails its row, not the run; experiments that cannot run a method are refused
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sys
 import textwrap
@@ -16,7 +18,7 @@ from fedrepro.cli import main
 from fedrepro.compare.method_file import load_method
 from fedrepro.compare.paired import paired_difference
 from fedrepro.compare.protocol import YOURS, compare
-from fedrepro.compare.table import write_comparison
+from fedrepro.compare.table import write_comparison, write_record
 from fedrepro.config import Experiment, resolve_params
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
@@ -384,6 +386,10 @@ def test_a_killed_compare_resumes_from_its_finished_seeds(tmp_path, partition_di
     resumed = compare(exp, cls, method, [0, 1], counting, state_dir=state)
     assert set(calls) == {1}  # seed 0 was not trained again
     write_comparison(resumed, tmp_path / "resumed", figure=True)
+    record = json.loads(write_record(resumed, tmp_path / "resumed", f"{method}:FedProx", method, None, 1.5).read_text())
+    assert record["resumed_seeds"] == [0] and record["baselines"] == "rebuilt" and record["seeds"] == [0, 1]
+    assert record["method"]["file_sha256"] == hashlib.sha256(method.read_bytes()).hexdigest()
+    assert record["params_digest"] and record["experiment"] == exp.id and record["wall_s"] == 1.5
     write_comparison(compare(exp, cls, method, [0, 1], plain), tmp_path / "whole", figure=True)
     for name in ("table.md", "table.csv", "differences.csv"):
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name

@@ -55,6 +55,8 @@ class Comparison:
     seeds: list[int]
     rows: list[Row]
     private: bool
+    resumed: list[int] = field(default_factory=list)  # seeds read back from an earlier, killed run
+    baseline_runs: dict[int, str] = field(default_factory=dict)  # seed -> run directory the paper's rows came from
 
     @property
     def columns(self) -> list[str]:
@@ -141,6 +143,7 @@ def compare(
     mine = Row(name, YOURS)
     runs = _baseline_docs(baselines, exp, seeds, inputs) if baselines else {}
     only = fill_defaults(slot.only(exp.params, name, private), kind.schema)  # what the kind reads, as a resolved run
+    resumed: list[int] = []
     for seed in seeds:
         key = _seed_key(exp, cls, path, seed, inputs, runs.get(seed))
         done = _read_seed(state_dir, seed, key)
@@ -149,6 +152,7 @@ def compare(
             _write_seed(state_dir, seed, key, done)
         else:
             print(f"[fedrepro] {exp.id} seed={seed}: finished in an earlier run, read from {state_dir}", flush=True)
+            resumed.append(seed)
         for row in [*paper_rows.values(), mine]:
             cells, curves = done["rows"][row.name]
             row.cells.append(cells)
@@ -156,7 +160,8 @@ def compare(
                 row.curves.append(pd.DataFrame(curves))
         if done["failure"]:
             mine.failures.append(f"seed {seed}: {done['failure']}")
-    return Comparison(exp, slot, list(seeds), [*paper_rows.values(), mine], private)
+    rows = [*paper_rows.values(), mine]
+    return Comparison(exp, slot, list(seeds), rows, private, resumed, {s: str(d) for s, d in runs.items()})
 
 
 def _run_seed(kind, exp, slot, seed, context, run_dir, paper_names, only, name, path) -> dict:

@@ -115,6 +115,43 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
     return written
 
 
+def write_record(comp: Comparison, out: Path, spec: str, method_file: Path, inputs, wall_s: float) -> Path:
+    """``compare.json``: what the table was made from, as a run's metrics.json records it (experiment, scale, seeds,
+    resolved parameters and their digest, the method file's bytes and class, the interface version, fedrepro's code,
+    the input data's digests, the baseline runs read or "rebuilt", the seeds resumed from a killed run, wall time)."""
+    import hashlib
+    import json
+
+    from fedrepro.learning.engine import ALGORITHM_API_VERSION
+    from fedrepro.provenance import code_version, params_digest
+
+    exp = comp.experiment
+    record = {
+        "experiment": exp.id,
+        "scale": exp.scale,
+        "seeds": comp.seeds,
+        "params": exp.params,
+        "params_digest": params_digest(exp.params),
+        "method": {
+            "spec": spec,
+            "row": comp.rows[-1].name,
+            "file_sha256": hashlib.sha256(Path(method_file).read_bytes()).hexdigest(),
+            "algorithm_api_version": ALGORITHM_API_VERSION,
+        },
+        "private": comp.private,
+        "code_version": code_version(),
+        "inputs": inputs or {},
+        "baselines": {str(s): d for s, d in comp.baseline_runs.items()} or "rebuilt",
+        "resumed_seeds": comp.resumed,
+        "failed_seeds": len(comp.rows[-1].failures),
+        "wall_s": round(wall_s, 3),
+    }
+    path = Path(out) / "compare.json"
+    text = json.dumps(record, indent=2, sort_keys=True, default=str, allow_nan=True) + "\n"
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    return path
+
+
 def _md(header: list[str], body: list[list[str]]) -> list[str]:
     return [
         "| " + " | ".join(header) + " |",
