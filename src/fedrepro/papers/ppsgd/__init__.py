@@ -10,6 +10,7 @@ f_i = l(y, (w + theta_i)^T x), one algorithm per module.
     sampler     the official code's batches() sampler for the real-data experiments
     cnn         Fig. 1d's CNN: a shared private representation with an additive personalized head
     clients     the real-data runs' federated dataset; grid: the (step, alpha) grid they sweep
+    method      a method from outside the package (python -m fedrepro compare) through the real-data runs' loop
     stackoverflow_tags  Fig. 1b / Fig. 2's Stack Overflow tag-prediction data: users, bag of words, bag of tags
 Beside them: privacy (Thms 4.1, 5.1, the experiments' opacus curve), plots, experiments/ (the kinds).
 """

@@ -10,6 +10,9 @@ the round's users (torch.func); configurations run one after another.
 
 Claim check ``local_poor`` (Sec. 6 on Fig. 1d: "the local-only models (alpha = 0) perform very poorly, since the
 global representation has frozen random weights"): without noise, alpha_c = 0 ends below every alpha_c > 0.
+
+With ``method`` (set by ``python -m fedrepro compare``), a method from outside the package is trained through this
+loop in place of the (step, alpha) grid, on the global model (Phi_W, w): :mod:`fedrepro.papers.ppsgd.method`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ each user scored with w + theta_i (a hit when the argmax class is among the row'
 Selection ([code], explicit in ``select``): the best test accuracy over steps at each evaluation point (Fig. 1)
 and, for Fig. 2, the step with the best final accuracy per (sigma, alpha). Epsilon: opacus RDP at q = Q/N, one
 step per round with alpha_c > 0 (0 for alpha_c = 0).
+
+With ``method`` (set by ``python -m fedrepro compare``), a method from outside the package is trained through this
+loop in place of the (step, alpha) grid: :mod:`fedrepro.papers.ppsgd.method`.
 """
 
 from __future__ import annotations
