@@ -18,6 +18,7 @@ from fedrepro.learning.engine import Diverged
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.net import Net
 from fedrepro.papers.ppsgd import cnn, method, ppsgd_exp
+from fedrepro.papers.ppsgd.clients import Clients
 from fedrepro.papers.ppsgd.experiments import linear as lin
 from fedrepro.papers.ppsgd.grid import run_grid
 
@@ -187,3 +188,39 @@ def test_a_custom_loss_turns_the_batched_formulations_off():
     assert Net(MLP(4, 3, [5]), loss=method.squared_loss(0.1, 3, True)).formulation is None
     with pytest.raises(ValueError, match="cross-entropy only"):
         Net(MLP(4, 3, [5]), gemm=True, loss=method.squared_loss(0.1, 3, True))
+
+
+def test_a_method_fine_tuning_with_autograd_at_evaluation_gets_its_context(tmp_path):
+    """FedAvgFT fine-tunes in deployed_params on the EvalContext's data (a partition's ClientData, batch m, the
+    step's lr) with plain autograd: the trainer calls it with gradients on, as the engine does."""
+    from learning_helpers import write_quadrant_partition
+
+    from fedrepro.data import fedformat
+    from fedrepro.learning.data import ClientData
+
+    ds = fedformat.load(write_quadrant_partition(tmp_path / "p"))
+    x = np.asarray(ds.features, dtype=np.float32).reshape(len(ds.labels), -1) / 255
+    o_tr, o_te = ds.offsets("train"), ds.offsets("test")
+    eye = np.eye(4, dtype=np.float32)
+    cl = Clients(x[o_tr[0] : o_tr[-1]], eye[ds.labels[o_tr[0] : o_tr[-1]]], o_tr - o_tr[0],
+                 x[o_te[0] : o_te[-1]], eye[ds.labels[o_te[0] : o_te[-1]]], o_te - o_te[0])  # fmt: skip
+    data = ClientData(ds, "cpu", feature_shape=(64,), preload=False)  # uint8 / 255, as x above
+    train = method.trainer(lambda seed: method.Linear(64, 4), method.squared_loss(0.1, 4, True), False, data)
+
+    class AutogradFT(FedAvg):
+        name = "autograd_ft_test"
+
+        def deployed_params(self, state, ctx=None):
+            assert ctx is not None and ctx.batch_size == 5
+            w = state.global_params["w"].clone().requires_grad_(True)
+            xb, yb = ctx.data.sample(np.arange(state.n_clients), ctx.batch_size, ctx.rng)
+            loss = state.net.loss({"w": w}, xb[0], yb[0])
+            (g,) = torch.autograd.grad(loss, w)  # fails under an outer no_grad
+            return {"w": (w - ctx.lr * g).detach().expand(state.n_clients, *w.shape)}
+
+    from fedrepro.learning.algorithms import register_external
+
+    register_external(AutogradFT)
+    p = _params(sigmas=[0], method={"name": "autograd_ft_test", "dp": False})
+    its, acc, _ = train(cl, p, 0.0, np.array([0.05]), None, 0)
+    assert np.isfinite(acc).all() and len(its) > 1

@@ -182,8 +182,9 @@ def trainer(model: Callable[[int], nn.Module], loss: Callable, multilabel: bool,
 
 
 def _accuracy(algo, state, net: Net, cl: Clients, ctx, dev) -> float:
-    with torch.no_grad():
-        return pooled_accuracy(net, algo.deployed_params(state, ctx), cl, dev)
+    """Pooled accuracy of the deployed models; ``deployed_params`` runs with gradients on, as the engine calls it (a
+    method may fine-tune there), the forward without."""
+    return pooled_accuracy(net, algo.deployed_params(state, ctx), cl, dev)
 
 
 def _eval_context(data, p: dict, counts: np.ndarray, lr: float, rng: np.random.Generator) -> EvalContext | None:
