@@ -272,8 +272,8 @@ def cmd_compare(args) -> int:
     slot_of(exp)  # an experiment that cannot run a method is refused before the method file is even read
     cls = load_method(args.method)
     out = _writable(args.out, "--out", is_dir=True)
-    entry = load_paper(cfg, exp.paper)["experiments"][exp.name]
-    seeds = args.seeds if args.seeds else paper_seeds(cfg, entry, exp.scale)
+    paper = load_paper(cfg, exp.paper)
+    seeds = args.seeds if args.seeds else paper_seeds(cfg, paper["experiments"][exp.name], exp.scale)
     data, partitions, inputs = _run_inputs(cfg, exp)
 
     def context(seed: int) -> RunContext:
@@ -281,9 +281,9 @@ def cmd_compare(args) -> int:
 
     start, method_file = time.monotonic(), parse_spec(args.method)[0]
     comparison = compare(exp, cls, method_file, list(seeds), context, args.baselines or (), inputs, out / SEEDS_DIR)
-    has_figure = any(f["experiment"] == exp.name for f in (load_paper(cfg, exp.paper).get("figures") or {}).values())
+    has_figure = any(f["experiment"] == exp.name for f in (paper.get("figures") or {}).values())
     written = write_comparison(comparison, out, figure=has_figure)
-    written.append(write_record(comparison, out, args.method, method_file, inputs, time.monotonic() - start))
+    written.append(write_record(comparison, out, args.method, inputs, time.monotonic() - start))
     for path in written:
         print(f"[fedrepro] wrote {path}")
     return 0

@@ -386,7 +386,7 @@ def test_a_killed_compare_resumes_from_its_finished_seeds(tmp_path, partition_di
     resumed = compare(exp, cls, method, [0, 1], counting, state_dir=state)
     assert set(calls) == {1}  # seed 0 was not trained again
     write_comparison(resumed, tmp_path / "resumed", figure=True)
-    record = json.loads(write_record(resumed, tmp_path / "resumed", f"{method}:FedProx", method, None, 1.5).read_text())
+    record = json.loads(write_record(resumed, tmp_path / "resumed", f"{method}:FedProx", None, 1.5).read_text())
     assert record["resumed_seeds"] == [0] and record["baselines"] == "rebuilt" and record["seeds"] == [0, 1]
     assert record["method"]["file_sha256"] == hashlib.sha256(method.read_bytes()).hexdigest()
     assert record["params_digest"] and record["experiment"] == exp.id and record["wall_s"] == 1.5

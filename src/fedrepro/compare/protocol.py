@@ -26,6 +26,7 @@ import pandas as pd
 
 from fedrepro.compare.method_file import accepts, failure, guarded, method_name
 from fedrepro.config import Experiment, fill_defaults
+from fedrepro.data.stamps import sha256_of
 from fedrepro.errors import ConfigError, ResultError
 from fedrepro.experiments import KINDS, Kind, RunContext, get_kind
 from fedrepro.experiments.method_slot import MethodSlot
@@ -55,6 +56,7 @@ class Comparison:
     seeds: list[int]
     rows: list[Row]
     private: bool
+    method_sha256: str = ""  # of the method file the row was trained from
     resumed: list[int] = field(default_factory=list)  # seeds read back from an earlier, killed run
     baseline_runs: dict[int, str] = field(default_factory=dict)  # seed -> run directory the paper's rows came from
 
@@ -144,8 +146,9 @@ def compare(
     runs = _baseline_docs(baselines, exp, seeds, inputs) if baselines else {}
     only = fill_defaults(slot.only(exp.params, name, private), kind.schema)  # what the kind reads, as a resolved run
     resumed: list[int] = []
+    method_sha = sha256_of(Path(path))
     for seed in seeds:
-        key = _seed_key(exp, cls, path, seed, inputs, runs.get(seed))
+        key = _seed_key(exp, cls, method_sha, seed, inputs, runs.get(seed))
         done = _read_seed(state_dir, seed, key)
         if done is None:
             done = _run_seed(kind, exp, slot, seed, context, runs.get(seed), list(paper_rows), only, name, path)
@@ -161,7 +164,8 @@ def compare(
         if done["failure"]:
             mine.failures.append(f"seed {seed}: {done['failure']}")
     rows = [*paper_rows.values(), mine]
-    return Comparison(exp, slot, list(seeds), rows, private, resumed, {s: str(d) for s, d in runs.items()})
+    baseline_runs = {s: str(d) for s, d in runs.items()}
+    return Comparison(exp, slot, list(seeds), rows, private, method_sha, resumed, baseline_runs)
 
 
 def _run_seed(kind, exp, slot, seed, context, run_dir, paper_names, only, name, path) -> dict:
@@ -185,7 +189,7 @@ def _records(frame: pd.DataFrame) -> dict[str, list]:
     return {c: frame[c].tolist() for c in frame.columns}
 
 
-def _seed_key(exp: Experiment, cls: type[Algorithm], path: Path, seed: int, inputs, run_dir: Path | None) -> str:
+def _seed_key(exp: Experiment, cls: type[Algorithm], method_sha: str, seed: int, inputs, run_dir: Path | None) -> str:
     """What one seed's result depends on, digested: a change to any of them trains the seed again."""
     from fedrepro.provenance import code_files, params_digest
     from fedrepro.runio import METRICS
@@ -194,11 +198,11 @@ def _seed_key(exp: Experiment, cls: type[Algorithm], path: Path, seed: int, inpu
         "code": code_files(),  # what fedrepro computes (an updated checkout trains again)
         "experiment": exp.id,
         "params": params_digest(exp.params),
-        "method": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        "method": method_sha,
         "class": cls.__name__,
         "seed": seed,
         "inputs": inputs or {},
-        "baseline": hashlib.sha256((run_dir / METRICS).read_bytes()).hexdigest() if run_dir else "rebuilt",
+        "baseline": sha256_of(run_dir / METRICS) if run_dir else "rebuilt",
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -115,11 +115,10 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
     return written
 
 
-def write_record(comp: Comparison, out: Path, spec: str, method_file: Path, inputs, wall_s: float) -> Path:
+def write_record(comp: Comparison, out: Path, spec: str, inputs, wall_s: float) -> Path:
     """``compare.json``: what the table was made from, as a run's metrics.json records it (experiment, scale, seeds,
     resolved parameters and their digest, the method file's bytes and class, the interface version, fedrepro's code,
     the input data's digests, the baseline runs read or "rebuilt", the seeds resumed from a killed run, wall time)."""
-    import hashlib
     import json
 
     from fedrepro.learning.engine import ALGORITHM_API_VERSION
@@ -135,7 +134,7 @@ def write_record(comp: Comparison, out: Path, spec: str, method_file: Path, inpu
         "method": {
             "spec": spec,
             "row": comp.rows[-1].name,
-            "file_sha256": hashlib.sha256(Path(method_file).read_bytes()).hexdigest(),
+            "file_sha256": comp.method_sha256,
             "algorithm_api_version": ALGORITHM_API_VERSION,
         },
         "private": comp.private,

@@ -61,7 +61,12 @@ class GaussianMechanism:
         clipped = clip_per_client(tree, self.clip)
         if self.std == 0:
             return clipped
-        return tree_map(torch.add, clipped, gaussian_noise(clipped, self.std, generator))
+        std = self.client_std(tree_flatten(clipped)[0][0].shape[0])
+        return tree_map(torch.add, clipped, gaussian_noise(clipped, std, generator))
+
+    def client_std(self, n_clients: int) -> float:
+        """The noise std each of the ``n_clients`` of one call adds: the whole ``std`` (local noise)."""
+        return self.std
 
     @classmethod
     def parse(cls, spec: GaussianMechanism | Mapping[str, float] | None) -> GaussianMechanism | None:
@@ -80,12 +85,9 @@ class SharedNoiseMechanism(GaussianMechanism):
     sum is the Gaussian mechanism's with multiplier ``noise_multiplier`` only if nothing but the sum (or the mean) of
     one call's updates leaves the round: one call per client per round, aggregated by summing or averaging."""
 
-    def __call__(self, tree: Any, generator: torch.Generator) -> Any:
-        clipped = clip_per_client(tree, self.clip)
-        if self.std == 0:
-            return clipped
-        n = tree_flatten(clipped)[0][0].shape[0]
-        return tree_map(torch.add, clipped, gaussian_noise(clipped, self.std / n**0.5, generator))
+    def client_std(self, n_clients: int) -> float:
+        """A share: std / sqrt(n), so that the n shares sum to the server's N(0, std^2)."""
+        return self.std / n_clients**0.5
 
 
 def calibrated(

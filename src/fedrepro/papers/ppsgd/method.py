@@ -47,7 +47,7 @@ from fedrepro.learning.engine import Diverged, EvalContext
 from fedrepro.learning.net import Net, take
 from fedrepro.papers.ppsgd.clients import Clients, rows_of
 from fedrepro.papers.ppsgd.grid import alpha_label
-from fedrepro.papers.ppsgd.sampler import BatchSampler
+from fedrepro.papers.ppsgd.sampler import run_batches
 from fedrepro.seeding import rng_for
 
 # the kinds' schema entry: which method runs instead of PPSGD's (step, alpha) grid (None: PPSGD's rows)
@@ -130,9 +130,7 @@ def trainer(model: Callable[[int], nn.Module], loss: Callable, multilabel: bool,
         labels = None if multilabel else torch.from_numpy(cl.y_train.argmax(axis=1)).to(dev)
         accs, its, rounds, n_diverged = [], [], 0, 0
         for g, lr in enumerate(float(v) for v in lrs):
-            sampler = BatchSampler(
-                cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"], np.random.default_rng([seed, 0])
-            )  # the PPSGD rows' batch sequence
+            sampler = run_batches(cl.train_off, p, seed)  # the PPSGD rows' batch sequence
             gen = torch.Generator(device=dev).manual_seed(int(np.random.default_rng([seed, 1, g]).integers(2**62)))
             dp = {"dp": SharedNoiseMechanism(p["clip"], float(sigma))} if p["method"]["dp"] else {}
             algo = build_algorithm(name, weight_decay=0.0, **dp)

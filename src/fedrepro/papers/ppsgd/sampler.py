@@ -53,3 +53,13 @@ class BatchSampler:
         self.ptr[users] += 1
         rows = self.starts[users, None] + chunk[:, None] * self.m + np.arange(self.m)[None, :]
         return users, rows
+
+
+def run_batches(train_off: np.ndarray, p: dict, seed: int) -> BatchSampler:
+    """The batch sequence of a real-data run with training seed ``seed`` (users' training rows at ``train_off``, the
+    run's ``m``, ``users_per_round``, ``epochs``): every configuration of PPSGD's grid and a method from outside
+    (:mod:`fedrepro.papers.ppsgd.method`) draw the same one from the stream [seed, 0]."""
+    train_off = np.asarray(train_off)
+    return BatchSampler(
+        train_off[:-1], np.diff(train_off), p["m"], p["users_per_round"], p["epochs"], np.random.default_rng([seed, 0])
+    )

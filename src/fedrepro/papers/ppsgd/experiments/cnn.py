@@ -27,7 +27,7 @@ from fedrepro.learning.engine import resolve_device
 from fedrepro.papers.ppsgd import cnn, method
 from fedrepro.papers.ppsgd.clients import Clients, load_partition
 from fedrepro.papers.ppsgd.grid import GRID_PROPERTIES, run_grid
-from fedrepro.papers.ppsgd.sampler import BatchSampler
+from fedrepro.papers.ppsgd.sampler import run_batches
 
 SCHEMA = {
     "type": "object",
@@ -86,7 +86,6 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
     """(eval iterations, accuracy (E, G), rounds) for G configurations, one sigma (run_grid's train function)."""
     K = cl.y_train.shape[1]
     dev = torch.device(resolve_device(p["device"]))
-    counts = np.diff(cl.train_off)
     x_test = _images(cl.x_test).to(dev)
     y_test = torch.from_numpy(cl.y_test.astype(np.int64)).to(dev)
     user_of_row = torch.from_numpy(np.repeat(np.arange(cl.n_users), np.diff(cl.test_off))).to(dev)
@@ -94,9 +93,7 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
     y_train = torch.from_numpy(cl.y_train - p["target_offset"]).to(dev)
     accs, its, rounds = [], [], 0
     for g in range(len(eta_w)):
-        sampler = BatchSampler(
-            cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"], np.random.default_rng([seed, 0])
-        )  # the same batches for every config
+        sampler = run_batches(cl.train_off, p, seed)  # the same batches for every config
         state = cnn.init_state(cl.n_users, K, np.random.default_rng([seed, 2]), p["pool_padding"]).to(dev)
         gen = torch.Generator(device=dev).manual_seed(int(np.random.default_rng([seed, 1, g]).integers(2**62)))
         its_g, acc_g, t = [], [], 0

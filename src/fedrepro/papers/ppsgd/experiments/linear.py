@@ -29,7 +29,7 @@ from fedrepro.experiments.params import INT1
 from fedrepro.papers.ppsgd import method, ppsgd_exp
 from fedrepro.papers.ppsgd.clients import Clients, load_partition, rows_of
 from fedrepro.papers.ppsgd.grid import ALPHA, GRID_PROPERTIES, run_grid
-from fedrepro.papers.ppsgd.sampler import BatchSampler
+from fedrepro.papers.ppsgd.sampler import run_batches
 
 SO_RELEASES = ("tff_stackoverflow_sqlite", "tff_stackoverflow")  # TFF's sqlite release (today's), its h5 release
 
@@ -147,7 +147,6 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
     dtype = np.dtype(p["dtype"])
     K = cl.y_train.shape[1]
     d = cl.x_train.shape[1]
-    counts = np.diff(cl.train_off)
     its = []
     acc_chunks = []
     rounds = 0
@@ -156,9 +155,7 @@ def train(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: np.n
     ):  # diverging steps (e.g. 0.01 on raw pixels) give inf/nan, never selected
         sl = slice(lo, lo + p["chunk"])
         # the same batch sequence for every chunk (common random numbers over the grid); own noise per chunk
-        sampler = BatchSampler(
-            cl.train_off[:-1], counts, p["m"], p["users_per_round"], p["epochs"], np.random.default_rng([seed, 0])
-        )
+        sampler = run_batches(cl.train_off, p, seed)
         noise_rng = np.random.default_rng([seed, 1, lo])
         state = ppsgd_exp.State.zeros(cl.n_users, d, K, len(eta_w[sl]), dtype=dtype)
         its_c, accs_c, t = [], [], 0
