@@ -22,7 +22,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
+import platform
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -79,6 +82,40 @@ def code_files() -> dict[str, str]:
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
         for p in sorted(root.rglob("*.py"))
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run ran on, as its metrics.json records it (and the archive's manifest shows): CPU model,
+    logical CPUs and those this process may use, torch's thread count, the GPUs torch sees (only when torch was
+    already imported: never imported for this), the platform and the 1/5/15-minute load average at the time of
+    the call (a busy machine explains a slow run)."""
+    torch = sys.modules.get("torch")
+    gpus: list[str] = []
+    if torch is not None and torch.cuda.is_available():
+        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        allowed = os.cpu_count()
+    return {
+        "cpu": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "cpus_allowed": allowed,
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "gpus": gpus,
+        "platform": platform.platform(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
 
 

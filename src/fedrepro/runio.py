@@ -15,6 +15,7 @@ import math
 import platform
 import time
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,12 @@ from fedrepro.config import Experiment, validate
 from fedrepro.errors import ResultError
 from fedrepro.experiments import RunOutput
 from fedrepro.files import atomic_write
-from fedrepro.provenance import code_version, misplaced, params_digest
+from fedrepro.provenance import code_version, machine, misplaced, params_digest
 
 METRICS = "metrics.json"
 HISTORY = "history.parquet"
 CONFIG = "config.yaml"
+ARRAYS = "arrays.npz"  # a run's small arrays (RunOutput.arrays), when it has any
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -81,6 +83,8 @@ class RunClock:
 
     def __init__(self) -> None:
         self._start = time.perf_counter()
+        self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")  # this attempt's start (UTC)
+        self.load_avg_at_start = machine()["load_avg"]
         self.before_s = 0.0  # earlier attempts' compute, up to the newest checkpoint resumed from
 
     def this_attempt_s(self) -> float:
@@ -105,10 +109,13 @@ def write_run(
     wall_time_s: float,
     resumed_wall_time_s: float | None = None,
     inputs: dict | None = None,
+    clock: RunClock | None = None,
 ) -> None:
     """``wall_time_s``: the run's compute across resumes; ``resumed_wall_time_s``: the part done by the attempt that
     resumed and finished it (None when it ran in one go); ``inputs``: the digests of the input data it read
-    (fedrepro.provenance.input_digests; None: it read none)."""
+    (fedrepro.provenance.input_digests; None: it read none); ``clock``: the run's, for when the attempt that
+    finished it started (``started_at``) and the machine's load then (``machine``: fedrepro.provenance.machine at
+    the end, the threads the run used included, with the load average at the start beside it)."""
     out_dir = Path(out_dir)
     resolved = {
         "experiment": exp.id,
@@ -125,6 +132,14 @@ def write_run(
     atomic_write(out_dir / CONFIG, lambda p: p.write_text(cfg_text))
     history = output.history if output.history is not None else pd.DataFrame()
     atomic_write(out_dir / HISTORY, lambda p: history.to_parquet(p, engine="pyarrow", index=False))
+    if output.arrays:
+        arrays = {k: np.ascontiguousarray(v) for k, v in output.arrays.items()}
+
+        def save(path: Path) -> None:
+            with open(path, "wb") as f:  # a file object: given a name np.savez adds ".npz" to it
+                np.savez_compressed(f, **arrays)
+
+        atomic_write(out_dir / ARRAYS, save)
     doc = {
         "experiment": exp.id,
         "kind": exp.kind,
@@ -136,6 +151,14 @@ def write_run(
         "accountant": output.accountant,
         "wall_time_s": wall_time_s,
         "wall_time_resumed_s": resumed_wall_time_s,
+        **(
+            {}
+            if clock is None
+            else {
+                "started_at": clock.started_at,
+                "machine": {**machine(), "load_avg_at_start": clock.load_avg_at_start},
+            }
+        ),
         "versions": versions(),
         "params_digest": params_digest(exp.params),
         "code_version": code_version(),

@@ -247,6 +247,7 @@ def test_train_gemm_switch(quadrants):
     on = engine.train(FedAvg(), quadrants, small_cnn, gemm=True, **kw)
     off = engine.train(FedAvg(), quadrants, small_cnn, gemm=False, **kw)
     for a, b in zip(on, off):
+        assert a.pop("round_losses") == pytest.approx(b.pop("round_losses"), abs=1e-6)
         assert a == pytest.approx(b, abs=1e-6)
     with pytest.raises(ValueError, match="gemm=True"):
         engine.train(FedAvg(), quadrants, lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 4)), gemm=True, **kw)

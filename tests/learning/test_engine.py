@@ -228,6 +228,12 @@ def test_schedule_rounds_and_callback():
     assert [h["round"] for h in hist] == [2, 3] and [h["iteration"] for h in hist] == [4, 6]
     assert [h["lr"] for h in hist] == [0.025, 0.0125] and hist[-1]["epoch"] == 3
     assert [s["round"] for s in seen] == [1, 2, 3] and ["eval" in s for s in seen] == [False, True, True]
+    # each evaluation row carries the per-round losses since the previous one (the trace a replay reruns)
+    assert [h["round_losses"] for h in hist] == [
+        [seen[0]["train_loss"], seen[1]["train_loss"]],
+        [seen[2]["train_loss"]],
+    ]
+    assert hist[0]["train_loss"] == pytest.approx(np.mean(hist[0]["round_losses"]))
     with pytest.raises(ValueError, match="exactly one"):
         engine.train(Local(), data, lambda: MLP(6, 3), batch_size=5, lr=0.1, rounds=2, epochs=1)
     with pytest.raises(ValueError, match="clients_per_round"):

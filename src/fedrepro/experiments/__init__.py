@@ -46,6 +46,9 @@ class RunOutput:
     undefined_ok: glob patterns of metric keys (dotted) that may legitimately be undefined (None) in some seeds and
         defined in others (e.g. "the iteration where curve A first beats curve B" when it never does); any other
         metric undefined in some seeds only fails the aggregate (fedrepro.aggregate).
+    arrays: small named numeric arrays worth keeping beside the metrics (``arrays.npz``, read with
+        ``allow_pickle=False``), e.g. a small model's final weights, so a result can be re-evaluated under another
+        reading without training again. Keep them small: the results archive holds them.
     """
 
     metrics: dict[str, Any]
@@ -53,6 +56,7 @@ class RunOutput:
     checks: dict[str, Check] = field(default_factory=dict)
     accountant: dict[str, str] | None = None
     undefined_ok: tuple[str, ...] = ()
+    arrays: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

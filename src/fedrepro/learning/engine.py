@@ -369,7 +369,8 @@ def train(
 ) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
-    evaluation), test_acc, test_acc_weighted, test_loss and the algorithm's metrics.
+    evaluation), round_losses (each round's train_loss since the previous evaluation, a list: the trace
+    ``fedrepro archive verify --replay`` reruns), test_acc, test_acc_weighted, test_loss and the algorithm's metrics.
 
     ``model``: a module whose parameters are the initialization (copied), or a zero-argument factory called under
     ``torch.manual_seed(seed)``. Exactly one of ``rounds`` and ``epochs``. ``clients_per_round`` K (default all).
@@ -410,12 +411,14 @@ def train(
             )
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
+        round_losses: list[float] = []  # each round's train_loss since the last evaluation
         saved = checkpoint.load() if checkpoint is not None else None
         if saved is not None:
             state = restore(state, saved["state"])
             generator.set_state(saved["generator"])
             rng.bit_generator.state = json.loads(saved["numpy_rng"])
             t, loss_sum, loss_n, start = saved["t"], saved["loss_sum"], saved["loss_n"], saved["round"] + 1
+            round_losses = list(saved["round_losses"])
             history = saved["history"]
         rows_per_step = batch_size * algorithm.batches_per_step
         pool = m if algorithm.population is None else np.asarray(algorithm.population)
@@ -439,6 +442,7 @@ def train(
             round_loss = float(torch.stack(losses).sum())
             loss_sum, loss_n = loss_sum + round_loss, loss_n + tau
             info = {"round": r, "iteration": t, "train_loss": round_loss / tau}
+            round_losses.append(round_loss / tau)
             if r == rounds or (eval_every and r % eval_every == 0):
                 step_lr = lr * lr_decay ** (t // iters_per_epoch)
                 ctx = EvalContext(data, rng_for(f"learning.eval.{r}", seed), batch_size, step_lr, iters_per_epoch)
@@ -451,11 +455,12 @@ def train(
                     "epoch": t / iters_per_epoch,
                     "lr": step_lr,
                     "train_loss": loss_sum / loss_n,
+                    "round_losses": round_losses,
                     **summarize(ev),
                     **algorithm.metrics(state),
                 }
                 history.append(info["eval"])
-                loss_sum, loss_n = 0.0, 0
+                loss_sum, loss_n, round_losses = 0.0, 0, []
             if checkpoint is not None and checkpoint.due(r, rounds):
                 checkpoint.save(
                     {
@@ -463,6 +468,7 @@ def train(
                         "t": t,
                         "loss_sum": loss_sum,
                         "loss_n": loss_n,
+                        "round_losses": round_losses,
                         "history": history,
                         "state": pack(state),
                         "generator": generator.get_state(),

@@ -302,16 +302,18 @@ def noise_of(p: dict, K: int, m: int, exp_id: str) -> Noise:
 
 def train_methods(
     p: dict, ctx: RunContext, data, factory, schedule: dict, private: np.ndarray, noise: Noise, counts: np.ndarray
-) -> tuple[dict, dict, list[dict]]:
+) -> tuple[dict, dict, list[dict], dict[str, np.ndarray]]:
     """Train every method; returns (metrics per lambda block and method, Table 3/4 metrics per method and lambda,
-    history rows)."""
+    history rows, each paper method's final global model as ``<method>.<parameter>`` arrays: 39,760 floats per
+    method for the MNIST MLP, kept so that the global columns can be evaluated again under another reading of the
+    test sets without training)."""
     from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import evaluate, train
     from fedrepro.progress import RoundProgress
 
     lams, m = list(p["lams"]), len(private)
     metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
-    rows, per_method = [], {}
+    rows, per_method, finals = [], {}, {}
     for name, spec in trained(p).items():
         algo = build(spec, private, lams, noise.z_update, noise.clip, p["weight_decay"])
         ckpt = run_checkpointer(
@@ -332,6 +334,7 @@ def train_methods(
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
         models = algo.final_models()
+        finals |= {f"{name}.{k}": v[0].detach().cpu().numpy() for k, v in models["global"].items()}
         acc_g = evaluate(algo.state.net, models["global"], data, "test")["acc"]
         acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
         groups = {"nonprivate": ("np",), "dp_fedavg": ("p",)}.get(spec["algorithm"], ("p", "np"))
@@ -343,7 +346,7 @@ def train_methods(
         per_method[name] = per_lam
         metrics.setdefault("final_clip", {})[name] = float(algo.state.clip)
         metrics.setdefault("skipped_rounds", {})[name] = int(getattr(algo.state, "skipped", 0))
-    return metrics, per_method, rows
+    return metrics, per_method, rows, finals
 
 
 def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_classes: int, noise: Noise) -> dict:
@@ -504,7 +507,7 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     opt_out, _ = opt_out_mask(ds, p["opt_out"]["fraction"], p["opt_out"]["seed"])
     schedule, K, iters = schedule_of(p, ds, int(rng.integers(2**31)), data.device)
     noise = noise_of(p, K, m, ctx.exp_id)
-    metrics, per_method, rows = train_methods(
+    metrics, per_method, rows, finals = train_methods(
         p, ctx, data, factory, schedule, ~opt_out, noise, ds.counts("test").astype(np.float64)
     )
     n_classes = int(model_kw["n_classes"])
@@ -542,6 +545,7 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
         history=pd.DataFrame(rows),
         checks=checks_of(p, per_method, n_classes, ctx.exp_id),
         accountant=accountant,
+        arrays=finals,
     )
 
 
