@@ -100,7 +100,7 @@ LAYERS = (
     {"__main__"},
     {"papers"},
     {"cli", "audit", "compare"},
-    {"report", "plots", "learning", "aggregate"},
+    {"report", "plots", "learning", "aggregate", "staleness"},
     {"runio"},
     {"paths", "plan", "datasets"},
     {"config", "provenance"},

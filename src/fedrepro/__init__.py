@@ -7,8 +7,9 @@ from above (tests/test_architecture.py reads every import, those inside function
                                               experiment kinds, figure styles, its privacy statements
     cli, audit, compare                       the command line; kinds that audit other runs (forensic sweeps,
                                               printed relations); a user's method under a paper's protocol
-    report, plots, learning, aggregate        verdicts, tables, pages; figure house style; the FL engine and the
-                                              paper-free algorithms; a run's seeds into one summary
+    report, plots, learning, aggregate,       verdicts, tables, pages; figure house style; the FL engine and the
+    staleness                                 paper-free algorithms; a run's seeds into one summary; whether a run is
+                                              still what the config and the data ask for
     runio                                     a run's files (metrics, history, resolved config)
     paths, plan, datasets                     where every file goes; compute plan; what to fetch for what
     config, provenance                        the validated configuration; digests and code versions

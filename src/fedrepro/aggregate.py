@@ -205,6 +205,53 @@ def _check_places(run_dirs: list[Path], docs: list[dict], out: Path) -> None:
             )
 
 
+def unsupported(summary: Mapping, run_dirs: Iterable[Path], source: str) -> str | None:
+    """Why the summary read from ``source`` is not what its seed runs ``run_dirs`` (one per seed it lists) give, or
+    None when it is: every run present and readable, and the summary recomputed from them equal to it (each metric's
+    mean, std and n; each check's flag and counts), its own checks consistent with their counts. A report judges
+    only a summary its runs bear out."""
+    run_dirs = [Path(d) for d in run_dirs]
+    for name, c in (summary.get("checks") or {}).items():
+        if "n_passed" in c and "n" in c and bool(c["passed"]) != (c["n_passed"] == c["n"]):
+            return f"{source}: check {name} says passed={c['passed']} but {c['n_passed']} of {c['n']} seeds passed"
+    docs = []
+    for d in run_dirs:
+        if not (d / METRICS).is_file():
+            return f"{source}: its seed run {d / METRICS} is missing"
+        try:
+            docs.append(read_metrics(d))
+        except ResultError as exc:
+            return f"{source}: its seed run is damaged: {exc}"
+    try:
+        again = summarize(docs, [str(d / METRICS) for d in run_dirs])
+    except ResultError as exc:
+        return f"{source}: its seed runs do not make one summary: {exc}"
+    if again["seeds"] != list(summary.get("seeds") or []):
+        return f"{source}: lists seeds {summary.get('seeds')} but its runs are seeds {again['seeds']}"
+    mine = summary.get("metrics") or {}
+    for key in sorted(set(mine) | set(again["metrics"])):
+        a, b = mine.get(key), again["metrics"].get(key)
+        if a is None or b is None:
+            return f"{source}: metric {key!r} is {'not in the summary' if a is None else 'in no seed run'}"
+        for stat in ("mean", "std", "n"):
+            if stat in a and not _same(a[stat], b[stat]):
+                return (
+                    f"{source}: metric {key!r} has {stat} {a[stat]!r}, its seed runs give {b[stat]!r} (the summary "
+                    "was edited, or its runs changed after it was written)"
+                )
+    for name in sorted(set(summary.get("checks") or {}) | set(again["checks"])):
+        a, b = (summary.get("checks") or {}).get(name), again["checks"].get(name)
+        if a is None or b is None or any(a.get(k, b[k]) != b[k] for k in ("passed", "n_passed", "n")):
+            return f"{source}: check {name!r} is {a!r} in the summary, its seed runs give {b!r}"
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
+
+
 def aggregate_runs(run_dirs: Iterable[Path], out: Path) -> dict:
     run_dirs = [Path(d) for d in run_dirs]
     docs = [read_metrics(d) for d in run_dirs]

@@ -290,9 +290,9 @@ def cmd_compare(args) -> int:
 
 
 def cmd_ci_check(args) -> int:
-    from fedrepro.report.cicheck import ci_check
+    from fedrepro.report.cicheck import ci_check, flagged_rows
 
-    return ci_check(Path(args.report))
+    return ci_check(Path(args.report), flagged_rows(_load_cfg(args)))
 
 
 def cmd_data(args) -> int:
@@ -457,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("ci-check", help="exit 1 if a CI-flagged target deviates or was not built")
     c.add_argument("--report", required=True, help="replication.csv written by `report`")
+    _common(c)
     c.set_defaults(fn=cmd_ci_check)
 
     d = sub.add_parser("data", help="fetch/check a dataset, or build/plot a partition of config/partitions.yaml")

@@ -258,8 +258,9 @@ def test_a_reading_too_noisy_to_judge_is_not_the_closest():
     [
         (None, "std", None, 1.0, 1, 1),  # one seed: no spread yet, one more first
         (0.0, "std", None, 0.0, 3, 0),  # no spread: nothing to resolve
-        (0.0, "std", None, 2.0, 2, 23),  # 1.96 * 2 / sqrt(n') <= 0.8 (10 % of 8.0) -> n' = 25 (24.01), 23 more
-        (None, "single", None, 0.2, 2, 0),  # 1.96 * 0.2 * sqrt(1 + 1/2) = 0.48 <= 0.8: resolved already
+        (0.0, "std", None, 2.0, 2, 25),  # t(n' - 1) * 2 / sqrt(n') <= 0.8 (10 % of 8.0) -> n' = 27 (0.791), 25 more
+        (None, "single", None, 0.2, 2, 2),  # t(n' - 1) * 0.2 * sqrt(1 + 1/n') <= 0.8: 0.99 at n' = 3, 0.71 at 4
+        (None, "single", None, 0.1, 5, 0),  # t(4) * 0.1 * sqrt(1.2) = 0.30 <= 0.8: resolved already
         (None, "single", None, 0.5, 2, None),  # 1.96 * 0.5 = 0.98 > 0.8: no number of seeds resolves one printed run
     ],
 )

@@ -16,7 +16,7 @@ import pytest
 
 from fedrepro.cli import main
 from fedrepro.compare.method_file import load_method
-from fedrepro.compare.paired import paired_difference
+from fedrepro.compare.paired import Difference, holm, paired_difference
 from fedrepro.compare.protocol import YOURS, compare
 from fedrepro.compare.table import write_comparison, write_record
 from fedrepro.config import Experiment, resolve_params
@@ -264,19 +264,45 @@ def test_protocols_that_cannot_run_a_method_are_refused_in_one_line(tmp_path, ca
 
 
 def test_paired_difference_by_hand():
-    # d = (1, 2, 3): mean 2, sd 1, se 1/sqrt(3) = 0.577; 1.96 se = 1.13 < 2: resolved
-    d = paired_difference([11.0, 12.0, 13.0], [10.0, 10.0, 10.0])
-    assert (d.mean, d.n, d.resolved, d.more_seeds) == (pytest.approx(2.0), 3, True, None)
-    assert d.se == pytest.approx(1 / math.sqrt(3))
-    # d = (1, -1, 2): mean 2/3, sd sqrt(7/3) = 1.528, se 0.882; 1.96 se = 1.73 > 0.667: not resolved; the rule
-    # needs n' = ceil((1.96 * 1.528 / 0.667)^2) = ceil(20.17) = 21 seeds, 18 more
-    d = paired_difference([1.0, -1.0, 2.0], [0.0, 0.0, 0.0])
+    # d = (1, 2, 3): mean 2, sd 1, se 1/sqrt(3) = 0.577, t = 3.46 at 2 df: p = 0.074, not resolved alone (1.96 se =
+    # 1.13 < 2 called it resolved); at this spread n' = 4 resolves it (t(3) / 2 = 1.59 < 2): one more seed
+    d = holm([paired_difference([11.0, 12.0, 13.0], [10.0, 10.0, 10.0])])[0]
+    assert (d.mean, d.n, d.resolved, d.more_seeds) == (pytest.approx(2.0), 3, False, 1)
+    assert d.se == pytest.approx(1 / math.sqrt(3)) and d.p_value == pytest.approx(0.0742, abs=1e-4)
+    # d = (1, -1, 2): mean 2/3, sd sqrt(7/3) = 1.528: t(n' - 1) * 1.528 / sqrt(n') < 0.667 first at n' = 23
+    d = holm([paired_difference([1.0, -1.0, 2.0], [0.0, 0.0, 0.0])])[0]
     assert d.mean == pytest.approx(2 / 3) and d.se == pytest.approx(math.sqrt(7 / 3) / math.sqrt(3))
-    assert not d.resolved and d.more_seeds == 18
+    assert not d.resolved and d.more_seeds == 23 - 3
     # a failed seed (NaN) drops out of the pairs; one pair left: no standard error, never resolved
-    d = paired_difference([5.0, math.nan], [1.0, 1.0])
-    assert d.n == 1 and not d.resolved and d.more_seeds is None
+    d = holm([paired_difference([5.0, math.nan], [1.0, 1.0])])[0]
+    assert d.n == 1 and not d.resolved and d.more_seeds is None and math.isnan(d.p_value)
     assert paired_difference([math.nan], [1.0]).n == 0
+    # float rounding around zero (identical columns): no number of seeds is stated
+    d = holm([paired_difference([1e-18, -1e-9, 1e-9], [0.0, 0.0, 0.0])])[0]
+    assert not d.resolved and d.more_seeds is None
+
+
+def test_two_seeds_of_a_large_noisy_difference_are_not_resolved():
+    """scaffold - fedavg: -12.56 ± 6.02 from 2 seeds was "resolved: yes" under 1.96; at 1 df p = 0.28."""
+    d = holm([paired_difference([-12.56 - 6.02, -12.56 + 6.02], [0.0, 0.0])])[0]
+    assert d.se == pytest.approx(6.02) and d.p_value == pytest.approx(0.285, abs=1e-3) and not d.resolved
+
+
+def test_a_tables_differences_are_resolved_together_by_holm():
+    """Three comparisons at p = 0.001, 0.03, 0.04: each alone is below 5 %, but Holm's step-down stops at the second
+    (0.03 > 0.05 / 2); at 0.001, 0.02, 0.04 every step passes (0.0167, 0.025, 0.05)."""
+
+    def at(*ps):
+        return holm([Difference(1.0, 0.1, 5, p) for p in ps])
+
+    assert [d.resolved for d in at(0.03, 0.001, 0.04)] == [False, True, False]
+    assert [d.resolved for d in at(0.02, 0.001, 0.04)] == [True, True, True]
+    assert [d.resolved for d in at(0.06)] == [False]
+    # an untestable difference (one seed) is not counted in the family
+    assert [d.resolved for d in holm([Difference(1.0, 0.1, 5, 0.04), Difference(1.0, math.nan, 1, math.nan)])] == [
+        True,
+        False,
+    ]
 
 
 def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(tmp_path):

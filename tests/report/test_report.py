@@ -10,8 +10,10 @@ from report_fixture import target as fixture_target
 
 from fedrepro.aggregate import summarize
 from fedrepro.cli import main
+from fedrepro.config import load_global
 from fedrepro.errors import ResultError
 from fedrepro.report import verdict as v
+from fedrepro.report.cicheck import ci_check, flagged_rows
 from fedrepro.report.status import Calibration, evaluate
 
 
@@ -344,21 +346,48 @@ def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
         reason="",
         evidence="",
     )
+
+    def check(rows):
+        return ci_check(_report(tmp_path, rows), [("adaped", "R1")])
+
     for good in (v.REPRODUCED, v.CALIBRATED, v.PASSES):
-        assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, status=good)]))]) == 0
-    for status in (v.DEVIATES, v.NOT_RUN, v.INCONCLUSIVE, v.NOT_COMPARABLE, v.FITTED, v.FAILS, v.SHOWN, v.INVALID):
-        assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(row, id="X", status=status)]))]) == 1
+        assert check([dict(row, status=good)]) == 0
+    for status in (
+        v.DEVIATES,
+        v.NOT_RUN,
+        v.INCONCLUSIVE,
+        v.NOT_COMPARABLE,
+        v.FITTED,
+        v.FAILS,
+        v.SHOWN,
+        v.INVALID,
+        v.STALE,
+    ):
+        assert check([row, dict(row, id="X", status=status)]) == 1
     # a deviating row not flagged for CI does not fail the check when a forensic conclusion explains it ...
     explained = dict(row, id="D", status="deviates", ci="false", evidence="forensics adaped.f: no reading ...")
-    assert main(["ci-check", "--report", str(_report(tmp_path, [row, explained]))]) == 0
+    assert check([row, explained]) == 0
     # ... but an unexplained deviation, or one whose forensic sweep is not built, fails it
     for evidence in ("", "forensics adaped.f: not built (`snakemake ...`)"):
         bad = dict(explained, evidence=evidence)
-        assert main(["ci-check", "--report", str(_report(tmp_path, [row, bad]))]) == 1
+        assert check([row, bad]) == 1
     # a deviating check row is not a printed deviation
-    assert main(["ci-check", "--report", str(_report(tmp_path, [row, dict(explained, row="check", evidence="")]))]) == 0
+    assert check([row, dict(explained, row="check", evidence="")]) == 0
     # nothing flagged: refuse rather than pass vacuously
     assert main(["ci-check", "--report", str(_report(tmp_path, [dict(row, ci="false")]))]) == 2
+
+
+def test_ci_check_fails_when_a_flagged_registry_row_is_missing_from_the_report(tmp_path, capsys):
+    """A report that lacks CI rows (cut short, edited, or of other papers) passed as long as its own CI rows did."""
+    row = dict(paper="adaped", id="R1", row="printed", printed="1", rebuilt="1", status="reproduced", ci="true")
+    row |= dict(reason="", evidence="")
+    assert ci_check(_report(tmp_path, [row]), [("adaped", "R1"), ("fedhdp", "T2.eps.p")]) == 1
+    assert "fedhdp.T2.eps.p" in capsys.readouterr().out
+    # the command line takes the flagged rows from the configured registries: one row of 52 is not enough
+    assert main(["ci-check", "--report", str(_report(tmp_path, [row]))]) == 1
+    out = capsys.readouterr().out
+    flagged = flagged_rows(load_global())
+    assert len(flagged) > 40 and f"{len(flagged)} CI row(s) of the registries are missing from the report" in out
 
 
 def test_run_writes_all_files_and_is_deterministic(tmp_path):

@@ -22,17 +22,49 @@ def test_a_non_finite_rebuild_is_never_judged(mean, std):
 
 
 def test_standard_error_not_seed_spread():
-    j = judge(10.1, std=0.2, n=4)  # se = 0.1
-    assert math.isclose(j.se_rebuilt, 0.1) and math.isclose(j.tol, v.Z * 0.1)
+    j = judge(10.1, std=0.2, n=4)  # se = 0.1 with 3 degrees of freedom
+    assert math.isclose(j.se_rebuilt, 0.1) and math.isclose(j.tol, v.t_quantile(3) * 0.1) and j.df == 3
+
+
+def test_the_t_quantile_comes_from_scipy_and_shrinks_towards_1_96():
+    assert math.isclose(v.t_quantile(1), 12.7062, rel_tol=1e-5) and math.isclose(v.t_quantile(4), 2.7764, rel_tol=1e-4)
+    assert math.isclose(v.t_quantile(math.inf), 1.95996, rel_tol=1e-5)
+    assert v.t_quantile(2) > v.t_quantile(3) > v.t_quantile(30) > v.t_quantile(math.inf)
+    with pytest.raises(ValueError):
+        v.t_quantile(0)
+
+
+def test_the_degrees_of_freedom_are_the_smaller_sides():
+    """A printed std over 6 runs (5 df) against 3 seeds (2 df): t at 2 df; a side without uncertainty drops out."""
+    assert judge(10.0, std=0.2, n=3, pm=0.3, reading="std", runs=6).df == 2
+    assert judge(10.0, std=0.2, n=10, pm=0.3, reading="std", runs=6).df == 5
+    assert judge(10.0, std=0.0, n=3, pm=0.3, reading="std", runs=6, deterministic=True).df == 5
+    assert judge(10.0, std=0.2, n=3, pm=0.3, reading="se").df == 2  # a stated se is known: only the seeds' df
+    assert judge(10.0, std=0.0, n=1, pm=0.3, reading="ci95", deterministic=True).df == math.inf
+
+
+def test_fedhdp_table3_nonprivate_ditto_acc_g_with_two_seeds():
+    """Printed 93.8 (a single run), seeds 94.170 ± 0.099 (n = 2): t(1) = 12.7 gives a prediction half-width of 1.54;
+    1.96 gave 0.24 and called this faithful rebuild a deviation."""
+    j = single(94.17, std=0.099, n=2, value=93.8)
+    assert j.tol >= 1.5 and j.outcome != v.DEVIATES and j.df == 1
 
 
 @pytest.mark.parametrize(
-    "reading, runs, se",
-    [("ci95", None, 0.5 / v.Z), ("se", None, 0.5), ("std", 25, 0.1), ("std", None, 0.5), ("unknown", 6, 0.5)],
+    "reading, runs, se, df",
+    [
+        ("ci95", None, 0.5 / v.Z, math.inf),
+        ("se", None, 0.5, math.inf),
+        ("std", 25, 0.1, 24),
+        ("std", None, 0.5, math.inf),
+        ("unknown", 6, 0.5, math.inf),
+    ],
 )
-def test_printed_pm_read_as_the_paper_says(reading, runs, se):
-    got, words = v.printed_se(0.5, reading, runs)
-    assert math.isclose(got, se) and "0.5" in words
+def test_printed_pm_read_as_the_paper_says(reading, runs, se, df):
+    got, words, got_df = v.printed_se(0.5, reading, runs)
+    assert (
+        math.isclose(got, se) and "0.5" in words and got_df == df and ("df ∞" if df == math.inf else "df 24") in words
+    )
 
 
 def test_no_pm_and_no_noise_falls_back_to_the_printed_rounding():
@@ -41,8 +73,9 @@ def test_no_pm_and_no_noise_falls_back_to_the_printed_rounding():
 
 
 def test_reproduced_needs_agreement_within_the_combined_standard_error():
-    assert judge(10.3, std=0.2, n=4, pm=0.2, reading="se").outcome == v.REPRODUCED  # tol = 1.96*sqrt(.04+.01)
-    assert judge(10.5, std=0.2, n=4, pm=0.2, reading="se").outcome == v.DEVIATES
+    # tol = t(3) * sqrt(.04 + .01) = 0.71
+    assert judge(10.7, std=0.2, n=4, pm=0.2, reading="se").outcome == v.REPRODUCED
+    assert judge(10.75, std=0.2, n=4, pm=0.2, reading="se").outcome == v.DEVIATES
 
 
 def test_a_wildly_wrong_value_with_a_large_seed_std_is_not_reproduced():
@@ -62,10 +95,11 @@ def test_one_seed_of_a_random_experiment_is_inconclusive_unless_deterministic():
 
 
 def test_a_95_percent_interval_is_not_read_as_a_std():
-    """histograms Table 1: ±0.01 is a 95% interval; as a std it would allow twice the difference."""
-    assert judge(1.05, std=0.001, n=5, value=1.036, pm=0.01, reading="ci95", floor=0.0005).outcome == v.DEVIATES
+    """histograms Table 1: ±0.01 is a 95% interval; as a std it would allow twice the difference (tol 0.0142 vs
+    0.0278 at t(4))."""
+    assert judge(1.06, std=0.001, n=5, value=1.036, pm=0.01, reading="ci95", floor=0.0005).outcome == v.DEVIATES
     assert (
-        judge(1.05, std=0.001, n=5, value=1.036, pm=0.01, reading="std", runs=1, floor=0.0005).outcome == v.REPRODUCED
+        judge(1.06, std=0.001, n=5, value=1.036, pm=0.01, reading="std", runs=1, floor=0.0005).outcome == v.REPRODUCED
     )
 
 
@@ -75,17 +109,18 @@ def single(mean, std, n, value=80.0, floor=0.005, deterministic=False):
 
 
 def test_a_single_printed_run_is_judged_by_the_prediction_interval_of_one_run():
-    """s = 1 over n = 5 seeds: one run lies within 1.96*sqrt(1 + 1/5) = 2.15 of the mean, the mean within 0.88."""
-    half = v.Z * 1.0 * math.sqrt(1 + 1 / 5)
-    inside = single(81.5, std=1.0, n=5)
+    """s = 1 over n = 5 seeds: one run lies within t(4)*sqrt(1 + 1/5) = 3.04 of the mean, the mean within 1.24."""
+    half = v.t_quantile(4) * 1.0 * math.sqrt(1 + 1 / 5)
+    inside = single(82.5, std=1.0, n=5, value=80.0)
     assert inside.outcome == v.REPRODUCED and math.isclose(inside.tol, half) and math.isclose(inside.se_printed, 1.0)
-    assert "printed single run judged against the spread of the 5 rebuilt seeds (prediction interval ±2.15)" in (
-        inside.reading
+    assert (
+        "printed single run judged against the spread of the 5 rebuilt seeds (prediction interval ±3.04, t 2.78 at 4 "
+        "df)" in inside.reading
     )
-    assert single(82.3, std=1.0, n=5).outcome == v.DEVIATES  # 2.3 > 2.15
-    assert single(77.7, std=1.0, n=5).outcome == v.DEVIATES
+    assert single(83.1, std=1.0, n=5).outcome == v.DEVIATES  # 3.1 > 3.04
+    assert single(76.9, std=1.0, n=5).outcome == v.DEVIATES
     # the reading matters: read as a value without ± (the se of the rebuilt mean only), the faithful draw deviates
-    assert judge(81.5, std=1.0, n=5, value=80.0).outcome == v.DEVIATES
+    assert judge(82.5, std=1.0, n=5, value=80.0).outcome == v.DEVIATES
 
 
 def test_a_single_printed_run_with_one_seed_is_inconclusive_however_far():
@@ -100,21 +135,22 @@ def test_a_single_printed_run_with_one_seed_is_inconclusive_however_far():
 
 def test_a_single_printed_run_of_a_too_noisy_experiment_is_inconclusive():
     """Printed 10: a verdict needs the prediction half-width within 10% of it (1.0)."""
-    # seed std 1: half-width 2.15 at n = 5, and never below 1.96 however many seeds
+    # seed std 1: half-width 3.04 at n = 5, and never below 1.96 however many seeds
     j = single(10.5, std=1.0, n=5, value=10.0)
     assert j.outcome == v.INCONCLUSIVE and "too noisy" in j.why and "more seeds cannot resolve" in j.why
     assert single(10.5, std=1.0, n=1000, value=10.0).outcome == v.INCONCLUSIVE
-    # seed std 0.48: 1.15 at n = 2 (more seeds would do), 0.99 at n = 10
-    j = single(10.5, std=0.48, n=2, value=10.0)
-    assert j.outcome == v.INCONCLUSIVE and j.why.endswith("run more seeds")
-    assert single(10.5, std=0.48, n=10, value=10.0).outcome == v.REPRODUCED
+    # seed std 0.453: 7.05 at n = 2; more seeds would do (t shrinks with n): 1.0035 at n = 15, 0.9953 at n = 16
+    j = single(10.5, std=0.453, n=2, value=10.0)
+    assert j.outcome == v.INCONCLUSIVE and j.why.endswith(f"run more seeds ({16 - 2} more)")
+    assert single(10.5, std=0.453, n=15, value=10.0).outcome == v.INCONCLUSIVE
+    assert single(10.5, std=0.453, n=16, value=10.0).outcome == v.REPRODUCED
     # a deviation is told however noisy: outside the prediction interval is outside
     assert single(14.0, std=1.0, n=5, value=10.0).outcome == v.DEVIATES
 
 
 def test_the_single_reading_in_words():
-    se, words = v.printed_se(None, v.SINGLE, None, 2.0, 4)
-    assert se == 2.0 and f"(prediction interval ±{v.Z * 2.0 * math.sqrt(1.25):.3g})" in words
+    se, words, df = v.printed_se(None, v.SINGLE, None, 2.0, 4)
+    assert se == 2.0 and df == 3 and f"(prediction interval ±{v.t_quantile(3) * 2.0 * math.sqrt(1.25):.3g}," in words
     assert "no spread" in v.printed_se(None, v.SINGLE, None, 0.0, 1)[1]
 
 
@@ -125,11 +161,14 @@ def test_the_readme_states_the_rule_of_the_code():
     paragraph = " ".join(paragraph.split())
     for text in (paragraph, v.RULE_TEXT):
         for formula in (
-            f"{v.Z}·√(se_printed² + se_rebuilt²)",
+            "t·√(se_printed² + se_rebuilt²)",
             f"{v.RESOLUTION:.0%} of",
-            "printed single run, one draw without ±",
-            f"{v.Z}·s·√(1 + 1/n)",
+            "printed single run",
+            "one draw without ±",
+            "t(n − 1)·s·√(1 + 1/n)",
             f"max(floor, {v.RESOLUTION:.0%}",
+            "smaller degrees of freedom of the two sides",
+            "Student's t",
         ):
             assert formula in text, formula
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedrepro.aggregate import stats
-from fedrepro.compare.paired import RULE, paired_difference
+from fedrepro.compare.paired import RULE, holm, paired_difference
 from fedrepro.compare.protocol import YOURS, Comparison, Row
 from fedrepro.runio import atomic_write
 
@@ -59,24 +59,27 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
                 )
             )
         body.append([row.name, ORIGIN[row.origin], *cells])
-    diffs = []
+    pairs = []
     for row in comp.rows[:-1]:
         same = comp.slot.paired(exp.params, row.name)
         has = {c for cells in row.cells for c in (cells or {})}  # columns the baseline has (DP-FedAvg: no np)
         for col in [c for c in cols if c in has and (same is None or c in same)]:
-            d = paired_difference(_values(mine, col), _values(row, col))
-            diffs.append(
-                dict(
-                    method=mine.name,
-                    baseline=row.name,
-                    column=col,
-                    diff=d.mean,
-                    se=d.se,
-                    n=d.n,
-                    resolved=d.resolved,
-                    more_seeds=d.more_seeds,
-                )
-            )
+            pairs.append((row.name, col, paired_difference(_values(mine, col), _values(row, col))))
+    judged = holm([d for _, _, d in pairs])  # the table's comparisons as one family
+    diffs = [
+        dict(
+            method=mine.name,
+            baseline=name,
+            column=col,
+            diff=d.mean,
+            se=d.se,
+            n=d.n,
+            p_value=d.p_value,
+            resolved=d.resolved,
+            more_seeds=d.more_seeds,
+        )
+        for (name, col, _), d in zip(pairs, judged)
+    ]
     lines = [
         f"# {exp.id} with {mine.name}",
         "",
@@ -92,18 +95,19 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
     if mine.failures:
         lines += ["", f"**{mine.name} failed** ({len(mine.failures)} of {len(comp.seeds)} seeds):", ""]
         lines += [f"- {f}" for f in mine.failures]
-    lines += ["", f"## {mine.name} minus each baseline", "", f"Rule: {RULE}."]
+    lines += ["", f"## {mine.name} minus each baseline", "", f"Rule: {RULE} ({len(diffs)} comparisons here)."]
     lines += [f"Columns: {comp.slot.paired_text}.", ""] if comp.slot.paired_text else [""]
     dbody = [
         [
             r["baseline"],
             r["column"],
             "—" if r["n"] == 0 else f"{r['diff']:+.2f} ± {r['se']:.2f} (n={r['n']})",
+            "—" if math.isnan(r["p_value"]) else f"{r['p_value']:.3g}",
             "yes" if r["resolved"] else ("no" + (f": run {r['more_seeds']} more seed(s)" if r["more_seeds"] else "")),
         ]
         for r in diffs
     ]
-    lines += _md(["baseline", "column", "difference", "resolved"], dbody)
+    lines += _md(["baseline", "column", "difference", "p (paired t)", "resolved (Holm)"], dbody)
     written = [out / "table.md", out / "table.csv", out / "differences.csv"]
     text = "\n".join(lines) + "\n"
     atomic_write(written[0], lambda p: p.write_text(text, encoding="utf-8"))

@@ -378,6 +378,17 @@ def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
     return out
 
 
+def expected_digests(cfg: Mapping, dataset_id: str) -> dict[str, str]:
+    """What each of the dataset's files must hash to here, without reading the data: the catalog's pin, or for an
+    unpinned file the sha256 recorded when its first fetch here passed its content check (absent when it was never
+    fetched here). A run's recorded inputs are compared with these (fedrepro.staleness)."""
+    ds = get_dataset(dataset_id)
+    stamp = stamp_path(cfg, ds.id)
+    recorded = _stamp_digests(stamp) if stamp.is_file() else {}
+    out = {f.name: f.sha256 or recorded.get(f.name) for f in ds.files}
+    return {name: digest for name, digest in out.items() if digest}
+
+
 def dataset_files(cfg: Mapping, dataset_id: str) -> list[Path]:
     """Paths of the dataset's files, verified again now (see :func:`verified_files`)."""
     return [v.path for v in verified_files(cfg, dataset_id)]

@@ -1,19 +1,36 @@
 """CI replication check: exit 1 when a row flagged `ci=true` is not good (a printed row not reproduced, or reproduced
-after calibration; a check or consistency row that does not pass; a row not built), or when any printed row deviates
-without a built forensic conclusion (fedrepro.audit.forensics)."""
+after calibration; a check or consistency row that does not pass; a row not built, stale or invalid), when a row the
+registries flag `ci=true` is missing from the report (a report cut short or of other papers proves nothing about
+it), or when any printed row deviates without a built forensic conclusion (fedrepro.audit.forensics)."""
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping
 from pathlib import Path
 
 from fedrepro.errors import FedreproError, ResultError
 from fedrepro.report.verdict import DEVIATES, GOOD
 
+
+def flagged_rows(cfg: Mapping) -> list[tuple[str, str]]:
+    """(paper, id) of every registry row flagged ``ci=true``, over the configured papers."""
+    from fedrepro.config import resolve_path
+    from fedrepro.report.registry import load_registry
+
+    return [
+        (paper, t.id)
+        for paper in cfg["papers"]
+        for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
+        if t.ci
+    ]
+
+
 COLUMNS = ("paper", "id", "row", "ci", "status", "printed", "rebuilt", "reason", "evidence")  # the columns read
 
 
-def ci_check(report_csv: Path) -> int:
+def ci_check(report_csv: Path, flagged: list[tuple[str, str]] | None = None) -> int:
+    """``flagged``: the registries' CI rows (:func:`flagged_rows`), each of which must be in the report."""
     if not report_csv.is_file():
         raise FedreproError(f"replication report not found: {report_csv} (build it with the `report` rule first)")
     rebuild = "rebuild it with `snakemake --cores 2` or `python -m fedrepro report`"
@@ -41,6 +58,9 @@ def ci_check(report_csv: Path) -> int:
         raise ResultError(f"{report_csv}: cannot read the replication report ({exc}); {rebuild}") from None
     if not rows:
         raise FedreproError(f"{report_csv}: no target is flagged for CI; the check would prove nothing")
+    absent = sorted(set(flagged or ()) - {(r["paper"], r["id"]) for r in rows})
+    for paper, rid in absent:
+        print(f"FAIL {paper}.{rid:<28} flagged ci=true in its registry but missing from {report_csv}")
     bad = [r for r in rows if r["status"] not in GOOD]
     for r in rows:
         mark = "ok  " if r["status"] in GOOD else "FAIL"
@@ -62,4 +82,9 @@ def ci_check(report_csv: Path) -> int:
             f"{len(unexplained)} printed row(s) deviate with no forensic evidence (a forensic_sweep experiment naming "
             "the row, built): a deviation is explained by evidence, not prose"
         )
-    return 1 if bad or unexplained else 0
+    if absent:
+        print(
+            f"{len(absent)} CI row(s) of the registries are missing from the report: it was cut short, edited or built "
+            "for other papers; rebuild it with `snakemake --cores 2` or `python -m fedrepro report`"
+        )
+    return 1 if bad or unexplained or absent else 0

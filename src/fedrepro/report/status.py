@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedrepro import paths
+from fedrepro.aggregate import unsupported
 from fedrepro.config import load_paper, resolve_path, run_scale
 from fedrepro.data.catalog import get_dataset, get_provider
 from fedrepro.data.sources import is_available
@@ -19,6 +20,7 @@ from fedrepro.provenance import misplaced
 from fedrepro.report import verdict as v
 from fedrepro.report.registry import Target, check_keys, load_registry
 from fedrepro.runio import read_summary
+from fedrepro.staleness import stale_reasons
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def _calibrated(r: Result, cals: list[Calibration]) -> Result:
     entering = [c for c in cals if c.enters(t) and t.id not in c.fitted_to]
     if fitted:
         r.calibration = "; ".join(c.text() for c in fitted)
-        if r.status not in (v.NOT_RUN, v.NOT_COMPARABLE, v.INVALID):
+        if r.status not in (v.NOT_RUN, v.NOT_COMPARABLE, v.INVALID, v.STALE):
             r.reason = f"{t.id} is what the calibration was fitted to ({r.status} as fitted); " + r.reason
             r.status = v.FITTED
     elif entering:
@@ -140,10 +142,11 @@ def evaluate(
     exp_entry: Mapping | None,
     cals: list[Calibration] = (),
     missing: list[str] | None = None,
+    soundness: Soundness | None = None,
 ) -> Result:
     """The row's Result; ``scale`` is the scale its experiment runs at, ``summary`` its summary.json (None if not
     built), ``exp_entry`` its config entry (None: no such experiment), ``missing`` its datasets unavailable here
-    (None: look them up)."""
+    (None: look them up), ``soundness`` what :func:`soundness` found of that summary (None: not looked at)."""
     if exp_entry is None:
         return Result(
             t,
@@ -158,6 +161,7 @@ def evaluate(
         _not_run(cfg, t, scale, summary, missing)
         or _misplaced(t, scale, summary, source)
         or _synthetic(t, summary, source)
+        or _unsound(t, summary, soundness)
         or _judge(t, summary, source)
     )
     return _calibrated(r, list(cals)) if t.printed else r
@@ -191,6 +195,41 @@ def _synthetic(t: Target, summary: dict, source: str) -> Result | None:
         scale=summary.get("effective_scale", ""),
         reason=f"{source}: made from synthetic test data (FEDREPRO_TEST_PINS {', '.join(pins)}): never judged",
     )
+
+
+@dataclass(frozen=True)
+class Soundness:
+    """What stops a built summary from being judged: ``status`` invalid (its seed runs do not bear it out) or stale
+    (its runs were made under other parameters or data than are here now), why, and the command that rebuilds it."""
+
+    status: str
+    reason: str
+    command: str = ""
+
+
+def soundness(cfg: Mapping, paper: str, exp: str, scale: str, summary: dict | None) -> Soundness | None:
+    """None when the experiment's summary at ``scale`` (its place) can be judged: it is what its seed runs give
+    (fedrepro.aggregate.unsupported) and they are what the configuration and the data here ask for
+    (fedrepro.staleness). Looked at once per experiment, before any of its rows is judged."""
+    if summary is None:
+        return None
+    source = paths.relative(cfg, "summary", paper=paper, exp=exp, scale=scale)
+    seeds = [s for s in summary.get("seeds") or [] if isinstance(s, int)]
+    runs = [paths.run_dir(cfg, paper, exp, scale, seed) for seed in seeds]
+    bad = unsupported(summary, runs, source)
+    rebuild = f"snakemake --cores 2 --config scale={scale} -- {source}"
+    if bad:
+        return Soundness(v.INVALID, f"{bad}: never judged; {REBUILD_SUMMARY}", rebuild)
+    reasons = stale_reasons(cfg, summary, runs[0] if runs else None)
+    if reasons:
+        return Soundness(v.STALE, f"{source}: {'; '.join(reasons)}: never judged; rebuild it", rebuild)
+    return None
+
+
+def _unsound(t: Target, summary: dict, found: Soundness | None) -> Result | None:
+    if found is None:
+        return None
+    return Result(t, found.status, scale=summary.get("effective_scale", ""), reason=found.reason, command=found.command)
 
 
 def _judge(t: Target, summary: dict, source: str) -> Result:
@@ -277,37 +316,46 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
                 f"({c.param}): no registry row {', '.join(unknown)} in {registry_path(cfg, paper)}"
             )
     cache: dict[str, tuple[str, dict | None]] = {}  # per experiment, looked up once (not per row)
+    sound: dict[str, Soundness | None] = {}
     missing: dict[str, list[str]] = {}
 
     def built(name: str) -> tuple[str, dict | None]:
         if name not in cache:
             scale = run_scale(doc["experiments"][name], mode)
-            cache[name] = (scale, load_summary(cfg, paper, name, scale))
+            summary = load_summary(cfg, paper, name, scale)
+            sound[name] = soundness(cfg, paper, name, scale, summary)
+            cache[name] = (scale, summary)
         return cache[name]
 
-    evidence = forensic_evidence(cfg, paper, doc, built)
+    evidence = forensic_evidence(cfg, paper, doc, built, sound)
     results = []
     for t in targets:
         entry = doc["experiments"].get(t.exp_name)
         if entry is not None and t.exp_name not in missing:
             missing[t.exp_name] = unavailable_datasets(cfg, entry)
         scale, summary = built(t.exp_name) if entry is not None else (mode, None)
-        r = evaluate(cfg, t, scale, summary, entry, cals, missing.get(t.exp_name, []))
+        r = evaluate(cfg, t, scale, summary, entry, cals, missing.get(t.exp_name, []), sound.get(t.exp_name))
         r.evidence = evidence.get(t.id, [])
         results.append(r)
     return results
 
 
-def forensic_evidence(cfg: Mapping, paper: str, doc: Mapping, built) -> dict[str, list[str]]:
+def forensic_evidence(
+    cfg: Mapping, paper: str, doc: Mapping, built, sound: Mapping[str, Soundness | None] | None = None
+) -> dict[str, list[str]]:
     """row id -> the conclusions of the forensic sweeps (kind forensic_sweep) that explain it, each naming its
-    experiment; a sweep not built yet says so with the command that builds it."""
+    experiment; a sweep not built yet says so with the command that builds it, and one whose summary is invalid or
+    stale (``sound``, filled by ``built``) is not read."""
     out: dict[str, list[str]] = {}
     for name, entry in ((n, e) for n, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"):
         scale, summary = built(name)
+        found = sound.get(name) if sound is not None else None
         for row in entry["params"]["rows"]:
             check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
             wrong = misplaced(summary, {"paper": paper, "exp": name, "scale": scale}) if summary else None
-            if wrong:
+            if found is not None:
+                text = f"forensics {paper}.{name}: {found.status}, not read: {found.reason}"
+            elif wrong:
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: {summary_file}: {wrong}: not read; {REBUILD_SUMMARY}"
             elif check is None:

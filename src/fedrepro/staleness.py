@@ -1,0 +1,110 @@
+"""Whether a run (or a summary of runs) is still what the configuration and the data here ask for.
+
+A run records the digest of its resolved parameters (``params_digest``) and the digests of the input data it read
+(``inputs``: per dataset file its verified sha256, per partition the sha256 of its manifest; fedrepro.provenance). It
+is *stale* when either no longer matches: the experiment's parameters, resolved now at the run's scale, digest to
+something else (a value changed in ``config/<paper>.yaml``, or a schema default), or a dataset file is pinned or was
+verified here with another sha256, or a partition built here has another manifest. What cannot be known here is not
+held against a run: a dataset never fetched here has no recorded digest to compare with (a pinned file always has
+one), and a partition not built here has no manifest. Runs written before these fields were recorded are compared
+on what they hold.
+
+The report never judges a stale run (fedrepro.report.status) and the results archive never restores one
+(fedrepro.archive); both name what changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedrepro import paths
+from fedrepro.config import Experiment, resolve_experiment
+from fedrepro.data import fedformat
+from fedrepro.data.sources import expected_digests
+from fedrepro.errors import ConfigError
+from fedrepro.provenance import params_digest
+from fedrepro.runio import CONFIG
+
+
+def current_inputs(cfg: Mapping, exp: Experiment) -> dict[str, dict[str, Any]]:
+    """The inputs record (fedrepro.provenance.input_digests' shape) a run of ``exp`` made here now would write, as far
+    as it can be known without reading the data: the datasets' pinned or recorded digests, the manifests of the
+    partitions built here."""
+    partitions = {}
+    for name in exp.partitions:
+        d = paths.partition_dir(cfg, name)
+        if (d / fedformat.MANIFEST).is_file():
+            partitions[name] = fedformat.manifest_digest(d)
+    return {"datasets": {d: expected_digests(cfg, d) for d in exp.datasets}, "partitions": partitions}
+
+
+def changed_inputs(recorded: Mapping, current: Mapping) -> list[str]:
+    """The inputs a run read that differ from what is here now, in words; an input not knowable here (a dataset
+    never fetched here, a partition not built) is not compared."""
+    out = []
+    for dataset, files in sorted((recorded.get("datasets") or {}).items()):
+        now = current.get("datasets", {}).get(dataset, {})
+        for name, digest in sorted(files.items()):
+            if name in now and now[name] != digest:
+                out.append(
+                    f"dataset {dataset} file {name} (the run read sha256 {digest[:12]}…, here {now[name][:12]}…)"
+                )
+    for name, digest in sorted((recorded.get("partitions") or {}).items()):
+        now = current.get("partitions", {}).get(name)
+        if now is not None and now != digest:
+            out.append(f"partition {name} (the run read manifest {digest[:12]}…, built here {now[:12]}…)")
+    return out
+
+
+def changed_params(recorded: Any, current: Any, prefix: str = "") -> list[str]:
+    """The parameters (dotted keys) whose values differ between two resolved parameter trees, e.g.
+    ``["n: 14 -> 40"]``."""
+    if isinstance(recorded, Mapping) and isinstance(current, Mapping):
+        return [
+            change
+            for key in sorted(set(recorded) | set(current), key=str)
+            for change in changed_params(recorded.get(key, "(absent)"), current.get(key, "(absent)"), f"{prefix}{key}.")
+        ]
+    if params_digest({"v": recorded}) == params_digest({"v": current}):  # numbers by value, as the digest reads them
+        return []
+    return [f"{prefix.rstrip('.')}: {recorded!r} -> {current!r}"]
+
+
+def _recorded_params(run_dir: Path | None) -> Mapping | None:
+    if run_dir is None or not (run_dir / CONFIG).is_file():
+        return None
+    try:
+        doc = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return doc.get("params") if isinstance(doc, dict) else None
+
+
+def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> list[str]:
+    """Why the run or summary ``doc`` (a metrics.json or summary.json) is no longer what the configuration and the
+    data here ask for; [] when it still is. ``run_dir``: a run directory of it, whose config.yaml names the
+    parameters that changed."""
+    try:
+        exp = resolve_experiment(cfg, doc["experiment"], doc["scale"])
+    except ConfigError as exc:  # the experiment is gone or its config no longer resolves
+        return [f"{doc['experiment']} no longer resolves in the configuration ({exc})"]
+    reasons = []
+    if "params_digest" in doc and doc["params_digest"] != params_digest(exp.params):
+        recorded = _recorded_params(run_dir)
+        what = changed_params(recorded, exp.params) if recorded is not None else []
+        detail = "; ".join(what[:4]) + (f"; {len(what) - 4} more" if len(what) > 4 else "")
+        reasons.append(
+            f"made under other parameters (params_digest {doc['params_digest']}, the config now gives "
+            f"{params_digest(exp.params)}{': ' + detail if detail else ''})"
+        )
+    records = doc.get("inputs")
+    records = records if isinstance(records, list) else [records] if isinstance(records, Mapping) else []
+    current = current_inputs(cfg, exp) if records else {}
+    changed = sorted({c for r in records if isinstance(r, Mapping) for c in changed_inputs(r, current)})
+    if changed:
+        reasons.append(f"made from other input data than is here now: {'; '.join(changed)}")
+    return reasons

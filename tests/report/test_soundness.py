@@ -1,0 +1,145 @@
+"""The report judges only what its runs show (issue: verdicts a statistician would sign): a summary its seed runs do
+not bear out makes its rows invalid, a run made under other parameters or data makes them stale, and neither is
+ever judged; ci-check fails on an affected CI row. Real runs of two cheap paper-scale experiments, then one edit each,
+as a user's hand or a damaged disk would make it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedrepro.cli import main
+from fedrepro.config import REPO_ROOT, load_global
+from fedrepro.report import verdict as v
+from fedrepro.report.status import evaluate_paper
+from fedrepro.staleness import changed_inputs, changed_params
+
+SEEDS = (0, 1)
+EXPERIMENTS = ("bernoulli", "fig3b")  # K.bern.uniform (printed, ci), F3b.claim (a paper claim judged by a check)
+ROWS = ("K.bern.uniform", "F3b.claim")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """results/ with two paper-scale seeds of each experiment and their summaries, made by the command line."""
+    res = tmp_path_factory.mktemp("built") / "results"
+    for exp in EXPERIMENTS:
+        runs = [res / "adaped" / exp / "paper" / f"seed{s}" for s in SEEDS]
+        for s, run in zip(SEEDS, runs):
+            assert main(["run", f"adaped.{exp}", "--scale", "paper", "--seed", str(s), "--out", str(run)]) == 0
+        summary = res / "adaped" / exp / "paper" / "summary.json"
+        assert main(["aggregate", "--runs", *map(str, runs), "--out", str(summary)]) == 0
+    return res
+
+
+@pytest.fixture
+def results(built, tmp_path) -> Path:
+    return Path(shutil.copytree(built, tmp_path / "results"))
+
+
+def statuses(results: Path, **overrides) -> dict[str, tuple[str, str]]:
+    cfg = load_global(overrides={"results_dir": str(results), **overrides})
+    return {r.target.id: (r.status, r.reason) for r in evaluate_paper(cfg, "adaped") if r.target.id in ROWS}
+
+
+def test_untouched_runs_are_judged(results):
+    got = statuses(results)
+    assert all(status not in (v.INVALID, v.STALE) for status, _ in got.values()), got
+
+
+def _summary(results: Path, exp: str) -> Path:
+    return results / "adaped" / exp / "paper" / "summary.json"
+
+
+def _edit_json(path: Path, edit) -> None:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def remove_a_seed(results):
+    (results / "adaped" / "bernoulli" / "paper" / "seed1" / "metrics.json").unlink()
+    return "K.bern.uniform", "seed run", "seed1/metrics.json is missing"
+
+
+def damage_a_seed(results):
+    (results / "adaped" / "bernoulli" / "paper" / "seed1" / "metrics.json").write_text('{"experiment": ')
+    return "K.bern.uniform", "seed run is damaged", "seed1/metrics.json"
+
+
+def edit_a_mean(results):
+    _edit_json(_summary(results, "bernoulli"), lambda d: d["metrics"]["gain_pct.uniform"].update(mean=12.0))
+    return "K.bern.uniform", "metric 'gain_pct.uniform' has mean 12.0, its seed runs give", "summary.json"
+
+
+def pass_a_failed_check(results):
+    name = "dp_recovers_personalized_at_max_eps0"
+
+    def edit(d):
+        d["checks"][name].update(passed=True, n_passed=0)
+
+    _edit_json(_summary(results, "fig3b"), edit)
+    return "F3b.claim", f"check {name} says passed=True but 0 of 2 seeds passed", "summary.json"
+
+
+def pass_a_check_and_its_counts(results):
+    name = "dp_recovers_personalized_at_max_eps0"
+    _edit_json(_summary(results, "fig3b"), lambda d: d["checks"][name].update(passed=True, n_passed=2))
+    return "F3b.claim", f"check '{name}' is", "its seed runs give"
+
+
+@pytest.mark.parametrize(
+    "edit", [remove_a_seed, damage_a_seed, edit_a_mean, pass_a_failed_check, pass_a_check_and_its_counts]
+)
+def test_a_summary_its_runs_do_not_bear_out_is_invalid(results, edit):
+    before = statuses(results)
+    row, *words = edit(results)
+    status, reason = statuses(results)[row]
+    assert status == v.INVALID and all(w in reason for w in words), (before[row], reason)
+
+
+def test_a_check_edited_to_pass_was_failing(built):
+    """The fixture's F3b claim fails in both seeds (the edits above turn a failure into a pass, not a pass into a
+    pass)."""
+    doc = json.loads(_summary(built, "fig3b").read_text())
+    assert doc["checks"]["dp_recovers_personalized_at_max_eps0"]["n_passed"] == 0
+
+
+def test_a_parameter_changed_after_the_run_makes_its_rows_stale(results, tmp_path):
+    """bernoulli n 14 -> 40 in config/adaped.yaml after the run: the rows are stale, naming the parameter."""
+    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
+    doc["experiments"]["bernoulli"]["params"]["n"] = 40
+    changed = tmp_path / "adaped.yaml"
+    changed.write_text(yaml.safe_dump(doc, sort_keys=False))
+    cfg = load_global()
+    papers = {**cfg["papers"], "adaped": str(changed)}
+    status, reason = statuses(results, papers=papers)["K.bern.uniform"]
+    assert status == v.STALE and "made under other parameters" in reason and "n: 14 -> 40" in reason
+    assert statuses(results, papers=papers)["F3b.claim"][0] != v.STALE  # another experiment: untouched
+
+    # the report and ci-check from the command line: the CI row K.bern.uniform is stale, so the check fails
+    out = tmp_path / "report"
+    sets = ["--config-set", f"results_dir={results}", "--config-set", f"papers.adaped={changed}"]
+    assert main(["report", "--out-dir", str(out), *sets]) == 0
+    lines = (out / "replication.csv").read_text().splitlines()[1:]
+    rows = {r.split(",")[1]: r for r in lines if r.startswith("adaped,")}
+    assert ",stale," in rows["K.bern.uniform"]
+    assert main(["ci-check", "--report", str(out / "replication.csv"), *sets]) == 1
+
+
+def test_changed_inputs_and_params_name_what_changed():
+    rec = {"datasets": {"mnist": {"a.gz": "1" * 64, "b.gz": "2" * 64}}, "partitions": {"p": "3" * 64, "q": "4" * 64}}
+    now = {"datasets": {"mnist": {"a.gz": "1" * 64, "b.gz": "5" * 64}}, "partitions": {"p": "6" * 64}}
+    assert changed_inputs(rec, now) == [
+        f"dataset mnist file b.gz (the run read sha256 {'2' * 12}…, here {'5' * 12}…)",
+        f"partition p (the run read manifest {'3' * 12}…, built here {'6' * 12}…)",
+    ]  # q is not built here: not held against the run
+    assert changed_inputs(rec, rec) == []
+    assert changed_params({"a": 1, "b": {"c": [1, 2]}}, {"a": 1.0, "b": {"c": [1, 3]}, "d": 0}) == [
+        "b.c: [1, 2] -> [1, 3]",
+        "d: '(absent)' -> 0",
+    ]
