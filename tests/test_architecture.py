@@ -99,10 +99,10 @@ def kinds_importing_kinds(graph: dict[str, set[str]], kind_mods: set[str]) -> di
 LAYERS = (
     {"__main__"},
     {"papers"},
-    {"cli", "audit", "compare"},
+    {"cli", "audit", "compare", "archive"},
     {"report", "plots", "learning", "aggregate", "staleness"},
     {"runio"},
-    {"paths", "plan", "datasets"},
+    {"paths", "plan", "datasets", "run_inputs"},
     {"config", "provenance"},
     {"data", "experiments"},
     {"privacy", "files", "registry"},

@@ -5,13 +5,15 @@ from above (tests/test_architecture.py reads every import, those inside function
 
     papers/{adaped,fedhdp,histograms,ppsgd}   everything one paper needs: estimators, algorithms, models,
                                               experiment kinds, figure styles, its privacy statements
-    cli, audit, compare                       the command line; kinds that audit other runs (forensic sweeps,
-                                              printed relations); a user's method under a paper's protocol
+    cli, audit, compare, archive              the command line; kinds that audit other runs (forensic sweeps,
+                                              printed relations); a user's method under a paper's protocol; the
+                                              results archive (paper-scale runs kept, verified, replayed, restored)
     report, plots, learning, aggregate,       verdicts, tables, pages; figure house style; the FL engine and the
     staleness                                 paper-free algorithms; a run's seeds into one summary; whether a run is
                                               still what the config and the data ask for
     runio                                     a run's files (metrics, history, resolved config)
-    paths, plan, datasets                     where every file goes; compute plan; what to fetch for what
+    paths, plan, datasets, run_inputs         where every file goes; compute plan; what to fetch for what; what a
+                                              run reads (verified data, checked partitions, their digests)
     config, provenance                        the validated configuration; digests and code versions
     data, experiments                         datasets, partitions, the federated format; the experiment-kind
                                               registry and the paper-free accounting kinds

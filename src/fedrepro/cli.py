@@ -12,6 +12,8 @@ data fetch DATASET|--all [--dry-run] [--offline]                  fetch + verify
 data partition NAME --out DIR                                     build a partition of config/partitions.yaml
 data plot NAME --input DIR --out FILE.png                         samples/classes per client of a partition
 list                                                              experiments, kinds and datasets
+archive add RUN_DIR... | list | verify [--replay R] | compare      the results archive of paper-scale runs
+archive restore PAPER.EXP --seed N --out DIR                      an archived run into results/ (the workflow's rule)
 """
 
 from __future__ import annotations
@@ -51,40 +53,6 @@ def _load_cfg(args):
 
     overrides = json.loads(os.environ.get(WORKFLOW_ENV) or "{}")
     return load_global(args.config, deep_merge(overrides, parse_overrides(args.config_set)))
-
-
-def _run_inputs(cfg, exp) -> tuple[dict, dict, dict]:
-    """What a run of ``exp`` trains on: its datasets' verified files, its partitions' checked directories, and the
-    ``inputs`` record of their digests (fedrepro.provenance.input_digests) that its metrics keep."""
-    from fedrepro.data import fedformat
-    from fedrepro.data.sources import verified_files
-    from fedrepro.provenance import input_digests
-
-    verified, partitions = {d: verified_files(cfg, d) for d in exp.datasets}, _partition_dirs(cfg, exp)
-    data = {d: [f.path for f in files] for d, files in verified.items()}
-    inputs = input_digests(
-        {d: [(f.name, f.sha256) for f in files] for d, files in verified.items()},
-        {name: fedformat.manifest_digest(d) for name, d in partitions.items()},
-    )
-    return data, partitions, inputs
-
-
-def _partition_dirs(cfg, exp) -> dict:
-    from fedrepro import paths
-    from fedrepro.data import fedformat
-    from fedrepro.errors import DataError
-
-    out = {}
-    for name in exp.partitions:
-        d = paths.partition_dir(cfg, name)
-        if not d.exists():
-            raise DataError(
-                f"{exp.id} trains on partition {name!r}, not built at {d}: run "
-                f"`snakemake --cores 2 {d}` or `python -m fedrepro data partition {name} --out {d}`"
-            )
-        fedformat.check(d)  # built but damaged: the error names the file
-        out[name] = d
-    return out
 
 
 INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data and code its checkpoints were made from
@@ -147,6 +115,17 @@ def _seed(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give a whole number >= 1")
+    return value
+
+
 def _writable(path: str | Path, option: str, is_dir: bool) -> Path:
     """Check an output path before any work: ``path`` (a directory when ``is_dir``, else a file) must be creatable or
     replaceable. Creates the missing parent directories (they would be created anyway) and probes one with a file."""
@@ -173,7 +152,8 @@ def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
     from fedrepro.experiments import RunContext, get_kind
     from fedrepro.experiments.memory import check_memory
-    from fedrepro.provenance import code_files
+    from fedrepro.provenance import code_files, code_version
+    from fedrepro.run_inputs import run_inputs
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
 
@@ -185,10 +165,11 @@ def cmd_run(args) -> int:
     # round checkpoints of long runs live beside the outputs until the run completes: a killed job rerun with
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
-    data, partitions, inputs = _run_inputs(cfg, exp)
+    data, partitions, inputs = run_inputs(cfg, exp)
     if ckpt is not None:
         _checkpoints_made_from(ckpt, inputs, code_files())
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
+    code_version()  # read (and cached) now: the run records the code it started from, not the checkout at its end
     ctx = RunContext(
         exp_id=exp.id,
         seed=args.seed,
@@ -266,6 +247,7 @@ def cmd_compare(args) -> int:
     from fedrepro.compare.table import write_comparison, write_record
     from fedrepro.config import load_paper, paper_seeds, resolve_experiment
     from fedrepro.experiments import RunContext
+    from fedrepro.run_inputs import prepare_inputs, run_inputs
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale)
@@ -274,7 +256,9 @@ def cmd_compare(args) -> int:
     out = _writable(args.out, "--out", is_dir=True)
     paper = load_paper(cfg, exp.paper)
     seeds = args.seeds if args.seeds else paper_seeds(cfg, paper["experiments"][exp.name], exp.scale)
-    data, partitions, inputs = _run_inputs(cfg, exp)
+    for line in prepare_inputs(cfg, exp):  # as the workflow's data stage would: fetch, verify, build the partition
+        print(f"[fedrepro] {line}", flush=True)
+    data, partitions, inputs = run_inputs(cfg, exp)
 
     def context(seed: int) -> RunContext:
         return RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
@@ -286,6 +270,37 @@ def cmd_compare(args) -> int:
     written.append(write_record(comparison, out, args.method, inputs, time.monotonic() - start))
     for path in written:
         print(f"[fedrepro] wrote {path}")
+    return 0
+
+
+def cmd_archive(args) -> int:
+    from fedrepro.archive import ops, store
+    from fedrepro.errors import ConfigError
+
+    cfg = _load_cfg(args)
+    if args.action == "add":
+        if not args.runs:
+            raise ConfigError(
+                "archive add: name the run directories to archive, e.g. results/<paper>/<exp>/paper/seed0"
+            )
+        for run in args.runs:
+            entry, new = store.add(cfg, Path(run))
+            print(f"[fedrepro] {'archived' if new else 'already archived'}: {run} -> {entry.dir}", flush=True)
+        return 0
+    if args.runs:
+        raise ConfigError(f"archive {args.action}: takes no run directories (only `archive add` does)")
+    if args.action == "list":
+        print(ops.list_text(cfg), end="")
+        return 0
+    if args.action == "verify":
+        return 1 if ops.verify(cfg, args.replay) else 0
+    if args.action == "compare":
+        print(ops.compare_text(cfg), end="")
+        return 0
+    if args.experiment is None or args.out is None:  # restore
+        raise ConfigError("archive restore: give --experiment PAPER.EXP, --seed N and --out DIR")
+    entry = store.restore(cfg, args.experiment, args.seed, _writable(args.out, "--out", is_dir=True))
+    print(f"[fedrepro] restored {entry.dir} -> {args.out}", flush=True)
     return 0
 
 
@@ -454,6 +469,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(cmp)
     cmp.set_defaults(fn=cmd_compare)
+
+    ar = sub.add_parser("archive", help="the results archive: paper-scale runs kept in the repository")
+    ar.add_argument("action", choices=["add", "list", "verify", "compare", "restore"])
+    ar.add_argument("runs", nargs="*", metavar="RUN_DIR", help="add: the run directories to archive")
+    ar.add_argument(
+        "--replay",
+        type=_positive,
+        default=None,
+        metavar="R",
+        help="verify: also rerun the first R rounds of one archived seed per experiment and compare",
+    )
+    ar.add_argument("--experiment", default=None, help="restore: PAPER.EXP")
+    ar.add_argument("--seed", type=_seed, default=0, help="restore: the seed")
+    ar.add_argument("--out", default=None, help="restore: the run directory to restore into")
+    _common(ar)
+    ar.set_defaults(fn=cmd_archive)
 
     c = sub.add_parser("ci-check", help="exit 1 if a CI-flagged target deviates or was not built")
     c.add_argument("--report", required=True, help="replication.csv written by `report`")

@@ -173,16 +173,18 @@ def deep_merge(base: Mapping, over: Mapping) -> dict:
 
 
 BOOL_TEXT = {"true": True, "false": False}
+BOOL_KEYS = (("data", "online"), ("archive", "use"))  # nested booleans a user sets with Snakemake's --config
 
 
 def validate_global(cfg: Mapping, source: str = "config") -> dict:
     """The validated global config; ``only_papers`` (when set) narrows ``papers`` and ``targets`` to those papers.
 
-    ``data.online`` given as the text ``true``/``false`` (Snakemake's ``--config 'data={online: true}'`` parses
-    nested values as text) is taken as the boolean."""
-    data = cfg.get("data")
-    if isinstance(data, Mapping) and isinstance(data.get("online"), str) and data["online"].lower() in BOOL_TEXT:
-        cfg = {**cfg, "data": {**data, "online": BOOL_TEXT[data["online"].lower()]}}
+    ``data.online`` and ``archive.use`` given as the text ``true``/``false`` (Snakemake's ``--config 'data={online:
+    true}'`` parses nested values as text) are taken as the booleans."""
+    for block, key in BOOL_KEYS:
+        node = cfg.get(block)
+        if isinstance(node, Mapping) and isinstance(node.get(key), str) and node[key].lower() in BOOL_TEXT:
+            cfg = {**cfg, block: {**node, key: BOOL_TEXT[node[key].lower()]}}
     validate(cfg, load_schema("config.schema.yaml"), source=source)
     cfg = dict(cfg)
     unknown = sorted({k.split(".", 1)[0] for k in cfg.get("default_scales") or {}} - set(cfg["papers"]))

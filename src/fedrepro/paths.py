@@ -28,6 +28,9 @@ PATTERNS = {
     "report": "{results}/report/replication.{ext}",
     # a method from outside the papers (config extra_methods) as one more row of an experiment's table
     "extra_table": "{results}/extra/{method}/{paper}/{exp}/{scale}/table.{ext}",
+    # a paper-scale run kept in the repository (fedrepro.archive), restored into run_dir by the workflow
+    "archive_run": "{archive}/{paper}/{exp}/{scale}/seed{seed}",
+    "archive_file": "{archive}/{paper}/{exp}/{scale}/seed{seed}/{file}",
     # data
     "dataset_stamp": "{data}/{dataset}/.verified",
     "partition": "{results}/data/{name}",
@@ -43,6 +46,7 @@ PATTERNS = {
     "dataset_log": "{logs}/data/{dataset}.log",
     "partition_log": "{logs}/data/partition/{name}.log",
     "partition_plot_log": "{logs}/data/plot/{name}.log",
+    "restore_log": "{logs}/restore/{paper}/{exp}/{scale}/seed{seed}.log",
 }
 
 
@@ -52,6 +56,7 @@ def _dirs(cfg: Mapping) -> dict[str, str]:
         "figures": cfg["figures_dir"],
         "logs": cfg.get("logs_dir", "logs"),
         "data": cfg["data"]["dir"],
+        "archive": (cfg.get("archive") or {}).get("dir", "archive"),
     }
 
 

@@ -35,6 +35,7 @@ METRICS = "metrics.json"
 HISTORY = "history.parquet"
 CONFIG = "config.yaml"
 ARRAYS = "arrays.npz"  # a run's small arrays (RunOutput.arrays), when it has any
+ARCHIVED = "archived.json"  # beside a run restored from the results archive (fedrepro.archive): where it came from
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -273,6 +274,21 @@ def read_summary(path: Path, check_place: bool = True) -> dict:
     (``check_place=False``: the caller checks, e.g. the report, which marks the rows it feeds invalid)."""
     place = paths.place(path, "summary") if check_place else None
     return read_result_json(Path(path), SUMMARY_SCHEMA, "summary over seeds", place)
+
+
+def read_archived(run_dir: Path) -> dict | None:
+    """The ``archived.json`` of a run directory (a run the workflow restored from the results archive: the archive
+    directory, the machine and time it was made, its code version), or None (a run made here)."""
+    path = Path(run_dir) / ARCHIVED
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise ResultError(f"{path}: unreadable; {REBUILD}")
+    return doc
 
 
 def read_history(run_dir: Path) -> pd.DataFrame:

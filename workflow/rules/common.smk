@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
 from fedrepro import paths
+from fedrepro.archive.ops import restorable
 from fedrepro.config import (
     load_paper,
     load_partitions,
@@ -25,6 +26,12 @@ from fedrepro.report.tables import table_artifacts
 
 try:
     CFG = validate_global(config, source="config (config/config.yaml + --config)")
+    # The results archive (fedrepro.archive): experiments whose every paper-scale seed is archived, sound and current
+    # are restored from it instead of trained (rule restore_archived), and under the default scale mode run at paper
+    # scale, so the default report judges them; `--config 'archive={use: false}'` trains everything.
+    ARCHIVED = restorable(CFG)
+    if CFG["scale"] == "default" and ARCHIVED:
+        CFG["default_scales"] = {**{e: "paper" for e in ARCHIVED}, **(CFG.get("default_scales") or {})}
     PAPERS = {p: load_paper(CFG, p) for p in CFG["papers"]}
     # The scale mode (default | quick | paper): each experiment resolves the scale it runs at (its `default_scale`
     # under `default`; paper when it has no quick overrides) and keeps it as EXPERIMENTS[id].scale.
@@ -65,6 +72,7 @@ _CLI_SETTINGS = {
         "figures_dir",
         "default_scales",
         "extra_methods",
+        "archive",
     )
     if k in CFG
 }
@@ -88,10 +96,15 @@ def data_ready(dataset):
     return is_available(CFG, dataset) or (ONLINE and can_fetch(CFG, dataset))
 
 
+def restored(exp_id):
+    """An experiment taken from the results archive: every seed of the scale it runs at is archived (paper scale)."""
+    return exp_id in ARCHIVED and EXPERIMENTS[exp_id].scale == "paper"
+
+
 def runnable(exp_id):
     """An experiment runs here when every dataset it reads is present locally or in the mirror (online: or can be
-    fetched)."""
-    return all(data_ready(d) for d in EXPERIMENTS[exp_id].datasets)
+    fetched), or when it is restored from the results archive (no data needed)."""
+    return restored(exp_id) or all(data_ready(d) for d in EXPERIMENTS[exp_id].datasets)
 
 
 RUN_FILES = ("metrics.json", "history.parquet", "config.yaml")  # rule run_experiment's outputs
@@ -283,6 +296,21 @@ def privacy_outputs():
         if any(has_epsilon_curve(e) for e in exps):
             out += [P("figure", paper=paper, fig="privacy_epsilon", ext=ext) for ext in ("pdf", "png")]
     return out
+
+
+# rule restore_archived: only the experiments taken from the archive (regex alternatives of paper/exp names)
+RESTORED_PAPERS = "|".join(sorted({e.split(".", 1)[0] for e in ARCHIVED})) or "(?!)"
+RESTORED_NAMES = "|".join(sorted({e.split(".", 1)[1] for e in ARCHIVED})) or "(?!)"
+
+
+def archived_files(wildcards):
+    """The archived run's manifest and files (rule restore_archived's input); none for an experiment or seed the
+    archive does not hold (then rule run_experiment makes the file)."""
+    exp_id = f"{wildcards.paper}.{wildcards.exp}"
+    if exp_id not in ARCHIVED or int(wildcards.seed) not in ARCHIVED[exp_id]:
+        raise WorkflowError(f"{exp_id} seed {wildcards.seed} is not in the results archive")
+    run = P("archive_run", paper=wildcards.paper, exp=wildcards.exp, scale="paper", seed=wildcards.seed)
+    return [f"{run}/manifest.json"] + [f"{run}/{f}" for f in RUN_FILES]
 
 
 def all_outputs(wildcards=None):

@@ -28,6 +28,39 @@ rule run_experiment:
         "--scale {wildcards.scale} --out {params.outdir:q} > {log:q} 2>&1"
 
 
+# An experiment whose every paper-scale seed is in the results archive (fedrepro.archive) is restored, not trained:
+# the archived files, checked against their manifest and against the current config and data, copied into the run
+# directory with archived.json saying where they came from (the report's source column).
+ruleorder: restore_archived > run_experiment
+
+
+rule restore_archived:
+    input:
+        archived_files,
+    output:
+        metrics=P("run_file", file="metrics.json"),
+        history=P("run_file", file="history.parquet"),
+        config=P("run_file", file="config.yaml"),
+        source=P("run_file", file="archived.json"),
+    log:
+        P("restore_log"),
+    wildcard_constraints:
+        paper=RESTORED_PAPERS,
+        exp=RESTORED_NAMES,
+        scale="paper",
+        seed=r"\d+",
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=SMALL_MEM_MB,
+        runtime=SMALL_RUNTIME,
+    params:
+        outdir=lambda wildcards, output: Path(output.metrics).parent,
+    shell:
+        "python -m fedrepro archive restore --experiment {wildcards.paper}.{wildcards.exp} --seed {wildcards.seed} "
+        "--out {params.outdir:q} > {log:q} 2>&1"
+
+
 rule aggregate_seeds:
     input:
         runs=lambda wildcards: run_files(wildcards.paper, wildcards.exp, wildcards.scale),

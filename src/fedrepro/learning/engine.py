@@ -30,6 +30,7 @@ GAPs / defaults:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import ctypes
 import ctypes.util
@@ -276,6 +277,22 @@ def summarize(ev: dict[str, np.ndarray]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------------ round loop
 
 
+_REPLAY_ROUNDS: contextvars.ContextVar[int | None] = contextvars.ContextVar("replay_rounds", default=None)
+
+
+@contextlib.contextmanager
+def replay_rounds(limit: int) -> Iterator[None]:
+    """Within this block every :func:`train` stops after round ``limit`` (evaluating there, keeping no checkpoints):
+    the first rounds of a run exactly as the full run makes them (client sampling, minibatches, noise and the lr
+    schedule depend on the round and the seed, not on the number of rounds), for ``fedrepro archive verify
+    --replay`` to compare with an archived run's per-round losses."""
+    token = _REPLAY_ROUNDS.set(limit)
+    try:
+        yield
+    finally:
+        _REPLAY_ROUNDS.reset(token)
+
+
 @contextlib.contextmanager
 def _deterministic(on: bool) -> Iterator[None]:
     """Deterministic kernels. Not torch's companion setting that fills every new tensor with NaN (to expose reads
@@ -397,6 +414,8 @@ def train(
         raise ValueError("give exactly one of rounds and epochs")
     if rounds is None:
         rounds = n_rounds(epochs, iters_per_epoch, tau)
+    if _REPLAY_ROUNDS.get() is not None:  # a replay of the first rounds (replay_rounds)
+        rounds, checkpoint = min(rounds, _REPLAY_ROUNDS.get()), None
     rng = rng_for("learning.train", seed)
     generator = torch.Generator(device=device).manual_seed(int(rng_for("learning.noise", seed).integers(2**62)))
 
@@ -491,6 +510,7 @@ __all__ = [
     "keep_freed_memory",
     "loop_grads",
     "n_rounds",
+    "replay_rounds",
     "resolve_device",
     "summarize",
     "train",

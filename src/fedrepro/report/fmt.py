@@ -52,7 +52,7 @@ def note_text(r: Result) -> str:
         parts.append(f"data unavailable offline: {', '.join(r.waits_for)} (see '{WAITING}')")
     elif r.status not in (v.REPRODUCED, v.CALIBRATED, v.PASSES) and r.reason:
         parts.append(r.reason)
-    if r.status == v.NOT_RUN and r.command and not r.waits_for:
+    if r.status in (v.NOT_RUN, v.STALE) and r.command and not r.waits_for:
         parts.append(f"run: `{r.command}`")
     parts += r.evidence
     if r.reading and r.target.pm_reading:  # a printed ±, or a printed single run, and how it was read
@@ -70,7 +70,19 @@ def rebuilt_text(r: Result) -> str:
     return f"{s} (n={r.n})" if r.n is not None else s
 
 
-HEAD = ["id", "setting", "metric", "printed", "rebuilt (mean ± se, n seeds)", "diff", "tol", "status", "scale", "note"]
+HEAD = [
+    "id",
+    "setting",
+    "metric",
+    "printed",
+    "rebuilt (mean ± se, n seeds)",
+    "diff",
+    "tol",
+    "status",
+    "scale",
+    "source",
+    "note",
+]
 
 
 def cells(r: Result) -> list[str]:
@@ -85,5 +97,6 @@ def cells(r: Result) -> list[str]:
         fmt_value(r.tol, t.value_text),
         r.status,
         r.scale,
+        r.source or ("run here" if r.rebuilt is not None else ""),
         note_text(r),
     ]

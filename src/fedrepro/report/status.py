@@ -19,7 +19,7 @@ from fedrepro.errors import ConfigError
 from fedrepro.provenance import misplaced
 from fedrepro.report import verdict as v
 from fedrepro.report.registry import Target, check_keys, load_registry
-from fedrepro.runio import read_summary
+from fedrepro.runio import read_archived, read_summary
 from fedrepro.staleness import stale_reasons
 
 
@@ -57,6 +57,7 @@ class Result:
     calibration: str = ""
     evidence: list[str] = field(default_factory=list)
     waits_for: tuple[str, ...] = ()  # datasets unavailable here that the row's experiment reads (status not run)
+    source: str = ""  # "archived (...): made <dates> on <machine>" when its runs came from the results archive
 
 
 def rebuild_command(cfg: Mapping, t: Target, scale: str) -> str:
@@ -101,7 +102,7 @@ def _provider_hint(missing: list[str]) -> str:
 
 
 def _not_run(cfg: Mapping, t: Target, scale: str, summary: dict | None, missing: list[str]) -> Result | None:
-    if missing:
+    if missing and summary is None:  # a built summary (e.g. of runs restored from the archive) is judged all the same
         fetch = fetch_command(missing)
         files = "; ".join(f"{d}: {', '.join(f.name for f in get_dataset(d).files)}" for d in missing)
         needs = f"needs a networked machine or a mirror{_provider_hint(missing)}"
@@ -226,6 +227,24 @@ def soundness(cfg: Mapping, paper: str, exp: str, scale: str, summary: dict | No
     return None
 
 
+def source_of(cfg: Mapping, paper: str, exp: str, scale: str, summary: dict | None) -> str:
+    """Where the summary's runs came from: "archived (<archive dir>, n of n seeds): made <dates> on <machine>" when
+    the workflow restored them from the results archive (their archived.json), "" when they were made here."""
+    if summary is None:
+        return ""
+    runs = [paths.run_dir(cfg, paper, exp, scale, s) for s in summary.get("seeds") or [] if isinstance(s, int)]
+    records = [r for d in runs if (r := read_archived(d)) is not None]
+    if not records:
+        return ""
+    machines = sorted({str((r.get("machine") or {}).get("cpu", "?")) for r in records})
+    dates = sorted({str(r.get("started_at", "?"))[:10] for r in records})
+    where = sorted({str(r.get("archived", "")).rsplit("/seed", 1)[0] for r in records})
+    return (
+        f"archived ({', '.join(where)}, {len(records)} of {len(runs)} seeds): made {', '.join(dates)} on "
+        f"{'; '.join(machines)}"
+    )
+
+
 def _unsound(t: Target, summary: dict, found: Soundness | None) -> Result | None:
     if found is None:
         return None
@@ -317,6 +336,7 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
             )
     cache: dict[str, tuple[str, dict | None]] = {}  # per experiment, looked up once (not per row)
     sound: dict[str, Soundness | None] = {}
+    sources: dict[str, str] = {}
     missing: dict[str, list[str]] = {}
 
     def built(name: str) -> tuple[str, dict | None]:
@@ -324,6 +344,7 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
             scale = run_scale(doc["experiments"][name], mode)
             summary = load_summary(cfg, paper, name, scale)
             sound[name] = soundness(cfg, paper, name, scale, summary)
+            sources[name] = source_of(cfg, paper, name, scale, summary)
             cache[name] = (scale, summary)
         return cache[name]
 
@@ -336,6 +357,7 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
         scale, summary = built(t.exp_name) if entry is not None else (mode, None)
         r = evaluate(cfg, t, scale, summary, entry, cals, missing.get(t.exp_name, []), sound.get(t.exp_name))
         r.evidence = evidence.get(t.id, [])
+        r.source = sources.get(t.exp_name, "") if r.status != v.NOT_RUN else ""
         results.append(r)
     return results
 

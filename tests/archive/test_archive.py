@@ -1,0 +1,239 @@
+"""The results archive (fedrepro.archive): what may be added, that a fresh checkout can verify, replay and restore it,
+and that every edit of an archived file, every forged history and every parameter changed since is caught."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from tiny_fedhdp import EXP, made_runs, write_paper
+
+from fedrepro.archive import ops
+from fedrepro.cli import main
+from fedrepro.config import load_global
+from fedrepro.data.stamps import sha256_of
+
+
+def settings(base: Path, paper: Path) -> list[str]:
+    return [
+        "--config-set",
+        f"results_dir={base / 'results'}",
+        "--config-set",
+        f"archive.dir={base / 'archive'}",
+        "--config-set",
+        f"papers.fedhdp={paper}",
+    ]
+
+
+def cfg_of(sets: list[str]) -> dict:
+    overrides: dict = {}
+    for item in sets[1::2]:
+        key, value = item.split("=", 1)
+        node = overrides
+        *head, last = key.split(".")
+        for k in head:
+            node = node.setdefault(k, {})
+        node[last] = value
+    return load_global(overrides=overrides)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    base = tmp_path_factory.mktemp("archive")
+    paper = write_paper(base / "fedhdp.yaml")
+    made_runs(base, settings(base, paper))
+    return base, paper
+
+
+@pytest.fixture
+def world(made, tmp_path):
+    """A copy of the made runs (and their partition) with an empty archive, for one test to change."""
+    base, _ = made
+    shutil.copytree(base / "results", tmp_path / "results")
+    paper = write_paper(tmp_path / "fedhdp.yaml")
+    return tmp_path, settings(tmp_path, paper)
+
+
+def run_dir(base: Path, seed: int) -> Path:
+    return base / "results" / "fedhdp" / "tiny" / "paper" / f"seed{seed}"
+
+
+def archived(base: Path, seed: int) -> Path:
+    return base / "archive" / "fedhdp" / "tiny" / "paper" / f"seed{seed}"
+
+
+def rehash(d: Path, name: str) -> None:
+    """Write a file's new sha256 and size into the manifest, as a forger would."""
+    m = json.loads((d / "manifest.json").read_text())
+    m["files"][name] = {"sha256": sha256_of(d / name), "bytes": (d / name).stat().st_size}
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
+def add_both(base: Path, sets: list[str]) -> None:
+    assert main(["archive", "add", str(run_dir(base, 0)), str(run_dir(base, 1)), *sets]) == 0
+
+
+def test_add_keeps_the_runs_files_and_a_manifest(world, capsys):
+    base, sets = world
+    add_both(base, sets)
+    d = archived(base, 0)
+    assert sorted(p.name for p in d.iterdir()) == [
+        "arrays.npz",
+        "config.yaml",
+        "history.parquet",
+        "manifest.json",
+        "metrics.json",
+    ]
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["files"]["metrics.json"]["sha256"] == sha256_of(run_dir(base, 0) / "metrics.json")
+    assert m["made"]["code_version"] == "0123abc" and m["made"]["machine"]["cpu"] and m["made"]["started_at"]
+    assert m["params_digest"] and "mnist" in m["inputs"]["datasets"]
+    # adding the same run again changes nothing
+    capsys.readouterr()
+    assert main(["archive", "add", str(run_dir(base, 0)), *sets]) == 0
+    assert "already archived" in capsys.readouterr().out
+    out = ops.list_text(cfg_of(sets))
+    assert "fedhdp.tiny: paper seeds [0, 1]; complete: the default run restores it" in out
+    assert ops.restorable(cfg_of(sets)) == {EXP: [0, 1]}
+
+
+def refused(capsys, *args) -> str:
+    assert main(["archive", "add", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line, no traceback
+    return err
+
+
+def test_add_refuses_what_is_not_a_finished_paper_scale_run_with_provenance(world, capsys, tmp_path):
+    base, sets = world
+    run = run_dir(base, 0)
+    assert "no metrics.json" in refused(capsys, str(base / "nothing"), *sets)
+
+    def variant(edit) -> Path:
+        d = tmp_path / f"v{len(list(tmp_path.glob('v*')))}" / "seed0"
+        shutil.copytree(run, d)
+        edit(d)
+        return d
+
+    def metrics(**changes):
+        def edit(d):
+            doc = json.loads((d / "metrics.json").read_text())
+            for k, v in changes.items():
+                if v is None:
+                    doc.pop(k)
+                else:
+                    doc[k] = v
+            (d / "metrics.json").write_text(json.dumps(doc))
+
+        return edit
+
+    cases = [
+        (metrics(scale="quick", effective_scale="quick"), "a quick-scale run"),
+        (metrics(effective_scale="custom"), "a custom-scale run"),
+        (metrics(code_version="0123abc-dirty"), "made from code no commit holds"),
+        (metrics(machine=None), "does not record the machine it ran on"),
+        (metrics(params_digest="0000"), "config.yaml's parameters do not digest"),
+        (lambda d: (d / ".checkpoints").mkdir(), "still holds .checkpoints"),
+        (lambda d: (d / "history.parquet").unlink(), "history.parquet missing"),
+    ]
+    for edit, why in cases:
+        assert why in refused(capsys, str(variant(edit)), *sets), why
+    nan = variant(lambda d: None)
+    text = (nan / "metrics.json").read_text().replace('"n_clients": 2000', '"n_clients": NaN', 1)
+    (nan / "metrics.json").write_text(text)
+    assert "metrics not finite: n_clients" in refused(capsys, str(nan), *sets)
+    # made under other parameters than the config now gives
+    other = write_paper(tmp_path / "other.yaml", lr=0.2)
+    assert "stale: made under other parameters" in refused(
+        capsys, str(run), *sets[:-2], "--config-set", f"papers.fedhdp={other}"
+    )
+    assert not (base / "archive").exists() or not list((base / "archive").rglob("manifest.json"))
+
+
+def test_verify_and_replay_pass_then_catch_every_edit(world, capsys):
+    base, sets = world
+    add_both(base, sets)
+    assert main(["archive", "verify", "--replay", "2", *sets]) == 0
+    out = capsys.readouterr().out
+    assert "ok   fedhdp.tiny seed 0: the first 2 rounds of 2 engine runs replay" in out
+
+    d = archived(base, 0)
+    doc = json.loads((d / "metrics.json").read_text())
+    doc["metrics"]["n_clients"] = 2001  # one number changed
+    (d / "metrics.json").write_text(json.dumps(doc))
+    assert main(["archive", "verify", *sets]) == 1
+    assert f"FAIL {d / 'metrics.json'}: sha256" in capsys.readouterr().out
+
+    shutil.copy(run_dir(base, 0) / "metrics.json", d / "metrics.json")
+    raw = bytearray((d / "history.parquet").read_bytes())
+    raw[len(raw) // 2] ^= 0x01  # one byte flipped
+    (d / "history.parquet").write_bytes(bytes(raw))
+    assert main(["archive", "verify", *sets]) == 1
+    assert f"FAIL {d / 'history.parquet'}: sha256" in capsys.readouterr().out
+
+
+def test_replay_catches_a_forged_history_whose_manifest_was_rehashed(world, capsys):
+    """A forger who edits a loss and writes the new sha256 into the manifest passes the hash check, not the replay."""
+    base, sets = world
+    add_both(base, sets)
+    d = archived(base, 0)
+    h = pd.read_parquet(d / "history.parquet")
+    h.at[0, "round_losses"] = [x * 0.9 for x in h.at[0, "round_losses"]]
+    h.to_parquet(d / "history.parquet", index=False)
+    rehash(d, "history.parquet")
+    assert main(["archive", "verify", *sets]) == 0  # the hashes agree
+    assert main(["archive", "verify", "--replay", "2", *sets]) == 1
+    assert "round 1 train loss" in capsys.readouterr().out
+
+
+def test_replay_catches_a_run_attributed_to_another_seed(world, capsys):
+    """Seed 1's run archived as seed 0 (metrics, manifest and place all saying seed 0)."""
+    base, sets = world
+    add_both(base, sets)
+    d0, d1 = archived(base, 0), archived(base, 1)
+    shutil.copy(d1 / "history.parquet", d0 / "history.parquet")
+    rehash(d0, "history.parquet")
+    assert main(["archive", "verify", "--replay", "1", *sets]) == 1
+    assert f"FAIL {d0 / 'history.parquet'}" in capsys.readouterr().out
+
+
+def test_a_parameter_changed_since_makes_the_archive_stale(world, capsys, tmp_path):
+    base, sets = world
+    add_both(base, sets)
+    changed = write_paper(tmp_path / "changed.yaml", rounds=4)
+    now = [*sets[:-2], "--config-set", f"papers.fedhdp={changed}"]
+    out = ops.list_text(cfg_of(now))
+    assert "seed 0: stale: made under other parameters" in out and "rounds: 3 -> 4" in out
+    assert ops.restorable(cfg_of(now)) == {}
+    assert main(["archive", "restore", "--experiment", EXP, "--seed", "0", "--out", str(tmp_path / "r"), *now]) == 2
+    assert "is stale, not restored" in capsys.readouterr().err
+    assert main(["archive", "verify", *now]) == 0  # stale is reported, not a failure
+    assert "stale fedhdp.tiny seed 0" in capsys.readouterr().out
+
+
+def test_restore_copies_the_run_and_says_where_it_came_from(world, tmp_path):
+    base, sets = world
+    add_both(base, sets)
+    out = tmp_path / "restored"
+    assert main(["archive", "restore", "--experiment", EXP, "--seed", "1", "--out", str(out), *sets]) == 0
+    for f in ("metrics.json", "history.parquet", "config.yaml", "arrays.npz"):
+        assert (out / f).read_bytes() == (run_dir(base, 1) / f).read_bytes()
+    src = json.loads((out / "archived.json").read_text())
+    assert src["machine"]["cpu"] and src["code_version"] == "0123abc" and src["started_at"]
+    # a damaged archived run is not restored
+    (archived(base, 1) / "config.yaml").write_text("params: {}\n")
+    assert main(["archive", "restore", "--experiment", EXP, "--seed", "1", "--out", str(tmp_path / "x"), *sets]) == 2
+
+
+def test_the_budget_is_checked(world, capsys):
+    base, sets = world
+    small = [*sets, "--config-set", "archive.budget_mb.run=0.001"]
+    assert "over the per-run budget" in refused(capsys, str(run_dir(base, 0)), *small)
+
+
+def test_the_repositorys_archive_is_sound_and_within_budget(capsys):
+    """The archive committed in this repository: every file as its manifest says, within the budget."""
+    assert ops.verify(load_global(), out=print) == 0
