@@ -127,19 +127,23 @@ def _positive(text: str) -> int:
 
 
 def _writable(path: str | Path, option: str, is_dir: bool) -> Path:
-    """Check an output path before any work: ``path`` (a directory when ``is_dir``, else a file) must be creatable or
-    replaceable. Creates the missing parent directories (they would be created anyway) and probes one with a file."""
+    """Check an output path before any work (fedrepro.files.output_problem: not empty, not the checkout or inside what
+    git tracks there, not a special file, short enough) and that ``path`` (a directory when ``is_dir``, else a file)
+    can be created or replaced: creates the missing parent directories (removed again if the command fails) and
+    probes one with a file."""
     import tempfile
 
+    from fedrepro.checkout import REPO_ROOT
     from fedrepro.errors import ConfigError
+    from fedrepro.files import make_output_dirs, output_problem
 
+    problem = output_problem(str(path), is_dir, REPO_ROOT)
+    if problem:
+        raise ConfigError(f"{option} {str(path)!r}: {problem}")
     path = Path(path)
-    if path.exists() and path.is_dir() != is_dir:
-        want = "a directory" if is_dir else "a file"
-        raise ConfigError(f"{option} {path}: exists and is not {want}; choose another path or remove it")
     folder = path if is_dir else path.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_output_dirs(folder)
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as exc:
         raise ConfigError(
@@ -351,8 +355,12 @@ def _data_partition(cfg, args) -> int:
         raise ConfigError(f"data {args.action}: --out is required")
     out = _writable(args.out, "--out", is_dir=args.action == "partition")
     if args.action == "partition":
+        from fedrepro.data.fedformat import replaceable
         from fedrepro.data.prepare import prepare
 
+        refused = replaceable(out)
+        if refused:
+            raise ConfigError(f"data partition --out: {refused}")
         print(f"[fedrepro] wrote {prepare(cfg, args.dataset, specs[args.dataset], out)}")
     else:
         from fedrepro.data.plots import plot_dataset
@@ -519,8 +527,46 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's stop, `kill`): handled as Ctrl-C is, with its own exit status."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    from fedrepro.files import remove_created_if_empty
+
     args = build_parser().parse_args(argv)
+    status = 1
+    try:
+        status = _main(args)
+        return status
+    finally:
+        if status != 0:
+            remove_created_if_empty()  # a failed command leaves no empty output directory behind
+
+
+def threading_main() -> bool:
+    """Whether this is the main thread (only it may install signal handlers: not so under some test runners)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _main(args) -> int:
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading_main() else None
+    try:
+        return _handled(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _handled(args) -> int:
     try:
         status = args.fn(args)
         sys.stdout.flush()  # a closed pipe (`... | head`) surfaces here, inside the handler below
@@ -528,15 +574,17 @@ def main(argv: list[str] | None = None) -> int:
     except FedreproError as exc:
         print(f"fedrepro: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        # Ctrl-C (or SIGINT from Snakemake): every result is written under a temporary name and renamed into place,
-        # so the files there are as they were or complete; a run's round checkpoints let the same command continue
+    except KeyboardInterrupt as exc:
+        # Ctrl-C (or SIGINT from Snakemake), SIGTERM: every result is written under a temporary name and renamed into
+        # place, so the files there are as they were or complete; a run's round checkpoints let the same command
+        # continue
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(
-            f"fedrepro: interrupted: `{args.command}` stopped before it finished; nothing was left half-written "
+            f"fedrepro: {what}: `{args.command}` stopped before it finished; nothing was left half-written "
             "(run the same command again to finish it)",
             file=sys.stderr,
         )
-        return 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+        return 143 if isinstance(exc, Terminated) else 130  # 128 + the signal, what a shell reports
     except BrokenPipeError:
         # the reader went away: nothing left to say, and Python must not complain when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -119,12 +119,40 @@ def yaml_syntax_error(path: str | Path, exc: yaml.YAMLError) -> ConfigError:
     return ConfigError(f"{where}: not valid YAML ({what or str(exc).splitlines()[0]}); fix the syntax there")
 
 
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader refusing a key written twice in one mapping (PyYAML keeps the last one silently: a
+    parameter, ``scale:`` or a whole experiment block given twice would be half ignored). Keys merged in with ``<<:``
+    may be overridden by the mapping's own keys, as YAML says."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "in a mapping",
+                        node.start_mark,
+                        f"duplicate key {key!r} (first at line {seen[key] + 1}); keep one",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def strict_yaml(text: str) -> Any:
+    """YAML text read with :class:`StrictLoader` (safe: no Python objects; a duplicate key is an error)."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+
+
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return strict_yaml(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise yaml_syntax_error(path, exc) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -17,8 +17,12 @@ from fedrepro.provenance import input_digests
 
 
 def run_inputs(cfg: Mapping, exp: Experiment) -> tuple[dict[str, list[Path]], dict[str, Path], dict]:
-    """(dataset id -> its verified file paths, partition name -> its checked directory, the inputs record)."""
-    verified, partitions = {d: verified_files(cfg, d) for d in exp.datasets}, partition_dirs(cfg, exp)
+    """(dataset id -> its verified file paths, partition name -> its checked directory, the inputs record). Every
+    file is hashed against the sha256 it was verified with (a dataset file) or its manifest (a partition's data
+    files) before the run starts, whatever its size and mtime say: bit rot keeps both. Measured here: 0.08 s for
+    FedHDP's MNIST partition and MNIST (63 MB; ~0.8 GB/s on the loaded 2-core VM, `benchmarks/verify_cost.py`)."""
+    verified = {d: verified_files(cfg, d, by_content=True) for d in exp.datasets}
+    partitions = partition_dirs(cfg, exp)
     data = {d: [f.path for f in files] for d, files in verified.items()}
     inputs = input_digests(
         {d: [(f.name, f.sha256) for f in files] for d, files in verified.items()},
@@ -38,7 +42,7 @@ def partition_dirs(cfg: Mapping, exp: Experiment) -> dict[str, Path]:
                 f"{exp.id} trains on partition {name!r}, not built at {d}: run "
                 f"`snakemake --cores 2 {d}` or `python -m fedrepro data partition {name} --out {d}`"
             )
-        fedformat.check(d)  # built but damaged: the error names the file
+        fedformat.check(d, verify=True)  # built but damaged (by content, not mtime): the error names the file
         out[name] = d
     return out
 

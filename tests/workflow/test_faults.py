@@ -29,10 +29,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedrepro.config import REPO_ROOT
+from fedrepro.cli import main
+from fedrepro.config import REPO_ROOT, load_global, read_yaml
 from fedrepro.data import catalog, leaf, mnist, sources
 from fedrepro.data.archive import decompress_file, extract_members
-from fedrepro.errors import DataError, ResultError
+from fedrepro.errors import ConfigError, DataError, ResultError
+from fedrepro.report.registry import load_registry
 from fedrepro.runio import read_history
 
 ROOT = REPO_ROOT
@@ -320,6 +322,23 @@ def test_a_flipped_byte_in_a_partition_stops_the_run_that_reads_it(tmp_path, cap
     r = fedrepro(*run_cmd(cfg, tmp_path / "bad")[3:])
     assert "checksum mismatch: changed after the partition was written" in one_error(r, part / "features.npy")
     assert snapshot(tmp_path) == before and not (tmp_path / "bad" / "metrics.json").exists()
+
+
+def test_bit_rot_with_its_mtime_restored_stops_the_run(tmp_path, capsys):
+    """Bit rot keeps a file's size and mtime: a run hashes its inputs by content, so one flipped bit of features.npy
+    with the old mtime put back still stops it, naming the file (the cheap size-and-mtime check would pass it)."""
+    from kill_resume_project import run_cmd, write_project
+
+    cfg = write_project(tmp_path)
+    part = tmp_path / "results" / "data" / "synthetic_quadrants"
+    ok(fedrepro_here(capsys, *run_cmd(cfg, tmp_path / "ok", "--set", "epochs=1")[3:]))
+    features = part / "features.npy"
+    st = features.stat()
+    _flip_byte(features, 1000)
+    os.utime(features, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = fedrepro_here(capsys, *run_cmd(cfg, tmp_path / "bad", "--set", "epochs=1")[3:])
+    assert "checksum mismatch: changed after the partition was written" in one_error(r, features)
+    assert not (tmp_path / "bad").exists()  # and the refused run left no directory behind
 
 
 @pytest.mark.parametrize("damage", PARTITION_DAMAGE)
@@ -772,3 +791,134 @@ def test_workflow_notices_a_deleted_seed_and_names_a_garbage_one(tmp_path):
     shown = [line for line in out.splitlines() if line.startswith("fedrepro: error:")]
     assert len(shown) == 1 and f"{seed0 / 'metrics.json'}: not a valid run metrics file" in shown[0], out[-3000:]
     assert snapshot(seed1) == kept1
+
+
+# ------------------------------------------------ nothing destroyed, nothing misread (output paths, strict reading)
+
+
+def _fail(capsys, *args) -> str:
+    rc = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert rc != 0 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "out, why",
+    [
+        ("", "is empty"),
+        (".", "is the checkout"),
+        ("..", "a directory holding the checkout"),
+        ("config", "inside config/, a directory of the checkout that git tracks"),
+        ("config/config.yaml", "inside config/"),
+        ("src/x", "inside src/"),
+        (".git/x", "inside .git/"),
+        ("README.md", "inside README.md, a file of the checkout"),
+        ("archive/x", "inside archive/"),
+        ("x" * 300, "longer than the file system allows"),
+        ("/dev/null", "a device or other special file"),
+    ],
+)
+def test_run_refuses_an_output_path_it_must_not_write(capsys, out, why):
+    before = snapshot(ROOT / "config")
+    err = _fail(capsys, "run", "adaped.fig3b", "--set", "reps=2", "--out", out)
+    assert why in err and "--out" in err
+    assert snapshot(ROOT / "config") == before
+
+
+@pytest.mark.parametrize("command", [["report", "--out-dir"], ["tables", "adaped", "--out-dir"]])
+def test_report_and_tables_refuse_the_checkout(capsys, command):
+    assert "is empty" in _fail(capsys, *command, "")
+    assert "is the checkout" in _fail(capsys, *command, ".")
+
+
+def test_a_partition_is_never_written_over_what_fedrepro_did_not_make(capsys, tmp_path):
+    """`data partition --out DIR` at a directory holding other files leaves every file in place."""
+    d = tmp_path / "mine"
+    (d / "sub").mkdir(parents=True)
+    (d / "notes.txt").write_text("keep me")
+    (d / "sub" / "x.bin").write_bytes(b"\1\2")
+    before = snapshot(d)
+    err = _fail(capsys, "data", "partition", "digits_dirichlet_a05", "--out", d)
+    assert "is not a partition fedrepro made" in err and "notes.txt" in err
+    assert snapshot(d) == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    # a partition fedrepro made is replaced; with a stranger file beside it, it is not
+    part = tmp_path / "part"
+    assert main(["data", "partition", "digits_dirichlet_a05", "--out", str(part)]) == 0
+    assert main(["data", "partition", "digits_dirichlet_a05", "--out", str(part)]) == 0
+    (part / "mine.txt").write_text("x")
+    capsys.readouterr()
+    assert "holds files that are not a partition's: mine.txt" in _fail(
+        capsys, "data", "partition", "digits_dirichlet_a05", "--out", part
+    )
+    assert (part / "mine.txt").read_text() == "x"
+
+
+def test_a_failing_command_leaves_no_empty_output_directory(capsys, tmp_path):
+    out = tmp_path / "a" / "b" / "run"
+    _fail(capsys, "run", "adaped.fig3b", "--set", "reps=-1", "--out", out)
+    assert not (tmp_path / "a").exists()
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    _fail(capsys, "run", "adaped.fig3b", "--set", "reps=-1", "--out", keep)
+    assert keep.is_dir()  # it was there before: not removed
+
+
+def test_a_full_disk_while_a_partition_is_written_ends_in_one_line(full_tmpfs):
+    """No SIGBUS (the features file is allocated before it is mapped), no temporaries left."""
+    before = sorted(p.name for p in full_tmpfs.iterdir())
+    r = fedrepro("data", "partition", "digits_dirichlet_a05", "--out", full_tmpfs / "part")
+    one_error(r, "disk full")
+    assert r.returncode == 2 and sorted(p.name for p in full_tmpfs.iterdir()) == before
+
+
+def test_sigterm_during_a_run_ends_in_one_line_with_status_143(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fedrepro", "run", "ppsgd.fig1a_synthetic", "--scale", "quick"]
+    cmd += ["--set", "niter=100000", "--set", "n_users=20", "--out", str(out)]
+    env = {**os.environ, "FEDREPRO_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
+    env.pop("FEDREPRO_WORKFLOW_CONFIG", None)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("[fedrepro] ppsgd.fig1a_synthetic")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "terminated (SIGTERM)" in err
+    assert not (out / "metrics.json").exists()
+
+
+def test_duplicate_yaml_keys_are_refused_naming_file_line_and_key(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("scale: default\nseeds: {quick: [0], paper: [0]}\nscale: paper\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml:3:1: .*duplicate key 'scale' \(first at line 1\)"):
+        read_yaml(f)
+    f.write_text("experiments:\n  a:\n    params: {n: 14, m: 2}\n  a:\n    params: {n: 40}\n")
+    with pytest.raises(ConfigError, match=r":4:3: .*duplicate key 'a'"):
+        read_yaml(f)
+    f.write_text("params:\n  n: 14\n  m: 1\n  n: 40\n")
+    with pytest.raises(ConfigError, match=r":4:3: .*duplicate key 'n'"):
+        read_yaml(f)
+    # a key merged in with << may be overridden: not a duplicate
+    f.write_text("base: &b {n: 14, m: 1}\nexp:\n  <<: *b\n  n: 40\n")
+    assert read_yaml(f)["exp"] == {"n": 40, "m": 1}
+    # every configuration file of the project reads strictly
+    cfg = load_global()
+    for key in ("papers", "targets"):
+        assert cfg[key]
+    for paper in cfg["papers"]:
+        read_yaml(REPO_ROOT / cfg["papers"][paper])
+
+
+def test_a_misshapen_registry_row_is_refused_naming_file_and_line(tmp_path):
+    lines = (REPO_ROOT / "config" / "targets" / "adaped.csv").read_text().splitlines(keepends=True)
+    for bad, why in (
+        ('"' + lines[5], "fields where the header has 18"),  # a stray quote swallows fields
+        (lines[5].replace(",", ",,", 1), "19 fields where the header has 18"),  # a stray comma
+        (lines[5].rstrip("\n") + ',"\n', "a quoted field runs on to line"),  # an unclosed quote
+    ):
+        f = tmp_path / "r.csv"
+        f.write_text("".join([*lines[:5], bad, *lines[6:]]))
+        with pytest.raises(ConfigError, match=rf"r\.csv:6: .*{why}"):
+            load_registry(f, "adaped")
+    assert len(load_registry(REPO_ROOT / "config" / "targets" / "adaped.csv", "adaped")) > 100

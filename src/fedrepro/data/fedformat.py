@@ -154,6 +154,11 @@ def _write_features(path: Path, splits: list[_Split]) -> None:
     first = splits[0].features
     n_rows = sum(len(s.order) for s in splits)
     feat = np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=(n_rows, *first.shape[1:]))
+    # reserve the file's blocks now: a memory map over a sparse file that the disk cannot fill dies of SIGBUS at the
+    # first write past the free space; allocated, a full disk is an OSError (ENOSPC) here, which the caller names
+    if hasattr(os, "posix_fallocate"):
+        with open(path, "r+b") as fh:
+            os.posix_fallocate(fh.fileno(), 0, os.fstat(fh.fileno()).st_size)
     row_bytes = max(1, int(np.prod(first.shape[1:], dtype=np.int64)) * first.dtype.itemsize)
     chunk = max(1, CHUNK_BYTES // row_bytes)
     start = 0
@@ -499,6 +504,40 @@ def manifest_digest(path: str | Path) -> str:
     """sha256 of the partition's manifest.json, which records the sha256 of its data files and of its source's
     files: the partition's identity in a run's provenance (fedrepro.provenance)."""
     return sha256_of(Path(path) / MANIFEST)
+
+
+PARTITION_FILES = frozenset({"features.npy", "index.parquet", "manifest.json", ".verified.json"})
+
+
+def replaceable(path: str | Path) -> str | None:
+    """Why ``path`` may not be replaced by a new partition (None when it may): a partition is written only to a new
+    or empty directory, or over a partition fedrepro made (its manifest says so, and the directory holds nothing
+    else). What is there is named, so nothing else is ever removed."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return f"{path} exists and is not a directory"
+    entries = sorted(p.name for p in path.iterdir())
+    if not entries:
+        return None
+    others = [e for e in entries if e not in PARTITION_FILES]
+    try:
+        doc = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        ours = isinstance(doc, dict) and doc.get("format") == FORMAT
+    except (OSError, UnicodeDecodeError, ValueError):
+        ours = False
+    if ours and not others:
+        return None
+    shown = ", ".join((others or entries)[:5]) + (
+        f" and {len(others or entries) - 5} more" if len(others or entries) > 5 else ""
+    )
+    why = (
+        "holds files that are not a partition's"
+        if ours
+        else "is not a partition fedrepro made (no fedrepro manifest.json)"
+    )
+    return f"{path} {why}: {shown}; nothing there is replaced: choose a new directory"
 
 
 def is_complete(path: str | Path) -> bool:

@@ -328,10 +328,11 @@ class VerifiedFile:
     pinned: bool
 
 
-def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
+def verified_files(cfg: Mapping, dataset_id: str, by_content: bool = False) -> list[VerifiedFile]:
     """The dataset's files, verified again now (after :func:`fetch`): a file whose size or mtime changed since it
-    was last hashed is hashed again and must still match; a mismatch is a DataError naming the file, where it came
-    from and the expected sha256."""
+    was last hashed is hashed again and must still match, and with ``by_content`` every file is hashed (bit rot
+    leaves size and mtime as they were); a mismatch is a DataError naming the file, where it came from and the
+    expected sha256."""
     ds = get_dataset(dataset_id)
     if not ds.files:
         return []  # bundled with an installed package: nothing to fetch
@@ -358,7 +359,7 @@ def verified_files(cfg: Mapping, dataset_id: str) -> list[VerifiedFile]:
                 f"dataset {ds.id}: {path} is {'missing' if expected else 'not recorded in ' + str(stamp)}"
                 f" although {stamp} marks the dataset verified; {refetch}"
             )
-        if not unchanged(rec, path, expected):
+        if by_content or not unchanged(rec, path, expected):
             digest = sha256_of(path)
             if digest != expected:
                 origin = rec.get("origin")

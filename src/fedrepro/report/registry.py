@@ -219,14 +219,21 @@ def load_registry(path: str | Path, paper: str, experiments: Collection[str] | N
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
-            rows = list(reader)
+            rows, end = [], 1
+            for raw in reader:
+                start, end = end + 1, reader.line_num
+                rows.append((start, end, raw))
             header = reader.fieldnames
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ConfigError(f"{path}: not a readable CSV file ({exc})") from None
     if header != COLUMNS:
         raise ConfigError(f"{path}: header must be exactly: {','.join(COLUMNS)} (got {','.join(header or [])})")
+    shape = [_misshapen(path, start, end, raw) for start, end, raw in rows]
+    shape = [m for m in shape if m]
+    if shape:  # the columns of such a row are shifted: nothing in it can be read
+        raise ConfigError(shape[0] + (f" (and {len(shape) - 1} more such row(s))" if len(shape) > 1 else ""))
     out, seen, problems = [], {}, []
-    for line, raw in enumerate(rows, start=2):
+    for line, _, raw in rows:
         r = _Row(f"{path}:{line} ({(raw.get('id') or '').strip() or 'no id'})", raw, problems)
         t = _parse(r, paper, experiments)
         if t is None:
@@ -243,6 +250,24 @@ def load_registry(path: str | Path, paper: str, experiments: Collection[str] | N
             "src/fedrepro/report/registry.py):\n  " + "\n  ".join(problems[:20]) + more
         )
     return out
+
+
+def _misshapen(path: Path, start: int, end: int, raw: Mapping) -> str | None:
+    """Why the CSV row on lines ``start``-``end`` cannot be read column by column: another number of fields than the
+    header (a stray comma, or a stray quote that swallows the fields up to the next quote), or a quoted field running
+    over several lines (no registry field holds a line break); None when it can."""
+    fields = len(COLUMNS) - sum(v is None for v in raw.values()) + len(raw.get(None) or [])
+    if end > start:
+        return (
+            f"{path}:{start}: a quoted field runs on to line {end} (a stray or unclosed quote); registry fields hold "
+            "no line breaks: fix the quoting on that line"
+        )
+    if fields != len(COLUMNS):
+        return (
+            f"{path}:{start}: {fields} fields where the header has {len(COLUMNS)} (a stray quote or comma shifts the "
+            "columns); fix that line"
+        )
+    return None
 
 
 def check_keys(path: str | Path, targets: list[Target], experiments: Mapping[str, Mapping]) -> None:
