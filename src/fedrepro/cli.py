@@ -585,6 +585,16 @@ def _handled(args) -> int:
             file=sys.stderr,
         )
         return 143 if isinstance(exc, Terminated) else 130  # 128 + the signal, what a shell reports
+    except MemoryError as exc:
+        # a size the kind's memory bound (fedrepro.experiments.memory) does not cover: say so in one line, the
+        # allocation that failed included, instead of numpy's traceback
+        what = str(exc).splitlines()[0] if str(exc) else "an allocation failed"
+        print(
+            f"fedrepro: error: out of memory in `{args.command}` ({what}): a parameter asks for more than this "
+            "machine holds (e.g. --set batch_size=...); lower it, or run on a machine with more memory",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:
         # the reader went away: nothing left to say, and Python must not complain when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -922,3 +922,19 @@ def test_a_misshapen_registry_row_is_refused_naming_file_and_line(tmp_path):
         with pytest.raises(ConfigError, match=rf"r\.csv:6: .*{why}"):
             load_registry(f, "adaped")
     assert len(load_registry(REPO_ROOT / "config" / "targets" / "adaped.csv", "adaped")) > 100
+
+
+def test_out_of_memory_ends_in_one_line(capsys, monkeypatch, tmp_path):
+    """A size no memory bound covers (--set batch_size=100000000 under FedHDP's protocol ends in numpy's MemoryError):
+    one line naming the allocation, no traceback, no output directory left."""
+
+    def oom(args):
+        from fedrepro.cli import _writable
+
+        _writable(args.out, "--out", is_dir=True)
+        raise MemoryError("Unable to allocate 74.5 GiB for an array with shape (100, 100000000) and data type float64")
+
+    monkeypatch.setattr("fedrepro.cli.cmd_run", oom)
+    err = _fail(capsys, "run", "fedhdp.noniid_mnist", "--out", tmp_path / "out")
+    assert "out of memory in `run` (Unable to allocate 74.5 GiB" in err and "--set batch_size" in err
+    assert not (tmp_path / "out").exists()

@@ -420,7 +420,10 @@ class FederatedDataset:
         """CSR offsets (length n_clients+1) into the rows: client c's block is ``rows[o[c]:o[c+1]]``."""
         if split not in self._offsets:
             if split not in self.manifest["splits"]:
-                raise KeyError(f"{self.path}: no {split!r} split")
+                raise DataError(
+                    f"{self.path}: no {split!r} split (its dataset has none); an experiment that evaluates on the "
+                    f"clients' {split} data needs a partition that has one"
+                )
             counts = np.array([c.get(split, 0) for c in self.manifest["clients"]], dtype=np.int64)
             off = np.empty(self.n_clients + 1, dtype=np.int64)
             off[0] = self.manifest["splits"][split]["start"]
