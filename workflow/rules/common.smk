@@ -31,7 +31,15 @@ try:
     # scale, so the default report judges them; `--config 'archive={use: false}'` trains everything.
     ARCHIVED = restorable(CFG)
     if CFG["scale"] == "default" and ARCHIVED:
-        CFG["default_scales"] = {**{e: "paper" for e in ARCHIVED}, **(CFG.get("default_scales") or {})}
+        # a forensic sweep that re-evaluates an archived experiment's kept models runs at its scale too
+        readers = {
+            f"{p}.{name}": f"{p}.{e['params']['experiment']}"
+            for p in CFG["papers"]
+            for name, e in load_paper(CFG, p)["experiments"].items()
+            if e["kind"] == "forensic_sweep" and "reevaluate" in (e["params"].get("fixed") or {})
+        }
+        paper_now = [*ARCHIVED, *(r for r, swept in readers.items() if swept in ARCHIVED)]
+        CFG["default_scales"] = {**{e: "paper" for e in paper_now}, **(CFG.get("default_scales") or {})}
     PAPERS = {p: load_paper(CFG, p) for p in CFG["papers"]}
     # The scale mode (default | quick | paper): each experiment resolves the scale it runs at (its `default_scale`
     # under `default`; paper when it has no quick overrides) and keeps it as EXPERIMENTS[id].scale.
@@ -198,9 +206,18 @@ def table_files(paper):
 
 
 def experiment_inputs(wildcards):
-    """Verified datasets and built partitions an experiment reads."""
+    """Verified datasets and built partitions an experiment reads, and for a forensic sweep that re-evaluates the kept
+    models of another experiment's runs (params.fixed.reevaluate), those runs at its own scale and seeds."""
     exp = EXPERIMENTS[f"{wildcards.paper}.{wildcards.exp}"]
-    return [P("dataset_stamp", dataset=d) for d in exp.datasets] + [P("partition", name=p) for p in exp.partitions]
+    out = [P("dataset_stamp", dataset=d) for d in exp.datasets] + [P("partition", name=p) for p in exp.partitions]
+    if exp.kind == "forensic_sweep" and "reevaluate" in exp.params["fixed"]:
+        swept, scale = exp.params["experiment"], wildcards.scale
+        out += [
+            P("run_file", paper=exp.paper, exp=swept, scale=scale, seed=s, file=f)
+            for s in exp.params["seeds"]
+            for f in ("metrics.json", "config.yaml")
+        ]
+    return out
 
 
 # Fixed resources of the small jobs (aggregate_seeds, figure, table, privacy_tables, privacy_figure, report,

@@ -12,7 +12,7 @@ import pytest
 from fedrepro.cli import main
 from fedrepro.config import load_global, load_paper
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.paths import summary_path
+from fedrepro.paths import run_dir, summary_path
 
 EXP = "printed_relations"
 # the relations the printed digits contradict: registry id -> (printed value, the interval of what it must equal)
@@ -110,7 +110,7 @@ def test_the_report_lists_the_failing_relations_and_only_those(cfg, tmp_path):
     from fedrepro.report import verdict as v
     from fedrepro.report.build import markdown
 
-    runs = tmp_path / "runs" / "0"
+    runs = run_dir(cfg, "fedhdp", EXP, "paper", 0)  # in its place: the report checks the summary against it
     assert main(["run", f"fedhdp.{EXP}", "--scale", "paper", "--seed", "0", "--out", str(runs)]) == 0
     out = summary_path(cfg, "fedhdp", EXP, "paper")
     assert main(["aggregate", "--runs", str(runs), "--out", str(out)]) == 0

@@ -56,6 +56,7 @@ from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.experiments.params import DELTA, INT0, INT1, NONNEG, POSITIVE, UNIT
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
+from fedrepro.papers.fedhdp.test_readings import SCHEMA as TEST_READINGS
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
 CHECKS = ("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg")
@@ -140,6 +141,10 @@ SCHEMA = {
         },
         "weight_decay": {**NONNEG, "default": 0.0},
         "eval_every": {"anyOf": [INT1, {"type": "null"}], "default": None},  # null: rounds (the last round only)
+        # evaluate the final global models a training run with the same parameters kept (arrays.npz) under another
+        # reading of the local test sets, instead of training (fedrepro.papers.fedhdp.test_readings); no default:
+        # absent, the run trains (and runs made before this option keep their parameter digest)
+        "reevaluate": TEST_READINGS,
         # train only these methods (names of ``methods``): one method's rerun, a forensic reading of a few methods,
         # or a table split into jobs; checks and differences that name another method are left out (null: all)
         "only_methods": {
@@ -221,6 +226,17 @@ def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, c
     if alg == "hdp_fedavg":
         return build_algorithm("hdp_fedavg", **kw)
     return build_algorithm("fedhdp", r=spec["r"], r0_population=spec["r0_population"], **kw)
+
+
+def method_groups(spec: dict, private: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Which clients a method's group columns are over, and which groups it has: its own notion of private
+    (NON-PRIVATE: nobody, one np group; DP-FedAvg: everybody, one p group; the others: the opt-out flags)."""
+    m = len(private)
+    if spec["algorithm"] == "nonprivate":
+        return np.zeros(m, bool), ("np",)
+    if spec["algorithm"] == "dp_fedavg":
+        return np.ones(m, bool), ("p",)
+    return private, ("p", "np")
 
 
 def client_metrics(
@@ -337,9 +353,7 @@ def train_methods(
         finals |= {f"{name}.{k}": v[0].detach().cpu().numpy() for k, v in models["global"].items()}
         acc_g = evaluate(algo.state.net, models["global"], data, "test")["acc"]
         acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
-        groups = {"nonprivate": ("np",), "dp_fedavg": ("p",)}.get(spec["algorithm"], ("p", "np"))
-        # metrics per group use the method's own notion of private: nonprivate = nobody, dp_fedavg = everybody
-        group_private = {"nonprivate": np.zeros(m, bool), "dp_fedavg": np.ones(m, bool)}.get(spec["algorithm"], private)
+        group_private, groups = method_groups(spec, private)
         per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
         for lam, vals in zip(lams, per_lam):
             metrics[lam_key(lam)][name] = vals
@@ -505,6 +519,11 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     ds, data, factory, model_kw = training_setup(p, ctx)
     m = ds.n_clients
     opt_out, _ = opt_out_mask(ds, p["opt_out"]["fraction"], p["opt_out"]["seed"])
+    if p.get("reevaluate") is not None:  # the kept final models under another test-set reading: no training
+        from fedrepro.papers.fedhdp.test_readings import reevaluate
+
+        metrics, checks = reevaluate(p, ctx, ~opt_out, ds, data, factory)
+        return RunOutput(metrics=metrics, checks=checks)
     schedule, K, iters = schedule_of(p, ds, int(rng.integers(2**31)), data.device)
     noise = noise_of(p, K, m, ctx.exp_id)
     metrics, per_method, rows, finals = train_methods(
