@@ -132,3 +132,25 @@ def test_plan_command_prints_totals(capsys):
     out = capsys.readouterr().out
     assert "available here (" in out and "all experiments (" in out and "on 8 cores" in out
     assert main(["plan", "--cores", "0"]) == 2
+
+
+def test_the_campaign_is_ordered_by_printed_rows_per_cpu_hour():
+    c = plan.Cost(3600.0, 1.0, "measured", "x")
+    rows = [
+        plan.Row("p.none", c, 1, True, 0, 5),  # judges no printed row: last among the data here
+        plan.Row("p.slow", c, 10, True, 20, 0),  # 2 printed rows per CPU-h
+        plan.Row("p.fast", c, 1, True, 10, 0),  # 10 per CPU-h
+        plan.Row("p.away", c, 1, False, 100, 0),  # data not here: after everything that can run here
+    ]
+    assert [r.exp_id for r in plan.campaign_order(rows)] == ["p.fast", "p.slow", "p.none", "p.away"]
+    counts = plan.registry_counts(load_global())
+    assert counts["fedhdp.noniid_mnist"][0] == 260  # Tables 3 (top) and 8, printed rows
+
+
+def test_plan_remaining_lists_what_the_archive_lacks(capsys, tmp_path):
+    assert main(["plan", "--remaining", "--config-set", f"archive.dir={tmp_path / 'empty'}"]) == 0
+    out = capsys.readouterr().out
+    assert "lacks or holds stale" in out and "seeds lacking" in out
+    line = next(x for x in out.splitlines() if x.startswith("| fedhdp.noniid_mnist |"))
+    assert "| 260 |" in line and "| 2 |" in line  # its printed rows, its two paper seeds lacking
+    assert "| adaped.bernoulli |" not in out  # cheap at paper scale: the default run builds it

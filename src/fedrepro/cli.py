@@ -388,13 +388,22 @@ def cmd_list(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    import dataclasses
+
     from fedrepro.errors import ConfigError
     from fedrepro.plan import load_compute, render, rows
 
     if args.cores < 1:
         raise ConfigError(f"plan: --cores {args.cores}: give a whole number >= 1")
     cfg = _load_cfg(args)
-    print(render(rows(cfg), args.cores, load_compute(cfg).get("sources", {})), end="")
+    plan = rows(cfg)
+    if args.remaining:  # what the results archive still lacks: the paper seeds not archived current, per experiment
+        from fedrepro.archive.ops import lacking_seeds
+
+        lacking = lacking_seeds(cfg)
+        plan = [dataclasses.replace(r, seeds=len(lacking[r.exp_id])) for r in plan if lacking.get(r.exp_id)]
+        print("Paper-scale runs the results archive lacks or holds stale (`python -m fedrepro archive list`):")
+    print(render(plan, args.cores, load_compute(cfg).get("sources", {}), remaining=args.remaining), end="")
     return 0
 
 
@@ -523,6 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(pl)
     pl.add_argument("--cores", type=int, default=2, help="cores the runs share, for the wall-time bound (default 2)")
+    pl.add_argument(
+        "--remaining",
+        action="store_true",
+        help="only what the results archive lacks or holds stale, for the experiments the default run builds at "
+        "quick scale",
+    )
     pl.set_defaults(fn=cmd_plan)
     return p
 

@@ -166,10 +166,33 @@ class Row:
     cost: Cost
     seeds: int
     offline: bool
+    printed: int = 0  # printed registry rows the experiment's runs are judged on
+    checks: int = 0  # check and consistency rows
 
     @property
     def cpu_h(self) -> float:
         return self.cost.cpu_s * self.seeds / 3600
+
+    @property
+    def printed_per_cpu_h(self) -> float:
+        return self.printed / self.cpu_h if self.cpu_h > 0 else math.inf
+
+
+def registry_counts(cfg: Mapping) -> dict[str, tuple[int, int]]:
+    """experiment id -> (printed rows, other rows) of the configured registries (read as plain CSV: the report
+    validates them)."""
+    import csv
+
+    out: dict[str, list[int]] = {}
+    for path in (cfg.get("targets") or {}).values():
+        try:
+            with open(resolve_path(path), newline="", encoding="utf-8") as fh:
+                for r in csv.DictReader(fh):
+                    counts = out.setdefault(r.get("experiment") or "", [0, 0])
+                    counts[0 if r.get("row") == "printed" else 1] += 1
+        except OSError:
+            continue
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def rows(cfg: Mapping) -> list[Row]:
@@ -177,6 +200,7 @@ def rows(cfg: Mapping) -> list[Row]:
 
     doc = load_compute(cfg)
     out, missing = [], []
+    counts = registry_counts(cfg)
     for paper in cfg["papers"]:
         for name, entry in load_paper(cfg, paper)["experiments"].items():
             exp = resolve_experiment(cfg, f"{paper}.{name}", "paper")
@@ -185,7 +209,8 @@ def rows(cfg: Mapping) -> list[Row]:
                 missing.append(exp.id)
                 continue
             n = 1 if exp.deterministic else len(paper_seeds(cfg, entry, "paper"))
-            out.append(Row(exp.id, c, n, all(is_available(cfg, d) for d in exp.datasets)))
+            printed, checks = counts.get(exp.id, (0, 0))
+            out.append(Row(exp.id, c, n, all(is_available(cfg, d) for d in exp.datasets), printed, checks))
     if missing:
         raise ConfigError(
             f"{doc.get('path', 'config key compute')}: no paper-scale cost for {', '.join(missing)}; add an entry "
@@ -206,19 +231,28 @@ def _gpu_cell(r: Row) -> str:
     return f"{verdict}: step {c.gpu_ratio:.1f}x faster, ~{_hours(c.gpu_s * r.seeds / 3600)} GPU-h ({c.gpu_from})"
 
 
-def render(plan: list[Row], cores: int, sources: Mapping[str, str]) -> str:
-    """The plan as a Markdown table and totals (offline here / everything) on ``cores`` cores; ``sources``: the
-    measurements the entries cite by key."""
+def campaign_order(plan: list[Row]) -> list[Row]:
+    """The campaign's order: most printed rows judged per CPU-hour first (data here before data elsewhere), then the
+    experiments that judge no printed row, cheapest first."""
+    return sorted(plan, key=lambda r: (not r.offline, r.printed == 0, -r.printed_per_cpu_h, r.cpu_h))
+
+
+def render(plan: list[Row], cores: int, sources: Mapping[str, str], remaining: bool = False) -> str:
+    """The plan as a Markdown table, in the campaign's order (:func:`campaign_order`), and totals (offline here /
+    everything) on ``cores`` cores; ``sources``: the measurements the entries cite by key. ``remaining``: the rows are
+    what the results archive still lacks (their seeds: the seeds missing or stale), said in the header."""
     lines = [
-        "| experiment | data here | basis | CPU-h per seed | seeds | CPU-h | peak GB | GPU | how |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| experiment | data here | printed rows | check rows | printed rows per CPU-h | basis | CPU-h per seed | "
+        f"{'seeds lacking' if remaining else 'seeds'} | CPU-h | peak GB | GPU | how |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(plan, key=lambda r: -r.cpu_h):
+    for r in campaign_order(plan):
         bound = "+" if r.cost.basis == "lower_bound" else ""
+        rate = "—" if not r.printed else ("∞" if math.isinf(r.printed_per_cpu_h) else f"{r.printed_per_cpu_h:,.1f}")
         lines.append(
-            f"| {r.exp_id} | {'yes' if r.offline else 'no'} | {r.cost.basis} | {_hours(r.cost.cpu_s / 3600)}{bound} "
-            f"| {r.seeds} | {_hours(r.cpu_h)}{bound} | {r.cost.peak_mb / 1024:.1f} | "
-            f"{_gpu_cell(r)} | {r.cost.how} |"
+            f"| {r.exp_id} | {'yes' if r.offline else 'no'} | {r.printed} | {r.checks} | {rate} | {r.cost.basis} | "
+            f"{_hours(r.cost.cpu_s / 3600)}{bound} | {r.seeds} | {_hours(r.cpu_h)}{bound} | "
+            f"{r.cost.peak_mb / 1024:.1f} | {_gpu_cell(r)} | {r.cost.how} |"
         )
     lines.append("")
     for label, sel in (("available here", [r for r in plan if r.offline]), ("all experiments", plan)):

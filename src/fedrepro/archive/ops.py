@@ -49,6 +49,29 @@ def restorable(cfg: Mapping) -> dict[str, list[int]]:
     return out
 
 
+def campaign_experiments(cfg: Mapping, items: dict[str, list[Entry]] | None = None) -> list[str]:
+    """The experiments the paper-scale campaign is about: those the default run builds only at quick scale (their
+    paper-scale run is expensive) whose data is here, and any with archived seeds."""
+    ids = set(items if items is not None else by_experiment(entries(cfg)))
+    for paper in cfg["papers"]:
+        for name, entry in load_paper(cfg, paper)["experiments"].items():
+            exp = resolve_experiment(cfg, f"{paper}.{name}", SCALE)
+            if run_scale(entry, "default") == "quick" and all(is_available(cfg, d) for d in exp.datasets):
+                ids.add(exp.id)
+    return sorted(ids)
+
+
+def lacking_seeds(cfg: Mapping) -> dict[str, list[int]]:
+    """Per campaign experiment (:func:`campaign_experiments`), the paper seeds the archive does not hold sound and
+    current."""
+    items = by_experiment(entries(cfg))
+    out = {}
+    for exp_id in campaign_experiments(cfg, items):
+        good = {e.seed for e in items.get(exp_id, []) if not damaged(e) and not misplaced(cfg, e) and not stale(cfg, e)}
+        out[exp_id] = [s for s in wanted_seeds(cfg, exp_id) if s not in good]
+    return out
+
+
 def _made(e: Entry) -> str:
     made = e.manifest["made"]
     m = made.get("machine") or {}
@@ -67,14 +90,7 @@ def list_text(cfg: Mapping) -> str:
     items = by_experiment(entries(cfg))
     compute = load_compute(cfg)
     lines, lacking_h = [], 0.0
-    ids = set(items)
-    for paper in cfg["papers"]:
-        for name, entry in load_paper(cfg, paper)["experiments"].items():
-            exp_id = f"{paper}.{name}"
-            exp = resolve_experiment(cfg, exp_id, SCALE)
-            if run_scale(entry, "default") == "quick" and all(is_available(cfg, d) for d in exp.datasets):
-                ids.add(exp_id)
-    for exp_id in sorted(ids):
+    for exp_id in campaign_experiments(cfg, items):
         try:
             seeds = wanted_seeds(cfg, exp_id)
         except Exception as exc:  # noqa: BLE001 - an experiment gone from the config: say so, list the rest
