@@ -424,3 +424,49 @@ def test_a_killed_compare_resumes_from_its_finished_seeds(tmp_path, partition_di
     calls.clear()
     compare(exp, load_method(f"{method}:FedProx"), method, [0, 1], counting, state_dir=state)
     assert set(calls) == {0, 1}
+
+
+def _strict_json(text: str):
+    """json.loads that refuses NaN and Infinity tokens (what a strict parser does)."""
+
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_module_the_method_imports_is_in_the_cache_key(tmp_path, partition_dir):
+    """Editing a module the method file imports from its own directory trains it again (the key covered only the
+    method file: a rerun read the old seeds), and compare.json lists the module with its sha256."""
+    plain = context(partition_dir)
+    calls: list[int] = []
+
+    def counting(seed):
+        calls.append(seed)
+        return plain(seed)
+
+    (tmp_path / "prox_helpers.py").write_text("MU = 0.01\n")
+    method = method_file(
+        tmp_path,
+        FEDPROX.read_text().replace("class FedProx(", "from prox_helpers import MU  # noqa: F401\n\n\nclass FedProx("),
+        "fedprox_mod.py",
+    )
+    state = tmp_path / "state"
+    exp = experiment()
+    first = compare(exp, load_method(f"{method}:FedProx"), method, [0], counting, state_dir=state)
+    assert "prox_helpers.py" in first.method_sources and "fedprox_mod.py" in first.method_sources
+    calls.clear()
+    compare(exp, load_method(f"{method}:FedProx"), method, [0], counting, state_dir=state)
+    assert calls == []  # nothing changed: read back
+    (tmp_path / "prox_helpers.py").write_text("MU = 0.5\n")
+    compare(exp, load_method(f"{method}:FedProx"), method, [0], counting, state_dir=state)
+    assert set(calls) == {0}  # the imported module changed: trained again
+    record = _strict_json(write_record(first, tmp_path / "r", f"{method}:FedProx", None, 1.0).read_text())
+    assert set(record["method"]["sources"]) >= {"prox_helpers.py", "fedprox_mod.py"}
+
+
+def test_compare_json_is_strict_json_with_infinite_parameters(tmp_path, partition_dir):
+    comp = compare(experiment(), load_method(f"{FEDPROX}:FedProx"), FEDPROX, [0], context(partition_dir))
+    comp.experiment.params["alphas"] = [1.0, math.inf]  # as PPSGD's alpha Q = inf
+    text = write_record(comp, tmp_path / "r", f"{FEDPROX}:FedProx", None, 1.0).read_text()
+    assert _strict_json(text)["params"]["alphas"] == [1.0, "inf"]

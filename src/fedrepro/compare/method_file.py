@@ -42,10 +42,14 @@ def _line_in(path: Path, tb) -> int | None:
 
 
 def load_method(spec: str) -> type[Algorithm]:
-    """The Algorithm subclass ``CLASS`` of file ``FILE`` (executed as a module of its own); one line on error."""
+    """The Algorithm subclass ``CLASS`` of file ``FILE`` (executed as a module of its own; its directory is put on
+    ``sys.path``, so it may import the modules beside it); one line on error."""
     path, name = parse_spec(spec)
     if not path.is_file():
         raise ConfigError(f"{path}: no such method file (give FILE:CLASS with FILE a Python file)")
+    here = str(path.resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
     module_name = f"fedrepro_method_{path.stem}_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
@@ -79,6 +83,37 @@ def _class_line(cls, path: Path) -> int:
         return inspect.getsourcelines(cls)[1]
     except (OSError, TypeError):
         return 1
+
+
+def method_sources(path: Path) -> dict[str, str]:
+    """The method's code, file by file (path -> sha256): the method file, every ``.py`` file beside it and in the
+    packages under its directory (what it may import as its own), and any other module loaded so far from outside
+    the interpreter's installation and fedrepro. compare's cache key and compare.json cover all of it: editing a
+    module the method imports trains it again."""
+    from fedrepro.data.stamps import sha256_of
+
+    path = Path(path).resolve()
+    here = path.parent
+    files = {path, *here.glob("*.py")}
+    for init in here.glob("*/**/__init__.py"):  # packages beside the method file (not arbitrary subdirectories)
+        if all((p / "__init__.py").is_file() for p in init.parent.relative_to(here).parents if p != Path(".")):
+            files |= set(init.parent.glob("*.py"))
+    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    package = Path(__file__).resolve().parents[1]  # fedrepro itself: provenance.code_files covers it
+    for module in list(sys.modules.values()):
+        f = getattr(module, "__file__", None)
+        if not f or not f.endswith(".py"):
+            continue
+        f = Path(f).resolve()
+        if not any(f.is_relative_to(d) for d in (*installed, package)) and "site-packages" not in f.parts:
+            files.add(f)
+    out = {}
+    for f in sorted(files):
+        if "__pycache__" in f.parts or not f.is_file():
+            continue
+        key = f.relative_to(here).as_posix() if f.is_relative_to(here) else str(f)
+        out[key] = sha256_of(f)
+    return out
 
 
 def guarded(cls: type[Algorithm], path: Path) -> type[Algorithm]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrepro.compare.method_file import accepts, failure, guarded, method_name
+from fedrepro.compare.method_file import accepts, failure, guarded, method_name, method_sources
 from fedrepro.config import Experiment, fill_defaults
 from fedrepro.data.stamps import sha256_of
 from fedrepro.errors import ConfigError, ResultError
@@ -59,6 +59,7 @@ class Comparison:
     method_sha256: str = ""  # of the method file the row was trained from
     resumed: list[int] = field(default_factory=list)  # seeds read back from an earlier, killed run
     baseline_runs: dict[int, str] = field(default_factory=dict)  # seed -> run directory the paper's rows came from
+    method_sources: dict[str, str] = field(default_factory=dict)  # the method's code: file -> sha256
 
     @property
     def columns(self) -> list[str]:
@@ -147,8 +148,9 @@ def compare(
     only = fill_defaults(slot.only(exp.params, name, private), kind.schema)  # what the kind reads, as a resolved run
     resumed: list[int] = []
     method_sha = sha256_of(Path(path))
+    sources = method_sources(Path(path))  # the file and the modules it may import: an edit of either trains again
     for seed in seeds:
-        key = _seed_key(exp, cls, method_sha, seed, inputs, runs.get(seed))
+        key = _seed_key(exp, cls, sources, seed, inputs, runs.get(seed))
         done = _read_seed(state_dir, seed, key)
         if done is None:
             done = _run_seed(kind, exp, slot, seed, context, runs.get(seed), list(paper_rows), only, name, path)
@@ -165,7 +167,7 @@ def compare(
             mine.failures.append(f"seed {seed}: {done['failure']}")
     rows = [*paper_rows.values(), mine]
     baseline_runs = {s: str(d) for s, d in runs.items()}
-    return Comparison(exp, slot, list(seeds), rows, private, method_sha, resumed, baseline_runs)
+    return Comparison(exp, slot, list(seeds), rows, private, method_sha, resumed, baseline_runs, sources)
 
 
 def _run_seed(kind, exp, slot, seed, context, run_dir, paper_names, only, name, path) -> dict:
@@ -189,7 +191,7 @@ def _records(frame: pd.DataFrame) -> dict[str, list]:
     return {c: frame[c].tolist() for c in frame.columns}
 
 
-def _seed_key(exp: Experiment, cls: type[Algorithm], method_sha: str, seed: int, inputs, run_dir: Path | None) -> str:
+def _seed_key(exp: Experiment, cls: type[Algorithm], sources: dict, seed: int, inputs, run_dir: Path | None) -> str:
     """What one seed's result depends on, digested: a change to any of them trains the seed again."""
     from fedrepro.provenance import code_files, params_digest
     from fedrepro.runio import METRICS
@@ -198,7 +200,7 @@ def _seed_key(exp: Experiment, cls: type[Algorithm], method_sha: str, seed: int,
         "code": code_files(),  # what fedrepro computes (an updated checkout trains again)
         "experiment": exp.id,
         "params": params_digest(exp.params),
-        "method": method_sha,
+        "method": sources,
         "class": cls.__name__,
         "seed": seed,
         "inputs": inputs or {},

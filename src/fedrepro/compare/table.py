@@ -35,6 +35,18 @@ def _cell(row: Row, column: str) -> tuple[str, dict]:
     return f"{s['mean']:.2f} ± {s['se']:.2f} (n={s['n']})", s
 
 
+def _strict(obj):
+    """``obj`` as strict JSON takes it (no NaN or Infinity tokens): an infinite number as the text "inf" / "-inf"
+    (PPSGD's alpha Q = inf is a setting, not a missing value), NaN as null."""
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
+
+
 def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
     """table.md, table.csv, differences.csv and (``figure``) figure.png under ``out``; returns the paths written."""
     out = Path(out)
@@ -139,6 +151,7 @@ def write_record(comp: Comparison, out: Path, spec: str, inputs, wall_s: float) 
             "spec": spec,
             "row": comp.rows[-1].name,
             "file_sha256": comp.method_sha256,
+            "sources": comp.method_sources,  # the method's code: the file and the modules it may import
             "algorithm_api_version": ALGORITHM_API_VERSION,
         },
         "private": comp.private,
@@ -150,7 +163,7 @@ def write_record(comp: Comparison, out: Path, spec: str, inputs, wall_s: float) 
         "wall_s": round(wall_s, 3),
     }
     path = Path(out) / "compare.json"
-    text = json.dumps(record, indent=2, sort_keys=True, default=str, allow_nan=True) + "\n"
+    text = json.dumps(_strict(record), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
     atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
     return path
 
