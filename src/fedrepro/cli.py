@@ -115,6 +115,19 @@ def _seed(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    """argparse type of a learning rate: a finite number > 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text}: give a finite number > 0")
+    return value
+
+
 def _positive(text: str) -> int:
     """argparse type of a count: an integer >= 1."""
     try:
@@ -249,7 +262,7 @@ def cmd_compare(args) -> int:
     from fedrepro.compare.method_file import load_method, parse_spec
     from fedrepro.compare.protocol import SEEDS_DIR, compare, slot_of
     from fedrepro.compare.table import write_comparison, write_record
-    from fedrepro.config import load_paper, paper_seeds, resolve_experiment
+    from fedrepro.config import load_paper, paper_seeds, parse_overrides, resolve_experiment
     from fedrepro.experiments import RunContext
     from fedrepro.run_inputs import prepare_inputs, run_inputs
 
@@ -268,12 +281,32 @@ def cmd_compare(args) -> int:
         return RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
 
     start, method_file = time.monotonic(), parse_spec(args.method)[0]
-    comparison = compare(exp, cls, method_file, list(seeds), context, args.baselines or (), inputs, out / SEEDS_DIR)
+    method_args = parse_overrides(args.method_arg) if args.method_arg else {}
+    comparison = compare(
+        exp,
+        cls,
+        method_file,
+        list(seeds),
+        context,
+        args.baselines or (),
+        inputs,
+        out / SEEDS_DIR,
+        method_args=method_args,
+        lr=args.lr,
+    )
     has_figure = any(f["experiment"] == exp.name for f in (paper.get("figures") or {}).values())
     written = write_comparison(comparison, out, figure=has_figure)
     written.append(write_record(comparison, out, args.method, inputs, time.monotonic() - start))
     for path in written:
         print(f"[fedrepro] wrote {path}")
+    mine = comparison.rows[-1]
+    if len(mine.failures) == len(comparison.seeds):  # nothing of the method to compare: the job fails (Snakemake)
+        print(
+            f"fedrepro: error: {mine.name} failed in every seed ({mine.failures[0]}); the table records why: "
+            f"{written[0]}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -477,6 +510,21 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", required=True, help="for table.md, .csv, differences.csv, figure.png, compare.json")
     cmp.add_argument("--scale", choices=["default", "quick", "paper"], default=None)
     cmp.add_argument("--seeds", type=_seed, nargs="+", default=None, help="default: the scale's seeds")
+    cmp.add_argument(
+        "--method-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword argument of your method's constructor (YAML value, e.g. mu=0.01); repeat for more",
+    )
+    cmp.add_argument(
+        "--lr",
+        type=_positive_float,
+        nargs="+",
+        default=None,
+        metavar="LR",
+        help="your method's learning rates in place of the protocol's grid, picked by the protocol's own rule",
+    )
     cmp.add_argument(
         "--baselines",
         nargs="+",

@@ -470,3 +470,73 @@ def test_compare_json_is_strict_json_with_infinite_parameters(tmp_path, partitio
     comp.experiment.params["alphas"] = [1.0, math.inf]  # as PPSGD's alpha Q = inf
     text = write_record(comp, tmp_path / "r", f"{FEDPROX}:FedProx", None, 1.0).read_text()
     assert _strict_json(text)["params"]["alphas"] == [1.0, "inf"]
+
+
+DIVERGES_ABOVE = """
+from fedrepro.learning.fedavg import FedAvg
+
+class Touchy(FedAvg):
+    name = "touchy"
+
+    def __init__(self, limit=1.0, **kw):
+        super().__init__(**kw)
+        self.limit = limit
+
+    def local_step(self, state, x, y, selected, lr):
+        loss = super().local_step(state, x, y, selected, lr)
+        return loss * float("nan") if lr > self.limit else loss
+"""
+
+
+def test_method_args_and_an_lr_grid_with_a_diverging_lr(tmp_path, partition_dir, capsys):
+    """--method-arg reaches the constructor in every seed and is in the key; --lr replaces the protocol's grid and is
+    picked by its select rule; an lr that diverges is dropped (AdaPeD's protocol failed the whole row)."""
+    path = method_file(tmp_path, DIVERGES_ABOVE, "touchy.py")
+    exp = experiment()
+    comp = compare(exp, load_method(f"{path}:Touchy"), path, [0], context(partition_dir), method_args={"limit": 0.1},
+                   lr=[0.05, 0.2])  # fmt: skip
+    mine = comp.rows[-1]
+    assert mine.failures == [] and math.isfinite(mine.cells[0]["acc"])  # 0.2 diverged and was dropped, 0.05 kept
+    assert "this lr is dropped from the grid" in capsys.readouterr().out
+    assert comp.method_args == {"limit": 0.1} and comp.lr == [0.05, 0.2]
+    md = "\n".join(write_comparison(comp, tmp_path / "o", figure=False)[0].read_text().splitlines())
+    assert "touchy's arguments: limit=0.1." in md and "touchy's learning rates: 0.05, 0.2:" in md
+    # every lr diverging fails the row
+    allbad = compare(exp, load_method(f"{path}:Touchy"), path, [0], context(partition_dir), method_args={"limit": 0.01},
+                     lr=[0.05, 0.2])  # fmt: skip
+    assert allbad.rows[-1].cells == [None] and "non-finite training loss" in allbad.rows[-1].failures[0]
+    # an argument the constructor does not take: one line naming the file and the keyword
+    with pytest.raises(ConfigError, match=r"touchy\.py:\d+: --method-arg mu: Touchy.__init__ takes no keyword 'mu'"):
+        compare(exp, load_method(f"{path}:Touchy"), path, [0], context(partition_dir), method_args={"mu": 1})
+
+
+def test_compare_exits_1_when_the_method_failed_in_every_seed(tmp_path, partition_dir, capsys, monkeypatch):
+    """So that a Snakemake job whose every seed failed fails (it finished green)."""
+    import fedrepro.compare.protocol as protocol
+
+    path = method_file(tmp_path, DIVERGES_ABOVE, "touchy2.py")
+    exp = experiment()
+    monkeypatch.setattr("fedrepro.config.resolve_experiment", lambda *a, **k: exp)
+    monkeypatch.setattr("fedrepro.run_inputs.prepare_inputs", lambda cfg, e: [])
+    monkeypatch.setattr("fedrepro.run_inputs.run_inputs", lambda cfg, e: ({}, {"p": partition_dir}, {}))
+    monkeypatch.setattr("fedrepro.config.paper_seeds", lambda *a, **k: [0])
+    monkeypatch.setattr("fedrepro.config.load_paper", lambda *a, **k: {"experiments": {"cmp_test": {}}})
+    assert protocol.slot_of(exp) is not None
+    rc = main(["compare", f"{path}:Touchy", "--experiment", "adaped.cmp_test", "--method-arg", "limit=0.001",
+               "--out", str(tmp_path / "out")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1 and "touchy failed in every seed" in err and (tmp_path / "out" / "table.md").is_file()
+
+
+def test_each_protocol_says_how_it_takes_your_learning_rates():
+    from fedrepro.papers.fedhdp.experiments.training import METHOD_SLOT as FEDHDP
+    from fedrepro.papers.ppsgd.method import METHOD_SLOT as PPSGD
+
+    assert FEDHDP.with_lr({"lr": 0.5}, "x", [0.1]) == {"lr": 0.1}
+    with pytest.raises(ConfigError, match="FedHDP's protocol trains at one lr"):
+        FEDHDP.with_lr({"lr": 0.5}, "x", [0.1, 0.2])
+    assert PPSGD.with_lr({"steps": [1.0, 2.0], "sigmas": [0]}, "x", [0.01, 0.03]) == {
+        "steps": [0.01, 0.03],
+        "sigmas": [0],
+    }
+    assert all(s.lr_text for s in (FEDHDP, PPSGD))

@@ -116,10 +116,21 @@ def method_sources(path: Path) -> dict[str, str]:
     return out
 
 
-def guarded(cls: type[Algorithm], path: Path) -> type[Algorithm]:
-    """``cls`` with its training losses and deployed models checked: a NaN or inf raises :class:`MethodFailed`."""
+def guarded(cls: type[Algorithm], path: Path, args: dict | None = None) -> type[Algorithm]:
+    """``cls`` with its training losses and deployed models checked (a NaN or inf raises :class:`MethodFailed`) and
+    ``args`` (``compare --method-arg``) passed to its constructor by every protocol."""
+    args = dict(args or {})
+    unknown = [k for k in args if not takes_keyword(cls, k)]
+    if unknown:
+        raise ConfigError(
+            f"{path}:{_class_line(cls, path)}: --method-arg {unknown[0]}: {cls.__name__}.__init__ takes no keyword "
+            f"{unknown[0]!r}"
+        )
 
     class Guarded(cls):  # type: ignore[misc,valid-type]
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **{**args, **kw})
+
         def local_step(self, state, x, y, selected, lr):
             losses = super().local_step(state, x, y, selected, lr)
             if not torch.isfinite(torch.as_tensor(losses)).all():
@@ -149,6 +160,24 @@ def accepts(cls: type[Algorithm], keyword: str) -> bool:
     """Whether the constructor of ``cls`` takes keyword ``keyword`` (or any keyword)."""
     params = inspect.signature(cls).parameters.values()
     return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def takes_keyword(cls: type, keyword: str) -> bool:
+    """Whether constructing ``cls`` can take ``keyword``: its ``__init__`` names it, or passes ``**kwargs`` on to a
+    base class's ``__init__`` that does (followed along the MRO; a chain that ends in ``**kwargs`` of an unknown
+    callee is given the benefit of the doubt)."""
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            return False
+        params = inspect.signature(init).parameters.values()
+        if any(p.name == keyword and p.kind is not inspect.Parameter.VAR_KEYWORD for p in params):
+            return True
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return False
+    return True
 
 
 def failure(exc: BaseException, path: Path) -> str:

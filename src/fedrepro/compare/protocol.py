@@ -60,6 +60,8 @@ class Comparison:
     resumed: list[int] = field(default_factory=list)  # seeds read back from an earlier, killed run
     baseline_runs: dict[int, str] = field(default_factory=dict)  # seed -> run directory the paper's rows came from
     method_sources: dict[str, str] = field(default_factory=dict)  # the method's code: file -> sha256
+    method_args: dict = field(default_factory=dict)  # --method-arg: the constructor's keyword arguments
+    lr: list[float] = field(default_factory=list)  # --lr: the method's own learning rates ([]: the protocol's)
 
     @property
     def columns(self) -> list[str]:
@@ -133,24 +135,36 @@ def compare(
     baselines: Sequence[Path] = (),
     inputs: Mapping | None = None,
     state_dir: Path | None = None,
+    method_args: Mapping | None = None,
+    lr: Sequence[float] | None = None,
 ) -> Comparison:
     """Train ``cls`` under ``exp``'s protocol for every seed, beside the paper's methods (read from ``baselines``
     or rebuilt); a failure of the user's method marks its row failed in that seed, loudly, and the rest goes on.
     ``inputs``: the digests of the data the method trains on (provenance.input_digests); a baseline run made from
-    other data is refused. ``state_dir``: where finished seeds are kept, so that a killed run resumes (above)."""
+    other data is refused. ``state_dir``: where finished seeds are kept, so that a killed run resumes (above).
+    ``method_args``: keyword arguments of the method's constructor (``--method-arg``); ``lr``: the method's own
+    learning rates (``--lr``), in place of the protocol's and chosen by its rule (MethodSlot.with_lr)."""
     slot, kind = slot_of(exp), get_kind(exp.kind)
     name = method_name(cls)
     private = _check_method(cls, path, name, slot, exp)
-    algorithms.register_external(guarded(cls, path))
+    method_args = dict(method_args or {})
+    if lr and slot.with_lr is None:
+        raise ConfigError(f"--lr: {exp.id}'s protocol takes no learning rate of a method's own")
+    algorithms.register_external(guarded(cls, path, method_args))
     paper_rows = {m: Row(m, PAPER) for m in slot.methods(exp.params)}
     mine = Row(name, YOURS)
     runs = _baseline_docs(baselines, exp, seeds, inputs) if baselines else {}
-    only = fill_defaults(slot.only(exp.params, name, private), kind.schema)  # what the kind reads, as a resolved run
+    only = slot.only(exp.params, name, private)
+    if lr:
+        only = slot.with_lr(only, name, [float(x) for x in lr])
+    only = fill_defaults(only, kind.schema)  # what the kind reads, as a resolved run
     resumed: list[int] = []
     method_sha = sha256_of(Path(path))
     sources = method_sources(Path(path))  # the file and the modules it may import: an edit of either trains again
     for seed in seeds:
-        key = _seed_key(exp, cls, sources, seed, inputs, runs.get(seed))
+        key = _seed_key(
+            exp, cls, {"code": sources, "args": method_args, "lr": list(lr or [])}, seed, inputs, runs.get(seed)
+        )
         done = _read_seed(state_dir, seed, key)
         if done is None:
             done = _run_seed(kind, exp, slot, seed, context, runs.get(seed), list(paper_rows), only, name, path)
@@ -167,7 +181,9 @@ def compare(
             mine.failures.append(f"seed {seed}: {done['failure']}")
     rows = [*paper_rows.values(), mine]
     baseline_runs = {s: str(d) for s, d in runs.items()}
-    return Comparison(exp, slot, list(seeds), rows, private, method_sha, resumed, baseline_runs, sources)
+    return Comparison(
+        exp, slot, list(seeds), rows, private, method_sha, resumed, baseline_runs, sources, method_args, list(lr or [])
+    )
 
 
 def _run_seed(kind, exp, slot, seed, context, run_dir, paper_names, only, name, path) -> dict:
@@ -191,7 +207,7 @@ def _records(frame: pd.DataFrame) -> dict[str, list]:
     return {c: frame[c].tolist() for c in frame.columns}
 
 
-def _seed_key(exp: Experiment, cls: type[Algorithm], sources: dict, seed: int, inputs, run_dir: Path | None) -> str:
+def _seed_key(exp: Experiment, cls: type[Algorithm], method: dict, seed: int, inputs, run_dir: Path | None) -> str:
     """What one seed's result depends on, digested: a change to any of them trains the seed again."""
     from fedrepro.provenance import code_files, params_digest
     from fedrepro.runio import METRICS
@@ -200,7 +216,7 @@ def _seed_key(exp: Experiment, cls: type[Algorithm], sources: dict, seed: int, i
         "code": code_files(),  # what fedrepro computes (an updated checkout trains again)
         "experiment": exp.id,
         "params": params_digest(exp.params),
-        "method": sources,
+        "method": method,  # its code (file and own modules), constructor arguments, lr grid
         "class": cls.__name__,
         "seed": seed,
         "inputs": inputs or {},

@@ -104,6 +104,10 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
         "",
         *_md(["method", "row", *cols], body),
     ]
+    if comp.method_args:
+        lines += ["", f"{mine.name}'s arguments: " + ", ".join(f"{k}={v!r}" for k, v in comp.method_args.items()) + "."]
+    if comp.lr:
+        lines += ["", f"{mine.name}'s learning rates: {', '.join(f'{x:g}' for x in comp.lr)}: {comp.slot.lr_text}."]
     if mine.failures:
         lines += ["", f"**{mine.name} failed** ({len(mine.failures)} of {len(comp.seeds)} seeds):", ""]
         lines += [f"- {f}" for f in mine.failures]
@@ -152,6 +156,8 @@ def write_record(comp: Comparison, out: Path, spec: str, inputs, wall_s: float) 
             "row": comp.rows[-1].name,
             "file_sha256": comp.method_sha256,
             "sources": comp.method_sources,  # the method's code: the file and the modules it may import
+            "args": comp.method_args,
+            "lr": comp.lr or "the protocol's",
             "algorithm_api_version": ALGORITHM_API_VERSION,
         },
         "private": comp.private,

@@ -25,7 +25,9 @@ class MethodSlot:
     figure, or None when the kind draws none. ``x_label``/``y_label``: the figure's axes. ``what``: what a cell is,
     in words (the table's legend); ``private_text``: what the legend adds in a private protocol.
     ``paired(params, baseline)``: the columns a paired difference with ``baseline`` takes (None: every column), and
-    ``paired_text`` says why in words."""
+    ``paired_text`` says why in words. ``with_lr(only_params, name, grid)``: the method's run with its own learning
+    rates ``grid`` (``compare --lr``) in place of the protocol's, chosen by the protocol's own rule, which
+    ``lr_text`` states (None: the protocol takes no lr of a method's own, the refusal says why)."""
 
     only: Callable[[dict, str, bool], dict]
     private: Callable[[dict], bool]
@@ -38,3 +40,5 @@ class MethodSlot:
     paired: Callable[[dict, str], list[str] | None] = lambda params, baseline: None
     paired_text: str = ""
     private_text: str = " at each epsilon (the noise the protocol calibrates)"
+    with_lr: Callable[[dict, str, list[float]], dict] | None = None
+    lr_text: str = ""

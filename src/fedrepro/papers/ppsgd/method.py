@@ -235,6 +235,11 @@ def _only(p: dict, name: str, private: bool) -> dict:
     return p | {"method": {"name": name, "dp": private}, "checks": {}}
 
 
+def _with_lr(p: dict, name: str, grid: list[float]) -> dict:
+    """The method's run over its own steps in place of the protocol's ``steps``, picked by the official rule."""
+    return p | {"steps": list(grid)}
+
+
 def _label(name: str) -> str:
     return name[len(ROW) :] if name.startswith(ROW) else name
 
@@ -271,4 +276,7 @@ METHOD_SLOT = MethodSlot(
         "RDP at q = Q/N, the same for your method as for every row with αQ > 0; αQ = 0 releases nothing)"
     ),
     private_text="",
+    with_lr=_with_lr,
+    lr_text="your steps in place of the protocol's grid, the best picked per evaluation point by the official rule "
+    "as for PPSGD's rows (a diverging step dropped; the row fails only when every step diverges)",
 )

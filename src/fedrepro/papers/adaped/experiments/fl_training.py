@@ -230,6 +230,12 @@ def _only(p: dict, name: str, private: bool) -> dict:
     return p | {"methods": {name: spec}, "checks": {}}
 
 
+def _with_lr(p: dict, name: str, grid: list[float]) -> dict:
+    """The method's run with its own lr grid, chosen by the protocol's ``select`` rule like the paper's methods."""
+    spec = p["methods"][name] | {"lr": grid if len(grid) > 1 else grid[0]}
+    return p | {"methods": {name: spec}}
+
+
 def _cells(metrics: dict, name: str) -> dict[str, float]:
     """Test accuracy (%) of one method: column ``acc``, or ``acc <eps key>`` per epsilon of a private method."""
     acc = metrics.get("acc", {}).get(name)
@@ -254,6 +260,9 @@ METHOD_SLOT = MethodSlot(
     x_label="epoch",
     y_label="test accuracy (%)",
     what="test accuracy (%) of the deployed models, mean over clients",
+    with_lr=_with_lr,
+    lr_text="every lr of your grid trained, one picked by the protocol's `select` rule as for the paper's methods "
+    "(a diverging lr dropped; the row fails only when every lr diverges)",
 )
 
 # ------------------------------------------------------------------------------------------------------ kind
@@ -266,6 +275,7 @@ METHOD_SLOT = MethodSlot(
         "acc.*",
         "acc_weighted.*",
         "lr.*",
+        "lr_dropped.*",  # a method from outside: the lrs of its grid that diverged (dropped)
         "final_train_loss.*",
         "psi.*",
         "noise.*",
@@ -281,7 +291,7 @@ METHOD_SLOT = MethodSlot(
 )
 def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.learning.checkpoint import run_checkpointer
-    from fedrepro.learning.engine import n_rounds, train
+    from fedrepro.learning.engine import Diverged, n_rounds, train
     from fedrepro.learning.models import n_params
 
     _validate(p, ctx)
@@ -334,26 +344,31 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
             ]
         for key, plan in settings:
             extra = plan.mechanism(_accounted_as(spec)) if plan else {}
-            runs = []
+            runs, diverged = [], []
             for lr in grid:
                 algo = build_algorithm(spec["algorithm"], options | extra, wd)
                 label = f"{name}{'' if key is None else ' ' + key} lr={lr:g}"
-                runs.append(
-                    (
-                        lr,
-                        train(
-                            algo,
-                            data,
-                            factory,
-                            lr=lr,
-                            **schedule,
-                            callback=RoundProgress(label),
-                            checkpoint=run_checkpointer(
-                                ctx.checkpoint_dir, ctx.exp_id, p, seed, label, p["checkpoint_every"], ctx.clock
-                            ),
+                try:
+                    hist_lr = train(
+                        algo,
+                        data,
+                        factory,
+                        lr=lr,
+                        **schedule,
+                        callback=RoundProgress(label),
+                        checkpoint=run_checkpointer(
+                            ctx.checkpoint_dir, ctx.exp_id, p, seed, label, p["checkpoint_every"], ctx.clock
                         ),
                     )
-                )
+                except Diverged as exc:  # a method from outside went non-finite at this lr: the lr is dropped
+                    if len(grid) == 1 or len(diverged) + 1 == len(grid):
+                        raise  # every lr of the grid diverged: the row fails
+                    diverged.append(lr)
+                    print(f"[fedrepro] {label}: diverged ({exc}); this lr is dropped from the grid", flush=True)
+                    continue
+                runs.append((lr, hist_lr))
+            if diverged:
+                _put(metrics, "lr_dropped", name, key, float(len(diverged)))
             lr, hist = _pick(runs, p["select"])
             for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
                 rows += [
@@ -405,7 +420,7 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
         history=pd.DataFrame(rows),
         checks=checks,
         accountant=accountant,
-        undefined_ok=("final_train_loss.*",),
+        undefined_ok=("final_train_loss.*", "lr_dropped.*"),
     )
 
 

@@ -444,6 +444,17 @@ def _only(p: dict, name: str, private: bool) -> dict:
     return {k: v for k, v in p.items() if k not in drop} | {"methods": {name: {"algorithm": name}}}
 
 
+def _with_lr(p: dict, name: str, grid: list[float]) -> dict:
+    """The method's run at its own lr: FedHDP's protocol trains every row at one lr (Table 7) and has no rule to pick
+    among several, so a grid is refused."""
+    if len(grid) != 1:
+        raise ConfigError(
+            f"--lr {' '.join(f'{x:g}' for x in grid)}: FedHDP's protocol trains at one lr (Table 7: {p['lr']:g}) and "
+            "has no rule to select among several; give one --lr"
+        )
+    return p | {"lr": grid[0]}
+
+
 def _cells(metrics: dict, name: str) -> dict[str, float]:
     """Acc_g (pooled), Acc_g,p / Acc_g,np, and Acc_l,p / Acc_l,np per lambda block, of the groups the method has. A
     method from outside has one deployed model per client: it fills Acc_g, Acc_g,np and every lambda's Acc_l,np."""
@@ -488,6 +499,8 @@ METHOD_SLOT = MethodSlot(
         "the group columns are paired with NON-PRIVATE only (where every client is non-private too); with the "
         "other rows, whose groups are their private and opt-out clients, only acc_g"
     ),
+    with_lr=_with_lr,
+    lr_text="your one lr in place of the protocol's (Table 7's; FedHDP's protocol has no rule to select among several)",
 )
 
 
