@@ -254,7 +254,8 @@ def cmd_privacy(args) -> int:
 def cmd_report(args) -> int:
     from fedrepro.report.build import write_report
 
-    write_report(_load_cfg(args), _writable(args.out_dir, "--out-dir", is_dir=True), args.scale)
+    compared = [Path(d) for d in args.compared or []]
+    write_report(_load_cfg(args), _writable(args.out_dir, "--out-dir", is_dir=True), args.scale, compared)
     return 0
 
 
@@ -499,6 +500,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="replication report over every registered target")
     rep.add_argument("--out-dir", required=True)
     rep.add_argument("--scale", choices=scales, default=None)
+    rep.add_argument(
+        "--compared",
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="output directories of `compare`: their tables in the section on methods from outside the papers",
+    )
     _common(rep)
     rep.set_defaults(fn=cmd_report)
 

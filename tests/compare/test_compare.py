@@ -17,11 +17,12 @@ import pytest
 from fedrepro.cli import main
 from fedrepro.compare.method_file import load_method
 from fedrepro.compare.paired import Difference, holm, paired_difference
-from fedrepro.compare.protocol import YOURS, compare
+from fedrepro.compare.protocol import compare
 from fedrepro.compare.table import write_comparison, write_record
 from fedrepro.config import Experiment, resolve_params
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
+from fedrepro.experiments.method_slot import YOURS
 from fedrepro.seeding import rng_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")

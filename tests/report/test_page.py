@@ -210,6 +210,9 @@ def test_methods_from_outside_get_a_section_of_their_own(report, tmp_path):
                     "path": tmp_path / "table.md",
                     "header": ["method", "row", "acc"],
                     "rows": [["fedavg", "paper's", "90.00 ± 0.10 (n=3)"], ["fedprox", "yours", "89.00 ± 0.20 (n=3)"]],
+                    "method": "fedprox",
+                    "failures": ["seed 2: fedprox.py:8: RuntimeError: not yet"],
+                    "differences": [["fedavg", "acc", "-1.00 ± 0.22 (n=3)", "0.0452", "no"]],
                 }
             ],
         }
@@ -218,4 +221,6 @@ def test_methods_from_outside_get_a_section_of_their_own(report, tmp_path):
     assert "Methods from outside the papers" not in plain and render_page(report, []) == plain
     section = with_extra.split("<h2>Methods from outside the papers (extra rows; never judged)</h2>", 1)[1]
     assert "<td>fedprox</td><td>yours</td><td>89.00 ± 0.20 (n=3)</td>" in section
+    assert "fedprox failed: seed 2: fedprox.py:8: RuntimeError: not yet" in section
+    assert "<th>p (paired t)</th>" in section and "<td>-1.00 ± 0.22 (n=3)</td><td>0.0452</td><td>no</td>" in section
     assert 'id="adaped.' not in section  # apart from the papers' rows

@@ -60,20 +60,77 @@ def test_a_bad_extra_method_entry_names_the_key(tmp_path):
     assert r.returncode != 0 and "extra_methods.fedprox: 'examples/fedprox.py' does not match" in out
 
 
+def _compared(tmp_path: Path, out: Path, method_body: str | None = None) -> Path:
+    """A real `compare` output (table.csv, differences.csv, compare.json, table.md) of FedProx, or of the method
+    ``method_body``, under a two-seed test protocol on the quadrants partition."""
+    import textwrap
+
+    from learning_helpers import write_quadrant_partition
+
+    from fedrepro.compare.method_file import load_method
+    from fedrepro.compare.protocol import compare
+    from fedrepro.compare.table import write_comparison, write_record
+    from fedrepro.config import Experiment, resolve_params
+    from fedrepro.experiments import RunContext, get_kind
+
+    part = write_quadrant_partition(tmp_path / f"p_{out.name}")
+    params = {
+        "partition": "p",
+        "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
+        "epochs": 2,
+        "iters_per_epoch": 4,
+        "batch_size": "auto",
+        "tau": 2,
+        "eval_every": 2,
+        "threads": 1,
+        "methods": {"fedavg": {"algorithm": "fedavg", "lr": 0.1}},
+    }
+    params = resolve_params(params, get_kind("adaped_fl_training").schema)
+    exp = Experiment("adaped", "table4_femnist_sample", "adaped_fl_training", "test", params, params, "quick", ())
+    method = REPO_ROOT / "examples" / "fedprox.py"
+    cls = "FedProx"
+    if method_body is not None:
+        method = tmp_path / "m.py"
+        method.write_text(textwrap.dedent(method_body))
+        cls = "Broken"
+    comp = compare(exp, load_method(f"{method}:{cls}"), method, [0, 1],
+                   lambda seed: RunContext(exp.id, seed, partitions={"p": part}))  # fmt: skip
+    write_comparison(comp, out, figure=False)
+    write_record(comp, out, f"{method}:{cls}", None, 1.0)
+    return out
+
+
 def test_report_lists_extra_tables_apart_and_nothing_without_them(tmp_path):
+    """From the structured compare outputs: the table, the method's failures with their reasons, the paired
+    differences; the workflow's results/extra/ (config extra_methods) and `report --compared DIR` alike."""
     dirs = {"results_dir": str(tmp_path / "results"), "figures_dir": str(tmp_path / "f"), "data": {"dir": "data"}}
     cfg = {**dirs, "extra_methods": {"fedprox": "examples/fedprox.py:FedProx"}}
-    table = tmp_path / "results" / "extra" / "fedprox" / "adaped" / "table4_femnist_sample" / "quick" / "table.md"
-    table.parent.mkdir(parents=True)
-    table.write_text(
-        "# t\n\n| method | row | acc |\n|---|---|---|\n| fedavg | paper's | 90.00 ± 0.10 (n=3) |\n"
-        "| fedprox | yours | 89.00 ± 0.20 (n=3) |\n\n## fedprox minus each baseline\n\n| baseline | x |\n"
-    )
+    table_dir = tmp_path / "results" / "extra" / "fedprox" / "adaped" / "table4_femnist_sample" / "quick"
+    _compared(tmp_path, table_dir)
     extra = extra_methods(cfg)
     assert [t["experiment"] for t in extra[0]["tables"]] == ["adaped.table4_femnist_sample"]
     text = "\n".join(extra_markdown(extra, tmp_path / "results" / "report"))
     assert "## Methods from outside the papers (extra rows; never judged)" in text
     link = "../extra/fedprox/adaped/table4_femnist_sample/quick/table.md"
     assert f"**adaped.table4_femnist_sample** (quick; [table]({link}))" in text
-    assert "| fedprox | yours | 89.00 ± 0.20 (n=3) |" in text and "| baseline | x |" not in text
+    assert "| fedprox | yours: not in the paper, never judged | " in text and "(n=2) |" in text
+    assert "fedprox minus each baseline:" in text and "| fedavg | acc | " in text and "resolved (Holm)" in text
     assert extra_methods(dirs) == [] and extra_markdown([], tmp_path) == []
+    # a compare output directory given to the report (`report --compared DIR`), its failed row with the reason
+    broken = _compared(
+        tmp_path,
+        tmp_path / "broken",
+        """
+        from fedrepro.learning.fedavg import FedAvg
+
+        class Broken(FedAvg):
+            name = "broken"
+
+            def local_step(self, state, x, y, selected, lr):
+                raise RuntimeError("not yet")
+        """,
+    )
+    extra = extra_methods(dirs, [broken])
+    text = "\n".join(extra_markdown(extra, tmp_path))
+    assert "### broken (" in text and "| broken | yours: not in the paper, never judged | failed |" in text
+    assert "broken failed: seed 0: " in text and "RuntimeError: not yet" in text

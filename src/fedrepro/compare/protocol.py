@@ -29,12 +29,11 @@ from fedrepro.config import Experiment, fill_defaults
 from fedrepro.data.stamps import sha256_of
 from fedrepro.errors import ConfigError, ResultError
 from fedrepro.experiments import KINDS, Kind, RunContext, get_kind
-from fedrepro.experiments.method_slot import MethodSlot
+from fedrepro.experiments.method_slot import PAPER, YOURS, MethodSlot
 from fedrepro.learning import algorithms
 from fedrepro.learning.engine import Algorithm
 from fedrepro.seeding import rng_for
 
-PAPER, YOURS = "paper", "yours"
 SEEDS_DIR = ".seeds"  # under compare's --out: the finished seeds a killed run resumes from
 
 

@@ -15,10 +15,9 @@ import pandas as pd
 
 from fedrepro.aggregate import stats
 from fedrepro.compare.paired import RULE, holm, paired_difference
-from fedrepro.compare.protocol import YOURS, Comparison, Row
+from fedrepro.compare.protocol import Comparison, Row
+from fedrepro.experiments.method_slot import ORIGIN, YOURS
 from fedrepro.runio import atomic_write
-
-ORIGIN = {"paper": "paper's method (rebuilt)", YOURS: "yours: not in the paper, never judged"}
 
 
 def _values(row: Row, column: str) -> list[float]:

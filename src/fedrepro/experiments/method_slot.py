@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# the rows of a comparison table: the paper's methods and the user's, as table.csv records them and the tables say
+PAPER, YOURS = "paper", "yours"
+ORIGIN = {PAPER: "paper's method (rebuilt)", YOURS: "yours: not in the paper, never judged"}
+
 
 @dataclass(frozen=True)
 class MethodSlot:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fedrepro import paths
+from fedrepro.errors import ResultError
+from fedrepro.experiments.method_slot import ORIGIN
 from fedrepro.files import atomic_write
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
@@ -265,26 +267,78 @@ def write_csv(path: Path, report: m.Report) -> None:
                 )
 
 
-def extra_methods(cfg: Mapping) -> list[dict]:
-    """The ``compare`` tables of the methods of config ``extra_methods`` that the workflow built under
-    results/extra/ (none when none is configured): per method its name, FILE:CLASS and tables, each with its
-    experiment, scale, path and the rows of its table (paper's methods and the extra one). Reported apart from the
-    papers' rows and never judged."""
+def compared_table(d: Path) -> dict:
+    """One ``compare`` output directory read from its structured files (table.csv, differences.csv, compare.json):
+    experiment, scale, path, the table (header and rows: mean ± se (n) per cell, or "failed"), the method's failures
+    with their reasons, and the paired differences (mean ± se, p of the paired t test, resolved by Holm)."""
+    import json
+
+    import pandas as pd
+
+    d = Path(d)
+    try:
+        record = json.loads((d / "compare.json").read_text(encoding="utf-8"))
+        cells = pd.read_csv(d / "table.csv", keep_default_na=False, na_values=[""])
+        diffs = pd.read_csv(d / "differences.csv") if (d / "differences.csv").stat().st_size else pd.DataFrame()
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise ResultError(f"{d}: not a compare output (table.csv, differences.csv, compare.json: {exc})") from None
+    columns = list(dict.fromkeys(cells["column"]))
+    header, rows = ["method", "row", *columns], []
+    for (method, origin), g in cells.groupby(["method", "origin"], sort=False):
+        by = g.set_index("column")
+
+        def cell(c, by=by):
+            if c not in by.index:
+                return "—"
+            r = by.loc[c]
+            if isinstance(r.get("failed"), str) and r["failed"]:
+                return "failed"
+            return "—" if pd.isna(r["mean"]) else f"{r['mean']:.2f} ± {r['se']:.2f} (n={int(r['n'])})"
+
+        rows.append([method, ORIGIN.get(origin, origin), *(cell(c) for c in columns)])
+    mine = record["method"]["row"]
+    failed = sorted({f for f in cells.loc[cells["method"] == mine, "failed"].dropna() if isinstance(f, str) and f})
+    differences = [
+        [
+            r["baseline"],
+            r["column"],
+            "—" if r["n"] == 0 else f"{r['diff']:+.2f} ± {r['se']:.2f} (n={int(r['n'])})",
+            "—" if pd.isna(r.get("p_value")) else f"{r['p_value']:.3g}",
+            "yes" if bool(r["resolved"]) else "no",
+        ]
+        for _, r in diffs.iterrows()
+    ]
+    return {
+        "experiment": record["experiment"],
+        "scale": record["scale"],
+        "path": d / "table.md",
+        "header": header,
+        "rows": rows,
+        "failures": failed,
+        "differences": differences,
+        "method": mine,
+        "spec": record["method"]["spec"],
+    }
+
+
+DIFF_HEAD = ["baseline", "column", "difference", "p (paired t)", "resolved (Holm)"]
+
+
+def extra_methods(cfg: Mapping, compared: list[Path] | None = None) -> list[dict]:
+    """The ``compare`` tables of the methods of config ``extra_methods`` that the workflow built under results/extra/
+    (none when none is configured), and of the ``compare`` output directories ``compared`` (``report --compared``),
+    read from their structured files (:func:`compared_table`): per method its name, FILE:CLASS and tables. Reported
+    apart from the papers' rows and never judged."""
     out = []
     for name in sorted(cfg.get("extra_methods") or {}):
-        tables = []
         pattern = paths.path(cfg, "extra_table", method=name, paper="*", exp="*", scale="*", ext="md")
-        for path in sorted(map(Path, glob.glob(str(pattern)))):
-            first = path.read_text(encoding="utf-8").split("\n## ", 1)[0]  # the table, not the differences
-            rows = [
-                [c.strip() for c in ln.strip().strip("|").split("|")] for ln in first.splitlines() if ln.startswith("|")
-            ]
-            paper, exp, scale = path.parent.parent.parent.name, path.parent.parent.name, path.parent.name
-            tables.append(
-                {"experiment": f"{paper}.{exp}", "scale": scale, "path": path, "header": rows[0], "rows": rows[2:]}
-            )
+        tables = [compared_table(Path(p).parent) for p in sorted(glob.glob(str(pattern)))]
         out.append({"name": name, "spec": cfg["extra_methods"][name], "tables": tables})
-    return out
+    by_spec: dict[str, dict] = {}
+    for d in compared or []:
+        t = compared_table(Path(d))
+        by_spec.setdefault(t["spec"], {"name": t["method"], "spec": t["spec"], "tables": []})["tables"].append(t)
+    return out + list(by_spec.values())
 
 
 def extra_markdown(extra: list[dict], out_dir: Path) -> list[str]:
@@ -303,14 +357,20 @@ def extra_markdown(extra: list[dict], out_dir: Path) -> list[str]:
                 *_table(t["header"], t["rows"]),
                 "",
             ]
+            if t["failures"]:
+                lines += [f"{t['method']} failed: " + "; ".join(t["failures"]), ""]
+            if t["differences"]:
+                lines += [f"{t['method']} minus each baseline:", "", *_table(DIFF_HEAD, t["differences"]), ""]
     return lines
 
 
-def write_report(cfg: Mapping, out_dir: Path, mode: str | None = None) -> m.Report:
+def write_report(cfg: Mapping, out_dir: Path, mode: str | None = None, compared: list[Path] | None = None) -> m.Report:
+    """The report (md, csv, html) in ``out_dir``; ``compared``: ``compare`` output directories shown in the section
+    on methods from outside the papers, beside those of config ``extra_methods``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report = m.build(cfg, mode)
     atomic_write(out_dir / paths.report_name("csv"), lambda p: write_csv(p, report))
-    extra = extra_methods(cfg)
+    extra = extra_methods(cfg, compared)
     md = "\n".join([markdown(report, out_dir), *extra_markdown(extra, out_dir)])
     atomic_write(out_dir / paths.report_name("md"), lambda p: p.write_text(md, encoding="utf-8"))
     page = render_page(report, extra)

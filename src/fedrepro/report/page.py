@@ -125,6 +125,7 @@ def render_page(report: m.Report, extra: list[dict] | None = None) -> str:
             css=(TEMPLATES / "page.css").read_text(encoding="utf-8"),
             js=(TEMPLATES / "page.js").read_text(encoding="utf-8"),
             extra=extra or [],
+            diff_head=["baseline", "column", "difference", "p (paired t)", "resolved (Holm)"],
             extra_title=EXTRA_TITLE,
             extra_text=EXTRA_TEXT,
         )
