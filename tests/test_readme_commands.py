@@ -87,6 +87,8 @@ COVERED = {
     f"{FEDPROX} --out /tmp/fp": "needs the LEAF sample in ../shared; tests/compare/test_acceptance.py",
     f"{FEDPROX} --scale quick --method-arg mu=0.1 --lr 0.05 0.1 0.2 --out /tmp/fedprox_mu01": "needs the LEAF sample; "
     "tests/compare/test_compare.py::test_method_args_and_an_lr_grid_with_a_diverging_lr",
+    "python -m fedrepro report --out-dir DIR --compared OUT...": "a placeholder: "
+    "tests/workflow/test_extra_methods.py::test_report_lists_extra_tables_apart_and_nothing_without_them",
     "python -m fedrepro report --out-dir /tmp/report --compared /tmp/fedprox /tmp/fedprox_mu01": "needs those compare "
     "outputs; tests/workflow/test_extra_methods.py::test_report_lists_extra_tables_apart_and_nothing_without_them",
     "python -m fedrepro compare examples/fedprox.py:FedProx --experiment adaped.table4_femnist_sample --scale quick "
