@@ -408,15 +408,17 @@ def _data_partition(cfg, args) -> int:
 def cmd_list(args) -> int:
     from fedrepro.config import list_experiments, load_paper
     from fedrepro.data.catalog import all_datasets
-    from fedrepro.experiments import all_kinds
+    from fedrepro.experiments import all_kinds, get_kind
 
     cfg = _load_cfg(args)
     for paper in cfg["papers"]:
         doc = load_paper(cfg, paper)
         for name in list_experiments(cfg, paper):
             e = doc["experiments"][name]
-            print(f"{paper}.{name:<18} kind={e['kind']:<28} {e['description']}")
+            takes = "compare" if get_kind(e["kind"]).method_slot is not None else "       "
+            print(f"{paper}.{name:<18} kind={e['kind']:<28} {takes} {e['description']}")
     print("kinds:", ", ".join(sorted(all_kinds())))
+    print("compare: the experiments marked so run a method of your own (python -m fedrepro compare FILE:CLASS ...)")
     print("datasets:", ", ".join(sorted(all_datasets())))
     return 0
 

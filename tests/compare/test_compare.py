@@ -541,3 +541,10 @@ def test_each_protocol_says_how_it_takes_your_learning_rates():
         "sigmas": [0],
     }
     assert all(s.lr_text for s in (FEDHDP, PPSGD))
+
+
+def test_list_marks_the_experiments_that_take_a_method(capsys):
+    assert main(["list"]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("adaped.", "ppsgd."))}
+    assert " compare " in lines["adaped.table4_femnist_sample"] and " compare " in lines["ppsgd.x_fig1c_femnist_sample"]
+    assert " compare " not in lines["adaped.fig1a"] and " compare " not in lines["ppsgd.eps_emnist"]

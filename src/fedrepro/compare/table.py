@@ -191,15 +191,25 @@ def _figure(comp: Comparison, path: Path) -> None:
     for row in comp.rows:
         if not row.curves:
             continue
-        curve = pd.concat(row.curves).groupby(["series", "x"], as_index=False)["y"].mean()
+        # mean over seeds and its standard error (sample std / sqrt(n), ddof 1), drawn as a band of ± 1 se
+        curve = pd.concat(row.curves).groupby(["series", "x"], as_index=False)["y"].agg(["mean", "std", "count"])
+        curve["se"] = (curve["std"] / curve["count"].pow(0.5)).fillna(0.0)
         for i, (series, g) in enumerate(curve.groupby("series")):
             label = f"{row.name} {series}".strip()
             dashes = ("-", "--", ":", "-.")[i % 4]  # your row's series (e.g. one per epsilon or sigma) told apart
             mine = dict(linewidth=2.5, color="black", linestyle=dashes)
-            ax.plot(g["x"], g["y"], label=label, **(mine if row.origin == YOURS else dict(linewidth=1, alpha=0.8)))
+            line = ax.plot(
+                g["x"], g["mean"], label=label, **(mine if row.origin == YOURS else dict(linewidth=1, alpha=0.8))
+            )
+            ax.fill_between(
+                g["x"], g["mean"] - g["se"], g["mean"] + g["se"], color=line[0].get_color(), alpha=0.15, lw=0
+            )
     ax.set_xlabel(comp.slot.x_label)
     ax.set_ylabel(comp.slot.y_label)
-    ax.set_title(f"{comp.experiment.id} ({comp.experiment.scale}), mean over {len(comp.seeds)} seed(s)", fontsize=9)
+    ax.set_title(
+        f"{comp.experiment.id} ({comp.experiment.scale}), mean ± standard error over {len(comp.seeds)} seed(s)",
+        fontsize=9,
+    )
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=120, metadata={"Software": None}))
