@@ -77,6 +77,8 @@ COVERED = {
     "paper-scale run of hours is what it takes)",
     "python -m fedrepro ci-check --report results/report/replication.csv": "CI; tests/report/test_report.py",
     "python -m fedrepro data fetch --all --dry-run": RUN,
+    "python -m fedrepro compare examples/histogram_shrinkage.py:Shrinkage --experiment histograms.x_synthetic "
+    "--scale quick --out /tmp/shrink": RUN,
     "python -m fedrepro data fetch <dataset>": "tests/data/test_download.py (a placeholder: any dataset)",
     "python -m fedrepro data partition NAME --out DIR": "tests/workflow/test_faults.py (a placeholder)",
     "python -m fedrepro plan [--cores N]": "run here as python -m fedrepro plan --cores 2 (test_plan_runs)",

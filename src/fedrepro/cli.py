@@ -265,12 +265,13 @@ def cmd_compare(args) -> int:
     from fedrepro.compare.table import write_comparison, write_record
     from fedrepro.config import load_paper, paper_seeds, parse_overrides, resolve_experiment
     from fedrepro.experiments import RunContext
+    from fedrepro.learning.engine import Algorithm
     from fedrepro.run_inputs import prepare_inputs, run_inputs
 
     cfg = _load_cfg(args)
     exp = resolve_experiment(cfg, args.experiment, args.scale)
-    slot_of(exp)  # an experiment that cannot run a method is refused before the method file is even read
-    cls = load_method(args.method)
+    slot = slot_of(exp)  # an experiment that cannot run a method is refused before the method file is even read
+    cls = load_method(args.method, slot.interface or Algorithm)
     out = _writable(args.out, "--out", is_dir=True)
     paper = load_paper(cfg, exp.paper)
     seeds = args.seeds if args.seeds else paper_seeds(cfg, paper["experiments"][exp.name], exp.scale)

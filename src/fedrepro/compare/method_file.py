@@ -41,9 +41,10 @@ def _line_in(path: Path, tb) -> int | None:
     return lines[-1] if lines else None
 
 
-def load_method(spec: str) -> type[Algorithm]:
-    """The Algorithm subclass ``CLASS`` of file ``FILE`` (executed as a module of its own; its directory is put on
-    ``sys.path``, so it may import the modules beside it); one line on error."""
+def load_method(spec: str, base: type = Algorithm) -> type:
+    """The ``base`` subclass ``CLASS`` of file ``FILE`` (an engine Algorithm, or the interface of the experiment's
+    method slot, e.g. a histogram estimator), executed as a module of its own; its directory is put on ``sys.path``,
+    so it may import the modules beside it; one line on error."""
     path, name = parse_spec(spec)
     if not path.is_file():
         raise ConfigError(f"{path}: no such method file (give FILE:CLASS with FILE a Python file)")
@@ -70,8 +71,8 @@ def load_method(spec: str) -> type[Algorithm]:
         found = sorted(k for k, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module_name)
         raise ConfigError(f"{path}:1: no class {name} (classes defined there: {', '.join(found) or 'none'})")
     line = _class_line(cls, path)
-    if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
-        raise ConfigError(f"{path}:{line}: {name} is not a subclass of fedrepro.learning.engine.Algorithm")
+    if not (inspect.isclass(cls) and issubclass(cls, base)):
+        raise ConfigError(f"{path}:{line}: {name} is not a subclass of {base.__module__}.{base.__qualname__}")
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise ConfigError(f"{path}:{line}: {name} does not implement {missing} (README: Compare your method)")
@@ -119,18 +120,9 @@ def method_sources(path: Path) -> dict[str, str]:
 def guarded(cls: type[Algorithm], path: Path, args: dict | None = None) -> type[Algorithm]:
     """``cls`` with its training losses and deployed models checked (a NaN or inf raises :class:`MethodFailed`) and
     ``args`` (``compare --method-arg``) passed to its constructor by every protocol."""
-    args = dict(args or {})
-    unknown = [k for k in args if not takes_keyword(cls, k)]
-    if unknown:
-        raise ConfigError(
-            f"{path}:{_class_line(cls, path)}: --method-arg {unknown[0]}: {cls.__name__}.__init__ takes no keyword "
-            f"{unknown[0]!r}"
-        )
+    cls = with_args(cls, path, args)
 
     class Guarded(cls):  # type: ignore[misc,valid-type]
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **{**args, **kw})
-
         def local_step(self, state, x, y, selected, lr):
             losses = super().local_step(state, x, y, selected, lr)
             if not torch.isfinite(torch.as_tensor(losses)).all():
@@ -149,6 +141,28 @@ def guarded(cls: type[Algorithm], path: Path, args: dict | None = None) -> type[
     Guarded.__name__ = Guarded.__qualname__ = cls.__name__
     Guarded.name = method_name(cls)
     return Guarded
+
+
+def with_args(cls: type, path: Path, args: dict | None = None) -> type:
+    """``cls`` constructed with ``args`` (``compare --method-arg``) by every protocol; a keyword its constructor does
+    not take is one line naming the file."""
+    args = dict(args or {})
+    unknown = [k for k in args if not takes_keyword(cls, k)]
+    if unknown:
+        raise ConfigError(
+            f"{path}:{_class_line(cls, path)}: --method-arg {unknown[0]}: {cls.__name__}.__init__ takes no keyword "
+            f"{unknown[0]!r}"
+        )
+    if not args:
+        return cls
+
+    class WithArgs(cls):  # type: ignore[misc,valid-type]
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **{**args, **kw})
+
+    WithArgs.__name__ = WithArgs.__qualname__ = cls.__name__
+    WithArgs.name = method_name(cls)
+    return WithArgs
 
 
 def method_name(cls: type[Algorithm]) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrepro.compare.method_file import accepts, failure, guarded, method_name, method_sources
+from fedrepro.compare.method_file import accepts, failure, guarded, method_name, method_sources, with_args
 from fedrepro.config import Experiment, fill_defaults
 from fedrepro.data.stamps import sha256_of
 from fedrepro.errors import ConfigError, ResultError
@@ -145,11 +145,19 @@ def compare(
     learning rates (``--lr``), in place of the protocol's and chosen by its rule (MethodSlot.with_lr)."""
     slot, kind = slot_of(exp), get_kind(exp.kind)
     name = method_name(cls)
-    private = _check_method(cls, path, name, slot, exp)
     method_args = dict(method_args or {})
     if lr and slot.with_lr is None:
         raise ConfigError(f"--lr: {exp.id}'s protocol takes no learning rate of a method's own")
-    algorithms.register_external(guarded(cls, path, method_args))
+    if slot.interface is None:  # an engine Algorithm: its privacy and weight decay checked, its training guarded
+        private = _check_method(cls, path, name, slot, exp)
+        algorithms.register_external(guarded(cls, path, method_args))
+    else:  # another interface (a histogram estimator): registered by the protocol's own registry
+        if name in slot.methods(exp.params):
+            raise ConfigError(
+                f"{path}: method name {name!r} is a method of {exp.id}; set the class's `name` to another"
+            )
+        private = slot.private(exp.params)
+        slot.register(with_args(cls, path, method_args))
     paper_rows = {m: Row(m, PAPER) for m in slot.methods(exp.params)}
     mine = Row(name, YOURS)
     runs = _baseline_docs(baselines, exp, seeds, inputs) if baselines else {}

@@ -24,14 +24,21 @@ def _values(row: Row, column: str) -> list[float]:
     return [math.nan if c is None else float(c.get(column, math.nan)) for c in row.cells]
 
 
-def _cell(row: Row, column: str) -> tuple[str, dict]:
+def _cell(row: Row, column: str, digits: int = 2) -> tuple[str, dict]:
     vals = _values(row, column)
     if any(c is None for c in row.cells):
         return "failed", {"mean": math.nan, "se": math.nan, "n": 0}
     s = stats(vals)
     if s["n"] == 0:
         return "—", {"mean": math.nan, "se": math.nan, "n": 0}
-    return f"{s['mean']:.2f} ± {s['se']:.2f} (n={s['n']})", s
+    return f"{s['mean']:.{digits}f} ± {s['se']:.{digits}f} (n={s['n']})", s
+
+
+def _digits(values: list[float]) -> int:
+    """Decimals of a column: 2 for accuracies in % (values >= 1), 4 for the small numbers of other metrics (a mean
+    KL of 0.14)."""
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    return 2 if not finite or max(finite) >= 1 else 4
 
 
 def _strict(obj):
@@ -51,11 +58,12 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
     out = Path(out)
     exp, cols = comp.experiment, comp.columns
     mine = comp.rows[-1]
+    digits = {c: _digits([v for row in comp.rows for v in _values(row, c)]) for c in cols}
     records, body = [], []
     for row in comp.rows:
         cells = []
         for col in cols:
-            text, s = _cell(row, col)
+            text, s = _cell(row, col, digits[col])
             cells.append(text)
             records.append(
                 dict(
@@ -116,7 +124,9 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
         [
             r["baseline"],
             r["column"],
-            "—" if r["n"] == 0 else f"{r['diff']:+.2f} ± {r['se']:.2f} (n={r['n']})",
+            "—"
+            if r["n"] == 0
+            else f"{r['diff']:+.{digits[r['column']]}f} ± {r['se']:.{digits[r['column']]}f} (n={r['n']})",
             "—" if math.isnan(r["p_value"]) else f"{r['p_value']:.3g}",
             "yes" if r["resolved"] else ("no" + (f": run {r['more_seeds']} more seed(s)" if r["more_seeds"] else "")),
         ]

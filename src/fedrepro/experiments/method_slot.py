@@ -31,7 +31,8 @@ class MethodSlot:
     ``paired(params, baseline)``: the columns a paired difference with ``baseline`` takes (None: every column), and
     ``paired_text`` says why in words. ``with_lr(only_params, name, grid)``: the method's run with its own learning
     rates ``grid`` (``compare --lr``) in place of the protocol's, chosen by the protocol's own rule, which
-    ``lr_text`` states (None: the protocol takes no lr of a method's own, the refusal says why)."""
+    ``lr_text`` states (None: the protocol takes no lr of a method's own, the refusal says why). ``interface`` and
+    ``register``: a protocol whose method is not an engine Algorithm (its base class, and how it is registered)."""
 
     only: Callable[[dict, str, bool], dict]
     private: Callable[[dict], bool]
@@ -46,3 +47,7 @@ class MethodSlot:
     private_text: str = " at each epsilon (the noise the protocol calibrates)"
     with_lr: Callable[[dict, str, list[float]], dict] | None = None
     lr_text: str = ""
+    # the interface a method implements: None, an engine Algorithm; else its base class (e.g. the histograms paper's
+    # HistogramEstimator) and ``register(cls)`` that makes it buildable by name for the kind's run
+    interface: type | None = None
+    register: Callable[[type], str] | None = None

@@ -115,6 +115,14 @@ class Evaluator:
             out[lo : lo + CHUNK] = _cross(q, est)
         return self.h - out
 
+    def estimates(self, est: np.ndarray) -> np.ndarray:
+        """(n,) per-user KL of arbitrary per-user estimates (n, d) (a method from outside the package)."""
+        out = np.empty(len(est))
+        for lo in range(0, len(est), CHUNK):
+            q = np.asarray(self.d.Qeval[lo : lo + CHUNK], dtype=np.float64)
+            out[lo : lo + CHUNK] = _cross(q, np.asarray(est[lo : lo + CHUNK], dtype=np.float64))
+        return self.h - out
+
     def local(self) -> np.ndarray:
         out = np.empty(self.d.S.shape[0])
         for lo in range(0, self.d.S.shape[0], CHUNK):

@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_limits
 
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.memory import MemoryNeed
+from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.experiments.params import INT1, INT2, NONNEG, POSITIVE
 from fedrepro.papers.histograms import closed_forms as cf
 from fedrepro.papers.histograms.claims import CLAIMS, table1_claims
@@ -40,6 +41,7 @@ from fedrepro.papers.histograms.generator import make_mixture, multinomial_rows,
 from fedrepro.papers.histograms.pipeline import (
     ALGO_PROPERTIES,
     ALGO_REQUIRED,
+    METHODS,
     HistData,
     run_pipeline,
     tuning_requested,
@@ -64,8 +66,55 @@ SCHEMA = {
         "z": POSITIVE,
         "near_oracle_rtol": NONNEG,
         **ALGO_PROPERTIES,
+        # a method from outside the package (compare): only its row is computed, on the same users (no default:
+        # absent, the nine methods run, and runs made before this option keep their parameter digest)
+        "estimator": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {"name": {"type": "string", "minLength": 1}},
+        },
     },
 }
+
+
+def _outside(p: dict, data: HistData, rng: np.random.Generator) -> RunOutput:
+    """A method from outside the package on the run's users, in every regime (fedrepro.papers.histograms.estimator):
+    its mean KL and standard error, as the nine methods' metrics; the private regime releases cross-user means only
+    through Alg. 3 at the per-step budget the paper's rows spend (the first candidate of a tuned clip)."""
+    from fedrepro.papers.histograms.estimator import Release, Users, get_estimator
+    from fedrepro.papers.histograms.pipeline import Evaluator, candidates
+    from fedrepro.papers.histograms.privacy import per_step_budget
+
+    name = p["estimator"]["name"]
+    method = get_estimator(name)()
+    ev = Evaluator(data, p["center_floor"], p["lam"], p["local_beta"])
+    settings = {k: p[k] for k in ("K", "T", "lam", "center_floor", "local_beta")}
+    users = Users(counts=data.counts, S=data.S, validation=data.Sval, settings=settings)
+    kl, se, spent = {}, {}, {}
+    for regime in p["regimes"]:
+        private = regime == "private"
+        release = Release(S=data.S, private=private, T=p["T"], floor=p["center_floor"], rng=rng)
+        if private:
+            pr = p["private"]
+            b = per_step_budget(pr["total_epsilon"], pr["delta"], p["T"], pr["reading"])
+            release.budget = {
+                "per_step_epsilon": b.per_step_epsilon,
+                "per_step_delta": b.per_step_delta,
+                "total_epsilon": b.total_epsilon,
+                "total_delta": b.total_delta,
+            }
+            release.clip, release.s = candidates(pr["clip"])[0], pr["s"]
+        est = np.asarray(method.estimate(users, rng, release), dtype=np.float64)
+        if est.shape != data.S.shape:
+            raise ValueError(f"{name}.estimate returned shape {est.shape}, not (n, d) = {data.S.shape}")
+        per_user = ev.estimates(est)
+        if not np.isfinite(per_user).all():
+            raise ValueError(f"{name}.estimate gave a zero where a user's true histogram is positive (infinite KL)")
+        kl[regime] = {name: float(per_user.mean())}
+        se[regime] = {name: float(per_user.std(ddof=1) / np.sqrt(len(per_user)))}
+        spent[regime] = {name: float(release.calls)}
+    return RunOutput(metrics={"kl": kl, "kl_se": se, "release_calls": spent})
 
 
 def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
@@ -83,10 +132,43 @@ def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
     }
 
 
+def _cells(metrics: dict, name: str) -> dict[str, float]:
+    """Mean KL(Q_u || estimate_u) of one method, one column per privacy regime."""
+    return {f"KL {regime}": float(v[name]) for regime, v in metrics.get("kl", {}).items() if name in v}
+
+
+def _register(cls) -> str:
+    from fedrepro.papers.histograms.estimator import register_external
+
+    return register_external(cls)
+
+
+def _interface():
+    from fedrepro.papers.histograms.estimator import HistogramEstimator
+
+    return HistogramEstimator
+
+
+METHOD_SLOT = MethodSlot(
+    only=lambda p, name, private: p | {"estimator": {"name": name}},
+    private=lambda p: "private" in p["regimes"],
+    methods=lambda p: list(METHODS),
+    cells=_cells,
+    what=(
+        "mean over users of KL(Q_u || estimate_u) against the true histograms (lower is better), per privacy regime "
+        "(private: (epsilon, delta) of the paper's rows, Theorem 3.1; your estimator's cross-user statistics count "
+        "against it only through release.centers, and one computed otherwise is outside the guarantee)"
+    ),
+    private_text="",
+    interface=_interface(),
+    register=_register,
+)
+
+
 @experiment_kind(
     "histograms_synthetic",
     SCHEMA,
-    metrics=("kl.*", "kl_se.*", "reference.*", "diagnostics.*"),
+    metrics=("kl.*", "kl_se.*", "reference.*", "diagnostics.*", "release_calls.*"),
     checks=(
         "alg2_ft_near_oracle",
         "clustering_beats_fedavg_nonprivate",
@@ -98,6 +180,7 @@ def references(mix, m: int, lam: float, beta: float) -> dict[str, float]:
     ),
     # every user's true histogram (float32) and token counts (int32), (n_users + n_val, d) each
     memory=MemoryNeed(("n_users", "n_val", "d"), lambda p: 8 * (p["n_users"] + p["n_val"]) * p["d"]),
+    method_slot=METHOD_SLOT,
 )
 def histograms_synthetic(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     with threadpool_limits(limits=1, user_api="blas"):
@@ -120,6 +203,8 @@ def _run(p: dict, rng: np.random.Generator) -> RunOutput:
         extra = multinomial_rows(p["m_val"], np.asarray(users.Q[data.tune_index], dtype=np.float64), rng.spawn(1)[0])
         data.tune_eval = extra / p["m_val"]
     t_gen = time.perf_counter() - t0
+    if p.get("estimator") is not None:
+        return _outside(p, data, rng)
     kl, se, diag, rows = run_pipeline(data, p, rng, regimes=p["regimes"])
     t_run = time.perf_counter() - t0 - t_gen
     ref = references(mix, p["m"], p["lam"], p["local_beta"])
