@@ -138,7 +138,10 @@ def _experiments():
 # Optional blocks a kind reads only when a run sets them, with no default: a default would add the key to every run's
 # resolved parameters and so change the parameter digest of every run made before the option existed (archived
 # paper-scale runs among them), making them stale for a value they never used. Each is read as p.get(key) once.
-OPTIONAL_BLOCKS = {"fedhdp_training": {"reevaluate"}}  # fedrepro.papers.fedhdp.test_readings
+OPTIONAL_BLOCKS = {
+    "fedhdp_training": {"reevaluate"},  # fedrepro.papers.fedhdp.test_readings
+    "histograms_synthetic": {"estimator"},  # fedrepro.papers.histograms.estimator (compare)
+}
 
 
 @pytest.mark.parametrize("exp_id, scale", _experiments())

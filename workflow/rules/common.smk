@@ -349,8 +349,15 @@ EXTRA_NAMES = "|".join(sorted(EXTRA_METHODS)) or "(?!)"
 
 
 def extra_experiments():
-    """The runnable experiments whose kind runs a method from outside the package (a method slot)."""
-    return [e for e in EXPERIMENTS.values() if runnable(e.id) and get_kind(e.kind).method_slot is not None]
+    """The runnable experiments whose kind runs an engine Algorithm from outside the package (a method slot whose
+    interface is the Algorithm; a histogram estimator runs through `python -m fedrepro compare`)."""
+    return [
+        e
+        for e in EXPERIMENTS.values()
+        if runnable(e.id)
+        and get_kind(e.kind).method_slot is not None
+        and get_kind(e.kind).method_slot.interface is None
+    ]
 
 
 def extra_tables():
