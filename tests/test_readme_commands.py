@@ -77,6 +77,9 @@ COVERED = {
     "paper-scale run of hours is what it takes)",
     "python -m fedrepro ci-check --report results/report/replication.csv": "CI; tests/report/test_report.py",
     "python -m fedrepro data fetch --all --dry-run": RUN,
+    "python -m fedrepro compare examples/scaffold.py:Scaffold --experiment ppsgd.x_fig1c_femnist_sample --scale quick "
+    "--seeds 0 1 --lr 0.01 0.03 0.1 --out /tmp/scaffold": "needs the LEAF sample in ../shared; "
+    "tests/papers/ppsgd/test_method.py::test_scaffold_runs_by_construction_and_its_rows_epsilon_is_the_protocols",
     "python -m fedrepro compare examples/histogram_shrinkage.py:Shrinkage --experiment histograms.x_synthetic "
     "--scale quick --out /tmp/shrink": RUN,
     "python -m fedrepro data fetch <dataset>": "tests/data/test_download.py (a placeholder: any dataset)",

@@ -61,6 +61,7 @@ class Comparison:
     method_sources: dict[str, str] = field(default_factory=dict)  # the method's code: file -> sha256
     method_args: dict = field(default_factory=dict)  # --method-arg: the constructor's keyword arguments
     lr: list[float] = field(default_factory=list)  # --lr: the method's own learning rates ([]: the protocol's)
+    privacy_note: str = ""  # how the method's privacy is had under the protocol (MethodSlot.privacy_note)
 
     @property
     def columns(self) -> list[str]:
@@ -188,8 +189,20 @@ def compare(
             mine.failures.append(f"seed {seed}: {done['failure']}")
     rows = [*paper_rows.values(), mine]
     baseline_runs = {s: str(d) for s, d in runs.items()}
+    note = slot.privacy_note(cls) if private and slot.privacy_note is not None else ""
     return Comparison(
-        exp, slot, list(seeds), rows, private, method_sha, resumed, baseline_runs, sources, method_args, list(lr or [])
+        exp,
+        slot,
+        list(seeds),
+        rows,
+        private,
+        method_sha,
+        resumed,
+        baseline_runs,
+        sources,
+        method_args,
+        list(lr or []),
+        note,
     )
 
 

@@ -41,6 +41,18 @@ def _digits(values: list[float]) -> int:
     return 2 if not finite or max(finite) >= 1 else 4
 
 
+def _epsilons(comp: Comparison) -> dict | None:
+    """Each row's ε per column that states one (the protocol's accountant; equal over seeds), or None."""
+    out = {}
+    for row in comp.rows:
+        for col in comp.columns:
+            if col.startswith("ε"):
+                vals = [c[col] for c in row.cells if c is not None and col in c]
+                if vals:
+                    out.setdefault(row.name, {})[col] = vals[0]
+    return out or None
+
+
 def _strict(obj):
     """``obj`` as strict JSON takes it (no NaN or Infinity tokens): an infinite number as the text "inf" / "-inf"
     (PPSGD's alpha Q = inf is a setting, not a missing value), NaN as null."""
@@ -111,6 +123,8 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
         "",
         *_md(["method", "row", *cols], body),
     ]
+    if comp.privacy_note:
+        lines += ["", f"{mine.name}: {comp.privacy_note}."]
     if comp.method_args:
         lines += ["", f"{mine.name}'s arguments: " + ", ".join(f"{k}={v!r}" for k, v in comp.method_args.items()) + "."]
     if comp.lr:
@@ -170,6 +184,8 @@ def write_record(comp: Comparison, out: Path, spec: str, inputs, wall_s: float) 
             "algorithm_api_version": ALGORITHM_API_VERSION,
         },
         "private": comp.private,
+        "privacy": comp.privacy_note or None,
+        "epsilon": _epsilons(comp),
         "code_version": code_version(),
         "inputs": inputs or {},
         "baselines": {str(s): d for s, d in comp.baseline_runs.items()} or "rebuilt",

@@ -51,3 +51,6 @@ class MethodSlot:
     # HistogramEstimator) and ``register(cls)`` that makes it buildable by name for the kind's run
     interface: type | None = None
     register: Callable[[type], str] | None = None
+    # how a method's privacy is had under the protocol, in words, for the table and compare.json (None: the slot says
+    # nothing beyond ``what``): e.g. by construction (the protocol releases its messages) or applied by the method
+    privacy_note: Callable[[type], str] | None = None

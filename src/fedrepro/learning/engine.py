@@ -177,7 +177,7 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry(
 #: package implements and what :func:`train` guarantees it. Raised when a member is added, removed or changes meaning;
 #: tests/learning/test_algorithm_api.py fails until the README's list and this number follow the class.
 #: 2: the steps differentiate the protocol's loss (Net.loss), and y may be a 0/1 label matrix (PPSGD's protocols).
-ALGORITHM_API_VERSION = 2
+ALGORITHM_API_VERSION = 3
 
 
 class Algorithm(ABC):
@@ -224,6 +224,19 @@ class Algorithm(ABC):
 
     def sync(self, state: Any, selected: Tensor) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """Server aggregation at the end of a synchronization period."""
+
+    # Privacy by construction (a protocol that releases what clients send, e.g. PPSGD's): a method that implements
+    # both is run as "local steps, each client's message, the protocol's release, the server's update" in place of
+    # sync; the protocol clips every client's message and adds its noise, and the server sees only the release.
+    def client_message(self, state: Any, selected: Tensor) -> Params | None:
+        """What each selected client sends the server at the end of the period, stacked (K, ...) (None: the method
+        aggregates in :meth:`sync` instead)."""
+        return None
+
+    def server_update(self, state: Any, selected: Tensor, released: Params) -> None:
+        """The server's step from the protocol's release of the clients' messages (their clipped mean, plus the
+        protocol's noise in a private protocol), one tensor per message entry without the client axis."""
+        raise NotImplementedError(f"{type(self).__name__} sends client_message but has no server_update")
 
     @abstractmethod
     def deployed_params(self, state: Any, ctx: EvalContext | None = None) -> Params:

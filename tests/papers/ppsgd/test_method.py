@@ -224,3 +224,81 @@ def test_a_method_fine_tuning_with_autograd_at_evaluation_gets_its_context(tmp_p
     p = _params(sigmas=[0], method={"name": "autograd_ft_test", "dp": False})
     its, acc, _ = train(cl, p, 0.0, np.array([0.05]), None, 0)
     assert np.isfinite(acc).all() and len(its) > 1
+
+
+# ------------------------------------------------------------------------ privacy by construction (client messages)
+
+
+class FedAvgMessages(FedAvg):
+    """FedAvg sending its step as a message (the gradient it applied): the server sees only the protocol's release."""
+
+    name = "fedavg_messages"
+
+    def local_step(self, state, x, y, selected, lr):
+        state.lr = lr
+        return super().local_step(state, x, y, selected, lr)
+
+    def client_message(self, state, selected):
+        return {k: (state.global_params[k] - v) / state.lr for k, v in state.local.items()}
+
+    def server_update(self, state, selected, released):
+        state.global_params = {k: v - state.lr * released[k] for k, v in state.global_params.items()}
+        state.local = None
+
+
+@pytest.fixture
+def registered():
+    from pathlib import Path
+
+    from fedrepro.compare.method_file import load_method
+    from fedrepro.learning import algorithms
+
+    algorithms.register_external(FedAvgMessages)
+    scaffold = load_method(f"{Path(__file__).parents[3] / 'examples' / 'scaffold.py'}:Scaffold")
+    algorithms.register_external(scaffold)
+    return scaffold
+
+
+def test_a_method_sending_messages_is_released_by_the_protocol(registered):
+    """By construction: FedAvg's step sent as a message and released by PPSGD's protocol is PPSGD's global learning
+    at sigma = 0 (the clipped mean of the gradients); at sigma > 0 the method is built without dp= (nothing to apply
+    itself) and spends the rows' epsilon."""
+    assert method.by_construction("fedavg_messages") and not method.by_construction("fedavg")
+    cl = blob_clients(np.random.default_rng(3), dtype=np.float32)
+    p = _params()
+    rows = run_grid(cl, p, np.random.default_rng(5), lin.train)
+    d, K = cl.x_train.shape[1], cl.y_train.shape[1]
+    train = method.trainer(lambda seed: method.Linear(d, K), method.squared_loss(0.1, K, True), False)
+    mine = run_grid(cl, p | {"method": {"name": "fedavg_messages", "dp": True}}, np.random.default_rng(5), train)
+    h, hm = rows.history, mine.history
+    a = h[(h.alpha_label == "inf") & (h.sigma == 0)].sort_values(["step", "iteration"])
+    b = hm[(hm.alpha_label == "fedavg_messages") & (hm.sigma == 0)].sort_values(["step", "iteration"])
+    np.testing.assert_allclose(a.accuracy.to_numpy(), b.accuracy.to_numpy(), rtol=1e-5)
+    assert mine.metrics["epsilon"]["s3"]["fedavg_messages"] == rows.metrics["epsilon"]["s3"]["inf"] > 0
+    assert rows.metrics["epsilon"]["s3"]["0"] == 0.0  # alpha Q = 0 releases nothing
+
+
+def test_the_release_clips_each_message_and_adds_the_servers_noise():
+    n, C, sigma = 6, 0.5, 2.0
+    msg = {"a": torch.ones(n, 3, dtype=torch.float64) * 10, "b": torch.zeros(n, 2, dtype=torch.float64)}
+    out = method.release(msg, C, 0.0, torch.Generator().manual_seed(0))
+    assert torch.allclose(out["a"], torch.full((3,), C / math.sqrt(3), dtype=torch.float64))  # clipped, then mean
+    draws = torch.stack([method.release(msg, C, sigma, torch.Generator().manual_seed(s))["b"] for s in range(3000)])
+    assert draws.std().item() == pytest.approx(sigma * C / n, rel=0.05)  # N(0, (sigma C)^2) on the sum, / n
+
+
+def test_scaffold_runs_by_construction_and_its_rows_epsilon_is_the_protocols(registered):
+    """examples/scaffold.py under PPSGD's linear protocol: released (Delta y, Delta c) only; finite accuracy; the
+    slot's cells give its epsilon per sigma equal to the PPSGD rows' at the same sigma."""
+    assert method.by_construction("scaffold")
+    cl = blob_clients(np.random.default_rng(3), dtype=np.float32)
+    p = _params()
+    d, K = cl.x_train.shape[1], cl.y_train.shape[1]
+    train = method.trainer(lambda seed: method.Linear(d, K), method.squared_loss(0.1, K, True), False)
+    out = run_grid(cl, p | {"method": {"name": "scaffold", "dp": True}}, np.random.default_rng(5), train)
+    rows = run_grid(cl, p, np.random.default_rng(5), lin.train)
+    cells = method.METHOD_SLOT.cells(out.metrics, "scaffold")
+    paper = method.METHOD_SLOT.cells(rows.metrics, "PPSGD αQ=1")
+    assert cells["ε σ=3"] == paper["ε σ=3"] and math.isfinite(cells["acc σ=3"])
+    assert cells["ε σ=0"] == math.inf  # no noise: no finite guarantee
+    assert method.METHOD_SLOT.paired(p, "PPSGD αQ=1") == ["acc σ=0", "acc σ=3"]

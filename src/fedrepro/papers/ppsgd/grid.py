@@ -104,6 +104,9 @@ def run_grid(cl: Clients, p: dict, rng: np.random.Generator, train_fn) -> RunOut
         },
         "final_step": {f"s{sigma_label(s)}": {alpha_label(a): final[(s, a)][1] for a in alphas} for s in p["sigmas"]},
         "final_epsilon": {f"s{sigma_label(s)}": float(max(final[(s, a)][2] for a in alphas)) for s in p["sigmas"]},
+        # per row: what its last release spent (opacus RDP at q = Q/N over the rounds; alpha Q = 0 releases nothing,
+        # sigma = 0 releases without noise: inf)
+        "epsilon": {f"s{sigma_label(s)}": {alpha_label(a): final[(s, a)][2] for a in alphas} for s in p["sigmas"]},
         "n_users": N,
         "n_classes": K,
         "sampling_rate": q,

@@ -132,7 +132,9 @@ def trainer(model: Callable[[int], nn.Module], loss: Callable, multilabel: bool,
         for g, lr in enumerate(float(v) for v in lrs):
             sampler = run_batches(cl.train_off, p, seed)  # the PPSGD rows' batch sequence
             gen = torch.Generator(device=dev).manual_seed(int(np.random.default_rng([seed, 1, g]).integers(2**62)))
-            dp = {"dp": SharedNoiseMechanism(p["clip"], float(sigma))} if p["method"]["dp"] else {}
+            noise = torch.Generator(device=dev).manual_seed(int(np.random.default_rng([seed, 2, g]).integers(2**62)))
+            constructed = by_construction(name)
+            dp = {"dp": SharedNoiseMechanism(p["clip"], float(sigma))} if p["method"]["dp"] and not constructed else {}
             algo = build_algorithm(name, weight_decay=0.0, **dp)
             net = Net(model(seed).to(dev), loss=loss)
             state = algo.init_state(net, cl.n_users, gen)
@@ -167,7 +169,11 @@ def trainer(model: Callable[[int], nn.Module], loss: Callable, multilabel: bool,
                     losses = algo.local_step(state, x, y, selected, lr)
                     if not torch.isfinite(torch.as_tensor(losses)).all():
                         raise Diverged(f"{name}: non-finite training loss at lr={lr:g}")
-                    algo.sync(state, selected)
+                    if constructed:  # the protocol releases what the clients send; the server sees only that
+                        message = algo.client_message(state, selected)
+                        algo.server_update(state, selected, release(message, p["clip"], float(sigma), noise))
+                    else:
+                        algo.sync(state, selected)
                 except Diverged:
                     diverged, n_diverged = True, n_diverged + 1
             its, rounds = its_g, t
@@ -177,6 +183,36 @@ def trainer(model: Callable[[int], nn.Module], loss: Callable, multilabel: bool,
         return np.array(its), np.array(accs, dtype=float).T, rounds
 
     return train
+
+
+def by_construction(name: str) -> bool:
+    """Whether the method registered as ``name`` sends client messages (Algorithm.client_message): then the protocol,
+    not the method, clips and noises what each client sends (:func:`release`)."""
+    from fedrepro.learning.algorithms import get_algorithm
+    from fedrepro.learning.engine import Algorithm
+
+    cls = get_algorithm(name)
+    return getattr(cls, "client_message", None) is not Algorithm.client_message
+
+
+def release(message: dict[str, Tensor], clip: float, sigma: float, generator: torch.Generator) -> dict[str, Tensor]:
+    """PPSGD's release of one round, applied to whatever the clients send: each client's message (all its entries
+    together, as one vector) clipped to L2 norm ``clip``, summed over the L clients, Gaussian noise of std
+    ``sigma * clip`` added to the sum (PPSGD's sigma C; none at sigma = 0), divided by L. A method that releases only
+    through this spends PPSGD's epsilon (opacus RDP at q = Q/N, one release per round) whatever it sends."""
+    if not message:
+        raise ValueError("client_message returned no entries")
+    first = next(iter(message.values()))
+    n = first.shape[0]
+    sq = sum(v.reshape(n, -1).pow(2).sum(1) for v in message.values())
+    scale = torch.clamp(clip / torch.sqrt(sq).clamp_min(1e-12), max=1.0)
+    out = {}
+    for k, v in message.items():
+        total = (v * scale.reshape(n, *([1] * (v.dim() - 1)))).sum(0)
+        if sigma > 0:
+            total = total + sigma * clip * torch.randn(total.shape, generator=generator, device=v.device, dtype=v.dtype)
+        out[k] = total / n
+    return out
 
 
 def _accuracy(algo, state, net: Net, cl: Clients, ctx, dev) -> float:
@@ -240,17 +276,41 @@ def _with_lr(p: dict, name: str, grid: list[float]) -> dict:
     return p | {"steps": list(grid)}
 
 
+def _privacy_note(cls) -> str:
+    from fedrepro.learning.engine import Algorithm
+
+    if getattr(cls, "client_message", None) is not Algorithm.client_message:
+        return (
+            "privacy by construction: your method sends client_message and the protocol releases it (each client's "
+            "message clipped to C, the sum noised with σC, as PPSGD's rows): the ε columns hold for it as for them"
+        )
+    return (
+        "privacy applied by your method: it implements no client_message, so it aggregates in sync with the dp= "
+        "mechanism the protocol hands it (each gradient clipped to C, noise shares summing to σC); the ε columns hold "
+        "only if it releases nothing but the mean of those noised gradients, which is not checked"
+    )
+
+
 def _label(name: str) -> str:
     return name[len(ROW) :] if name.startswith(ROW) else name
 
 
 def _cells(metrics: dict, name: str) -> dict[str, float]:
-    """Final test accuracy (%) at the best step, one column per sigma."""
+    """Final test accuracy (%) at the best step, one column per sigma, and the epsilon the row spent at each sigma
+    (the protocol's accountant: opacus RDP at q = Q/N; inf without noise, 0 for a row that releases nothing)."""
     label, out = _label(name), {}
     for key, row in metrics.get("final_accuracy", {}).items():
         if label in row:
             out[f"acc σ={key[1:].replace('p', '.')}"] = 100 * float(row[label])
+    for key, row in metrics.get("epsilon", {}).items():
+        if label in row:
+            out[f"ε σ={key[1:].replace('p', '.')}"] = float(row[label])
     return out
+
+
+def _paired(p: dict, baseline: str) -> list[str]:
+    """Paired differences of the accuracy columns (the epsilon columns are the protocol's, not a seed's outcome)."""
+    return [f"acc σ={s:g}" for s in p["sigmas"]]
 
 
 def _curves(history: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -272,10 +332,14 @@ METHOD_SLOT = MethodSlot(
     y_label="test accuracy (%), pooled",
     what=(
         "final test accuracy (%) pooled over every user's test rows, each user with its deployed model, at the best "
-        "step of the protocol's grid (the official code's rule), one column per noise multiplier σ (epsilon: opacus "
-        "RDP at q = Q/N, the same for your method as for every row with αQ > 0; αQ = 0 releases nothing)"
+        "step of the protocol's grid (the official code's rule), one column per noise multiplier σ, and the ε each row "
+        "spent at each σ (opacus RDP at q = Q/N over the rounds, δ the protocol's; αQ = 0 releases nothing: 0; σ = 0 "
+        "has no finite ε: —)"
     ),
     private_text="",
+    privacy_note=_privacy_note,
+    paired=_paired,
+    paired_text="the accuracy columns (the ε columns are what the protocol's accountant gives each row at each σ)",
     with_lr=_with_lr,
     lr_text="your steps in place of the protocol's grid, the best picked per evaluation point by the official rule "
     "as for PPSGD's rows (a diverging step dropped; the row fails only when every step diverges)",

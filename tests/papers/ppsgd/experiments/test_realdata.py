@@ -130,8 +130,10 @@ def test_fedprox_under_fig1c_is_ppsgd_global_learning_at_sigma_zero(emnist_mirro
     rows = {r.name: r for r in comp.rows}
     assert list(rows) == ["PPSGD αQ=0", "PPSGD αQ=1", "PPSGD αQ=inf", "fedprox"]
     for mine, glob in zip(rows["fedprox"].cells, rows["PPSGD αQ=inf"].cells):
-        assert set(mine) == {"acc σ=0", "acc σ=3"} and mine["acc σ=0"] == glob["acc σ=0"]
+        assert set(mine) == {"acc σ=0", "acc σ=3", "ε σ=0", "ε σ=3"} and mine["acc σ=0"] == glob["acc σ=0"]
+        assert mine["ε σ=3"] == glob["ε σ=3"] > 0  # the ε the protocol's accountant gives both rows
     written = write_comparison(comp, tmp_path / "out", figure=True)
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| fedprox | yours: not in the paper, never judged |" in table and "failed" not in table
+    assert "fedprox: privacy applied by your method: it implements no client_message" in table
     assert [p.name for p in written] == ["table.md", "table.csv", "differences.csv", "figure.png"]

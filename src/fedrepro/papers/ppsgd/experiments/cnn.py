@@ -123,6 +123,7 @@ def train_cnn(cl: Clients, p: dict, sigma: float, eta_w: np.ndarray, eta_theta: 
     metrics=(
         "final_accuracy.*",
         "final_epsilon.*",
+        "epsilon.*",  # per sigma and row (alpha Q, or a method from outside): the epsilon its final step spent
         "final_step.*",
         "n_classes",
         "n_users",
