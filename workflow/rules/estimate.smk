@@ -23,7 +23,10 @@ rule run_experiment:
     params:
         resolved=resolved_params,
         outdir=lambda wildcards, output: Path(output.metrics).parent,
+    # the job's torch threads are the threads Snakemake gave it (FEDREPRO_THREADS), idle OpenMP threads sleeping
+    # instead of spinning (OMP_WAIT_POLICY=PASSIVE: two jobs on two cores do not steal each other's cycles)
     shell:
+        "FEDREPRO_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
         "python -m fedrepro run {wildcards.paper}.{wildcards.exp} --seed {wildcards.seed} "
         "--scale {wildcards.scale} --out {params.outdir:q} > {log:q} 2>&1"
 
