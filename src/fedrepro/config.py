@@ -215,6 +215,7 @@ def validate_global(cfg: Mapping, source: str = "config") -> dict:
             cfg = {**cfg, block: {**node, key: BOOL_TEXT[node[key].lower()]}}
     validate(cfg, load_schema("config.schema.yaml"), source=source)
     cfg = dict(cfg)
+    _check_output_dirs(cfg, source)
     unknown = sorted({k.split(".", 1)[0] for k in cfg.get("default_scales") or {}} - set(cfg["papers"]))
     if unknown:
         raise ConfigError(
@@ -232,6 +233,23 @@ def validate_global(cfg: Mapping, source: str = "config") -> dict:
         cfg["papers"] = {p: f for p, f in cfg["papers"].items() if p in only}
         cfg["targets"] = {p: f for p, f in (cfg.get("targets") or {}).items() if p in only}
     return cfg
+
+
+def _check_output_dirs(cfg: Mapping, source: str) -> None:
+    """The configured output directories (results_dir, figures_dir, logs_dir, data.dir) are directories the project
+    may write: not the checkout, not inside what git tracks there (config/, src/, .git, archive/...), not a file or
+    device (fedrepro.files.output_problem)."""
+    from fedrepro.files import output_problem
+
+    for key, value in (
+        ("results_dir", cfg["results_dir"]),
+        ("figures_dir", cfg["figures_dir"]),
+        ("logs_dir", cfg["logs_dir"]),
+        ("data.dir", cfg["data"]["dir"]),
+    ):
+        problem = output_problem(str(resolve_path(value)), True, REPO_ROOT)
+        if problem:
+            raise ConfigError(f"{source}: {key}: {value!r} {problem}")
 
 
 def load_global(path: str | Path | None = None, overrides: Mapping | None = None) -> dict:

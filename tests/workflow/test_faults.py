@@ -938,3 +938,17 @@ def test_out_of_memory_ends_in_one_line(capsys, monkeypatch, tmp_path):
     err = _fail(capsys, "run", "fedhdp.noniid_mnist", "--out", tmp_path / "out")
     assert "out of memory in `run` (Unable to allocate 74.5 GiB" in err and "--set batch_size" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("results_dir", ".", "is the checkout"),
+        ("figures_dir", "src", "inside src/"),
+        ("logs_dir", "config/logs", "inside config/"),
+        ("data.dir", ".git", "inside .git/"),
+    ],
+)
+def test_a_configured_output_directory_inside_the_checkouts_sources_is_refused(capsys, key, value, why):
+    err = _fail(capsys, "list", "--config-set", f"{key}={value}")
+    assert f"{key}: {value!r} {why}" in err
