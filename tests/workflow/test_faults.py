@@ -944,9 +944,9 @@ def test_out_of_memory_ends_in_one_line(capsys, monkeypatch, tmp_path):
     "key, value, why",
     [
         ("results_dir", ".", "is the checkout"),
-        ("figures_dir", "src", "inside src/"),
-        ("logs_dir", "config/logs", "inside config/"),
-        ("data.dir", ".git", "inside .git/"),
+        ("figures_dir", "src", "is inside src/"),
+        ("logs_dir", "config/logs", "is inside config/"),
+        ("data.dir", ".git", "is inside .git/"),
     ],
 )
 def test_a_configured_output_directory_inside_the_checkouts_sources_is_refused(capsys, key, value, why):
