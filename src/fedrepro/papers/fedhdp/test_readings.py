@@ -28,6 +28,7 @@ import yaml
 from fedrepro import paths
 from fedrepro.errors import ConfigError, ResultError
 from fedrepro.experiments import Check
+from fedrepro.papers.fedhdp.columns import client_metrics, lam_key, method_groups
 from fedrepro.provenance import params_digest
 from fedrepro.runio import ARRAYS, CONFIG, read_metrics
 
@@ -102,7 +103,6 @@ def reevaluate(p: dict, ctx, private: np.ndarray, ds, data, factory) -> tuple[di
     import torch
 
     from fedrepro.learning.net import Net
-    from fedrepro.papers.fedhdp.experiments.training import client_metrics, lam_key, method_groups
 
     reading = p["reevaluate"]
     run = source_run(ctx.config, ctx.exp_id, ctx.seed, p)

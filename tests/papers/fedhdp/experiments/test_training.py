@@ -10,7 +10,8 @@ import pytest
 from fedrepro.data import fedformat
 from fedrepro.data.partition import Partition
 from fedrepro.errors import ConfigError
-from fedrepro.papers.fedhdp.experiments.training import client_metrics, lam_key, opt_out_mask
+from fedrepro.papers.fedhdp.columns import client_metrics, lam_key
+from fedrepro.papers.fedhdp.experiments.training import opt_out_mask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
