@@ -241,11 +241,12 @@ def _report_row(w: Path, row_id: str = "R1.ex") -> dict:
         return next(r for r in csv.DictReader(fh) if r["id"] == row_id)
 
 
-NON_FINITE = {  # how the summary or the runs are spoiled -> what the row's reason says
-    "NaN mean": "not finite",
-    "inf mean": "not finite",
+NON_FINITE = {  # how the summary or the runs are spoiled -> what the row's reason says (a summary edited after its
+    # runs is not what they give: invalid before its numbers are even looked at)
+    "NaN mean": "has mean nan, its seed runs give",
+    "inf mean": "has mean inf, its seed runs give",
     "NaN in every seed": "undefined",
-    "metric missing": "missing",
+    "metric missing": "is not in the summary",
 }
 
 
