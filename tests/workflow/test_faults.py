@@ -671,8 +671,14 @@ def test_a_really_full_disk_ends_in_one_line(work, full_tmpfs):
 # ----------------------------------------------------------------------------------------------- interruptions
 
 
-def test_ctrl_c_during_run_ends_in_one_line_with_status_130(tmp_path):
-    """SIGINT (what Ctrl-C sends) in the middle of a run: exit 130, one line on stderr, no traceback, no metrics."""
+@pytest.mark.parametrize(
+    "sig, status, word",
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_signal_during_a_run_ends_in_one_line_with_its_status(tmp_path, sig, status, word):
+    """SIGINT (what Ctrl-C sends) or SIGTERM (a scheduler's stop) in the middle of a run: exit 130 / 143, one line on
+    stderr, no traceback, no metrics."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "fedrepro", "run", "ppsgd.fig1a_synthetic", "--scale", "quick"]
     cmd += ["--set", "niter=100000", "--set", "n_users=20", "--out", str(out)]
@@ -681,11 +687,11 @@ def test_ctrl_c_during_run_ends_in_one_line_with_status_130(tmp_path):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("[fedrepro] ppsgd.fig1a_synthetic")  # the run has started
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == status, err[-3000:]
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-3000:]
-    assert "interrupted" in err and "`run`" in err
+    assert word in err and "`run`" in err
     assert not (out / "metrics.json").exists() and _temporaries(tmp_path) == []
 
 
@@ -871,22 +877,6 @@ def test_a_full_disk_while_a_partition_is_written_ends_in_one_line(full_tmpfs):
     r = fedrepro("data", "partition", "digits_dirichlet_a05", "--out", full_tmpfs / "part")
     one_error(r, "disk full")
     assert r.returncode == 2 and sorted(p.name for p in full_tmpfs.iterdir()) == before
-
-
-def test_sigterm_during_a_run_ends_in_one_line_with_status_143(tmp_path):
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "fedrepro", "run", "ppsgd.fig1a_synthetic", "--scale", "quick"]
-    cmd += ["--set", "niter=100000", "--set", "n_users=20", "--out", str(out)]
-    env = {**os.environ, "FEDREPRO_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
-    env.pop("FEDREPRO_WORKFLOW_CONFIG", None)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().startswith("[fedrepro] ppsgd.fig1a_synthetic")
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err[-3000:]
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "terminated (SIGTERM)" in err
-    assert not (out / "metrics.json").exists()
 
 
 def test_duplicate_yaml_keys_are_refused_naming_file_line_and_key(tmp_path):

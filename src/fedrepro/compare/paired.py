@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from scipy import stats as st
 
 from fedrepro.aggregate import stats
+from fedrepro.report.verdict import more_seeds_until
 
 FAMILY_ALPHA = 0.05
-MAX_SEEDS = 1_000_000  # beyond this a difference is noise around zero (float rounding): no count is given
 RULE = (
     "paired over seeds: d = method − baseline per seed; mean d ± se (sd/√n); a paired t test of d = 0 (n − 1 "
     f"degrees of freedom); resolved when Holm's step-down procedure over this table's comparisons rejects d = 0 at a "
@@ -66,24 +66,11 @@ def _p_value(mean: float, sd: float, n: int) -> float:
 def seeds_to_resolve(mean: float, sd: float, n: int, alpha: float) -> int | None:
     """More seeds (0 if none) after which |mean| is resolved at two-sided level ``alpha`` by the paired t test at
     this spread: the smallest n' >= 2 with |mean| > t(1 - alpha/2, n' - 1) sd / sqrt(n'); None for a zero mean,
-    fewer than two pairs, or more than MAX_SEEDS seeds (a difference of float rounding around zero)."""
+    fewer than two pairs, or more than verdict.MAX_SEEDS seeds (a difference of float rounding around zero)."""
     if n < 2 or mean == 0:
         return None
 
-    def resolved(k: int) -> bool:
-        return abs(mean) > st.t.ppf(1 - alpha / 2, k - 1) * sd / math.sqrt(k)
-
-    if resolved(n):
-        return 0
-    lo, hi = n, 2 * n  # the half-width shrinks with n': double, then bisect
-    while not resolved(hi):
-        if hi > MAX_SEEDS:
-            return None
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if resolved(mid) else (mid, hi)
-    return hi - n
+    return more_seeds_until(lambda k: abs(mean) > st.t.ppf(1 - alpha / 2, k - 1) * sd / math.sqrt(k), n)
 
 
 def holm(diffs: Sequence[Difference], alpha: float = FAMILY_ALPHA) -> list[Difference]:

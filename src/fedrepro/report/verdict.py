@@ -260,13 +260,23 @@ def seeds_to_resolve(
     def resolved(k: int) -> bool:
         return _half_width(reading, se_p, df_p, std, k)[0] <= resolvable
 
+    if resolvable <= 0 or (reading == SINGLE and Z * std >= resolvable and not resolved(n)):
+        return None  # 1.96 s: the half-width as n' -> inf
+    return more_seeds_until(resolved, n)
+
+
+MAX_SEEDS = 1_000_000  # beyond this a resolution is one of float rounding: no number of seeds worth stating
+
+
+def more_seeds_until(resolved, n: int) -> int | None:
+    """How many seeds beyond ``n`` the first n' >= n with ``resolved(n')`` needs (0 when n already is), for a
+    ``resolved`` that stays true once true (a half-width shrinking in n': solved for with t at each n', never
+    extrapolated with a fixed factor): doubling, then bisection. None past MAX_SEEDS."""
     if resolved(n):
         return 0
-    if resolvable <= 0 or (reading == SINGLE and Z * std >= resolvable):  # 1.96 s: the half-width as n' -> inf
-        return None
-    lo, hi = n, 2 * n  # resolved(lo) is false; the half-width decreases in n', so double, then bisect
+    lo, hi = n, 2 * n  # resolved(lo) is false
     while not resolved(hi):
-        if hi > 1_000_000:  # a resolution of float rounding: no number of seeds worth stating
+        if hi > MAX_SEEDS:
             return None
         lo, hi = hi, 2 * hi
     while hi - lo > 1:
