@@ -260,6 +260,13 @@ METHOD_SLOT = MethodSlot(
     x_label="epoch",
     y_label="test accuracy (%)",
     what="test accuracy (%) of the deployed models, mean over clients",
+    privacy_note=lambda cls: (
+        "privacy applied by your method: the protocol hands it dp= (clip C and the noise multiplier its accountant "
+        "calibrates for DP-FedAvg's clipped and noised local steps, per ε column); the column's ε holds only if it "
+        "noises every minibatch gradient it uses, as fedrepro.learning.dp.GaussianMechanism does, which is not "
+        "checked (this protocol's mechanism is per local step: a release of client messages would need another "
+        "accountant)"
+    ),
     with_lr=_with_lr,
     lr_text="every lr of your grid trained, one picked by the protocol's `select` rule as for the paper's methods "
     "(a diverging lr dropped; the row fails only when every lr diverges)",
