@@ -57,18 +57,32 @@ DETERMINISTIC_PARAMS = {
     # its seeds are parameters: the swept experiment draws from its own seeded streams, never from this rng
     "forensic_sweep": {"experiment": "remark1", "rows": ["R1.ex"], "grid": {"n": [10]}},
     "printed_relations": {"relations": {"r": {"what": "Remark 1", "value": "R1.ex", "equals": 0.01}}},
+    # reads the registry and a partition's test sizes (a FedHDP kind: its context below)
+    "fedhdp_variance_floor": {
+        "experiment": "noniid_mnist",
+        "partition": "p",
+        "rows": ["T3.nonIID.DP-FedAvg+Ditto.Acc_g_p.var"],
+    },
 }
 
 
-def test_deterministic_kinds_never_draw_from_rng():
+def _context(name: str, tmp_path):
+    """The run context of a deterministic kind in these tests: AdaPeD's, or a FedHDP kind's with a partition."""
     from fedrepro.experiments import RunContext
 
+    if name == "fedhdp_variance_floor":
+        from learning_helpers import write_quadrant_partition
+
+        part = write_quadrant_partition(tmp_path / "p")
+        return RunContext(f"fedhdp.{name}", 0, partitions={"p": part}, config=load_global())
+    return RunContext(f"adaped.{name}", 0, config=load_global())
+
+
+def test_deterministic_kinds_never_draw_from_rng(tmp_path):
     kinds = {n: k for n, k in all_kinds().items() if k.deterministic}
     assert set(kinds) == set(DETERMINISTIC_PARAMS)
     for name in kinds:
-        out = call_kind(
-            name, DETERMINISTIC_PARAMS[name], _NoRandomness(), RunContext(f"adaped.{name}", 0, config=load_global())
-        )
+        out = call_kind(name, DETERMINISTIC_PARAMS[name], _NoRandomness(), _context(name, tmp_path))
         assert out.metrics, name
 
 
@@ -80,12 +94,10 @@ def _undeclared(kind, out) -> list[str]:
     ]
 
 
-def test_deterministic_kinds_produce_only_what_they_declare():
-    from fedrepro.experiments import RunContext
-
+def test_deterministic_kinds_produce_only_what_they_declare(tmp_path):
     for name, params in DETERMINISTIC_PARAMS.items():
         kind = get_kind(name)
-        out = call_kind(name, params, _NoRandomness(), RunContext(f"adaped.{name}", 0, config=load_global()))
+        out = call_kind(name, params, _NoRandomness(), _context(name, tmp_path / name))
         assert _undeclared(kind, out) == [], name
 
 

@@ -31,14 +31,14 @@ try:
     # scale, so the default report judges them; `--config 'archive={use: false}'` trains everything.
     ARCHIVED = restorable(CFG)
     if CFG["scale"] == "default" and ARCHIVED:
-        # a forensic sweep that re-evaluates an archived experiment's kept models runs at its scale too
+        # an experiment that reads an archived experiment's runs (kept models, its summary) runs at its scale too
         readers = {
-            f"{p}.{name}": f"{p}.{e['params']['experiment']}"
+            f"{p}.{name}": f"{p}.{read}"
             for p in CFG["papers"]
             for name, e in load_paper(CFG, p)["experiments"].items()
-            if e["kind"] == "forensic_sweep" and "reevaluate" in (e["params"].get("fixed") or {})
+            if (read := (get_kind(e["kind"]).reads_runs or (lambda params: None))(e["params"]))
         }
-        paper_now = [*ARCHIVED, *(r for r, swept in readers.items() if swept in ARCHIVED)]
+        paper_now = [*ARCHIVED, *(r for r, read in readers.items() if read in ARCHIVED)]
         CFG["default_scales"] = {**{e: "paper" for e in paper_now}, **(CFG.get("default_scales") or {})}
     PAPERS = {p: load_paper(CFG, p) for p in CFG["papers"]}
     # The scale mode (default | quick | paper): each experiment resolves the scale it runs at (its `default_scale`
@@ -206,17 +206,14 @@ def table_files(paper):
 
 
 def experiment_inputs(wildcards):
-    """Verified datasets and built partitions an experiment reads, and for a forensic sweep that re-evaluates the kept
-    models of another experiment's runs (params.fixed.reevaluate), those runs at its own scale and seeds."""
+    """Verified datasets and built partitions an experiment reads, and for a kind that reads another experiment's
+    runs (Kind.reads_runs: kept final models, a summary), those runs and their summary at its own scale."""
     exp = EXPERIMENTS[f"{wildcards.paper}.{wildcards.exp}"]
     out = [P("dataset_stamp", dataset=d) for d in exp.datasets] + [P("partition", name=p) for p in exp.partitions]
-    if exp.kind == "forensic_sweep" and "reevaluate" in exp.params["fixed"]:
-        swept, scale = exp.params["experiment"], wildcards.scale
-        out += [
-            P("run_file", paper=exp.paper, exp=swept, scale=scale, seed=s, file=f)
-            for s in exp.params["seeds"]
-            for f in ("metrics.json", "config.yaml")
-        ]
+    reads = get_kind(exp.kind).reads_runs
+    read = reads(exp.params) if reads else None
+    if read:
+        out += run_files(exp.paper, read, wildcards.scale) + [P("summary", paper=exp.paper, exp=read, scale=wildcards.scale)]
     return out
 
 

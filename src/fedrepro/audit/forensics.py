@@ -368,6 +368,9 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings", "stopping_steps.*"),
     checks=("conclusion.*", "joint", "stopping_time.joint"),
     reads=swept_inputs,
+    forensic=True,
+    # a sweep that re-evaluates the swept experiment's kept final models reads its runs (no training)
+    reads_runs=lambda p: p["experiment"] if "reevaluate" in (p.get("fixed") or {}) else None,
 )
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path

@@ -101,6 +101,12 @@ class Kind:
     # how the kind runs a method from outside the package (fedrepro.experiments.method_slot), or why it cannot
     method_slot: MethodSlot | None = None
     no_method_slot: str = ""
+    # a forensic kind: its runs conclude per registry row (params.rows, checks conclusion.<row>), which the report
+    # links to the rows as their evidence (fedrepro.report.status.forensic_evidence)
+    forensic: bool = False
+    # the experiment (of the same paper) whose runs at its own scale and seeds this kind reads (e.g. kept final
+    # models, a summary), for the given params; None: none. The workflow makes those runs first.
+    reads_runs: Callable[[dict], str | None] | None = None
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -124,6 +130,8 @@ def experiment_kind(
     epsilon_panel: Callable[..., None] | None = None,
     method_slot: MethodSlot | None = None,
     no_method_slot: str = "",
+    forensic: bool = False,
+    reads_runs: Callable[[dict], str | None] | None = None,
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -144,6 +152,8 @@ def experiment_kind(
     kind (fedrepro.report.privacy).
     method_slot: for kinds that train engine Algorithms, how `compare` runs a user's method under the kind's protocol
     (fedrepro.experiments.method_slot); no_method_slot: for a training kind that cannot, why (its refusal).
+    forensic: its runs conclude per registry row (``conclusion.<row>`` checks over ``params.rows``), the rows'
+    evidence in the report. reads_runs: the experiment whose runs (at its own scale and seeds) it reads, for params.
     """
 
     def deco(fn):
@@ -164,6 +174,8 @@ def experiment_kind(
                 epsilon_panel=epsilon_panel,
                 method_slot=method_slot,
                 no_method_slot=no_method_slot,
+                forensic=forensic,
+                reads_runs=reads_runs,
             ),
         )
         return fn

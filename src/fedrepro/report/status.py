@@ -365,11 +365,14 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
 def forensic_evidence(
     cfg: Mapping, paper: str, doc: Mapping, built, sound: Mapping[str, Soundness | None] | None = None
 ) -> dict[str, list[str]]:
-    """row id -> the conclusions of the forensic sweeps (kind forensic_sweep) that explain it, each naming its
-    experiment; a sweep not built yet says so with the command that builds it, and one whose summary is invalid or
-    stale (``sound``, filled by ``built``) is not read."""
+    """row id -> the conclusions of the forensic experiments (kinds declared forensic: the sweeps, derivations) that
+    explain it, each naming its experiment; one not built yet says so with the command that builds it, and one whose
+    summary is invalid or stale (``sound``, filled by ``built``) is not read."""
+    from fedrepro.experiments import get_kind
+
     out: dict[str, list[str]] = {}
-    for name, entry in ((n, e) for n, e in doc["experiments"].items() if e["kind"] == "forensic_sweep"):
+    forensic = [(n, e) for n, e in doc["experiments"].items() if get_kind(e["kind"]).forensic]
+    for name, entry in forensic:
         scale, summary = built(name)
         found = sound.get(name) if sound is not None else None
         for row in entry["params"]["rows"]:

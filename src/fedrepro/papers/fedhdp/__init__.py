@@ -19,6 +19,7 @@ KINDS = {
     "fedhdp_server_variance_vs_rho": ".experiments.server_variance_vs_rho",
     "fedhdp_table2": ".experiments.table2",
     "fedhdp_training": ".experiments.training",
+    "fedhdp_variance_floor": ".experiments.variance_floor",
 }
 PLOTS = {
     "fedhdp_server_variance_vs_r": ".plots",
