@@ -1,0 +1,44 @@
+"""Print the paper-scale runs the results archive holds, as benchmarks/RESULTS.md records them: per archived seed the
+command that made it, the machine (CPU, threads, load average at its start and end), its wall time and code version,
+read from the manifests (fedrepro.archive), so the record is the runs' own, not typed.
+
+    python benchmarks/archive_runs.py [--experiment fedhdp.noniid_mnist]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fedrepro.archive.store import entries
+from fedrepro.config import load_global
+
+
+def _load(m: dict, key: str) -> str:
+    v = m.get(key)
+    return "?" if not v else " / ".join(f"{x:.2f}" for x in v)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--experiment", default=None, help="one experiment (PAPER.NAME); default: all archived")
+    args = ap.parse_args()
+    rows = [e for e in entries(load_global()) if args.experiment in (None, e.experiment)]
+    print("| experiment | seed | command | machine | load avg 1/5/15 min, start → end | wall | code |")
+    print("|---|---|---|---|---|---|---|")
+    for e in rows:
+        made = e.manifest["made"]
+        m = made.get("machine") or {}
+        cmd = f"`python -m fedrepro run {e.experiment} --scale paper --seed {e.seed}`"
+        machine = f"{m.get('cpu', '?')}, {m.get('torch_threads', '?')} of {m.get('cpus_allowed', '?')} CPUs"
+        load = f"{_load(m, 'load_avg_at_start')} → {_load(m, 'load_avg')}"
+        wall = made.get("wall_time_s") or 0.0
+        print(
+            f"| {e.experiment} | {e.seed} | {cmd} | {machine} | {load} | {wall / 60:.1f} min | "
+            f"{made.get('code_version', '?')}, {str(made.get('started_at', '?'))[:16]} |"
+        )
+    if not rows:
+        print("(nothing archived)")
+
+
+if __name__ == "__main__":
+    main()
