@@ -34,3 +34,22 @@ def test_a_run_without_arrays_writes_no_arrays_file(tmp_path):
     exp = resolve_experiment(load_global(), "ppsgd.theorems", "paper")
     write_run(tmp_path, exp, 0, RunOutput(metrics={"x": 1.0}), 0.0)
     assert not (tmp_path / ARRAYS).exists() and "machine" not in json.loads((tmp_path / METRICS).read_text())
+
+
+def test_a_runs_config_yaml_keeps_infinite_parameters():
+    """PPSGD's alpha Q = inf: config.yaml wrote it as null before (JSON's rule), so the file no longer digested to the
+    run's params_digest; YAML has .inf."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from fedrepro.provenance import params_digest
+
+    exp = resolve_experiment(load_global(), "ppsgd.fig1a_synthetic", "quick")
+    assert any(isinstance(a, str) and "inf" in a or a == float("inf") for a in exp.params["alphas"])
+    with tempfile.TemporaryDirectory() as d:
+        write_run(Path(d), exp, 0, RunOutput(metrics={"x": 1.0}), 0.0)
+        doc = yaml.safe_load((Path(d) / "config.yaml").read_text())
+        metrics = json.loads((Path(d) / METRICS).read_text())
+    assert params_digest(doc["params"]) == metrics["params_digest"]

@@ -38,20 +38,23 @@ ARRAYS = "arrays.npz"  # a run's small arrays (RunOutput.arrays), when it has an
 ARCHIVED = "archived.json"  # beside a run restored from the results archive (fedrepro.archive): where it came from
 
 
-def to_jsonable(obj: Any) -> Any:
+def to_jsonable(obj: Any, keep_infinite: bool = False) -> Any:
+    """Plain Python values (numpy scalars and arrays as numbers and lists); a non-finite float as None (JSON has no
+    NaN or infinity), or with ``keep_infinite`` an infinity kept (YAML writes .inf: a run's config.yaml keeps PPSGD's
+    alpha Q = inf)."""
     if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v, keep_infinite) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
+        return [to_jsonable(v, keep_infinite) for v in obj]
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (np.floating, float)):
         f = float(obj)
-        return f if math.isfinite(f) else None
+        return f if math.isfinite(f) or (keep_infinite and math.isinf(f)) else None
     if isinstance(obj, np.bool_):
         return bool(obj)
     if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
+        return to_jsonable(obj.tolist(), keep_infinite)
     return obj
 
 
@@ -129,7 +132,7 @@ def write_run(
         "paper_params": exp.paper_params,
         "datasets": list(exp.datasets),
     }
-    cfg_text = yaml.safe_dump(to_jsonable(resolved), sort_keys=False)
+    cfg_text = yaml.safe_dump(to_jsonable(resolved, keep_infinite=True), sort_keys=False)
     atomic_write(out_dir / CONFIG, lambda p: p.write_text(cfg_text))
     history = output.history if output.history is not None else pd.DataFrame()
     atomic_write(out_dir / HISTORY, lambda p: history.to_parquet(p, engine="pyarrow", index=False))

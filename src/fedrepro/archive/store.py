@@ -214,12 +214,24 @@ def check_addable(cfg: Mapping, run_dir: Path) -> dict:
         recorded = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8"))["params"]
     except Exception as exc:  # noqa: BLE001 - any damage of the file is one refusal
         raise _refuse(run_dir, f"{CONFIG} unreadable ({exc.__class__.__name__})") from None
-    if params_digest(recorded) != doc["params_digest"]:
+    if params_digest(recorded) != doc["params_digest"] and not _lossy_copy_of(cfg, doc, recorded):
         raise _refuse(run_dir, f"{CONFIG}'s parameters do not digest to its metrics.json's params_digest")
     reasons = stale_reasons(cfg, doc, run_dir)
     if reasons:
         raise _refuse(run_dir, f"stale: {'; '.join(reasons)}")
     return doc
+
+
+def _lossy_copy_of(cfg: Mapping, doc: Mapping, recorded: Any) -> bool:
+    """Whether ``recorded`` (a config.yaml's params) is the configuration's current parameters as runs written before
+    config.yaml kept infinities wrote them (inf as null), those parameters digesting to the run's params_digest."""
+    from fedrepro.config import resolve_experiment
+    from fedrepro.runio import to_jsonable
+
+    params = resolve_experiment(cfg, doc["experiment"], doc["scale"]).params
+    return params_digest(params) == doc["params_digest"] and params_digest(to_jsonable(params)) == params_digest(
+        recorded
+    )
 
 
 def _files(run_dir: Path) -> list[str]:
