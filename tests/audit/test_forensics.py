@@ -332,3 +332,56 @@ def test_a_sweep_reads_the_stopping_time_from_each_runs_history(tmp_path):
     assert set(out.metrics["stopping_steps"]) == {"T3.r2.c1", "T3.r2.c2"}
     with pytest.raises(ConfigError, match="stopping_time.rows"):
         call_kind("forensic_sweep", {**p, "rows": ["T3.r2.c1"]}, None, ctx)
+
+
+def test_the_config_reading_can_be_read_from_the_swept_experiments_runs(tmp_path):
+    """``config_reading_from_runs``: the config's reading comes from the swept experiment's own run with the config's
+    parameters (its metric edited here, so the sweep must show the edit), the other readings are trained; with no such
+    run (none, or one made with other parameters) the sweep stops with one line naming what to build."""
+    from fedrepro.config import resolve_experiment
+    from fedrepro.experiments import get_kind
+    from fedrepro.runio import read_metrics, write_run
+    from fedrepro.seeding import rng_for
+
+    cfg = {**load_global(), "results_dir": str(tmp_path / "results")}
+    ctx = RunContext("adaped.forensic_test", 0, checkpoint_dir=tmp_path / "ckpt", config=cfg)
+    params = {**SWEEP, "config_reading_from_runs": True, "grid": {"n": [10]}, "seeds": [0]}
+    with pytest.raises(ConfigError, match="config_reading_from_runs: no run of adaped.remark1 seed 0 .* build it"):
+        call_kind("forensic_sweep", params, None, ctx)
+    exp = resolve_experiment(cfg, "adaped.remark1", "paper")
+    run_dir = tmp_path / "results" / "adaped" / "remark1" / "paper" / "seed0"
+    out = get_kind(exp.kind).fn(exp.params, rng_for(exp.id, 0), RunContext(exp.id, 0))
+    trained = sweep(tmp_path / "trained", grid={"n": [10]}, seeds=[0]).history.set_index("reading")
+    out.metrics["ratio"] = 0.5  # edited after the run: what a read run shows and a trained one cannot
+    write_run(run_dir, exp, 0, out, 1.0)
+    assert read_metrics(run_dir)["metrics"]["ratio"] == 0.5
+    got = call_kind("forensic_sweep", params, None, ctx).history.set_index("reading")
+    assert got.loc[0, "rebuilt"] != trained.loc[0, "rebuilt"]
+    assert got.loc[1, "rebuilt"] == pytest.approx(trained.loc[1, "rebuilt"])  # the other reading is trained
+    other = resolve_experiment(cfg, "adaped.remark1", "paper", {"m": 7})
+    write_run(run_dir, other, 0, out, 1.0)  # the run is now one of other parameters: not the config's reading
+    with pytest.raises(ConfigError, match="no run of adaped.remark1 seed 0 with the config's parameters"):
+        call_kind("forensic_sweep", params, None, ctx)
+
+
+def test_a_sweep_reading_runs_declares_them_to_the_workflow():
+    from fedrepro.experiments import get_kind
+
+    reads = get_kind("forensic_sweep").reads_runs
+    assert reads({"experiment": "noniid_mnist", "config_reading_from_runs": True}) == "noniid_mnist"
+    assert (
+        reads({"experiment": "noniid_mnist", "fixed": {"reevaluate": {"test_reading": "partition"}}}) == "noniid_mnist"
+    )
+    assert reads({"experiment": "noniid_mnist", "config_reading_from_runs": False}) is None
+    assert reads({"experiment": "noniid_mnist"}) is None
+
+
+def test_only_a_sweep_that_trains_nothing_follows_the_read_experiments_scale():
+    """A re-evaluation runs at the scale its archived runs were made at; a sweep that trains other readings beside
+    the config's read one keeps its own default scale (else the default run would train it at paper scale)."""
+    from fedrepro.experiments import get_kind
+
+    kind = get_kind("forensic_sweep")
+    assert kind.follows_read_scale({"experiment": "e", "fixed": {"reevaluate": {"test_reading": "partition"}}})
+    assert not kind.follows_read_scale({"experiment": "e", "config_reading_from_runs": True})
+    assert not kind.follows_read_scale({"experiment": "e"})

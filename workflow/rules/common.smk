@@ -31,12 +31,13 @@ try:
     # scale, so the default report judges them; `--config 'archive={use: false}'` trains everything.
     ARCHIVED = restorable(CFG)
     if CFG["scale"] == "default" and ARCHIVED:
-        # an experiment that reads an archived experiment's runs (kept models, its summary) runs at its scale too
+        # an experiment that only reads an archived experiment's runs (kept models, its summary; no training of its
+        # own) runs at its scale too
         readers = {
-            f"{p}.{name}": f"{p}.{read}"
+            f"{p}.{name}": f"{p}.{get_kind(e['kind']).reads_runs(e['params'])}"
             for p in CFG["papers"]
             for name, e in load_paper(CFG, p)["experiments"].items()
-            if (read := (get_kind(e["kind"]).reads_runs or (lambda params: None))(e["params"]))
+            if get_kind(e["kind"]).follows_read_scale(e["params"])
         }
         paper_now = [*ARCHIVED, *(r for r, read in readers.items() if read in ARCHIVED)]
         CFG["default_scales"] = {**{e: "paper" for e in paper_now}, **(CFG.get("default_scales") or {})}
@@ -213,7 +214,9 @@ def experiment_inputs(wildcards):
     reads = get_kind(exp.kind).reads_runs
     read = reads(exp.params) if reads else None
     if read:
-        out += run_files(exp.paper, read, wildcards.scale) + [P("summary", paper=exp.paper, exp=read, scale=wildcards.scale)]
+        out += run_files(exp.paper, read, wildcards.scale) + [
+            P("summary", paper=exp.paper, exp=read, scale=wildcards.scale)
+        ]
     return out
 
 

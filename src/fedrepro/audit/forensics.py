@@ -21,6 +21,11 @@ resolves to the parameters of an earlier one (the config's values, typically) is
 whose cause was this project's own implementation says so with ``implementation_fix`` (the fix and the test that pins
 it), and a deviation the paper causes itself with ``paper_issue`` (listed under "Paper issues found").
 
+``config_reading_from_runs: true`` reads the config's reading from the swept experiment's own runs of the seeds (same
+parameters but ``only_methods``; found by their recorded parameters, the workflow makes them first) instead of
+training it again: an hour-long reading is not paid twice, and the rows are judged against the very runs the report
+shows.
+
 Resumable: each (resolved parameters, seed) result is kept in the run's checkpoint directory until the run
 completes, so a killed sweep continues where it stopped. The report links each row to its forensic conclusion (check
 ``conclusion.<row id>``) and figure; the history holds one line per (reading, row).
@@ -56,6 +61,9 @@ SCHEMA = {
         },
         "fixed": {"type": "object", "default": {}},  # overrides applied under every reading
         "seeds": {"type": "array", "minItems": 1, "items": INT0, "default": [0]},
+        # true: the config's reading is not trained again but read from the swept experiment's own runs of these
+        # seeds (same parameters but ``only_methods``; the workflow makes them first)
+        "config_reading_from_runs": {"type": "boolean", "default": False},
         # row -> fix + test
         "implementation_fix": {"type": "object", "additionalProperties": {"type": "string"}, "default": {}},
         "paper_issue": {"type": "object", "additionalProperties": {"type": "string"}, "default": {}},  # row -> what
@@ -158,19 +166,48 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
         }
     )
     if stop:
-        h = out.history
-        missing = [c for c in (stop["step"], stop["value"], stop["select"]) if c not in h.columns]
-        if missing:
-            raise ConfigError(f"forensics: stopping_time: {exp.id}'s history has no column {', '.join(missing)}")
-        doc["trajectory"] = {
-            str(sel): [[float(a), float(b)] for a, b in zip(g[stop["step"]], g[stop["value"]])]
-            for sel, g in h.groupby(stop["select"])
-        }
+        doc["trajectory"] = _trajectory(out.history, stop, exp.id)
     memo[key] = doc
     if cache is not None:
         text = json.dumps(doc)
         atomic_write(cache, lambda p: p.write_text(text))
     return doc
+
+
+def _run_point(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> dict:
+    """The config's reading of one seed read from the swept experiment's own run with these parameters (``only_methods``
+    aside: a method trains alike alone or beside the others), in the form of :func:`_point`; a ConfigError naming what
+    to build when there is none."""
+    from fedrepro import paths
+    from fedrepro.aggregate import flatten
+    from fedrepro.runio import find_run, read_history, read_metrics
+
+    params = {**exp.params, "only_methods": None} if "only_methods" in exp.params else exp.params
+    run = find_run(ctx.config, exp.id, seed, params)
+    if run is None:
+        paper, name = exp.id.split(".", 1)
+        raise ConfigError(
+            f"{ctx.exp_id}: config_reading_from_runs: no run of {exp.id} seed {seed} with the config's parameters "
+            f"under {paths.run_dir(ctx.config, paper, name, '<scale>', seed)}: build it first (`snakemake --cores 2 "
+            f"{paths.relative(ctx.config, 'summary', paper=paper, exp=name, scale='paper')}`, or restore it from the "
+            "archive)"
+        )
+    doc = read_metrics(run)
+    point = {"metrics": flatten(doc["metrics"]), "checks": doc.get("checks", {}), "run": str(run)}
+    if stop:
+        point["trajectory"] = _trajectory(read_history(run), stop, exp.id)
+    return point
+
+
+def _trajectory(h: pd.DataFrame, stop: Mapping, exp_id: str) -> dict:
+    """params.stopping_time's view of a run's history: select value -> [[step, value], ...]."""
+    missing = [c for c in (stop["step"], stop["value"], stop["select"]) if c not in h.columns]
+    if missing:
+        raise ConfigError(f"forensics: stopping_time: {exp_id}'s history has no column {', '.join(missing)}")
+    return {
+        str(sel): [[float(a), float(b)] for a, b in zip(g[stop["step"]], g[stop["value"]])]
+        for sel, g in h.groupby(stop["select"])
+    }
 
 
 def check_distance(c: Mapping) -> float | None:
@@ -369,8 +406,13 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     checks=("conclusion.*", "joint", "stopping_time.joint"),
     reads=swept_inputs,
     forensic=True,
-    # a sweep that re-evaluates the swept experiment's kept final models reads its runs (no training)
-    reads_runs=lambda p: p["experiment"] if "reevaluate" in (p.get("fixed") or {}) else None,
+    # a sweep that re-evaluates the swept experiment's kept final models reads its runs (no training), and so does
+    # one whose config reading is those runs
+    reads_runs=lambda p: (
+        p["experiment"] if "reevaluate" in (p.get("fixed") or {}) or p.get("config_reading_from_runs") else None
+    ),
+    # only a re-evaluation trains nothing: a sweep that trains its other readings keeps its own default scale
+    reads_only=lambda p: "reevaluate" in (p.get("fixed") or {}),
 )
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path
@@ -412,7 +454,10 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     for i, (reading, exp) in enumerate(zip(grid, resolved)):
         kind = get_kind(exp.kind)
         point_seeds = seeds[:1] if kind.deterministic else seeds
-        points = [_point(ctx, kind, exp, s, memo, stop) for s in point_seeds]
+        if i == 0 and p["config_reading_from_runs"]:
+            points = [_run_point(ctx, exp, s, stop) for s in point_seeds]
+        else:
+            points = [_point(ctx, kind, exp, s, memo, stop) for s in point_seeds]
         for t in stop_rows:
             stop_steps[t.id].append(stopping_steps(t, points, stop, kind.deterministic))
         for t in rows:

@@ -107,6 +107,16 @@ class Kind:
     # the experiment (of the same paper) whose runs at its own scale and seeds this kind reads (e.g. kept final
     # models, a summary), for the given params; None: none. The workflow makes those runs first.
     reads_runs: Callable[[dict], str | None] | None = None
+    # whether, for params, it only reads those runs (no training of its own), so that in the default scale mode it
+    # runs at the scale the read experiment runs at (paper, where that is restored from the archive); None: always
+    reads_only: Callable[[dict], bool] | None = None
+
+    def follows_read_scale(self, params: dict) -> bool:
+        """Whether this kind, for ``params``, reads another experiment's runs without training, and so runs at the scale
+        that experiment runs at under the default scale mode."""
+        if self.reads_runs is None or self.reads_runs(params) is None:
+            return False
+        return self.reads_only is None or bool(self.reads_only(params))
 
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
@@ -132,6 +142,7 @@ def experiment_kind(
     no_method_slot: str = "",
     forensic: bool = False,
     reads_runs: Callable[[dict], str | None] | None = None,
+    reads_only: Callable[[dict], bool] | None = None,
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -153,7 +164,8 @@ def experiment_kind(
     method_slot: for kinds that train engine Algorithms, how `compare` runs a user's method under the kind's protocol
     (fedrepro.experiments.method_slot); no_method_slot: for a training kind that cannot, why (its refusal).
     forensic: its runs conclude per registry row (``conclusion.<row>`` checks over ``params.rows``), the rows'
-    evidence in the report. reads_runs: the experiment whose runs (at its own scale and seeds) it reads, for params.
+    evidence in the report. reads_runs: the experiment whose runs (at its own scale and seeds) it reads, for params;
+    reads_only: whether it then trains nothing of its own (default: yes), so that it follows that experiment's scale.
     """
 
     def deco(fn):
@@ -176,6 +188,7 @@ def experiment_kind(
                 no_method_slot=no_method_slot,
                 forensic=forensic,
                 reads_runs=reads_runs,
+                reads_only=reads_only,
             ),
         )
         return fn

@@ -277,3 +277,23 @@ def test_fedhdp_learns(blobs):
     )
     hist = engine.train(algo, blobs, mlp, batch_size=10, lr=0.1, rounds=20, tau=5, clients_per_round=4, eval_every=10)
     assert hist[-1]["test_acc"] > 0.8  # per client chance 1/3
+
+
+def test_nonprivate_method_clipped_is_alg2_without_noise(blobs):
+    """The NON-PRIVATE method read as Alg. 2 without noise (``clip_nonprivate: true``, reading e of the forensics):
+    every update clipped to the adaptive clip, neither update nor count noised, which is DP-FedAvg with z = 0 and a
+    noiseless count. Unclipped (the config's reading) it is FedAvg, whose model differs: the clipping acts."""
+    from fedrepro.papers.fedhdp.experiments.training import build
+
+    spec = {"algorithm": "nonprivate", "clip_nonprivate": True}
+    clipped = build(spec, PRIVATE, [], 1.3, CLIP, 0.0)
+    alg2 = DPFedAvgAdaptive(noise_multiplier=0.0, clip={**CLIP, "count_std": 0.0})
+    _same_history(engine.train(clipped, blobs, mlp, **KW), engine.train(alg2, blobs, mlp, **KW))
+    _params_close(clipped.state.global_params, alg2.state.global_params)
+    assert clipped.state.clip != CLIP["init"]
+    plain = build({**spec, "clip_nonprivate": False}, PRIVATE, [], 1.3, CLIP, 0.0)
+    fedavg = FedAvg()
+    _same_history(engine.train(plain, blobs, mlp, **KW), engine.train(fedavg, blobs, mlp, **KW), keys=("test_acc",))
+    assert not torch.allclose(
+        plain.state.global_params["out.weight"], clipped.state.global_params["out.weight"], atol=1e-3
+    )

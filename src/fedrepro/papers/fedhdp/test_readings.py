@@ -23,14 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import yaml
 
 from fedrepro import paths
 from fedrepro.errors import ConfigError, ResultError
 from fedrepro.experiments import Check
 from fedrepro.papers.fedhdp.columns import client_metrics, lam_key, method_groups
-from fedrepro.provenance import params_digest
-from fedrepro.runio import ARRAYS, CONFIG, read_metrics
+from fedrepro.runio import ARRAYS, find_run, read_metrics
 
 READINGS = ("partition", "digit_sample", "digit_all")
 SCHEMA = {
@@ -54,17 +52,12 @@ def trained_params(p: Mapping) -> dict:
 def source_run(cfg: Mapping, exp_id: str, seed: int, p: Mapping):
     """The run directory of ``exp_id`` ``seed`` made with the parameters ``p`` (minus ``reevaluate``), at paper or
     quick scale, whichever's parameters those are; a ConfigError naming what to build when there is none."""
+    run = find_run(cfg, exp_id, seed, trained_params(p))
+    if run is not None:
+        if not (run / ARRAYS).is_file():
+            raise ResultError(f"{run}: no {ARRAYS} (made before runs kept their final models): run it again")
+        return run
     paper, name = exp_id.split(".", 1)
-    want = params_digest(trained_params(p))
-    for scale in ("paper", "quick"):
-        run = paths.run_dir(cfg, paper, name, scale, seed)
-        if not (run / CONFIG).is_file():
-            continue
-        recorded = yaml.safe_load((run / CONFIG).read_text(encoding="utf-8")).get("params", {})
-        if params_digest(recorded) == want:
-            if not (run / ARRAYS).is_file():
-                raise ResultError(f"{run}: no {ARRAYS} (made before runs kept their final models): run it again")
-            return run
     raise ConfigError(
         f"{exp_id}: re-evaluating seed {seed} needs its training run with these parameters (its final models), not "
         f"found under {paths.run_dir(cfg, paper, name, '<scale>', seed)}: build it first (`snakemake --cores 2 "

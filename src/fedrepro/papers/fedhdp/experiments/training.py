@@ -3,6 +3,8 @@
 One run trains, on one partition with one initialization, every configured method on the shared engine:
 
     nonprivate   NON-PRIVATE (+Ditto): FedAvg, every client non-private, no clipping, no noise
+                 (``clip_nonprivate: true``: Alg. 2 without noise, every update clipped to the adaptive clip, whose
+                 count is not noised either)
     dp_fedavg    DP-FEDAVG (+Ditto): every client private, adaptive clipping, noise z_update (DPFedAvgAdaptive)
     hdp_fedavg   HDP-FEDAVG (+Ditto): private clients noised as in DP-FedAvg, opt-out clients not, r = 1
     fedhdp       FEDHDP: per-group DP means combined with ratio ``r``, Ditto with lambda_p = lambda_np
@@ -214,8 +216,12 @@ def build(spec: dict, private: np.ndarray, lams: list[float], z_update: float, c
     alg, common = spec["algorithm"], dict(clip=clip, lams=lams, weight_decay=wd)
     if alg not in ALGORITHMS:  # a method from outside the package (fedrepro.compare): trained without privacy
         return build_algorithm(alg, weight_decay=wd)
-    if alg == "nonprivate":  # FedAvg + Ditto: FedHDP with every client non-private
-        return build_algorithm("fedhdp", private=np.zeros_like(private), r=1.0, **common)
+    if alg == "nonprivate":  # FedAvg + Ditto: FedHDP with every client non-private (clipped: Alg. 2 without noise)
+        if spec["clip_nonprivate"]:  # (the unclipped default keeps its clip, which no client reads, as it was)
+            common["clip"] = {**clip, "count_std": 0.0}
+        return build_algorithm(
+            "fedhdp", private=np.zeros_like(private), r=1.0, clip_nonprivate=spec["clip_nonprivate"], **common
+        )
     if alg == "dp_fedavg":
         return build_algorithm("dp_fedavg_adaptive", noise_multiplier=z_update, **common)
     kw = dict(private=private, noise_multiplier=z_update, clip_nonprivate=spec["clip_nonprivate"], **common)
