@@ -367,10 +367,23 @@ def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
     # a deviating row not flagged for CI does not fail the check when a forensic conclusion explains it ...
     explained = dict(row, id="D", status="deviates", ci="false", evidence="forensics adaped.f: no reading ...")
     assert check([row, explained]) == 0
-    # ... but an unexplained deviation, or one whose forensic sweep is not built, fails it
-    for evidence in ("", "forensics adaped.f: not built (`snakemake ...`)"):
+    # ... but an unexplained deviation, or one whose forensic sweep is not built, not read or run only on its quick
+    # grid (a wiring check), fails it
+    for evidence in (
+        "",
+        "forensics adaped.f: not built (`snakemake ...`)",
+        "forensics adaped.f: not read (stale): params changed",
+        "forensics adaped.f (its quick grid): no reading ...",
+        "forensics adaped.f (its quick grid): no reading ... | forensics adaped.g: not built (`snakemake ...`)",
+    ):
         bad = dict(explained, evidence=evidence)
-        assert check([row, bad]) == 1
+        assert check([row, bad]) == 1, evidence
+    # listed as unexplained with the readings tried (config/<paper>.yaml `unexplained:`): shown, and accepted
+    for evidence in (
+        "unexplained: readings tried: clip (quick grid only)",
+        "forensics adaped.f (its quick grid): no reading ... | unexplained: readings tried: clip",
+    ):
+        assert check([row, dict(explained, evidence=evidence)]) == 0, evidence
     # a deviating check row is not a printed deviation
     assert check([row, dict(explained, row="check", evidence="")]) == 0
     # nothing flagged: refuse rather than pass vacuously
@@ -431,7 +444,7 @@ def test_a_calibration_naming_an_unknown_row_is_a_config_error(cfg, tmp_path):
 
 
 def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
-    from fedrepro.report.status import forensic_evidence
+    from fedrepro.report.status import QUICK_GRID, forensic_evidence
 
     doc = {"experiments": {"f": {"kind": "forensic_sweep", "params": {"rows": ["X", "Y"]}}}}
     concl = {"checks": {"conclusion.X": {"passed": False, "detail": "no reading of the 3 ..."}}}
@@ -442,10 +455,41 @@ def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
     }
     for case, expect in (
         ("paper", "forensics adaped.f: no reading of the 3 ..."),
-        ("quick", "forensics adaped.f (its quick grid): no reading of the 3 ..."),
+        ("quick", f"forensics adaped.f {QUICK_GRID}: no reading of the 3 ..."),
     ):
         ev = forensic_evidence(cfg, "adaped", doc, lambda name, c=case: built[c])
         assert ev["X"] == [expect] and ev["Y"][0].startswith("forensics adaped.f: not built")
     assert forensic_evidence(cfg, "adaped", doc, lambda name: built["none"])["X"][0].startswith(
         "forensics adaped.f: not built (`snakemake --cores 2 "
     )
+
+
+def test_rows_listed_as_unexplained_say_the_readings_tried_when_they_deviate(cfg, tmp_path, monkeypatch):
+    """config/<paper>.yaml `unexplained:` (glob patterns of registry ids + the readings tried): a deviating row it
+    matches gets "unexplained: readings tried: ..." as evidence, a row that does not deviate gets nothing; a pattern
+    that matches no row is a ConfigError naming it."""
+    import yaml
+
+    from fedrepro.errors import ConfigError
+    from fedrepro.report import status
+
+    doc = yaml.safe_load(open(cfg["papers"]["adaped"]))
+    known = {"T2.a", "T2.b", "F3b.claim"}
+    doc["unexplained"] = [{"rows": ["T2.*"], "tried": "lr in {0.1, 0.05} (paper scale)"}]
+    assert status.unexplained_rows(cfg, "adaped", doc, known) == {
+        "T2.a": "lr in {0.1, 0.05} (paper scale)",
+        "T2.b": "lr in {0.1, 0.05} (paper scale)",
+    }
+    doc["unexplained"].append({"rows": ["T9.*"], "tried": "x"})
+    with pytest.raises(ConfigError, match=r"unexplained\[1\]\.rows: 'T9\.\*' matches no row"):
+        status.unexplained_rows(cfg, "adaped", doc, known)
+    # through the report: the rows of one experiment made to deviate / reproduce
+    doc["unexplained"] = [{"rows": ["R1.*"], "tried": "n in {10, 100} (paper scale)"}]
+    path = tmp_path / "adaped.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    here = dict(cfg, papers=dict(cfg["papers"], adaped=str(path)))
+    for outcome, want in ((status.v.DEVIATES, True), (status.v.REPRODUCED, False)):
+        monkeypatch.setattr(status, "evaluate", lambda cfg, t, *a, o=outcome, **k: status.Result(t, o, reason=""))
+        rows = {r.target.id: r for r in status.evaluate_paper(here, "adaped")}
+        got = [e for e in rows["R1.ex"].evidence if e.startswith("unexplained: ")]
+        assert got == (["unexplained: readings tried: n in {10, 100} (paper scale)"] if want else [])

@@ -19,7 +19,7 @@ from fedrepro import paths
 from fedrepro.config import load_paper, resolve_path
 from fedrepro.report import verdict as v
 from fedrepro.report.gaps import gap_comments
-from fedrepro.report.status import Calibration, Result, calibrations, evaluate_paper, fetch_command
+from fedrepro.report.status import Calibration, Result, calibrations, evaluate_paper, explains, fetch_command
 from fedrepro.report.tables import Layout, layouts
 
 # the row types (fedrepro.report.registry) as the report titles them
@@ -113,7 +113,8 @@ class PaperReport:
         ]
 
     def unexplained(self) -> list[Result]:
-        """Printed rows that deviate with no forensic conclusion built: a deviation must carry evidence, not prose."""
+        """Printed rows that deviate with no forensic conclusion built at paper scale: a deviation must carry evidence,
+        not prose (those the paper's config lists as unexplained show the readings tried)."""
         return [r for r in self.printed if r.status == v.DEVIATES and not explained(r)]
 
     @property
@@ -137,8 +138,9 @@ class Report:
 
 
 def explained(r: Result) -> bool:
-    """A forensic conclusion is built for the row (fedrepro.audit.forensics)."""
-    return any(not e.split(": ", 1)[-1].startswith("not built") for e in r.evidence)
+    """A forensic conclusion built at paper scale explains the row (fedrepro.report.status.explains); a row listed as
+    unexplained, with the readings tried, is not explained (its listing shows beside it)."""
+    return any(explains(e) for e in r.evidence)
 
 
 def count(rows: list[Result], statuses: tuple[str, ...]) -> dict[str, int]:

@@ -6,6 +6,7 @@ A row is judged on its experiment's summary at the scale that experiment runs at
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,6 +350,7 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
         return cache[name]
 
     evidence = forensic_evidence(cfg, paper, doc, built, sound)
+    listed = unexplained_rows(cfg, paper, doc, known)
     results = []
     for t in targets:
         entry = doc["experiments"].get(t.exp_name)
@@ -357,9 +359,30 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
         scale, summary = built(t.exp_name) if entry is not None else (mode, None)
         r = evaluate(cfg, t, scale, summary, entry, cals, missing.get(t.exp_name, []), sound.get(t.exp_name))
         r.evidence = evidence.get(t.id, [])
+        if r.status == v.DEVIATES and t.id in listed:
+            r.evidence = [*r.evidence, f"{UNEXPLAINED}: readings tried: {listed[t.id]}"]
         r.source = sources.get(t.exp_name, "") if r.status != v.NOT_RUN else ""
         results.append(r)
     return results
+
+
+QUICK_GRID = "(its quick grid)"  # said of a forensic conclusion run at quick scale: a wiring check, no evidence
+UNEXPLAINED = "unexplained"  # the evidence a row listed under the paper's `unexplained:` gets when it deviates
+
+
+def explains(evidence: str) -> bool:
+    """Whether one evidence entry of a row (:func:`forensic_evidence`) explains a deviation: a forensic conclusion
+    built at paper scale; not a forensic experiment not built, not read (stale, invalid) or run only on its quick grid
+    (a wiring check), nor an unexplained listing."""
+    if not evidence.startswith("forensics "):
+        return False
+    head, _, detail = evidence.partition(": ")
+    return not (head.endswith(QUICK_GRID) or detail.startswith(("not built", "not read")))
+
+
+def listed_unexplained(evidence: str) -> bool:
+    """Whether the entry is the paper's listing of the row as unexplained, with the readings tried."""
+    return evidence.startswith(f"{UNEXPLAINED}: ")
 
 
 def forensic_evidence(
@@ -379,17 +402,34 @@ def forensic_evidence(
             check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
             wrong = misplaced(summary, {"paper": paper, "exp": name, "scale": scale}) if summary else None
             if found is not None:
-                text = f"forensics {paper}.{name}: {found.status}, not read: {found.reason}"
+                text = f"forensics {paper}.{name}: not read ({found.status}): {found.reason}"
             elif wrong:
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
-                text = f"forensics {paper}.{name}: {summary_file}: {wrong}: not read; {REBUILD_SUMMARY}"
+                text = f"forensics {paper}.{name}: not read ({summary_file}: {wrong}); {REBUILD_SUMMARY}"
             elif check is None:
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:
-                grid = "" if summary.get("effective_scale") == "paper" else " (its quick grid)"
+                grid = "" if summary.get("effective_scale") == "paper" else f" {QUICK_GRID}"
                 text = f"forensics {paper}.{name}{grid}: {check['detail']}"
             out.setdefault(row, []).append(text)
+    return out
+
+
+def unexplained_rows(cfg: Mapping, paper: str, doc: Mapping, known: set[str]) -> dict[str, str]:
+    """row id -> the readings tried, for the rows config/<paper>.yaml lists as unexplained (glob patterns of ids); a
+    pattern matching no registry row is a ConfigError (a listing that names nothing explains nothing)."""
+    out: dict[str, str] = {}
+    for i, entry in enumerate(doc.get("unexplained") or ()):
+        for pattern in entry["rows"]:
+            hits = [rid for rid in sorted(known) if fnmatch.fnmatchcase(rid, pattern)]
+            if not hits:
+                raise ConfigError(
+                    f"{cfg['papers'][paper]}: unexplained[{i}].rows: {pattern!r} matches no row of "
+                    f"{registry_path(cfg, paper)}: name registry ids (glob patterns allowed)"
+                )
+            for rid in hits:
+                out.setdefault(rid, entry["tried"])
     return out
 
 
