@@ -385,3 +385,22 @@ def test_only_a_sweep_that_trains_nothing_follows_the_read_experiments_scale():
     assert kind.follows_read_scale({"experiment": "e", "fixed": {"reevaluate": {"test_reading": "partition"}}})
     assert not kind.follows_read_scale({"experiment": "e", "config_reading_from_runs": True})
     assert not kind.follows_read_scale({"experiment": "e"})
+
+
+def test_a_sweep_says_whether_it_ran_the_swept_experiment_at_its_quick_settings():
+    """FedHDP's non-IID sweeps' quick grids run noniid_mnist for 5 rounds of 1 local epoch (its quick values): a
+    wiring check; PPSGD's Fig. 1a sweep's quick grid thins its readings, seeds and panels but runs each at the paper's
+    settings; at paper scale neither is at quick settings."""
+    from fedrepro.audit.forensics import quick_settings
+    from fedrepro.config import deep_merge, resolve_experiment
+
+    cfg = load_global()
+
+    def swept(sweep_id, scale):
+        sweep = resolve_experiment(cfg, sweep_id, scale).params
+        exp_id = f"{sweep_id.split('.')[0]}.{sweep['experiment']}"
+        return quick_settings(cfg, exp_id, [resolve_experiment(cfg, exp_id, "paper", deep_merge(sweep["fixed"], {}))])
+
+    assert swept("fedhdp.forensic_noniid_clip", "quick") == ["eval_every", "local_epochs", "rounds"]
+    assert swept("fedhdp.forensic_noniid_clip", "paper") == []
+    assert swept("ppsgd.forensic_fig1a", "quick") == []

@@ -14,7 +14,7 @@ from fedrepro.config import load_global
 from fedrepro.errors import ResultError
 from fedrepro.report import verdict as v
 from fedrepro.report.cicheck import ci_check, flagged_rows
-from fedrepro.report.status import Calibration, evaluate
+from fedrepro.report.status import QUICK_GRID, WIRING, Calibration, evaluate
 
 
 def target(**kw):
@@ -367,21 +367,23 @@ def test_ci_check_fails_unless_reproduced_or_passing(tmp_path):
     # a deviating row not flagged for CI does not fail the check when a forensic conclusion explains it ...
     explained = dict(row, id="D", status="deviates", ci="false", evidence="forensics adaped.f: no reading ...")
     assert check([row, explained]) == 0
-    # ... but an unexplained deviation, or one whose forensic sweep is not built, not read or run only on its quick
-    # grid (a wiring check), fails it
+    # ... and so does one on its quick grid of fewer readings at the paper's settings ...
+    assert check([row, dict(explained, evidence=f"forensics adaped.f {QUICK_GRID}: no reading ...")]) == 0
+    # ... but an unexplained deviation, or one whose forensic sweep is not built, not read or a wiring check (the
+    # swept experiment at its quick settings), fails it
     for evidence in (
         "",
         "forensics adaped.f: not built (`snakemake ...`)",
         "forensics adaped.f: not read (stale): params changed",
-        "forensics adaped.f (its quick grid): no reading ...",
-        "forensics adaped.f (its quick grid): no reading ... | forensics adaped.g: not built (`snakemake ...`)",
+        f"forensics adaped.f {WIRING}: no reading ...",
+        f"forensics adaped.f {WIRING}: no reading ... | forensics adaped.g: not built (`snakemake ...`)",
     ):
         bad = dict(explained, evidence=evidence)
         assert check([row, bad]) == 1, evidence
     # listed as unexplained with the readings tried (config/<paper>.yaml `unexplained:`): shown, and accepted
     for evidence in (
         "unexplained: readings tried: clip (quick grid only)",
-        "forensics adaped.f (its quick grid): no reading ... | unexplained: readings tried: clip",
+        f"forensics adaped.f {WIRING}: no reading ... | unexplained: readings tried: clip",
     ):
         assert check([row, dict(explained, evidence=evidence)]) == 0, evidence
     # a deviating check row is not a printed deviation
@@ -444,18 +446,23 @@ def test_a_calibration_naming_an_unknown_row_is_a_config_error(cfg, tmp_path):
 
 
 def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
-    from fedrepro.report.status import QUICK_GRID, forensic_evidence
+    from fedrepro.report.status import forensic_evidence
 
     doc = {"experiments": {"f": {"kind": "forensic_sweep", "params": {"rows": ["X", "Y"]}}}}
     concl = {"checks": {"conclusion.X": {"passed": False, "detail": "no reading of the 3 ..."}}}
+    quick = dict(concl, effective_scale="quick")
     built = {
         "paper": ("paper", dict(concl, effective_scale="paper")),
-        "quick": ("quick", dict(concl, effective_scale="quick")),
+        "thinner": ("quick", dict(quick, metrics={"swept_at_quick_settings": {"mean": 0.0}})),
+        "wiring": ("quick", dict(quick, metrics={"swept_at_quick_settings": {"mean": 1.0}})),
+        "unsaid": ("quick", quick),  # a forensic kind that does not say: taken as a wiring check
         "none": ("paper", None),
     }
     for case, expect in (
         ("paper", "forensics adaped.f: no reading of the 3 ..."),
-        ("quick", f"forensics adaped.f {QUICK_GRID}: no reading of the 3 ..."),
+        ("thinner", f"forensics adaped.f {QUICK_GRID}: no reading of the 3 ..."),
+        ("wiring", f"forensics adaped.f {WIRING}: no reading of the 3 ..."),
+        ("unsaid", f"forensics adaped.f {WIRING}: no reading of the 3 ..."),
     ):
         ev = forensic_evidence(cfg, "adaped", doc, lambda name, c=case: built[c])
         assert ev["X"] == [expect] and ev["Y"][0].startswith("forensics adaped.f: not built")

@@ -382,6 +382,25 @@ def stopping_text(stop: Mapping, grid: list[dict], found: list[dict]) -> str:
     return f"stopping time {stop['param']} (unstated; every {stop['step']} of each reading's run): " + "; ".join(parts)
 
 
+def quick_settings(cfg: Mapping, swept_id: str, resolved: list) -> list[str]:
+    """The parameters at which some reading ran the swept experiment at its quick value rather than its paper value
+    (its ``quick:`` overrides, top-level keys): a sweep whose quick grid sets them (e.g. 5 rounds of 1 local epoch) is
+    a wiring check; one that only thins its readings, seeds or panels still runs each reading at paper settings."""
+    from fedrepro.config import load_paper, resolve_experiment
+
+    paper, name = swept_id.split(".", 1)
+    quick = load_paper(cfg, paper)["experiments"][name].get("quick") or {}
+    at_paper = resolve_experiment(cfg, swept_id, "paper").params
+    return sorted(
+        {
+            k
+            for exp in resolved
+            for k, value in quick.items()
+            if k in exp.params and exp.params[k] == value and at_paper.get(k) != value
+        }
+    )
+
+
 def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     """What a sweep reads besides its parameters: the swept experiment's entry and the registry rows it explains
     (so the workflow reruns the sweep when either changes)."""
@@ -402,7 +421,14 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     "forensic_sweep",
     SCHEMA,
     deterministic=True,  # its seeds are params, not the rng
-    metrics=("n_readings", "reproducing_readings.*", "closest_distance.*", "joint_readings", "stopping_steps.*"),
+    metrics=(
+        "n_readings",
+        "reproducing_readings.*",
+        "closest_distance.*",
+        "joint_readings",
+        "stopping_steps.*",
+        "swept_at_quick_settings",
+    ),
     checks=("conclusion.*", "joint", "stopping_time.joint"),
     reads=swept_inputs,
     forensic=True,
@@ -444,6 +470,7 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
             seen.add(params_digest(exp.params))
             grid.append(reading)
             resolved.append(exp)
+    at_quick = quick_settings(cfg, swept_id, resolved)
     seeds = p["seeds"]
     stop = p["stopping_time"]
     stop_rows = [t for t in rows if stop and t.id in stop["rows"]]
@@ -521,6 +548,9 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         "reproducing_readings": {t.id: sum(j["outcome"] == REPRODUCED for _, j in per_row[t.id]) for t in rows},
         "closest_distance": {t.id: min(j["distance"] for _, j in per_row[t.id]) for t in rows},
         "joint_readings": len(joint),
+        # 1: the readings ran the swept experiment at (some of) its quick settings: a wiring check, no evidence on
+        # the paper's numbers (the report and ci-check say so); 0: at its paper settings (on a grid perhaps reduced)
+        "swept_at_quick_settings": float(bool(at_quick)),
     }
     if stop_rows:
         metrics["stopping_steps"] = {t.id: sum(len(f["good"]) for f in stop_steps[t.id]) for t in stop_rows}

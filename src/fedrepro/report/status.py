@@ -366,18 +366,22 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
     return results
 
 
-QUICK_GRID = "(its quick grid)"  # said of a forensic conclusion run at quick scale: a wiring check, no evidence
+# said of a forensic conclusion run at quick scale: on a thinner grid of readings, each at the paper's settings
+# (evidence), or with the swept experiment at its quick settings (a wiring check: no evidence on a paper number)
+QUICK_GRID = "(its quick grid)"
+WIRING = "(its quick grid, a wiring check at the experiment's quick settings)"
 UNEXPLAINED = "unexplained"  # the evidence a row listed under the paper's `unexplained:` gets when it deviates
 
 
 def explains(evidence: str) -> bool:
     """Whether one evidence entry of a row (:func:`forensic_evidence`) explains a deviation: a forensic conclusion
-    built at paper scale; not a forensic experiment not built, not read (stale, invalid) or run only on its quick grid
-    (a wiring check), nor an unexplained listing."""
+    built at paper settings (its own grid, or its quick grid of fewer readings); not a forensic experiment not built,
+    not read (stale, invalid) or run with the swept experiment at its quick settings (a wiring check), nor an
+    unexplained listing."""
     if not evidence.startswith("forensics "):
         return False
     head, _, detail = evidence.partition(": ")
-    return not (head.endswith(QUICK_GRID) or detail.startswith(("not built", "not read")))
+    return not (head.endswith(WIRING) or detail.startswith(("not built", "not read")))
 
 
 def listed_unexplained(evidence: str) -> bool:
@@ -410,7 +414,14 @@ def forensic_evidence(
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:
-                grid = "" if summary.get("effective_scale") == "paper" else f" {QUICK_GRID}"
+                wiring = ((summary.get("metrics") or {}).get("swept_at_quick_settings") or {}).get("mean")
+                grid = (
+                    ""
+                    if summary.get("effective_scale") == "paper"
+                    else f" {WIRING}"
+                    if wiring is None or wiring > 0
+                    else f" {QUICK_GRID}"
+                )
                 text = f"forensics {paper}.{name}{grid}: {check['detail']}"
             out.setdefault(row, []).append(text)
     return out
