@@ -315,7 +315,7 @@ def privacy_outputs():
     return out
 
 
-# rule restore_archived: only the experiments taken from the archive (regex alternatives of paper/exp names)
+# restore_archived matches only archived experiments (regex alternatives of their papers and names)
 RESTORED_PAPERS = "|".join(sorted({e.split(".", 1)[0] for e in ARCHIVED})) or "(?!)"
 RESTORED_NAMES = "|".join(sorted({e.split(".", 1)[1] for e in ARCHIVED})) or "(?!)"
 
