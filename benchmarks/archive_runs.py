@@ -1,6 +1,7 @@
 """Print the paper-scale runs the results archive holds, as benchmarks/RESULTS.md records them: per archived seed the
 command that made it, the machine (CPU, threads, load average at its start and end), its wall time and code version,
-read from the manifests (fedrepro.archive), so the record is the runs' own, not typed.
+read from the manifests (fedrepro.archive), so the record is the runs' own, not typed. A run resumed from its
+checkpoints (a killed attempt) shows the wall time of all attempts and the start, machine and load of the last.
 
     python benchmarks/archive_runs.py [--experiment fedhdp.noniid_mnist]
 """
@@ -32,8 +33,11 @@ def main() -> None:
         machine = f"{m.get('cpu', '?')}, {m.get('torch_threads', '?')} of {m.get('cpus_allowed', '?')} CPUs"
         load = f"{_load(m, 'load_avg_at_start')} → {_load(m, 'load_avg')}"
         wall = made.get("wall_time_s") or 0.0
+        resumed = made.get("wall_time_resumed_s")
+        # a resumed run: its wall time sums the attempts; its start, machine and load are the last attempt's
+        note = f" (resumed: last attempt {resumed / 60:.1f} min, its start and load shown)" if resumed else ""
         print(
-            f"| {e.experiment} | {e.seed} | {cmd} | {machine} | {load} | {wall / 60:.1f} min | "
+            f"| {e.experiment} | {e.seed} | {cmd} | {machine} | {load} | {wall / 60:.1f} min{note} | "
             f"{made.get('code_version', '?')}, {str(made.get('started_at', '?'))[:16]} |"
         )
     if not rows:
