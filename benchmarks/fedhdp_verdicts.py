@@ -2,6 +2,7 @@
 
     python benchmarks/fedhdp_verdicts.py                       # fedhdp.noniid_mnist: Table 3 (top) and Table 8
     python benchmarks/fedhdp_verdicts.py --experiment skewed_mnist   # Table 3 (bottom) and Table 9
+    python benchmarks/fedhdp_verdicts.py --forensic forensic_noniid_r0   # also a forensic sweep's conclusions
 
 Reads what the report reads (fedrepro.report.status.evaluate_paper, the experiment at paper scale: its summary and
 seed runs under results/, restored from the archive or made here) and prints Markdown: where the runs came from, the
@@ -10,6 +11,9 @@ verdict), the status counts of Table 3 and of the experiment's Table 8/9 rows by
 table: a client's accuracy measured on n_k local test images has binomial variance p(1 - p)/n_k, so the across-client
 variance of the measured accuracies (the paper's unit, 100 x Var of accuracies in [0, 1]) is at least
 100 p(1 - p) mean(1/n_k); the printed variance needs at least n = 100 p(1 - p) / printed var images per client.
+
+``--forensic NAME`` adds the per-row conclusions of a forensic sweep built at paper scale (its summary under
+results/, as the report reads it), counted by outcome.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ def _num(x: float | None, digits: int = 3) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--experiment", default="noniid_mnist", choices=["noniid_mnist", "skewed_mnist"])
+    ap.add_argument("--forensic", action="append", default=[], metavar="NAME", help="a forensic experiment of fedhdp")
     args = ap.parse_args(argv)
     exp_id = f"fedhdp.{args.experiment}"
     cfg = load_global(overrides={"default_scales": {exp_id: "paper"}})
@@ -83,6 +88,30 @@ def main(argv: list[str] | None = None) -> int:
         rest = len(sel) - sum(c[s] for s in STATUSES[:3])
         print(f"| {kind} ({len(sel)}) | " + " | ".join(str(c[s]) for s in STATUSES[:3]) + f" | {rest} |")
     _variance_floor(cfg, exp_id, t3)
+    return max([0, *(_forensic(cfg, name) for name in args.forensic)])
+
+
+def _forensic(cfg, name: str) -> int:
+    """The conclusions of forensic experiment ``fedhdp.<name>`` at paper scale, one row each, and their counts."""
+    path = paths.summary_path(cfg, "fedhdp", name, "paper")
+    print()
+    if not path.is_file():
+        print(f"fedhdp.{name}: not built at paper scale ({path} missing)", file=sys.stderr)
+        return 1
+    found = {
+        k.split(".", 1)[1]: c for k, c in json.loads(path.read_text())["checks"].items() if k.startswith("conclusion.")
+    }
+    outcome = Counter(c["detail"].split(" (", 1)[0].split(";", 1)[0].split(" under ", 1)[0] for c in found.values())
+    print(
+        f"`fedhdp.{name}` at paper scale (results/fedhdp/{name}/paper): {len(found)} rows; "
+        + ", ".join(f"{n} {what}" for what, n in outcome.most_common())
+    )
+    print()
+    print("| row | conclusion |")
+    print("|---|---|")
+    for rid, c in found.items():
+        detail = c["detail"][:220].replace("|", r"\|")  # a pipe would end the Markdown cell
+        print(f"| {rid} | {detail} |")
     return 0
 
 
