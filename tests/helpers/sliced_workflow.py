@@ -4,6 +4,7 @@ experiments, the registry rows of those experiments, and an override that puts e
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
 import shutil
 import sys
@@ -31,7 +32,8 @@ def slice_paper(
     """``tmp/<paper>.yaml``: config/<paper>.yaml with only ``exps`` (plus ``add``, {name: experiment entry}),
     ``shorten`` ({experiment: {param: value}}) laid over their quick params, and the figures of the experiments kept
     (none without ``figures``); ``tmp/<paper>.csv``: the rows of those experiments of config/targets/<paper>.csv, or of
-    ``registry`` (a CSV text of the same columns). Returns (config copy, registry copy, the kept rows' ids)."""
+    ``registry`` (a CSV text of the same columns); the paper's ``unexplained:`` listing cut to the patterns naming a
+    kept row. Returns (config copy, registry copy, the kept rows' ids)."""
     exps = list(exps)
     doc = yaml.safe_load((REPO_ROOT / "config" / f"{paper}.yaml").read_text())
     doc["experiments"] = {k: doc["experiments"][k] for k in exps} | dict(add or {})
@@ -39,8 +41,6 @@ def slice_paper(
         doc["experiments"][exp]["quick"] = {**(doc["experiments"][exp].get("quick") or {}), **params}
     kept = set(doc["experiments"])
     doc["figures"] = {k: v for k, v in (doc.get("figures") or {}).items() if figures and v["experiment"] in kept}
-    cfg = tmp / f"{paper}.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
     text = registry if registry is not None else (REPO_ROOT / "config" / "targets" / f"{paper}.csv").read_text()
     reader = csv.DictReader(io.StringIO(text))
     rows = [r for r in reader if r["experiment"] in {f"{paper}.{e}" for e in kept}]
@@ -49,7 +49,19 @@ def slice_paper(
         w = csv.DictWriter(fh, fieldnames=reader.fieldnames)
         w.writeheader()
         w.writerows(rows)
-    return cfg, reg, [r["id"] for r in rows]
+    # the unexplained listing keeps the patterns that name a kept row (one naming no row of the registry is refused)
+    ids = [r["id"] for r in rows]
+    listing = []
+    for entry in doc.get("unexplained") or ():
+        patterns = [p for p in entry["rows"] if any(fnmatch.fnmatchcase(i, p) for i in ids)]
+        if patterns:
+            listing.append({**entry, "rows": patterns})
+    doc.pop("unexplained", None)
+    if listing:
+        doc["unexplained"] = listing
+    cfg = tmp / f"{paper}.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    return cfg, reg, ids
 
 
 def snakemake_args(tmp: Path, papers: Mapping[str, tuple[Path, Path]], **settings) -> list[str]:
