@@ -214,6 +214,23 @@ def _flip_last_byte(path):
         fh.write(bytes([last[0] ^ 1]))
 
 
+def test_a_full_check_leaves_the_partition_directory_as_it_was(small, tmp_path):
+    """A run checks its partition in full before it starts; with every file as recorded the check writes nothing, so
+    the directory's mtime (which Snakemake dates a directory() output by when it lacks .snakemake_timestamp, as a
+    partition built by `fedrepro run` or the archive's replay does) does not move past the runs built on it. A file
+    whose mtime changed is recorded again: the state is rewritten then."""
+    _, out = write_patho(small, tmp_path / "ds")
+    os.utime(out, ns=(1_000_000_000, 1_000_000_000))
+    state = (out / ".verified.json").read_text()
+    ff.check(out, verify=True)
+    ff.load(out, verify=True)
+    assert out.stat().st_mtime_ns == 1_000_000_000 and (out / ".verified.json").read_text() == state
+    st = (out / "index.parquet").stat()
+    os.utime(out / "index.parquet", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, same bytes
+    ff.check(out, verify=True)
+    assert (out / ".verified.json").read_text() != state and out.stat().st_mtime_ns != 1_000_000_000
+
+
 def test_use_verifies_the_data_files_cheaply(small, tmp_path, monkeypatch):
     """Each load checks the files against the manifest's sha256, hashing only a file whose size or mtime changed
     since it last matched; a partition written without the state (by earlier code) is hashed once and recorded."""

@@ -50,8 +50,18 @@ def read_state(state: Path) -> dict:
 
 
 def write_state(state: Path, doc: dict) -> None:
-    """Write the state atomically (an OSError, e.g. a read-only directory, is the caller's to ignore)."""
+    """Write the state atomically, and only when it changed (an OSError, e.g. a read-only directory, is the
+    caller's to ignore). A full check that finds every file as recorded leaves the state, and so its directory's
+    mtime, as it was: a partition is a Snakemake ``directory()`` output, and one built outside the workflow (by
+    `fedrepro run` or the archive's replay) has no ``.snakemake_timestamp``, so Snakemake dates it by the
+    directory's own mtime, which rewriting the state in place would move past every run built on it."""
     from fedrepro.files import atomic_write
 
+    state = Path(state)
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-    atomic_write(Path(state), lambda p: p.write_text(text, encoding="utf-8"))
+    try:
+        if state.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, ValueError):
+        pass  # absent or unreadable: written below
+    atomic_write(state, lambda p: p.write_text(text, encoding="utf-8"))
