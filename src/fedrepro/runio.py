@@ -294,25 +294,6 @@ def read_archived(run_dir: Path) -> dict | None:
     return doc
 
 
-def find_run(cfg, exp_id: str, seed: int, params: dict) -> Path | None:
-    """The complete run directory of ``exp_id`` ``seed`` (paper scale, then quick) whose recorded parameters digest
-    as ``params`` do, or None: how a kind that reads another experiment's runs finds the one made with given
-    parameters, whichever scale's those are."""
-    paper, name = exp_id.split(".", 1)
-    want = params_digest(params)
-    for scale in ("paper", "quick"):
-        run = paths.run_dir(cfg, paper, name, scale, seed)
-        if not (run / CONFIG).is_file() or not (run / METRICS).is_file():
-            continue
-        try:
-            recorded = yaml.safe_load((run / CONFIG).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ResultError(f"{run / CONFIG}: unreadable ({exc}); {REBUILD}") from None
-        if isinstance(recorded, dict) and params_digest(recorded.get("params") or {}) == want:
-            return run
-    return None
-
-
 def read_history(run_dir: Path) -> pd.DataFrame:
     path = Path(run_dir) / HISTORY
     try:

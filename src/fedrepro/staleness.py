@@ -10,7 +10,8 @@ one), and a partition not built here has no manifest. Runs written before these 
 on what they hold.
 
 The report never judges a stale run (fedrepro.report.status) and the results archive never restores one
-(fedrepro.archive); both name what changed.
+(fedrepro.archive); both name what changed. A kind that reads another experiment's runs (a forensic sweep, a
+re-evaluation of kept models) takes only one whose inputs are the data here (:func:`find_run`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from fedrepro.data import fedformat
 from fedrepro.data.sources import expected_digests
 from fedrepro.errors import ConfigError
 from fedrepro.provenance import params_digest
-from fedrepro.runio import CONFIG
+from fedrepro.runio import CONFIG, METRICS, read_metrics
 
 
 def current_inputs(cfg: Mapping, exp: Experiment) -> dict[str, dict[str, Any]]:
@@ -108,3 +109,40 @@ def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> li
     if changed:
         reasons.append(f"made from other input data than is here now: {'; '.join(changed)}")
     return reasons
+
+
+def find_run(cfg: Mapping, exp_id: str, seed: int, params: Mapping, needed_by: str) -> Path:
+    """The complete run directory of ``exp_id`` ``seed`` (paper scale, then quick) whose recorded parameters digest
+    as ``params`` do and whose input data is the data here (:func:`changed_inputs`): how a kind that reads another
+    experiment's runs finds the one made with given parameters, whichever scale's those are. None such is a
+    ConfigError in one line: ``needed_by`` (who reads it), what to build, and why a run found there does not serve."""
+    paper, name = exp_id.split(".", 1)
+    want = params_digest(params)
+    refused = []
+    for scale in ("paper", "quick"):
+        run = paths.run_dir(cfg, paper, name, scale, seed)
+        if not (run / CONFIG).is_file() or not (run / METRICS).is_file():
+            continue
+        recorded = _recorded_params(run)
+        if recorded is None or params_digest(recorded) != want:
+            refused.append(f"{run}: other parameters")
+            continue
+        now = current_inputs(cfg, _resolved(cfg, exp_id, scale))
+        changed = changed_inputs(read_metrics(run).get("inputs") or {}, now)
+        if changed:
+            refused.append(f"{run}: made from other input data than is here now ({'; '.join(changed)})")
+            continue
+        return run
+    raise ConfigError(
+        f"{needed_by} needs a run of {exp_id} seed {seed} with these parameters, made from the data here, under "
+        f"{paths.run_dir(cfg, paper, name, '<scale>', seed)}{' (' + '; '.join(refused) + ')' if refused else ''}: "
+        f"build it first (`snakemake --cores 2 {paths.relative(cfg, 'summary', paper=paper, exp=name, scale='paper')}`"
+        ", or restore it from the archive)"
+    )
+
+
+def _resolved(cfg: Mapping, exp_id: str, scale: str) -> Experiment:
+    try:
+        return resolve_experiment(cfg, exp_id, scale)
+    except ConfigError as exc:
+        raise ConfigError(f"{exp_id} no longer resolves in the configuration ({exc})") from None

@@ -346,7 +346,7 @@ def test_the_config_reading_can_be_read_from_the_swept_experiments_runs(tmp_path
     cfg = {**load_global(), "results_dir": str(tmp_path / "results")}
     ctx = RunContext("adaped.forensic_test", 0, checkpoint_dir=tmp_path / "ckpt", config=cfg)
     params = {**SWEEP, "config_reading_from_runs": True, "grid": {"n": [10]}, "seeds": [0]}
-    with pytest.raises(ConfigError, match="config_reading_from_runs: no run of adaped.remark1 seed 0 .* build it"):
+    with pytest.raises(ConfigError, match="config_reading_from_runs needs a run of adaped.remark1 seed 0 .* build it"):
         call_kind("forensic_sweep", params, None, ctx)
     exp = resolve_experiment(cfg, "adaped.remark1", "paper")
     run_dir = tmp_path / "results" / "adaped" / "remark1" / "paper" / "seed0"
@@ -360,7 +360,7 @@ def test_the_config_reading_can_be_read_from_the_swept_experiments_runs(tmp_path
     assert got.loc[1, "rebuilt"] == pytest.approx(trained.loc[1, "rebuilt"])  # the other reading is trained
     other = resolve_experiment(cfg, "adaped.remark1", "paper", {"m": 7})
     write_run(run_dir, other, 0, out, 1.0)  # the run is now one of other parameters: not the config's reading
-    with pytest.raises(ConfigError, match="no run of adaped.remark1 seed 0 with the config's parameters"):
+    with pytest.raises(ConfigError, match=r"needs a run of adaped.remark1 seed 0 .*seed0: other parameters\)"):
         call_kind("forensic_sweep", params, None, ctx)
 
 

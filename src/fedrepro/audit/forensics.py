@@ -178,20 +178,12 @@ def _run_point(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> dict:
     """The config's reading of one seed read from the swept experiment's own run with these parameters (``only_methods``
     aside: a method trains alike alone or beside the others), in the form of :func:`_point`; a ConfigError naming what
     to build when there is none."""
-    from fedrepro import paths
     from fedrepro.aggregate import flatten
-    from fedrepro.runio import find_run, read_history, read_metrics
+    from fedrepro.runio import read_history, read_metrics
+    from fedrepro.staleness import find_run
 
     params = {**exp.params, "only_methods": None} if "only_methods" in exp.params else exp.params
-    run = find_run(ctx.config, exp.id, seed, params)
-    if run is None:
-        paper, name = exp.id.split(".", 1)
-        raise ConfigError(
-            f"{ctx.exp_id}: config_reading_from_runs: no run of {exp.id} seed {seed} with the config's parameters "
-            f"under {paths.run_dir(ctx.config, paper, name, '<scale>', seed)}: build it first (`snakemake --cores 2 "
-            f"{paths.relative(ctx.config, 'summary', paper=paper, exp=name, scale='paper')}`, or restore it from the "
-            "archive)"
-        )
+    run = find_run(ctx.config, exp.id, seed, params, f"{ctx.exp_id}: config_reading_from_runs")
     doc = read_metrics(run)
     point = {"metrics": flatten(doc["metrics"]), "checks": doc.get("checks", {}), "run": str(run)}
     if stop:

@@ -414,17 +414,19 @@ def forensic_evidence(
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:
-                wiring = ((summary.get("metrics") or {}).get("swept_at_quick_settings") or {}).get("mean")
-                grid = (
-                    ""
-                    if summary.get("effective_scale") == "paper"
-                    else f" {WIRING}"
-                    if wiring is None or wiring > 0
-                    else f" {QUICK_GRID}"
-                )
-                text = f"forensics {paper}.{name}{grid}: {check['detail']}"
+                text = f"forensics {paper}.{name}{_grid_label(summary)}: {check['detail']}"
             out.setdefault(row, []).append(text)
     return out
+
+
+def _grid_label(summary: Mapping) -> str:
+    """What a forensic summary's conclusions stand on, as a suffix of their source: nothing at paper scale; at quick
+    scale, a sweep of the paper's settings over a quick grid (QUICK_GRID) or one swept at quick settings, which only
+    shows the wiring (WIRING; also when the summary does not say which)."""
+    if summary.get("effective_scale") == "paper":
+        return ""
+    wiring = ((summary.get("metrics") or {}).get("swept_at_quick_settings") or {}).get("mean")
+    return f" {WIRING}" if wiring is None or wiring > 0 else f" {QUICK_GRID}"
 
 
 def unexplained_rows(cfg: Mapping, paper: str, doc: Mapping, known: set[str]) -> dict[str, str]:

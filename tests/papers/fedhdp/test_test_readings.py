@@ -73,4 +73,24 @@ def test_no_training_run_is_one_line_saying_what_to_build(tmp_path, made, capsys
     flag = "reevaluate={test_reading: digit_all}"
     assert main(["run", EXP, "--scale", "paper", "--set", flag, "--out", str(tmp_path / "o"), *empty]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "needs its training run with these parameters" in err
+    assert err.count("\n") == 1 and "re-evaluating seed 0 (its final models) needs a run of fedhdp.tiny seed 0" in err
+
+
+def test_a_training_run_made_from_other_data_is_not_read(tmp_path, made, capsys):
+    """A kept run whose recorded partition manifest is not the partition built here (data rebuilt since) is refused,
+    naming the input that changed, instead of being re-evaluated against data it never saw."""
+    base, sets = made
+    fake = tmp_path / "results"
+    shutil.copytree(base / "results", fake)
+    metrics = fake / "fedhdp/tiny/paper/seed0/metrics.json"
+    doc = json.loads(metrics.read_text())
+    (name,) = doc["inputs"]["partitions"]
+    doc["inputs"]["partitions"][name] = "0" * 64
+    metrics.write_text(json.dumps(doc))
+    flag = "reevaluate={test_reading: partition}"
+    args = ["--config-set", f"results_dir={fake}", *sets[2:]]
+    assert main(["run", EXP, "--scale", "paper", "--set", flag, "--out", str(tmp_path / "o"), *args]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and f"made from other input data than is here now (partition {name} (the run read" in err
+    )

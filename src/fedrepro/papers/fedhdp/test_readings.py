@@ -24,11 +24,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fedrepro import paths
 from fedrepro.errors import ConfigError, ResultError
 from fedrepro.experiments import Check
 from fedrepro.papers.fedhdp.columns import client_metrics, lam_key, method_groups
-from fedrepro.runio import ARRAYS, find_run, read_metrics
+from fedrepro.runio import ARRAYS, read_metrics
+from fedrepro.staleness import find_run
 
 READINGS = ("partition", "digit_sample", "digit_all")
 SCHEMA = {
@@ -52,17 +52,10 @@ def trained_params(p: Mapping) -> dict:
 def source_run(cfg: Mapping, exp_id: str, seed: int, p: Mapping):
     """The run directory of ``exp_id`` ``seed`` made with the parameters ``p`` (minus ``reevaluate``), at paper or
     quick scale, whichever's parameters those are; a ConfigError naming what to build when there is none."""
-    run = find_run(cfg, exp_id, seed, trained_params(p))
-    if run is not None:
-        if not (run / ARRAYS).is_file():
-            raise ResultError(f"{run}: no {ARRAYS} (made before runs kept their final models): run it again")
-        return run
-    paper, name = exp_id.split(".", 1)
-    raise ConfigError(
-        f"{exp_id}: re-evaluating seed {seed} needs its training run with these parameters (its final models), not "
-        f"found under {paths.run_dir(cfg, paper, name, '<scale>', seed)}: build it first (`snakemake --cores 2 "
-        f"{paths.relative(cfg, 'summary', paper=paper, exp=name, scale='paper')}`, or restore it from the archive)"
-    )
+    run = find_run(cfg, exp_id, seed, trained_params(p), f"{exp_id}: re-evaluating seed {seed} (its final models)")
+    if not (run / ARRAYS).is_file():
+        raise ResultError(f"{run}: no {ARRAYS} (made before runs kept their final models): run it again")
+    return run
 
 
 def _per_client_sets(ds, reading: Mapping) -> tuple[list[np.ndarray], np.ndarray]:
