@@ -684,7 +684,17 @@ def test_a_signal_during_a_run_ends_in_one_line_with_its_status(tmp_path, sig, s
     cmd += ["--set", "niter=100000", "--set", "n_users=20", "--out", str(out)]
     env = {**os.environ, "FEDREPRO_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
     env.pop("FEDREPRO_WORKFLOW_CONFIG", None)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the child starts with SIGINT at its default, as from a terminal: a test suite started in the background (`cmd
+    # &` in a script) inherits SIGINT ignored, and Python then leaves it ignored, as it should for such a job
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stdout.readline().startswith("[fedrepro] ppsgd.fig1a_synthetic")  # the run has started
     time.sleep(1.0)
     proc.send_signal(sig)

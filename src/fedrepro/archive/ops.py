@@ -77,9 +77,10 @@ def _made(e: Entry) -> str:
     m = made.get("machine") or {}
     gpu = f", {', '.join(m['gpus'])}" if m.get("gpus") else ""
     wall = made.get("wall_time_s") or 0.0
+    threads = f"{m['torch_threads']} threads of " if m.get("torch_threads") else ""  # none: a run without torch
     return (
-        f"made {str(made.get('started_at', '?'))[:10]} on {m.get('cpu', '?')} ({m.get('torch_threads', '?')} "
-        f"threads of {m.get('cpus_allowed', '?')} CPUs{gpu}), {wall / 60:.0f} min, {made.get('code_version', '?')}"
+        f"made {str(made.get('started_at', '?'))[:10]} on {m.get('cpu', '?')} ({threads}"
+        f"{m.get('cpus_allowed', '?')} CPUs{gpu}), {wall / 60:.0f} min, {made.get('code_version', '?')}"
     )
 
 
