@@ -7,6 +7,7 @@ path (e.g. ``experiments.fig1a.params.m``), the file it came from, and what was 
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.resources
 import math
 from collections.abc import Mapping
@@ -119,10 +120,11 @@ def yaml_syntax_error(path: str | Path, exc: yaml.YAMLError) -> ConfigError:
     return ConfigError(f"{where}: not valid YAML ({what or str(exc).splitlines()[0]}); fix the syntax there")
 
 
-class StrictLoader(yaml.SafeLoader):
+class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """PyYAML's safe loader refusing a key written twice in one mapping (PyYAML keeps the last one silently: a
     parameter, ``scale:`` or a whole experiment block given twice would be half ignored). Keys merged in with ``<<:``
-    may be overridden by the mapping's own keys, as YAML says."""
+    may be overridden by the mapping's own keys, as YAML says. Parsed by libyaml where PyYAML was built with it (the
+    wheels are): a workflow's DAG reads the papers' configs hundreds of times."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -143,7 +145,14 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def strict_yaml(text: str) -> Any:
-    """YAML text read with :class:`StrictLoader` (safe: no Python objects; a duplicate key is an error)."""
+    """YAML text read with :class:`StrictLoader` (safe: no Python objects; a duplicate key is an error). A text read
+    before is not parsed again (the cache is keyed by the text itself, so an edited file is always read anew); each
+    call gets its own copy to change."""
+    return copy.deepcopy(_parsed(text))
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(text: str) -> Any:
     return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
 
 
@@ -161,7 +170,13 @@ def read_yaml(path: str | Path) -> Any:
 
 def load_schema(name: str) -> dict:
     """A JSON schema shipped with the package (fedrepro/schemas/, package data: found without a checkout)."""
-    return yaml.safe_load(importlib.resources.files("fedrepro").joinpath("schemas", name).read_text(encoding="utf-8"))
+    return copy.deepcopy(_schema(name))
+
+
+@functools.cache
+def _schema(name: str) -> dict:
+    text = importlib.resources.files("fedrepro").joinpath("schemas", name).read_text(encoding="utf-8")
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 def parse_overrides(items: list[str] | None) -> dict:
