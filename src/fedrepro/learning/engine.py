@@ -372,6 +372,16 @@ def n_rounds(epochs: float, iters_per_epoch: int, tau: int) -> int:
     return max(1, math.ceil(epochs * iters_per_epoch / tau))
 
 
+def _check_batch_memory(data: ClientData, clients: int, rows: int, batch_size: int) -> None:
+    """One line (a ResourceError naming ``batch_size``) when a local step's minibatch alone, ``rows`` float32 inputs
+    for each of ``clients`` clients (sampled with replacement beyond a client's own rows), cannot fit in this
+    machine's memory: a lower bound, before anything is allocated."""
+    from fedrepro.experiments.memory import MemoryNeed, check_memory
+
+    need = MemoryNeed(("batch_size",), lambda p: 4.0 * clients * rows * math.prod(data.feature_shape))
+    check_memory(f"training ({clients} clients a step)", need, {"batch_size": batch_size})
+
+
 def train(
     algorithm: Algorithm,
     data: FederatedDataset | ClientData,
@@ -455,6 +465,7 @@ def train(
         rows_per_step = batch_size * algorithm.batches_per_step
         pool = m if algorithm.population is None else np.asarray(algorithm.population)
         K_round = K if algorithm.population is None else min(K, len(pool))
+        _check_batch_memory(data, m if algorithm.steps_unsampled else K_round, rows_per_step, batch_size)
         for r in range(start, rounds + 1):
             sel_np = np.sort(rng.choice(pool, K_round, replace=False))
             selected = torch.from_numpy(sel_np).to(device)
