@@ -8,10 +8,11 @@ Each selected client minimizes its local objective f_i(w) + (mu/2) ||w - w_globa
 from the global model w_global; the server averages the K local models (unweighted, as the engine's FedAvg). Deployed
 model: w_global for every client. With ``mu = 0`` it is FedAvg.
 
-Under a private protocol the engine passes ``dp`` (clip C and noise multiplier z, calibrated by the protocol's
-accountant for DP-FedAvg's local steps): every client's minibatch gradient of f_i is clipped to C and noised with
-N(0, (z C)^2 I) before the step, as DP-FedAvg's; the proximal term depends only on released models and is added
-after the noise.
+Under AdaPeD's private protocols the protocol applies the privacy (README "Compare your method"): ``x`` is the
+step's Released minibatches and ``client_sgd`` takes each client's gradient of f_i clipped to C and noised with
+N(0, (z C)^2 I), DP-FedAvg's mechanism; the proximal term depends only on released models and is added after the
+noise. Under PPSGD's private protocols, which release client messages, a method without ``client_message`` (as this
+one) is handed ``dp`` (clip C, noise multiplier z) and applies it to every gradient itself, the ``self.dp`` branch.
 """
 
 from __future__ import annotations

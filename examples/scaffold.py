@@ -14,7 +14,9 @@ releases client messages (PPSGD's: fedrepro.papers.ppsgd.method.release) the pro
 message (Delta y_i / lr and Delta c_i together, one vector) to C and adds its noise, and the server state x and c
 is computed from releases only: SCAFFOLD's control variate c, which re-enters every later message, is a function of
 what the protocol released (post-processing), and each c_i is the client's own. Where the engine aggregates
-(``sync``, the protocols without a release), the same update runs on the unclipped mean.
+(``sync``, the protocols without a release), the same update runs on the unclipped mean. Under AdaPeD's private
+protocols the release is per local step instead: ``client_grads`` returns the protocol's clipped and noised
+gradients (``x`` is a Released), and everything SCAFFOLD computes from them is post-processing.
 """
 
 from __future__ import annotations

@@ -118,13 +118,19 @@ def test_fedprox_row_in_the_table_with_numbers(tmp_path, partition_dir):
     assert not (tmp_path / "figure.png").exists()
 
 
-def test_private_protocol_calibrates_the_methods_noise(tmp_path, partition_dir):
-    """Under a DP protocol the method is trained per epsilon with DP-FedAvg's calibrated noise (dp= passed in)."""
-    exp = experiment(
+def private_experiment(**over) -> Experiment:
+    return experiment(
         privacy={"epsilons": [2.0, 20.0], "delta": 1e-5, "clip": 0.5},
         methods={"dp_fedavg": {"algorithm": "fedavg", "lr": 0.2, "private": True}},
         checks={},
+        **over,
     )
+
+
+def test_private_protocol_releases_every_local_step_for_the_method(tmp_path, partition_dir):
+    """Privacy by construction under AdaPeD's DP protocol: the method is built without dp= (one that takes none is
+    accepted), each local step's minibatches reach it as a Released whose gradients the protocol clips and noises
+    with DP-FedAvg's calibrated mechanism and generator, so a FedAvg subclass is DP-FedAvg exactly, per epsilon."""
     path = method_file(
         tmp_path,
         """
@@ -135,40 +141,70 @@ def test_private_protocol_calibrates_the_methods_noise(tmp_path, partition_dir):
         class Spy(FedAvg):
             name = "spy"
 
-            def __init__(self, weight_decay=1e-4, dp=None):
-                SEEN.append(dp)
-                super().__init__(weight_decay, dp)
+            def __init__(self, weight_decay=1e-4, **kw):
+                SEEN.append(sorted(kw))
+                super().__init__(weight_decay)
+
+            def local_step(self, state, x, y, selected, lr):
+                SEEN.append((type(x).__name__, y))
+                return super().local_step(state, x, y, selected, lr)
         """,
     )
     cls = load_method(f"{path}:Spy")
-    comp = compare(exp, cls, path, [0], context(partition_dir))
+    comp = compare(private_experiment(), cls, path, [0], context(partition_dir))
     seen = sys.modules[cls.__module__].SEEN
-    assert [s["clip"] for s in seen] == [0.5, 0.5] and seen[0]["noise_multiplier"] > seen[1]["noise_multiplier"] > 0
+    assert [s for s in seen if isinstance(s, list)] == [[], []]  # one build per epsilon, never handed dp=
+    assert {s for s in seen if isinstance(s, tuple)} == {("Released", None)}
     spy, dp_fedavg = comp.rows[-1].cells[0], comp.rows[0].cells[0]
     assert set(spy) == set(dp_fedavg) == {"acc eps_2p00", "acc eps_20p00"}
-    assert spy == pytest.approx(dp_fedavg, abs=1e-9)  # a subclass of FedAvg: DP-FedAvg's numbers exactly
+    assert spy == pytest.approx(dp_fedavg, abs=1e-9)  # the protocol's release is DP-FedAvg's own noise
+    assert comp.privacy_note.startswith("privacy by construction")
 
 
-def test_private_protocol_refuses_a_method_without_dp(tmp_path, partition_dir):
-    exp = experiment(
-        privacy={"epsilons": [2.0], "delta": 1e-5, "clip": 0.5},
-        methods={"dp_fedavg": {"algorithm": "fedavg", "lr": 0.2, "private": True}},
-        checks={},
+def test_a_method_that_reads_the_data_or_releases_twice_fails_its_row(tmp_path, partition_dir, capsys):
+    """What the protocol does not release cannot be had: reading the minibatch itself fails the method's row, and so
+    does a second gradient in one step (privacy its accountant does not count); the paper's rows are unaffected."""
+    path = method_file(
+        tmp_path,
+        """
+        from fedrepro.learning.engine import client_grads
+        from fedrepro.learning.fedavg import FedAvg
+
+        class Peeks(FedAvg):
+            name = "peeks"
+
+            def local_step(self, state, x, y, selected, lr):
+                return x.sum()
+
+        class Twice(FedAvg):
+            name = "twice"
+
+            def local_step(self, state, x, y, selected, lr):
+                client_grads(state.net, state.local, x, y)
+                return super().local_step(state, x, y, selected, lr)
+        """,
     )
+    for name, why in [("Peeks", "has no attribute 'sum'"), ("Twice", "released once")]:
+        comp = compare(private_experiment(), load_method(f"{path}:{name}"), path, [0], context(partition_dir))
+        mine = comp.rows[-1]
+        assert mine.cells == [None] and len(mine.failures) == 1 and why in mine.failures[0], mine.failures
+        assert all(math.isfinite(v) for v in comp.rows[0].cells[0].values())
+    capsys.readouterr()
+
+
+def test_private_protocol_refuses_unsampled_steps(tmp_path, partition_dir):
     path = method_file(
         tmp_path,
         """
         from fedrepro.learning.fedavg import FedAvg
 
-        class NoDP(FedAvg):
-            name = "nodp"
-
-            def __init__(self, weight_decay=1e-4):
-                super().__init__(weight_decay)
+        class Everyone(FedAvg):
+            name = "everyone"
+            steps_unsampled = True
         """,
     )
-    with pytest.raises(ConfigError, match=r"private protocol .* must accept dp="):
-        compare(exp, load_method(f"{path}:NoDP"), path, [0], context(partition_dir))
+    with pytest.raises(ConfigError, match=r"Everyone.steps_unsampled: under .* private protocol"):
+        compare(private_experiment(), load_method(f"{path}:Everyone"), path, [0], context(partition_dir))
 
 
 def test_nan_method_fails_its_row_not_the_run(tmp_path, partition_dir, capsys):
@@ -548,3 +584,13 @@ def test_list_marks_the_experiments_that_take_a_method(capsys):
     lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("adaped.", "ppsgd."))}
     assert " compare " in lines["adaped.table4_femnist_sample"] and " compare " in lines["ppsgd.x_fig1c_femnist_sample"]
     assert " compare " not in lines["adaped.fig1a"] and " compare " not in lines["ppsgd.eps_emnist"]
+
+
+def test_scaffold_trains_under_the_private_protocol_by_construction(tmp_path, partition_dir):
+    """The README's SCAFFOLD example under AdaPeD's DP protocol: its corrected steps take the protocol's released
+    gradients (its control variates are computed from them: post-processing), and its row has a number per epsilon."""
+    scaffold = REPO / "examples" / "scaffold.py"
+    comp = compare(private_experiment(), load_method(f"{scaffold}:Scaffold"), scaffold, [0], context(partition_dir))
+    mine = comp.rows[-1]
+    assert mine.failures == [] and set(mine.cells[0]) == {"acc eps_2p00", "acc eps_20p00"}
+    assert all(math.isfinite(v) for v in mine.cells[0].values())

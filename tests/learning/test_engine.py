@@ -249,7 +249,9 @@ def test_a_minibatch_larger_than_memory_is_one_line_before_anything_is_allocated
     data = iid_vectors(5, 10)  # 6 float32 features; Local steps every client: 5 x B rows hold 120 B bytes of inputs
     monkeypatch.setattr(memory, "machine_memory", lambda: 120 * 1000)
     kw = dict(lr=0.1, rounds=1, tau=1, clients_per_round=2)
-    with pytest.raises(ResourceError, match=r"^training \(5 clients a step\): batch_size=1001: its arrays need at least 117 KiB"):
+    with pytest.raises(
+        ResourceError, match=r"^training \(5 clients a step\): batch_size=1001: its arrays need at least 117 KiB"
+    ):
         engine.train(Local(), data, lambda: MLP(6, 3), batch_size=1001, **kw)
     assert len(engine.train(Local(), data, lambda: MLP(6, 3), batch_size=1000, **kw)) == 1
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from fedrepro.errors import ConfigError
-from fedrepro.learning.engine import Algorithm, Diverged
+from fedrepro.learning.dp import GaussianMechanism
+from fedrepro.learning.engine import Algorithm, Diverged, Released
 
 
 class MethodFailed(Diverged):
@@ -117,13 +118,28 @@ def method_sources(path: Path) -> dict[str, str]:
     return out
 
 
-def guarded(cls: type[Algorithm], path: Path, args: dict | None = None) -> type[Algorithm]:
+def guarded(cls: type[Algorithm], path: Path, args: dict | None = None, release: bool = False) -> type[Algorithm]:
     """``cls`` with its training losses and deployed models checked (a NaN or inf raises :class:`MethodFailed`) and
-    ``args`` (``compare --method-arg``) passed to its constructor by every protocol."""
+    ``args`` (``compare --method-arg``) passed to its constructor by every protocol. ``release``: privacy by
+    construction per local step (MethodSlot.releases_steps): the ``dp`` mechanism the protocol constructs the method
+    with is kept from it, and each local step's minibatches reach it as :class:`Released` under that mechanism,
+    noised with the engine's generator (the one DP-FedAvg draws its noise from)."""
     cls = with_args(cls, path, args)
 
     class Guarded(cls):  # type: ignore[misc,valid-type]
+        if release:
+
+            def __init__(self, *a, dp=None, **kw):
+                super().__init__(*a, **kw)
+                self._release = GaussianMechanism.parse(dp)
+
+            def init_state(self, net, n_clients, generator):
+                self._noise = generator
+                return super().init_state(net, n_clients, generator)
+
         def local_step(self, state, x, y, selected, lr):
+            if getattr(self, "_release", None) is not None:
+                x, y = Released(x, y, self._release, self._noise), None
             losses = super().local_step(state, x, y, selected, lr)
             if not torch.isfinite(torch.as_tensor(losses)).all():
                 raise MethodFailed(

@@ -89,7 +89,13 @@ def _check_method(cls: type[Algorithm], path: Path, name: str, slot: MethodSlot,
     if name in slot.methods(exp.params):
         raise ConfigError(f"{path}: method name {name!r} is a method of {exp.id}; set the class's `name` to another")
     private = slot.private(exp.params)
-    if private and not accepts(cls, "dp"):
+    if private and slot.releases_steps and cls.steps_unsampled:
+        raise ConfigError(
+            f"{path}: {cls.__name__}.steps_unsampled: under {exp.id}'s private protocol the released steps are those "
+            "of the round's sampled clients, which its accountant counts (sampling rate K/m); steps of the others "
+            "fall outside it"
+        )
+    if private and not slot.releases_steps and not accepts(cls, "dp"):
         raise ConfigError(
             f"{path}: {exp.id} is a private protocol (its rows are DP): {cls.__name__}.__init__ must accept dp= "
             "(the clip and noise multiplier the protocol calibrates; README: Compare your method)"
@@ -151,7 +157,7 @@ def compare(
         raise ConfigError(f"--lr: {exp.id}'s protocol takes no learning rate of a method's own")
     if slot.interface is None:  # an engine Algorithm: its privacy and weight decay checked, its training guarded
         private = _check_method(cls, path, name, slot, exp)
-        algorithms.register_external(guarded(cls, path, method_args))
+        algorithms.register_external(guarded(cls, path, method_args, release=private and slot.releases_steps))
     else:  # another interface (a histogram estimator): registered by the protocol's own registry
         if name in slot.methods(exp.params):
             raise ConfigError(

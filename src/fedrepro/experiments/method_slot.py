@@ -54,3 +54,7 @@ class MethodSlot:
     # how a method's privacy is had under the protocol, in words, for the table and compare.json (None: the slot says
     # nothing beyond ``what``): e.g. by construction (the protocol releases its messages) or applied by the method
     privacy_note: Callable[[type], str] | None = None
+    # privacy by construction per local step (AdaPeD's DP-FedAvg protocol): in a private protocol the method is built
+    # without dp= and each local step's minibatches reach it as fedrepro.learning.engine.Released, whose gradients
+    # the protocol clips and noises with the mechanism its accountant calibrates, once per step
+    releases_steps: bool = False

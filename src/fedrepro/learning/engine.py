@@ -59,11 +59,43 @@ from fedrepro.seeding import rng_for
 # ------------------------------------------------------------------------------------------------- gradients
 
 
-def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
+class Released:
+    """A local step's minibatches under a private protocol whose mechanism is per local step (AdaPeD's DP-FedAvg:
+    each client's minibatch gradient clipped to C and noised with N(0, (zC)^2), the accountant counting one such
+    release per sampled client and step). A user's method (fedrepro.compare) gets this in place of ``x`` (``y`` is
+    None): it reaches its clients' data only through :func:`client_grads` / :func:`client_sgd`, which return the
+    mechanism applied to the gradients, once per step. Anything else it does with the handle fails, and a second
+    release in one step is refused: it would spend privacy the accountant does not count."""
+
+    __slots__ = ("_x", "_y", "_mechanism", "_generator", "_spent")
+
+    def __init__(self, x: Tensor, y: Tensor, mechanism, generator: torch.Generator):
+        self._x, self._y, self._mechanism, self._generator, self._spent = x, y, mechanism, generator, False
+
+    def __repr__(self) -> str:
+        return f"Released({self._mechanism})"
+
+    def release(self, net: Net, params: Params) -> tuple[Params, Tensor]:
+        """The clipped and noised per-client gradients of this step's minibatches at ``params``, and the losses."""
+        if self._spent:
+            raise RuntimeError(
+                "a local step's minibatch is released once under this private protocol (one clipped, noised "
+                "gradient per client and step is what its accountant counts): call client_grads or client_sgd "
+                "once per local_step"
+            )
+        self._spent = True
+        grads, losses = client_grads(net, params, self._x, self._y)
+        return self._mechanism(grads, self._generator), losses
+
+
+def client_grads(net: Net, params: Params, x: Tensor | Released, y: Tensor | None) -> tuple[Params, Tensor]:
     """Per-client minibatch gradients of the training loss (:meth:`Net.loss`: the cross-entropy unless the protocol
     sets another) and the losses: (grads (n, ...), losses (n,)). A model with a client-batched formulation
     (:attr:`Net.formulation`: the CNNs of :mod:`batched_cnn`, the MLPs of :mod:`batched_mlp`) takes its hand-written
-    gradient; everything else ``grad_and_value`` of :meth:`Net.loss` per client."""
+    gradient; everything else ``grad_and_value`` of :meth:`Net.loss` per client. ``x`` a :class:`Released`: the
+    protocol's mechanism applied to those gradients (``y`` unused)."""
+    if isinstance(x, Released):
+        return x.release(net, params)
     if net.formulation is not None and net.vectorize:
         return net.formulation.ce_grads(net.model, params, x, y)
     return net.map(grad_and_value(lambda p, xb, yb: net.loss(p, xb, yb)), params, x, y)
@@ -72,8 +104,8 @@ def client_grads(net: Net, params: Params, x: Tensor, y: Tensor) -> tuple[Params
 def client_sgd(
     net: Net,
     params: Params,
-    x: Tensor,
-    y: Tensor,
+    x: Tensor | Released,
+    y: Tensor | None,
     lr: float | Tensor,
     weight_decay: float = 0.0,
     prox: tuple[Tensor, Params] | None = None,
@@ -84,7 +116,12 @@ def client_sgd(
     (inside the mapped step, or the formulation's fused step). ``prox=(lam (n,), anchor)`` adds the proximal term
     lam_i (p - anchor) of Ditto's personal step to client i's gradient (anchor: one parameter set, no client
     axis). ``inplace``: the caller owns ``params`` and drops them for the result, which may then be written into
-    them (the MLP formulation does; elsewhere the result is new tensors)."""
+    them (the MLP formulation does; elsewhere the result is new tensors). ``x`` a :class:`Released`: the step takes
+    the protocol's clipped and noised gradients, the proximal term and weight decay added after the noise (they
+    depend on no client data beyond what was released)."""
+    if isinstance(x, Released):
+        grads, losses = x.release(net, params)
+        return _step(params, grads, lr, weight_decay, prox), losses
     if net.formulation is batched_mlp and net.vectorize and not isinstance(lr, Tensor):
         return batched_mlp.ce_grads(net.model, params, x, y, sgd=(lr, weight_decay), prox=prox, inplace=inplace)
     if net.formulation is batched_cnn and net.vectorize and prox is None and not isinstance(lr, Tensor):
@@ -177,7 +214,9 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry(
 #: package implements and what :func:`train` guarantees it. Raised when a member is added, removed or changes meaning;
 #: tests/learning/test_algorithm_api.py fails until the README's list and this number follow the class.
 #: 2: the steps differentiate the protocol's loss (Net.loss), and y may be a 0/1 label matrix (PPSGD's protocols).
-ALGORITHM_API_VERSION = 3
+#: 3: client_message / server_update (privacy by construction under PPSGD's protocols).
+#: 4: under AdaPeD's private protocols local_step gets x as a Released (y None) and the constructor no dp=.
+ALGORITHM_API_VERSION = 4
 
 
 class Algorithm(ABC):
@@ -528,6 +567,7 @@ __all__ = [
     "Algorithm",
     "Diverged",
     "EvalContext",
+    "Released",
     "client_grads",
     "client_sgd",
     "evaluate",

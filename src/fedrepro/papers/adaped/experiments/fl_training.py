@@ -261,12 +261,12 @@ METHOD_SLOT = MethodSlot(
     y_label="test accuracy (%)",
     what="test accuracy (%) of the deployed models, mean over clients",
     privacy_note=lambda cls: (
-        "privacy applied by your method: the protocol hands it dp= (clip C and the noise multiplier its accountant "
-        "calibrates for DP-FedAvg's clipped and noised local steps, per ε column); the column's ε holds only if it "
-        "noises every minibatch gradient it uses, as fedrepro.learning.dp.GaussianMechanism does, which is not "
-        "checked (this protocol's mechanism is per local step: a release of client messages would need another "
-        "accountant)"
+        "privacy by construction: at every local step the protocol clips each sampled client's minibatch gradient "
+        "to C and adds N(0, (zC)^2), DP-FedAvg's mechanism with the noise multiplier its accountant calibrates per ε "
+        "column, and your method reaches the clients' data only through that release (client_grads / client_sgd "
+        "on the step's Released minibatches, once per step): the column's ε holds for it as for DP-FedAvg"
     ),
+    releases_steps=True,
     with_lr=_with_lr,
     lr_text="every lr of your grid trained, one picked by the protocol's `select` rule as for the paper's methods "
     "(a diverging lr dropped; the row fails only when every lr diverges)",
