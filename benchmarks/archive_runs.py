@@ -30,7 +30,8 @@ def main() -> None:
         made = e.manifest["made"]
         m = made.get("machine") or {}
         cmd = f"`python -m fedrepro run {e.experiment} --scale paper --seed {e.seed}`"
-        machine = f"{m.get('cpu', '?')}, {m.get('torch_threads', '?')} of {m.get('cpus_allowed', '?')} CPUs"
+        threads = f"{m['torch_threads']} of " if m.get("torch_threads") else ""  # none: a run without torch
+        machine = f"{m.get('cpu', '?')}, {threads}{m.get('cpus_allowed', '?')} CPUs"
         load = f"{_load(m, 'load_avg_at_start')} → {_load(m, 'load_avg')}"
         wall = made.get("wall_time_s") or 0.0
         resumed = made.get("wall_time_resumed_s")
