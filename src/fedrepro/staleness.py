@@ -125,7 +125,7 @@ def find_run(cfg: Mapping, exp_id: str, seed: int, params: Mapping, needed_by: s
             continue
         recorded = _recorded_params(run)
         if recorded is None or params_digest(recorded) != want:
-            refused.append(f"{run}: other parameters")
+            refused.append(f"{run}: {'other parameters' if recorded is not None else f'no readable {CONFIG}'}")
             continue
         now = current_inputs(cfg, _resolved(cfg, exp_id, scale))
         changed = changed_inputs(read_metrics(run).get("inputs") or {}, now)
