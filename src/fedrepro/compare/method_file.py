@@ -131,15 +131,15 @@ def guarded(cls: type[Algorithm], path: Path, args: dict | None = None, release:
 
             def __init__(self, *a, dp=None, **kw):
                 super().__init__(*a, **kw)
-                self._release = GaussianMechanism.parse(dp)
+                self._fedrepro_release = GaussianMechanism.parse(dp)
 
             def init_state(self, net, n_clients, generator):
-                self._noise = generator
+                self._fedrepro_noise = generator
                 return super().init_state(net, n_clients, generator)
 
         def local_step(self, state, x, y, selected, lr):
-            if getattr(self, "_release", None) is not None:
-                x, y = Released(x, y, self._release, self._noise), None
+            if getattr(self, "_fedrepro_release", None) is not None:
+                x, y = Released(x, y, self._fedrepro_release, self._fedrepro_noise), None
             losses = super().local_step(state, x, y, selected, lr)
             if not torch.isfinite(torch.as_tensor(losses)).all():
                 raise MethodFailed(
