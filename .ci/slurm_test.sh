@@ -214,7 +214,8 @@ import pandas as pd
 import yaml
 
 a_root, b_root = map(Path, sys.argv[1:3])
-DROP = {"wall_time_s"}
+# when and where a run ran (its wall time, start, machine and load): a SLURM job and a local run differ there by design
+DROP = {"wall_time_s", "started_at", "machine"}
 exact = True
 
 
