@@ -120,11 +120,15 @@ def yaml_syntax_error(path: str | Path, exc: yaml.YAMLError) -> ConfigError:
     return ConfigError(f"{where}: not valid YAML ({what or str(exc).splitlines()[0]}); fix the syntax there")
 
 
-class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+# PyYAML's safe loader, parsed by libyaml where PyYAML was built with it (the wheels are)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class StrictLoader(SAFE_LOADER):
     """PyYAML's safe loader refusing a key written twice in one mapping (PyYAML keeps the last one silently: a
     parameter, ``scale:`` or a whole experiment block given twice would be half ignored). Keys merged in with ``<<:``
-    may be overridden by the mapping's own keys, as YAML says. Parsed by libyaml where PyYAML was built with it (the
-    wheels are): a workflow's DAG reads the papers' configs hundreds of times."""
+    may be overridden by the mapping's own keys, as YAML says. Based on :data:`SAFE_LOADER` (libyaml): a workflow's
+    DAG reads the papers' configs hundreds of times."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -176,7 +180,7 @@ def load_schema(name: str) -> dict:
 @functools.cache
 def _schema(name: str) -> dict:
     text = importlib.resources.files("fedrepro").joinpath("schemas", name).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+    return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
 
 
 def parse_overrides(items: list[str] | None) -> dict:
