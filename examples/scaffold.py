@@ -10,8 +10,9 @@ the server (Delta y_i, Delta c_i) = ((x - y_i) / lr, c_i+ - c_i); the server ste
 and c <- c + (K / N) mean(Delta c). Deployed model: x for every client.
 
 Privacy by construction: the pair is sent through ``client_message`` / ``server_update``, so under a protocol that
-releases client messages (PPSGD's: fedrepro.papers.ppsgd.method.release) the protocol clips each client's whole
-message (Delta y_i / lr and Delta c_i together, one vector) to C and adds its noise, and the server state x and c
+releases client messages (PPSGD's: fedrepro.papers.ppsgd.method.release; FedHDP's: HDP-FedAvg's server step,
+fedrepro.papers.fedhdp.hdp_fedavg.HDPFedAvgRelease) the protocol clips each private client's whole message
+(Delta y_i / lr and Delta c_i together, one vector) and adds its noise, and the server state x and c
 is computed from releases only: SCAFFOLD's control variate c, which re-enters every later message, is a function of
 what the protocol released (post-processing), and each c_i is the client's own. Where the engine aggregates
 (``sync``, the protocols without a release), the same update runs on the unclipped mean. Under AdaPeD's private

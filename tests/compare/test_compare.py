@@ -342,11 +342,8 @@ def test_a_tables_differences_are_resolved_together_by_holm():
     ]
 
 
-def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(tmp_path):
-    """Under FedHDP's protocol a method from outside trains like the NON-PRIVATE row (every client non-private): its
-    one deployed model per client fills Acc_g (pooled), Acc_g,np and every lambda's Acc_l,np, and FedAvg from outside
-    has NON-PRIVATE's global model (FedAvg, same seed): the same Acc_g and Acc_g,np. Group columns are paired with
-    NON-PRIVATE only (other rows' groups are their private and opt-out clients)."""
+def fedhdp_protocol(tmp_path, methods: dict, **over):
+    """A small FedHDP protocol (6 clients, two of them opt-out) and the RunContext of its partition."""
     import numpy as np
 
     from fedrepro.data import fedformat
@@ -371,7 +368,7 @@ def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(t
     params = {
         "partition": "p",
         "model": {"name": "mlp", "in_features": 64, "hidden": [16]},
-        "methods": {"nonprivate_ditto": {"algorithm": "nonprivate"}, "fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}},
+        "methods": methods,
         "lams": [0.005, 0.25],
         "rounds": 3,
         "local_epochs": 1,
@@ -381,27 +378,89 @@ def test_fedhdp_protocol_fills_the_global_and_personal_columns_by_client_group(t
         "clip": {"init": 1.0},
         "privacy": {"noise_multiplier_eff": 0.5, "count_std": 1.0, "delta": 1e-4},
         "threads": 1,
-        "checks": {"np_ge_p_global": ["fedhdp_r_0_1"]},
-        "differences": {"gain": ["lam0.005.fedhdp_r_0_1.acc_g", "lam0.005.nonprivate_ditto.acc_g"]},
+        **over,
     }
     params = resolve_params(params, get_kind("fedhdp_training").schema)
     exp = Experiment("fedhdp", "cmp_test", "fedhdp_training", "a test protocol", params, params, "quick", ())
+    return exp, lambda seed: RunContext("fedhdp.cmp_test", seed, partitions={"p": pdir})
+
+
+def test_fedhdp_protocol_trains_a_method_without_messages_as_non_private(tmp_path):
+    """Under FedHDP's protocol a method from outside that sends no client messages has nothing the protocol can
+    release: it trains like the NON-PRIVATE row (every client non-private, ε ∞, and the note says so). Its one
+    deployed model per client fills Acc_g (pooled), Acc_g,np and every lambda's Acc_l,np, and FedAvg from outside has
+    NON-PRIVATE's global model (FedAvg, same seed): the same Acc_g and Acc_g,np. Group columns are paired with
+    NON-PRIVATE only (other rows' groups are their private and opt-out clients), ε never."""
+    methods = {"nonprivate_ditto": {"algorithm": "nonprivate"}, "fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}}
+    exp, ctx = fedhdp_protocol(
+        tmp_path,
+        methods,
+        checks={"np_ge_p_global": ["fedhdp_r_0_1"]},
+        differences={"gain": ["lam0.005.fedhdp_r_0_1.acc_g", "lam0.005.nonprivate_ditto.acc_g"]},
+    )
     path = method_file(tmp_path, "from fedrepro.learning.fedavg import FedAvg\n\nclass Fa(FedAvg):\n    name = 'fa'\n")
-    ctx = lambda seed: RunContext("fedhdp.cmp_test", seed, partitions={"p": pdir})  # noqa: E731
     comp = compare(exp, load_method(f"{path}:Fa"), path, [0, 1], ctx)
     rows = {r.name: r for r in comp.rows}
     fa, nonprivate = rows["fa"].cells, rows["nonprivate_ditto"].cells
-    assert set(fa[0]) == set(nonprivate[0]) == {"acc_g", "acc_g_np", "lam0.005 acc_l_np", "lam0.25 acc_l_np"}
+    assert set(fa[0]) == set(nonprivate[0]) == {"acc_g", "acc_g_np", "lam0.005 acc_l_np", "lam0.25 acc_l_np", "ε"}
     assert all(0 < c["acc_g"] < 100 for c in fa)  # not saturated: equal accuracies say the same model
     for seed in (0, 1):
         for col in ("acc_g", "acc_g_np"):
             assert fa[seed][col] == pytest.approx(nonprivate[seed][col], abs=1e-9)
         assert fa[seed]["lam0.25 acc_l_np"] == fa[seed]["acc_g_np"]  # one model per client in every role
-    assert not comp.private
+        assert fa[seed]["ε"] == math.inf and math.isfinite(rows["fedhdp_r_0_1"].cells[seed]["ε"])
+    assert comp.private and not comp.by_construction and "trained without privacy" in comp.privacy_note
     write_comparison(comp, tmp_path / "out", figure=False)
     diffs = pd.read_csv(tmp_path / "out" / "differences.csv")
-    assert sorted(diffs[diffs["baseline"] == "nonprivate_ditto"]["column"]) == sorted(fa[0])
+    assert sorted(diffs[diffs["baseline"] == "nonprivate_ditto"]["column"]) == sorted(set(fa[0]) - {"ε"})
     assert list(diffs[diffs["baseline"] == "fedhdp_r_0_1"]["column"]) == ["acc_g"]
+
+
+MESSAGE_FEDAVG = """
+from fedrepro.learning.fedavg import FedAvg
+
+class Released(FedAvg):
+    # FedAvg whose server sees only the protocol's release: each client sends its local update
+    name = "released"
+
+    def client_message(self, state, selected):
+        return {k: v - state.global_params[k] for k, v in state.local.items()}
+
+    def server_update(self, state, selected, released):
+        state.global_params = {k: w + released[k] for k, w in state.global_params.items()}
+        state.local = None
+"""
+
+
+def test_fedhdp_protocol_releases_a_methods_messages_as_hdp_fedavg(tmp_path):
+    """Privacy by construction under FedHDP's protocol: a method that sends client messages is run as messages, the
+    protocol's release (HDP-FedAvg's server step: the private clients' messages clipped to the adaptive norm, their
+    mean noised with the paper's z, the noisy count moving the norm), server_update. FedAvg sending its local update
+    therefore has HDP-FedAvg's global model, draw for draw: the same Acc_g and group columns in every seed, the same
+    finite ε; its group columns pair with HDP-FedAvg's (same clients) and not NON-PRIVATE's. That it can fail: a
+    release without the noise gives another model (tests/papers/fedhdp/test_fedhdp.py)."""
+    methods = {"nonprivate_ditto": {"algorithm": "nonprivate"}, "hdp_fedavg_ditto": {"algorithm": "hdp_fedavg"}}
+    exp, ctx = fedhdp_protocol(tmp_path, methods)
+    path = method_file(tmp_path, MESSAGE_FEDAVG)
+    cls = load_method(f"{path}:Released")
+    comp = compare(exp, cls, path, [0, 1], ctx)
+    rows = {r.name: r for r in comp.rows}
+    mine, hdp = rows["released"].cells, rows["hdp_fedavg_ditto"].cells
+    personal = {f"lam{lam} acc_l_{g}" for lam in (0.005, 0.25) for g in ("p", "np")}
+    assert set(mine[0]) == set(hdp[0]) == {"acc_g", "acc_g_p", "acc_g_np", "ε", *personal}
+    for seed in (0, 1):
+        assert 0 < mine[seed]["acc_g"] < 100
+        for col in ("acc_g", "acc_g_p", "acc_g_np", "ε"):
+            assert mine[seed][col] == pytest.approx(hdp[seed][col], abs=1e-9), col
+        assert math.isfinite(mine[seed]["ε"]) and rows["nonprivate_ditto"].cells[seed]["ε"] == math.inf
+    assert comp.private and comp.by_construction and "privacy by construction" in comp.privacy_note
+    write_comparison(comp, tmp_path / "out", figure=False)
+    diffs = pd.read_csv(tmp_path / "out" / "differences.csv")
+    assert sorted(diffs[diffs["baseline"] == "hdp_fedavg_ditto"]["column"]) == sorted(set(mine[0]) - {"ε"})
+    assert list(diffs[diffs["baseline"] == "nonprivate_ditto"]["column"]) == ["acc_g"]
+    record = write_record(comp, tmp_path / "out", f"{path}:Released", {}, 0.0).read_text(encoding="utf-8")
+    eps = json.loads(record, parse_constant=lambda token: pytest.fail(f"compare.json holds {token}"))["epsilon"]
+    assert eps["released"]["ε"] == pytest.approx(hdp[0]["ε"]) and eps["nonprivate_ditto"]["ε"] == "inf"
 
 
 def test_baselines_are_read_only_when_made_from_the_same_data(tmp_path, partition_dir):

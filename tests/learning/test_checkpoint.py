@@ -140,3 +140,31 @@ def test_pack_restore_round_trip():
         pack(object())
     with pytest.raises(TypeError):
         pack(Inner(torch.zeros(1), [object()]))
+
+
+def test_a_release_resumes_with_its_clip_norm(blobs, tmp_path):
+    """A protocol's release of a method's messages (fedrepro.learning.engine.MessageRelease) keeps state across rounds
+    (FedHDP's adaptive clip norm): the checkpoint holds it, so a killed run resumes to the same history."""
+    import numpy as np
+
+    from fedrepro.learning.adaptive_clip import AdaptiveClip
+    from fedrepro.learning.fedavg import FedAvg
+    from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvgRelease
+
+    class Sends(FedAvg):
+        def client_message(self, state, selected):
+            return {k: v - state.global_params[k] for k, v in state.local.items()}
+
+        def server_update(self, state, selected, released):
+            state.global_params = {k: w + released[k] for k, w in state.global_params.items()}
+
+    def release():
+        clip = AdaptiveClip(0.5, count_std=0.3)
+        return HDPFedAvgRelease(torch.from_numpy(np.array([True, False, True, True, False])), 0.4, clip, clip.init)
+
+    full = engine.train(Sends(), blobs, mlp, **KW, release=release())
+    assert len({h["clip"] for h in full}) > 1  # the norm moves
+    ck = Checkpointer(tmp_path / "c.pt", fingerprint({"name": "released"}), every=2)
+    with pytest.raises(Killed):
+        engine.train(Sends(), blobs, mlp, **KW, checkpoint=ck, callback=_kill_at(3), release=release())
+    assert engine.train(Sends(), blobs, mlp, **KW, checkpoint=ck, release=release()) == full

@@ -31,7 +31,7 @@ from fedrepro.errors import ConfigError, ResultError
 from fedrepro.experiments import KINDS, Kind, RunContext, get_kind
 from fedrepro.experiments.method_slot import PAPER, YOURS, MethodSlot
 from fedrepro.learning import algorithms
-from fedrepro.learning.engine import Algorithm
+from fedrepro.learning.engine import Algorithm, sends_messages
 from fedrepro.seeding import rng_for
 
 SEEDS_DIR = ".seeds"  # under compare's --out: the finished seeds a killed run resumes from
@@ -62,6 +62,7 @@ class Comparison:
     method_args: dict = field(default_factory=dict)  # --method-arg: the constructor's keyword arguments
     lr: list[float] = field(default_factory=list)  # --lr: the method's own learning rates ([]: the protocol's)
     privacy_note: str = ""  # how the method's privacy is had under the protocol (MethodSlot.privacy_note)
+    by_construction: bool = False  # a private protocol released what the method sends (its steps or messages)
 
     @property
     def columns(self) -> list[str]:
@@ -95,7 +96,7 @@ def _check_method(cls: type[Algorithm], path: Path, name: str, slot: MethodSlot,
             "of the round's sampled clients, which its accountant counts (sampling rate K/m); steps of the others "
             "fall outside it"
         )
-    if private and not slot.releases_steps and not accepts(cls, "dp"):
+    if private and not (slot.releases_steps or slot.releases_messages) and not accepts(cls, "dp"):
         raise ConfigError(
             f"{path}: {exp.id} is a private protocol (its rows are DP): {cls.__name__}.__init__ must accept dp= "
             "(the clip and noise multiplier the protocol calibrates; README: Compare your method)"
@@ -196,6 +197,7 @@ def compare(
     rows = [*paper_rows.values(), mine]
     baseline_runs = {s: str(d) for s, d in runs.items()}
     note = slot.privacy_note(cls) if private and slot.privacy_note is not None else ""
+    constructed = private and (slot.releases_steps or (slot.releases_messages and sends_messages(cls)))
     return Comparison(
         exp,
         slot,
@@ -209,6 +211,7 @@ def compare(
         method_args,
         list(lr or []),
         note,
+        constructed,
     )
 
 

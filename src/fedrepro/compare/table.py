@@ -92,9 +92,10 @@ def write_comparison(comp: Comparison, out: Path, figure: bool) -> list[Path]:
         body.append([row.name, ORIGIN[row.origin], *cells])
     pairs = []
     for row in comp.rows[:-1]:
-        same = comp.slot.paired(exp.params, row.name)
+        same = comp.slot.paired(exp.params, row.name, comp.by_construction)
         has = {c for cells in row.cells for c in (cells or {})}  # columns the baseline has (DP-FedAvg: no np)
-        for col in [c for c in cols if c in has and (same is None or c in same)]:
+        # an epsilon column is what the protocol's accountant gives a row, not a seed's outcome: never paired
+        for col in [c for c in cols if c in has and (same is None or c in same) and not c.startswith("ε")]:
             pairs.append((row.name, col, paired_difference(_values(mine, col), _values(row, col))))
     judged = holm([d for _, _, d in pairs])  # the table's comparisons as one family
     diffs = [
@@ -185,6 +186,7 @@ def write_record(comp: Comparison, out: Path, spec: str, inputs, wall_s: float) 
         },
         "private": comp.private,
         "privacy": comp.privacy_note or None,
+        "by_construction": comp.by_construction,
         "epsilon": _epsilons(comp),
         "code_version": code_version(),
         "inputs": inputs or {},

@@ -216,7 +216,8 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry(
 #: 2: the steps differentiate the protocol's loss (Net.loss), and y may be a 0/1 label matrix (PPSGD's protocols).
 #: 3: client_message / server_update (privacy by construction under PPSGD's protocols).
 #: 4: under AdaPeD's private protocols local_step gets x as a Released (y None) and the constructor no dp=.
-ALGORITHM_API_VERSION = 4
+#: 5: under FedHDP's protocol client_message / server_update run by construction (HDP-FedAvg's release of messages).
+ALGORITHM_API_VERSION = 5
 
 
 class Algorithm(ABC):
@@ -264,9 +265,10 @@ class Algorithm(ABC):
     def sync(self, state: Any, selected: Tensor) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """Server aggregation at the end of a synchronization period."""
 
-    # Privacy by construction (a protocol that releases what clients send, e.g. PPSGD's): a method that implements
-    # both is run as "local steps, each client's message, the protocol's release, the server's update" in place of
-    # sync; the protocol clips every client's message and adds its noise, and the server sees only the release.
+    # Privacy by construction (a protocol that releases what clients send, PPSGD's and FedHDP's): a method that
+    # implements both is run as "local steps, each client's message, the protocol's release, the server's update" in
+    # place of sync; the protocol clips every private client's message and adds its noise, and the server sees only
+    # the release.
     def client_message(self, state: Any, selected: Tensor) -> Params | None:
         """What each selected client sends the server at the end of the period, stacked (K, ...) (None: the method
         aggregates in :meth:`sync` instead)."""
@@ -283,6 +285,29 @@ class Algorithm(ABC):
 
     def metrics(self, state: Any) -> dict[str, float]:
         """Algorithm-specific scalars recorded at each evaluation (e.g. mean psi)."""
+        return {}
+
+
+def sends_messages(method: Algorithm | type[Algorithm]) -> bool:
+    """Whether a method (or its class) sends :meth:`Algorithm.client_message`: a protocol that releases client messages
+    then runs it by construction (messages, the release, :meth:`Algorithm.server_update`)."""
+    cls = method if isinstance(method, type) else type(method)
+    return getattr(cls, "client_message", None) is not Algorithm.client_message
+
+
+class MessageRelease(ABC):
+    """A private protocol's release of what the clients send (privacy by construction, :func:`train`'s
+    ``release``): at the end of each period it maps the selected clients' messages (stacked (K, ...)) to what the
+    server may see (e.g. FedHDP's: the private clients' messages clipped, their mean noised), drawing its noise from
+    the engine's generator. A subclass is a dataclass, so a checkpoint keeps its state (an adaptive clip norm) and a
+    resumed run goes on exactly."""
+
+    @abstractmethod
+    def __call__(self, message: Params, selected: Tensor, generator: torch.Generator) -> Params:
+        """The release of this period's messages: one tensor per message entry, without the client axis."""
+
+    def metrics(self) -> dict[str, float]:
+        """The release's own scalars recorded at each evaluation (e.g. the clip norm)."""
         return {}
 
 
@@ -445,6 +470,7 @@ def train(
     callback: Callable[[dict], None] | None = None,
     checkpoint: Checkpointer | None = None,
     evaluated: Callable[[dict[str, np.ndarray]], None] | None = None,
+    release: MessageRelease | None = None,
 ) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
@@ -459,7 +485,11 @@ def train(
     vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients`.
     ``gemm``: that formulation on or off (:class:`Net`; default: on CPU for the CNNs it supports).
     ``evaluated(ev)`` after every evaluation with :func:`evaluate`'s per-client arrays (acc, loss, count) of the
-    deployed models (a kind that reports more than the client means, e.g. per client group).
+    deployed models (a kind that reports more than the client means, e.g. per client group). ``release``: a private
+    protocol's release of client messages; a method that sends :meth:`Algorithm.client_message` is then run as
+    messages, ``release``, :meth:`Algorithm.server_update` in place of :meth:`Algorithm.sync` (one that sends none
+    syncs as usual), and may not restrict the clients the server samples (``population``: the release's accountant
+    counts a sampling rate of K of all m clients).
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
@@ -501,6 +531,13 @@ def train(
             t, loss_sum, loss_n, start = saved["t"], saved["loss_sum"], saved["loss_n"], saved["round"] + 1
             round_losses = list(saved["round_losses"])
             history = saved["history"]
+        if release is not None and algorithm.population is not None:
+            raise ValueError(
+                f"{type(algorithm).__name__} sets a population of its own, but the protocol's release is accounted "
+                "at a sampling rate of K of all clients"
+            )
+        if saved is not None and release is not None:
+            restore(release, saved.get("release"))
         rows_per_step = batch_size * algorithm.batches_per_step
         pool = m if algorithm.population is None else np.asarray(algorithm.population)
         K_round = K if algorithm.population is None else min(K, len(pool))
@@ -520,7 +557,11 @@ def train(
                     xu, yu = data.sample(rest_np, rows_per_step, rng)
                     algorithm.unsampled_step(state, xu, yu, rest, step_lr)
                 t += 1
-            algorithm.sync(state, selected)
+            message = None if release is None else algorithm.client_message(state, selected)
+            if message is None:
+                algorithm.sync(state, selected)
+            else:  # privacy by construction: the server sees only the protocol's release of the messages
+                algorithm.server_update(state, selected, release(message, selected, generator))
             round_loss = float(torch.stack(losses).sum())
             loss_sum, loss_n = loss_sum + round_loss, loss_n + tau
             info = {"round": r, "iteration": t, "train_loss": round_loss / tau}
@@ -540,6 +581,7 @@ def train(
                     "round_losses": round_losses,
                     **summarize(ev),
                     **algorithm.metrics(state),
+                    **(release.metrics() if release is not None else {}),
                 }
                 history.append(info["eval"])
                 loss_sum, loss_n, round_losses = 0.0, 0, []
@@ -553,6 +595,7 @@ def train(
                         "round_losses": round_losses,
                         "history": history,
                         "state": pack(state),
+                        "release": pack(release),
                         "generator": generator.get_state(),
                         "numpy_rng": json.dumps(rng.bit_generator.state),
                     }
@@ -567,6 +610,7 @@ __all__ = [
     "Algorithm",
     "Diverged",
     "EvalContext",
+    "MessageRelease",
     "Released",
     "client_grads",
     "client_sgd",
@@ -576,6 +620,7 @@ __all__ = [
     "n_rounds",
     "replay_rounds",
     "resolve_device",
+    "sends_messages",
     "summarize",
     "train",
 ]

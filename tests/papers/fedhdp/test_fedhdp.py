@@ -20,7 +20,7 @@ from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.net import put, stack
 from fedrepro.papers.fedhdp.fedhdp import FedHDP
-from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg
+from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvg, HDPFedAvgRelease
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -297,3 +297,52 @@ def test_nonprivate_method_clipped_is_alg2_without_noise(blobs):
     assert not torch.allclose(
         plain.state.global_params["out.weight"], clipped.state.global_params["out.weight"], atol=1e-3
     )
+
+
+# ------------------------------------------------------------------------- a method's messages released (compare)
+
+
+class _MessageFedAvg(FedAvg):
+    """FedAvg whose server sees only the protocol's release: each client sends its local update, the server adds."""
+
+    def init_state(self, net, n_clients, generator):
+        self.state = super().init_state(net, n_clients, generator)
+        return self.state
+
+    def client_message(self, state, selected):
+        return {k: v - state.global_params[k] for k, v in state.local.items()}
+
+    def server_update(self, state, selected, released):
+        state.global_params = {k: w + released[k] for k, w in state.global_params.items()}
+        state.local = None
+
+
+def _release(noise_multiplier: float) -> HDPFedAvgRelease:
+    clip = AdaptiveClip.parse(CLIP)
+    return HDPFedAvgRelease(torch.from_numpy(PRIVATE), noise_multiplier, clip, clip.init)
+
+
+def test_released_messages_give_hdp_fedavgs_model_draw_for_draw(blobs):
+    """HDPFedAvgRelease is HDP-FedAvg's server step applied to what a method sends: FedAvg sending its local update
+    through it has HDP-FedAvg's histories (clip norm included) and global model. It can fail: the same release without
+    its noise, or the engine's plain sync, gives another model."""
+    hdp = HDPFedAvg(private=PRIVATE, noise_multiplier=1.3, clip=CLIP)
+    ref = engine.train(hdp, blobs, mlp, **KW)
+    mine = _MessageFedAvg(weight_decay=0.0)
+    _same_history(engine.train(mine, blobs, mlp, **KW, release=_release(1.3)), ref)
+    _params_close(mine.state.global_params, hdp.state.global_params)
+    for other in (_release(0.0), None):
+        algo = _MessageFedAvg(weight_decay=0.0)
+        engine.train(algo, blobs, mlp, **KW, release=other)
+        got, want = algo.state.global_params, hdp.state.global_params
+        assert max((got[k] - want[k]).abs().max() for k in got) > 1e-3
+
+
+def test_a_released_method_may_not_sample_its_own_population(blobs):
+    class Narrow(_MessageFedAvg):
+        def init_state(self, net, n_clients, generator):
+            self.population = np.arange(2)
+            return super().init_state(net, n_clients, generator)
+
+    with pytest.raises(ValueError, match="population of its own"):
+        engine.train(Narrow(weight_decay=0.0), blobs, mlp, **KW, release=_release(1.3))

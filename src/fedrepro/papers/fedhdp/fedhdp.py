@@ -136,36 +136,56 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
         priv = state.private[selected]
         use = self._active(state, selected)
         clipped = (priv | self.clip_nonprivate) & use
-        norms = client_norms(deltas)
         S = state.clip
-        scale = torch.where(clipped, (S / norms).clamp(max=1.0), torch.ones_like(norms))
-        deltas = {k: v * scale.reshape(-1, *([1] * (v.dim() - 1))) for k, v in deltas.items()}
-        n_np, n_p = int((~priv & use).sum()), int((priv & use).sum())
-        denom = n_np + self.r * n_p
-        if denom > 0:
-            w_np, w_p = n_np / denom, self.r * n_p / denom
-            update = {k: torch.zeros_like(w) for k, w in state.global_params.items()}
-            if n_np:
-                m = (~priv & use).to(norms.dtype)
-                update = {k: u + w_np * _masked_mean(deltas[k], m, n_np) for k, u in update.items()}
-            if n_p and w_p > 0:
-                m = (priv & use).to(norms.dtype)
-                group = {k: _masked_mean(deltas[k], m, n_p) for k in deltas}
-                if self.noise_multiplier > 0:
-                    noise = gaussian_noise(group, self.noise_multiplier * S / n_p, state.generator)
-                    group = {k: v + noise[k] for k, v in group.items()}
-                update = {k: u + w_p * group[k] for k, u in update.items()}
-            state.global_params = {k: w + update[k] for k, w in state.global_params.items()}
-        else:
+        update, norms = aggregate(deltas, priv, use, clipped, S, self.r, self.noise_multiplier, state.generator)
+        if update is None:
             state.skipped += 1
-        state.clip = self.clip.update(S, AdaptiveClip.bits(norms[clipped], S), state.generator)
+        else:
+            state.global_params = {k: w + update[k] for k, w in state.global_params.items()}
+        state.clip = self.clip.update(S, AdaptiveClip.bits(norms, S), state.generator)
 
     def metrics(self, state: FedHDPState) -> dict[str, float]:
         return {"clip": float(state.clip), "skipped_rounds": float(state.skipped)}
+
+
+def aggregate(
+    deltas: Params,
+    priv: Tensor,
+    use: Tensor,
+    clipped: Tensor,
+    S: float,
+    r: float,
+    noise_multiplier: float,
+    generator: torch.Generator,
+) -> tuple[Params | None, Tensor]:
+    """Alg. 2's server step from the round's client updates ``deltas`` (stacked (K, ...); ``priv``, ``use``,
+    ``clipped``: (K,) bools): each ``clipped`` client's whole update scaled to L2 norm <= S, per group the mean over
+    its ``use``d clients, the private group's plus N(0, (z S / N_p)^2), combined with weights N_np : r N_p. Returns
+    the update (None when no client counts) and the clipped clients' norms before clipping (their bits move S)."""
+    norms = client_norms(deltas)
+    scale = torch.where(clipped, (S / norms).clamp(max=1.0), torch.ones_like(norms))
+    deltas = {k: v * scale.reshape(-1, *([1] * (v.dim() - 1))) for k, v in deltas.items()}
+    n_np, n_p = int((~priv & use).sum()), int((priv & use).sum())
+    denom = n_np + r * n_p
+    if denom == 0:
+        return None, norms[clipped]
+    w_np, w_p = n_np / denom, r * n_p / denom
+    update = {k: torch.zeros_like(v[0]) for k, v in deltas.items()}
+    if n_np:
+        m = (~priv & use).to(norms.dtype)
+        update = {k: u + w_np * _masked_mean(deltas[k], m, n_np) for k, u in update.items()}
+    if n_p and w_p > 0:
+        m = (priv & use).to(norms.dtype)
+        group = {k: _masked_mean(deltas[k], m, n_p) for k in deltas}
+        if noise_multiplier > 0:
+            noise = gaussian_noise(group, noise_multiplier * S / n_p, generator)
+            group = {k: v + noise[k] for k, v in group.items()}
+        update = {k: u + w_p * group[k] for k, u in update.items()}
+    return update, norms[clipped]
 
 
 def _masked_mean(v: Tensor, mask: Tensor, n: int) -> Tensor:
     return (v * mask.reshape(-1, *([1] * (v.dim() - 1)))).sum(0) / n
 
 
-__all__ = ["FedHDP", "FedHDPState"]
+__all__ = ["FedHDP", "FedHDPState", "aggregate"]

@@ -189,10 +189,9 @@ def by_construction(name: str) -> bool:
     """Whether the method registered as ``name`` sends client messages (Algorithm.client_message): then the protocol,
     not the method, clips and noises what each client sends (:func:`release`)."""
     from fedrepro.learning.algorithms import get_algorithm
-    from fedrepro.learning.engine import Algorithm
+    from fedrepro.learning.engine import sends_messages
 
-    cls = get_algorithm(name)
-    return getattr(cls, "client_message", None) is not Algorithm.client_message
+    return sends_messages(get_algorithm(name))
 
 
 def release(message: dict[str, Tensor], clip: float, sigma: float, generator: torch.Generator) -> dict[str, Tensor]:
@@ -277,9 +276,9 @@ def _with_lr(p: dict, name: str, grid: list[float]) -> dict:
 
 
 def _privacy_note(cls) -> str:
-    from fedrepro.learning.engine import Algorithm
+    from fedrepro.learning.engine import sends_messages
 
-    if getattr(cls, "client_message", None) is not Algorithm.client_message:
+    if sends_messages(cls):
         return (
             "privacy by construction: your method sends client_message and the protocol releases it (each client's "
             "message clipped to C, the sum noised with σC, as PPSGD's rows): the ε columns hold for it as for them"
@@ -308,7 +307,7 @@ def _cells(metrics: dict, name: str) -> dict[str, float]:
     return out
 
 
-def _paired(p: dict, baseline: str) -> list[str]:
+def _paired(p: dict, baseline: str, constructed: bool = False) -> list[str]:
     """Paired differences of the accuracy columns (the epsilon columns are the protocol's, not a seed's outcome)."""
     return [f"acc σ={s:g}" for s in p["sigmas"]]
 

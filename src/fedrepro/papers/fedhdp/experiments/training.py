@@ -46,6 +46,7 @@ well by the global model, Sec. 5.2), ``np_ge_p_local`` (the same for the persona
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -305,15 +306,27 @@ def train_methods(
         )
         if spec["algorithm"] not in ALGORITHMS:  # a method from outside: its deployed models in every role
             last: dict = {}
+            release = method_release(algo, private, noise, data.device)
             hist = train(
-                algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt, evaluated=last.update
+                algo,
+                data,
+                factory,
+                **schedule,
+                callback=RoundProgress(name),
+                checkpoint=ckpt,
+                evaluated=last.update,
+                release=release,
             )
             rows += [dict(h, method=name) for h in hist]
-            # every client non-private, as NON-PRIVATE: its np columns are over all clients
-            per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, np.zeros(m, bool), ("np",))
+            # by construction: the protocol's private and opt-out clients; else every client non-private, as
+            # NON-PRIVATE, its np columns over all clients
+            groups = (private, ("p", "np")) if release is not None else (np.zeros(m, bool), ("np",))
+            per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, *groups)
             for lam, vals in zip(lams, per_lam):
                 metrics[lam_key(lam)][name] = vals
             per_method[name] = per_lam
+            if release is not None:
+                metrics.setdefault("final_clip", {})[name] = float(release.norm)
             continue
         hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
         rows += [dict(h, method=name) for h in hist]
@@ -329,6 +342,23 @@ def train_methods(
         metrics.setdefault("final_clip", {})[name] = float(algo.state.clip)
         metrics.setdefault("skipped_rounds", {})[name] = int(getattr(algo.state, "skipped", 0))
     return metrics, per_method, rows, finals
+
+
+def method_release(algo, private: np.ndarray, noise: Noise, device):
+    """The protocol's release of a method from outside that sends client messages (Algorithm.client_message):
+    HDP-FedAvg's server step (the private clients' messages clipped to the adaptive norm, their mean noised as the
+    paper's private rows are, the opt-out clients' as they are), so its private clients spend the rows' epsilon;
+    None for a method that sends none (it is trained without privacy, as NON-PRIVATE)."""
+    import torch
+
+    from fedrepro.learning.adaptive_clip import AdaptiveClip
+    from fedrepro.learning.engine import sends_messages
+    from fedrepro.papers.fedhdp.hdp_fedavg import HDPFedAvgRelease
+
+    if not sends_messages(algo):
+        return None
+    clip = AdaptiveClip.parse(noise.clip)
+    return HDPFedAvgRelease(torch.from_numpy(private).to(device), noise.z_update, clip, clip.init)
 
 
 def setting_of(p: dict, model, feature_shape, m: int, K: int, n_opt_out: int, n_classes: int, noise: Noise) -> dict:
@@ -405,9 +435,10 @@ PERSONAL_METRICS = ("acc_l_p", "acc_l_np")  # the personal models, per lambda bl
 
 
 def _only(p: dict, name: str, private: bool) -> dict:
-    """``p`` with the method ``name`` alone, trained like the NON-PRIVATE row (no clipping, no noise, every client
-    non-private: FedHDP's noise is the server's on the private group's clipped aggregate, which a user's Algorithm
-    has no slot for); the protocol's partition, model, rounds, K, local steps, lr and decay, evaluation."""
+    """``p`` with the method ``name`` alone under the protocol's partition, model, rounds, K, local steps, lr and decay,
+    evaluation and privacy: a method that sends client messages is trained by construction (the protocol releases its
+    messages as HDP-FedAvg's server step, :func:`method_release`), one that sends none without privacy, as the
+    NON-PRIVATE row (:func:`train_methods` decides by the method's class)."""
     drop = ("checks", "differences", "only_methods")
     return {k: v for k, v in p.items() if k not in drop} | {"methods": {name: {"algorithm": name}}}
 
@@ -424,8 +455,10 @@ def _with_lr(p: dict, name: str, grid: list[float]) -> dict:
 
 
 def _cells(metrics: dict, name: str) -> dict[str, float]:
-    """Acc_g (pooled), Acc_g,p / Acc_g,np, and Acc_l,p / Acc_l,np per lambda block, of the groups the method has. A
-    method from outside has one deployed model per client: it fills Acc_g, Acc_g,np and every lambda's Acc_l,np."""
+    """Acc_g (pooled), Acc_g,p / Acc_g,np, and Acc_l,p / Acc_l,np per lambda block, of the groups the method has, and
+    ε: the run's epsilon for a row with private clients (the private group's guarantee), inf for one without (no
+    guarantee: NON-PRIVATE, a method from outside trained without privacy). A method from outside has one deployed
+    model per client: it fills Acc_g, the group columns and every lambda's personal columns."""
     blocks = [k for k in metrics if k.startswith("lam") and isinstance(metrics[k], dict) and name in metrics[k]]
     out: dict[str, float] = {}
     for i, block in enumerate(blocks):
@@ -433,13 +466,18 @@ def _cells(metrics: dict, name: str) -> dict[str, float]:
         keys = [("acc_g", "acc_g"), *((m, m) for m in GROUP_METRICS)] if i == 0 else []
         keys += [(m, f"{block} {m}") for m in PERSONAL_METRICS]
         out |= {col: float(vals[m]) for m, col in keys if m in vals}
+    eps = metrics.get("privacy", {}).get("epsilon")
+    if out and eps is not None:
+        out["ε"] = float(eps) if "acc_g_p" in out else math.inf
     return out
 
 
-def _paired(p: dict, baseline: str) -> list[str] | None:
-    """A method from outside counts every client as non-private, as NON-PRIVATE does: all its columns mean what
-    NON-PRIVATE's do; another row's group columns are over its private / opt-out clients, so only Acc_g compares."""
-    return None if p["methods"][baseline]["algorithm"] == "nonprivate" else ["acc_g"]
+def _paired(p: dict, baseline: str, constructed: bool) -> list[str] | None:
+    """The group columns pair where both rows' groups are the same clients: a method from outside trained by
+    construction has the protocol's private and opt-out clients, as HDP-FedAvg and FedHDP; one trained without
+    privacy counts every client non-private, as NON-PRIVATE. With the other rows only Acc_g compares."""
+    same = ("hdp_fedavg", "fedhdp") if constructed else ("nonprivate",)
+    return None if p["methods"][baseline]["algorithm"] in same else ["acc_g"]
 
 
 def _curves(history: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -448,9 +486,27 @@ def _curves(history: pd.DataFrame, name: str) -> pd.DataFrame:
     return pd.DataFrame({"x": h["round"], "y": 100 * h["test_acc"], "series": ""})
 
 
+def _privacy_note(cls) -> str:
+    from fedrepro.learning.engine import sends_messages
+
+    if sends_messages(cls):
+        return (
+            "privacy by construction: your method sends client_message and the protocol releases it as HDP-FedAvg's "
+            "server step (each private client's message clipped to the adaptive norm S, the private group's mean "
+            "noised with the paper's z and S, the opt-out clients' messages as they are, weights per client; S moved "
+            "by the noisy count), and server_update sees only that release: its private clients spend the ε of the "
+            "paper's private rows"
+        )
+    return (
+        "trained without privacy: your method implements no client_message, so FedHDP's protocol has nothing to "
+        "release and trains it as the NON-PRIVATE row (every client non-private, ε ∞); implement client_message and "
+        "server_update to run it under the private protocol"
+    )
+
+
 METHOD_SLOT = MethodSlot(
     only=_only,
-    private=lambda p: False,
+    private=lambda p: p["privacy"]["noise_multiplier_eff"] > 0,
     methods=lambda p: list(trained(p)),
     cells=_cells,
     curves=_curves,
@@ -459,13 +515,19 @@ METHOD_SLOT = MethodSlot(
     what=(
         "accuracy (%): acc_g of the global model on the pooled test sets, acc_g_p / acc_g_np its mean over the "
         "method's private / non-private clients, lam<lambda> acc_l_p / acc_l_np the same of the Ditto personal models "
-        "(a method from outside: trained without privacy and every client non-private, as NON-PRIVATE; its deployed "
-        "models in every column)"
+        "(a method from outside: its deployed models in every column, over the protocol's private and opt-out "
+        "clients when trained by construction, else every client non-private, as NON-PRIVATE), and ε the epsilon "
+        "of the row's private clients at the protocol's δ (dp-accounting, the run's accountant; ∞: no private "
+        "client, no guarantee)"
     ),
+    private_text="",
+    privacy_note=_privacy_note,
+    releases_messages=True,
     paired=_paired,
     paired_text=(
-        "the group columns are paired with NON-PRIVATE only (where every client is non-private too); with the "
-        "other rows, whose groups are their private and opt-out clients, only acc_g"
+        "the group columns are paired where both rows' groups are the same clients (by construction: HDP-FedAvg and "
+        "FedHDP, over the private and opt-out clients; without privacy: NON-PRIVATE, every client non-private); with "
+        "the other rows only acc_g; ε never"
     ),
     with_lr=_with_lr,
     lr_text="your one lr in place of the protocol's (Table 7's; FedHDP's protocol has no rule to select among several)",
