@@ -517,8 +517,8 @@ METHOD_SLOT = MethodSlot(
         "method's private / non-private clients, lam<lambda> acc_l_p / acc_l_np the same of the Ditto personal models "
         "(a method from outside: its deployed models in every column, over the protocol's private and opt-out "
         "clients when trained by construction, else every client non-private, as NON-PRIVATE), and ε the epsilon "
-        "of the row's private clients at the protocol's δ (dp-accounting, the run's accountant; ∞: no private "
-        "client, no guarantee)"
+        "of the row's private clients at the protocol's δ (dp-accounting, the run's accountant; —: no private "
+        "client, no guarantee, inf in compare.json)"
     ),
     private_text="",
     privacy_note=_privacy_note,
