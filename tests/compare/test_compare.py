@@ -462,6 +462,16 @@ def test_fedhdp_protocol_releases_a_methods_messages_as_hdp_fedavg(tmp_path):
     eps = json.loads(record, parse_constant=lambda token: pytest.fail(f"compare.json holds {token}"))["epsilon"]
     assert eps["released"]["ε"] == pytest.approx(hdp[0]["ε"]) and eps["nonprivate_ditto"]["ε"] == "inf"
 
+    # without noise (z_eff = 0) the messages are still released, clipped as HDP-FedAvg's: the groups still pair so
+    noiseless, ctx0 = fedhdp_protocol(tmp_path / "z0", methods, privacy={"noise_multiplier_eff": 0.0, "delta": 1e-4})
+    quiet = compare(noiseless, cls, path, [0, 1], ctx0)
+    assert quiet.by_construction and not quiet.private
+    mine0, hdp0 = quiet.rows[-1].cells, quiet.rows[1].cells
+    assert mine0[0]["acc_g_p"] == pytest.approx(hdp0[0]["acc_g_p"], abs=1e-9) and "ε" not in mine0[0]
+    write_comparison(quiet, tmp_path / "out0", figure=False)
+    diffs = pd.read_csv(tmp_path / "out0" / "differences.csv")
+    assert "acc_g_p" in set(diffs[diffs["baseline"] == "hdp_fedavg_ditto"]["column"])
+
 
 def test_baselines_are_read_only_when_made_from_the_same_data(tmp_path, partition_dir):
     """--baselines (the workflow's runs of the paper's methods) pair with the method only when made from the data the

@@ -62,7 +62,7 @@ class Comparison:
     method_args: dict = field(default_factory=dict)  # --method-arg: the constructor's keyword arguments
     lr: list[float] = field(default_factory=list)  # --lr: the method's own learning rates ([]: the protocol's)
     privacy_note: str = ""  # how the method's privacy is had under the protocol (MethodSlot.privacy_note)
-    by_construction: bool = False  # a private protocol released what the method sends (its steps or messages)
+    by_construction: bool = False  # the protocol released what the method sends (private steps, or its messages)
 
     @property
     def columns(self) -> list[str]:
@@ -197,7 +197,8 @@ def compare(
     rows = [*paper_rows.values(), mine]
     baseline_runs = {s: str(d) for s, d in runs.items()}
     note = slot.privacy_note(cls) if private and slot.privacy_note is not None else ""
-    constructed = private and (slot.releases_steps or (slot.releases_messages and sends_messages(cls)))
+    # released as the protocol trains it: per step when private (AdaPeD), its messages whenever it sends them (FedHDP)
+    constructed = (private and slot.releases_steps) or (slot.releases_messages and sends_messages(cls))
     return Comparison(
         exp,
         slot,
