@@ -29,7 +29,8 @@ class MethodSlot:
     figure, or None when the kind draws none. ``x_label``/``y_label``: the figure's axes. ``what``: what a cell is,
     in words (the table's legend); ``private_text``: what the legend adds in a private protocol.
     ``paired(params, baseline, constructed)``: the columns a paired difference with ``baseline`` takes (None: every
-    column but an epsilon's), ``constructed`` whether the method ran by construction under a private protocol, and
+    column but an epsilon's), ``constructed`` whether the protocol released what the method sends (its steps or its
+    messages: Comparison.by_construction), and
     ``paired_text`` says why in words. ``with_lr(only_params, name, grid)``: the method's run with its own learning
     rates ``grid`` (``compare --lr``) in place of the protocol's, chosen by the protocol's own rule, which
     ``lr_text`` states (None: the protocol takes no lr of a method's own, the refusal says why). ``interface`` and
@@ -59,7 +60,7 @@ class MethodSlot:
     # without dp= and each local step's minibatches reach it as fedrepro.learning.engine.Released, whose gradients
     # the protocol clips and noises with the mechanism its accountant calibrates, once per step
     releases_steps: bool = False
-    # privacy by construction per round (FedHDP's protocol): in a private protocol a method that sends client_message
-    # is run as messages, the protocol's release (fedrepro.learning.engine.MessageRelease), server_update, and needs
-    # no dp=; one that sends none is trained as ``privacy_note`` says
+    # privacy by construction per round (FedHDP's protocol): a method that sends client_message is run as messages,
+    # the protocol's release (fedrepro.learning.engine.MessageRelease), server_update (with or without the protocol's
+    # noise), and needs no dp=; one that sends none is trained as ``privacy_note`` says
     releases_messages: bool = False

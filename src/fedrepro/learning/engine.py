@@ -531,13 +531,13 @@ def train(
             t, loss_sum, loss_n, start = saved["t"], saved["loss_sum"], saved["loss_n"], saved["round"] + 1
             round_losses = list(saved["round_losses"])
             history = saved["history"]
+            if release is not None:
+                restore(release, saved.get("release"))
         if release is not None and algorithm.population is not None:
             raise ValueError(
                 f"{type(algorithm).__name__} sets a population of its own, but the protocol's release is accounted "
                 "at a sampling rate of K of all clients"
             )
-        if saved is not None and release is not None:
-            restore(release, saved.get("release"))
         rows_per_step = batch_size * algorithm.batches_per_step
         pool = m if algorithm.population is None else np.asarray(algorithm.population)
         K_round = K if algorithm.population is None else min(K, len(pool))
