@@ -12,6 +12,7 @@ import argparse
 
 from fedrepro.archive.store import entries
 from fedrepro.config import load_global
+from fedrepro.provenance import machine_text
 
 
 def _load(m: dict, key: str) -> str:
@@ -30,8 +31,7 @@ def main() -> None:
         made = e.manifest["made"]
         m = made.get("machine") or {}
         cmd = f"`python -m fedrepro run {e.experiment} --scale paper --seed {e.seed}`"
-        threads = f"{m['torch_threads']} of " if m.get("torch_threads") else ""  # none: a run without torch
-        machine = f"{m.get('cpu', '?')}, {threads}{m.get('cpus_allowed', '?')} CPUs"
+        machine = machine_text(m)
         load = f"{_load(m, 'load_avg_at_start')} → {_load(m, 'load_avg')}"
         wall = made.get("wall_time_s") or 0.0
         resumed = made.get("wall_time_resumed_s")

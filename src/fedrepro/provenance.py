@@ -119,6 +119,15 @@ def machine() -> dict[str, Any]:
     }
 
 
+def machine_text(m: Mapping[str, Any]) -> str:
+    """A :func:`machine` record in words, e.g. ``Intel(R) Xeon(R) Processor (1 thread of 2 CPUs)``: what the archive's
+    listing and benchmarks/archive_runs.py print (no thread count for a run without torch)."""
+    n = m.get("torch_threads")
+    threads = f"{n} thread{'s' if n != 1 else ''} of " if n else ""
+    gpu = f", {', '.join(m['gpus'])}" if m.get("gpus") else ""
+    return f"{m.get('cpu', '?')} ({threads}{m.get('cpus_allowed', '?')} CPUs{gpu})"
+
+
 def input_digests(datasets: Mapping[str, Iterable[tuple[str, str]]], partitions: Mapping[str, str]) -> dict:
     """The ``inputs`` record of a run: ``datasets``: id -> (file name, verified sha256) pairs; ``partitions``:
     name -> sha256 of its manifest.json (fedrepro.data.fedformat.manifest_digest); ``test_pins``: the test pins

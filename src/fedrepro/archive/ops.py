@@ -13,6 +13,7 @@ from fedrepro.config import load_paper, paper_seeds, resolve_experiment, run_sca
 from fedrepro.data.sources import is_available
 from fedrepro.errors import ResultError
 from fedrepro.plan import cost, load_compute
+from fedrepro.provenance import machine_text
 from fedrepro.runio import METRICS, read_archived, read_metrics
 
 
@@ -74,13 +75,10 @@ def lacking_seeds(cfg: Mapping) -> dict[str, list[int]]:
 
 def _made(e: Entry) -> str:
     made = e.manifest["made"]
-    m = made.get("machine") or {}
-    gpu = f", {', '.join(m['gpus'])}" if m.get("gpus") else ""
     wall = made.get("wall_time_s") or 0.0
-    threads = f"{m['torch_threads']} threads of " if m.get("torch_threads") else ""  # none: a run without torch
     return (
-        f"made {str(made.get('started_at', '?'))[:10]} on {m.get('cpu', '?')} ({threads}"
-        f"{m.get('cpus_allowed', '?')} CPUs{gpu}), {wall / 60:.0f} min, {made.get('code_version', '?')}"
+        f"made {str(made.get('started_at', '?'))[:10]} on {machine_text(made.get('machine') or {})}, "
+        f"{wall / 60:.0f} min, {made.get('code_version', '?')}"
     )
 
 
