@@ -175,6 +175,19 @@ def test_verify_and_replay_pass_then_catch_every_edit(world, capsys):
     assert f"FAIL {d / 'history.parquet'}: sha256" in capsys.readouterr().out
 
 
+def test_verify_skips_the_replay_of_a_run_whose_data_is_not_here(world, capsys, monkeypatch):
+    """A clone without the data of an archived experiment (the LEAF sample without ../shared) still verifies its
+    hashes and configuration; only the replay, which trains on the data, is skipped, saying what to fetch."""
+    base, sets = world
+    add_both(base, sets)
+    monkeypatch.setattr(ops, "is_available", lambda cfg, dataset: dataset != "mnist")
+    assert main(["archive", "verify", "--replay", "2", *sets]) == 0
+    out = capsys.readouterr().out
+    assert "ok   fedhdp.tiny seed 0" in out
+    assert "skip fedhdp.tiny: its data is not here to replay from (mnist; `python -m fedrepro data fetch mnist`)" in out
+    assert "rounds of" not in out
+
+
 def test_replay_catches_a_forged_history_whose_manifest_was_rehashed(world, capsys):
     """A forger who edits a loss and writes the new sha256 into the manifest passes the hash check, not the replay."""
     base, sets = world

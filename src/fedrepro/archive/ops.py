@@ -161,6 +161,13 @@ def verify(cfg: Mapping, replay_rounds: int | None = None, out=print) -> int:
             if pick is None:
                 out(f"skip {exp_id}: no current archived seed with a per-round trace to replay")
                 continue
+            absent = [d for d in resolve_experiment(cfg, exp_id, SCALE).datasets if not is_available(cfg, d)]
+            if absent:  # e.g. the LEAF sample in a clone without ../shared: its hashes were checked above
+                out(
+                    f"skip {exp_id}: its data is not here to replay from ({', '.join(absent)}; "
+                    f"`python -m fedrepro data fetch {absent[0]}`)"
+                )
+                continue
             start = time.monotonic()
             result = replay(cfg, pick, replay_rounds)
             for problem in result.problems:
