@@ -25,14 +25,13 @@ def test_code_version_outside_a_git_checkout_is_the_package_version(tmp_path, mo
 
 
 def test_machine_text_says_threads_cpus_and_gpus_of_the_record():
-    from fedrepro.provenance import machine, machine_text
-
+    machine_text = provenance.machine_text
     assert machine_text({"cpu": "X", "torch_threads": 1, "cpus_allowed": 2}) == "X (1 thread of 2 CPUs)"
     assert machine_text({"cpu": "X", "torch_threads": 4, "cpus_allowed": 16, "gpus": ["H100"]}) == (
         "X (4 threads of 16 CPUs, H100)"
     )
     assert machine_text({"cpu": "X", "torch_threads": None, "cpus_allowed": 2}) == "X (2 CPUs)"  # no torch
-    assert machine_text(machine()).startswith(machine()["cpu"])
+    assert machine_text(provenance.machine()).startswith(provenance.machine()["cpu"])
 
 
 def test_input_digests_are_small_and_deterministic():
