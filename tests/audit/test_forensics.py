@@ -404,3 +404,50 @@ def test_a_sweep_says_whether_it_ran_the_swept_experiment_at_its_quick_settings(
     assert swept("fedhdp.forensic_noniid_clip", "quick") == ["eval_every", "local_epochs", "rounds"]
     assert swept("fedhdp.forensic_noniid_clip", "paper") == []
     assert swept("ppsgd.forensic_fig1a", "quick") == []
+
+
+def _kind_calling(fn):
+    """forensics' get_kind with every kind's function replaced by fn(kind, params, rng, ctx), in this process only."""
+    import dataclasses
+
+    from fedrepro.experiments import get_kind
+
+    def patched(name, source="kind"):
+        real = get_kind(name, source)
+        return dataclasses.replace(real, fn=lambda p, rng, ctx: fn(real, p, rng, ctx))
+
+    return patched
+
+
+def test_a_point_keeps_round_checkpoints_of_its_own_until_its_result_is_cached(tmp_path, monkeypatch):
+    import fedrepro.audit.forensics as forensics
+
+    given = []
+
+    def recorded(real, p, rng, ctx):
+        given.append(ctx.checkpoint_dir)
+        ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        (ctx.checkpoint_dir / "round.pt").write_bytes(b"")  # what a training kind leaves there until it ends
+        return real.fn(p, rng, ctx)
+
+    monkeypatch.setattr(forensics, "get_kind", _kind_calling(recorded))
+    monkeypatch.delenv("FEDREPRO_THREADS", raising=False)
+    sweep(tmp_path)
+    # one folder per point, named as its cached result, and gone once that result is written
+    assert sorted(d.name for d in given) == sorted(p.stem for p in tmp_path.glob("point_*.json"))
+    assert len(given) == 8 and all(d.parent == tmp_path and not d.exists() for d in given)
+
+
+def test_with_two_threads_the_points_train_in_two_processes_with_the_same_results(tmp_path, monkeypatch, capsys):
+    import fedrepro.audit.forensics as forensics
+
+    serial = sweep(tmp_path / "serial").history
+
+    def not_here(real, p, rng, ctx):
+        raise AssertionError("a point was trained in the sweep's own process")
+
+    monkeypatch.setattr(forensics, "get_kind", _kind_calling(not_here))  # the spawned workers import their own
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+    parallel = sweep(tmp_path / "parallel").history
+    assert "8 points in 2 processes" in capsys.readouterr().out
+    assert parallel.equals(serial)

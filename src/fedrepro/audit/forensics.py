@@ -33,10 +33,14 @@ completes, so a killed sweep continues where it stopped. The report links each r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
+import os
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,16 +142,23 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     from fedrepro.runio import to_jsonable
     from fedrepro.seeding import rng_for
 
-    # the job's own checkpoint dir, one file per (resolved parameters, seed): a cache, not part of the results layout
-    key = f"point_{params_digest(exp.params)}_{seed}" + ("_trajectory" if stop else "")
+    key = _point_key(exp, seed, stop)
     if key in memo:
         return memo[key]
-    cache = ctx.checkpoint_dir / f"{key}.json" if ctx.checkpoint_dir else None
+    cache = _point_cache(ctx, key)
     if cache is not None and cache.is_file():
         memo[key] = json.loads(cache.read_text())
         return memo[key]
+    # the point's own round checkpoints, in a folder of the job's: a point killed halfway continues from them
+    rounds = ctx.checkpoint_dir / key if ctx.checkpoint_dir else None
     point_ctx = RunContext(
-        exp_id=exp.id, seed=seed, data=ctx.data, partitions=ctx.partitions, config=ctx.config, inputs=ctx.inputs
+        exp_id=exp.id,
+        seed=seed,
+        data=ctx.data,
+        partitions=ctx.partitions,
+        checkpoint_dir=rounds,
+        config=ctx.config,
+        inputs=ctx.inputs,
     )
     out = kind.fn(exp.params, rng_for(exp.id, seed), point_ctx)
     doc = to_jsonable(
@@ -171,7 +182,49 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     if cache is not None:
         text = json.dumps(doc)
         atomic_write(cache, lambda p: p.write_text(text))
+        shutil.rmtree(rounds, ignore_errors=True)  # the cache holds what the point's checkpoints were kept for
     return doc
+
+
+def _point_key(exp, seed: int, stop: Mapping | None) -> str:
+    return f"point_{params_digest(exp.params)}_{seed}" + ("_trajectory" if stop else "")
+
+
+def _point_cache(ctx: RunContext, key: str) -> Path | None:
+    """The job's own checkpoint dir holds one file per (resolved parameters, seed): a cache, not part of the results
+    layout."""
+    return ctx.checkpoint_dir / f"{key}.json" if ctx.checkpoint_dir else None
+
+
+def _train_in_parallel(ctx: RunContext, jobs: list[tuple[Any, int]], stop: Mapping | None) -> None:
+    """Train the points (resolved experiment, seed) that no cache holds yet in parallel processes, one per point up to
+    the job's threads (FEDREPRO_THREADS), its threads shared among them; the sweep then reads them from the cache.
+    Two one-thread processes train two of these small models faster than one process of two threads, and hold up
+    better beside other work (benchmarks/RESULTS.md). One thread, one pending point, or no checkpoint dir (no cache
+    to hand the results back through): nothing here, the sweep trains them in turn."""
+    threads = int(os.environ.get("FEDREPRO_THREADS", "1"))
+    pending = [(exp, seed) for exp, seed in jobs if not _point_cache(ctx, _point_key(exp, seed, stop)).is_file()]
+    workers = min(threads, len(pending))
+    if ctx.checkpoint_dir is None or workers < 2:
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    shared = dataclasses.replace(ctx, clock=None)  # the job's clock stays in the job; each point keeps its own
+    print(f"[fedrepro] {ctx.exp_id}: {len(pending)} points in {workers} processes", flush=True)
+    with ProcessPoolExecutor(
+        workers, mp_context=get_context("spawn"), initializer=_worker_threads, initargs=(threads // workers,)
+    ) as pool:
+        for done in [pool.submit(_point_in_worker, shared, exp, seed, stop) for exp, seed in pending]:
+            done.result()  # a point's error is the sweep's
+
+
+def _worker_threads(n: int) -> None:
+    os.environ["FEDREPRO_THREADS"] = str(n)
+
+
+def _point_in_worker(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> None:
+    _point(ctx, get_kind(exp.kind), exp, seed, {}, stop)
 
 
 def _run_point(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> dict:
@@ -470,13 +523,18 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         raise ConfigError(f"{ctx.exp_id}: params.stopping_time.rows: {', '.join(sorted(stop['rows']))} must be in rows")
     table, per_row, memo = [], {t.id: [] for t in rows}, {}
     stop_steps: dict[str, list[dict]] = {t.id: [] for t in stop_rows}
+
+    def point_seeds(exp) -> list[int]:
+        return seeds[:1] if get_kind(exp.kind).deterministic else seeds
+
+    trains = resolved[1:] if p["config_reading_from_runs"] else resolved
+    _train_in_parallel(ctx, [(exp, s) for exp in trains for s in point_seeds(exp)], stop)
     for i, (reading, exp) in enumerate(zip(grid, resolved)):
         kind = get_kind(exp.kind)
-        point_seeds = seeds[:1] if kind.deterministic else seeds
         if i == 0 and p["config_reading_from_runs"]:
-            points = [_run_point(ctx, exp, s, stop) for s in point_seeds]
+            points = [_run_point(ctx, exp, s, stop) for s in point_seeds(exp)]
         else:
-            points = [_point(ctx, kind, exp, s, memo, stop) for s in point_seeds]
+            points = [_point(ctx, kind, exp, s, memo, stop) for s in point_seeds(exp)]
         for t in stop_rows:
             stop_steps[t.id].append(stopping_steps(t, points, stop, kind.deterministic))
         for t in rows:
