@@ -37,7 +37,6 @@ import dataclasses
 import itertools
 import json
 import math
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -198,29 +197,19 @@ def _point_cache(ctx: RunContext, key: str) -> Path | None:
 
 def _train_in_parallel(ctx: RunContext, jobs: list[tuple[Any, int]], stop: Mapping | None) -> None:
     """Train the points (resolved experiment, seed) that no cache holds yet in parallel processes, one per point up to
-    the job's threads (FEDREPRO_THREADS), its threads shared among them; the sweep then reads them from the cache.
-    Two one-thread processes train two of these small models faster than one process of two threads, and hold up
-    better beside other work (benchmarks/RESULTS.md). One thread, one pending point, or no checkpoint dir (no cache
-    to hand the results back through): nothing here, the sweep trains them in turn."""
-    threads = int(os.environ.get("FEDREPRO_THREADS", "1"))
-    pending = [(exp, seed) for exp, seed in jobs if not _point_cache(ctx, _point_key(exp, seed, stop)).is_file()]
-    workers = min(threads, len(pending))
-    if ctx.checkpoint_dir is None or workers < 2:
+    the job's threads (fedrepro.processes); the sweep then reads them from the cache. One thread, one pending point,
+    or no checkpoint dir (no cache to hand the results back through): nothing here, the sweep trains them in turn."""
+    from fedrepro.processes import map_in_processes, workers_for
+
+    if ctx.checkpoint_dir is None:
         return
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    shared = dataclasses.replace(ctx, clock=None)  # the job's clock stays in the job; each point keeps its own
+    pending = [(exp, seed) for exp, seed in jobs if not _point_cache(ctx, _point_key(exp, seed, stop)).is_file()]
+    workers = workers_for(len(pending))
+    if workers < 2:
+        return
+    shared = dataclasses.replace(ctx, clock=None)  # the job's clock stays in the job
     print(f"[fedrepro] {ctx.exp_id}: {len(pending)} points in {workers} processes", flush=True)
-    with ProcessPoolExecutor(
-        workers, mp_context=get_context("spawn"), initializer=_worker_threads, initargs=(threads // workers,)
-    ) as pool:
-        for done in [pool.submit(_point_in_worker, shared, exp, seed, stop) for exp, seed in pending]:
-            done.result()  # a point's error is the sweep's
-
-
-def _worker_threads(n: int) -> None:
-    os.environ["FEDREPRO_THREADS"] = str(n)
+    map_in_processes(_point_in_worker, [(shared, exp, seed, stop) for exp, seed in pending], workers)
 
 
 def _point_in_worker(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> None:

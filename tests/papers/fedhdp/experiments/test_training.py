@@ -271,3 +271,34 @@ def test_only_methods_trains_those_methods_alone(pdir):
     assert "derived" in full and "derived" not in part.metrics and not part.checks
     with pytest.raises(ConfigError, match="only_methods: unknown methods"):
         run(params(only_methods=["fedhdp_r_9"]), pdir)
+
+
+def test_with_threads_to_spare_the_methods_train_in_processes_of_their_own_alike(pdir, tmp_path, monkeypatch, capsys):
+    """FEDREPRO_THREADS=2 and params.threads unset: the methods train in two spawned processes (none in this one)
+    with the results of one process training them in turn, in ``methods``' order; the run's clock resumes from the
+    compute their checkpoints carry, as it does in one process."""
+    from kinds import call_kind
+
+    import fedrepro.papers.fedhdp.experiments.training as training
+    from fedrepro.experiments import RunContext
+    from fedrepro.runio import RunClock
+
+    serial = run(params(), pdir)
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("a method was trained in the run's own process")
+
+    monkeypatch.setattr(training, "train_method", not_here)  # the spawned workers import their own
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+
+    def parallel(clock):
+        ctx = RunContext("fedhdp.test", 0, partitions={"p": pdir}, checkpoint_dir=tmp_path, clock=clock)
+        return call_kind("fedhdp_training", params(threads=None), np.random.default_rng(0), ctx)
+
+    first = parallel(RunClock())
+    assert "4 methods in 2 processes" in capsys.readouterr().out
+    assert first.metrics == serial.metrics and first.history.equals(serial.history)
+    assert all(np.array_equal(first.arrays[k], serial.arrays[k]) for k in serial.arrays)
+    again = RunClock()
+    parallel(again)  # every method resumes from its last round's checkpoint, written by the workers
+    assert again.resumed and again.before_s > 0

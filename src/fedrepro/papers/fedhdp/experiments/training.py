@@ -285,63 +285,133 @@ def noise_of(p: dict, K: int, m: int, exp_id: str) -> Noise:
     return Noise(z_eff, z_count, z_update, clip, q, eps)
 
 
+@dataclass(frozen=True)
+class Trained:
+    """One method's training: its client metrics per lambda block, history rows, final global model (a paper method's,
+    as ``<method>.<parameter>`` arrays), final clip and skipped rounds (None where the method has none), and the
+    compute of earlier attempts its checkpoints carried (the run's clock resumes from it)."""
+
+    per_lam: list[dict]
+    rows: list[dict]
+    finals: dict[str, np.ndarray]
+    final_clip: float | None
+    skipped: int | None
+    before_s: float = 0.0
+
+
 def train_methods(
     p: dict, ctx: RunContext, data, factory, schedule: dict, private: np.ndarray, noise: Noise, counts: np.ndarray
 ) -> tuple[dict, dict, list[dict], dict[str, np.ndarray]]:
     """Train every method; returns (metrics per lambda block and method, Table 3/4 metrics per method and lambda,
     history rows, each paper method's final global model as ``<method>.<parameter>`` arrays: 39,760 floats per
     method for the MNIST MLP, kept so that the global columns can be evaluated again under another reading of the
-    test sets without training)."""
+    test sets without training). With the job's threads to spare the methods train in parallel processes
+    (:func:`_in_processes`); each trains alike alone or beside the others, and the results are taken in
+    ``methods``' order."""
+    methods = trained(p)
+    done = _in_processes(p, ctx, schedule["seed"], data.device, list(methods)) or {
+        name: train_method(name, spec, p, ctx, data, factory, schedule, private, noise, counts)
+        for name, spec in methods.items()
+    }
+    lams = list(p["lams"])
+    metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
+    rows, per_method, finals = [], {}, {}
+    for name in methods:
+        t = done[name]
+        rows += t.rows
+        finals |= t.finals
+        for lam, vals in zip(lams, t.per_lam):
+            metrics[lam_key(lam)][name] = vals
+        per_method[name] = t.per_lam
+        if t.final_clip is not None:
+            metrics.setdefault("final_clip", {})[name] = t.final_clip
+        if t.skipped is not None:
+            metrics.setdefault("skipped_rounds", {})[name] = t.skipped
+        if ctx.clock is not None:
+            ctx.clock.resumed_from(t.before_s)
+    return metrics, per_method, rows, finals
+
+
+def train_method(
+    name: str,
+    spec: dict,
+    p: dict,
+    ctx: RunContext,
+    data,
+    factory,
+    schedule: dict,
+    private: np.ndarray,
+    noise: Noise,
+    counts: np.ndarray,
+) -> Trained:
+    """Train one method (from its round checkpoint, when one is kept) and measure it."""
     from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import evaluate, train
     from fedrepro.progress import RoundProgress
 
     lams, m = list(p["lams"]), len(private)
-    metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
-    rows, per_method, finals = [], {}, {}
-    for name, spec in trained(p).items():
-        algo = build(spec, private, lams, noise.z_update, noise.clip, p["weight_decay"])
-        ckpt = run_checkpointer(
-            ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p["checkpoint_every"], ctx.clock
+    algo = build(spec, private, lams, noise.z_update, noise.clip, p["weight_decay"])
+    ckpt = run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, schedule["seed"], name, p["checkpoint_every"], ctx.clock)
+    before = (lambda: ctx.clock.before_s) if ctx.clock is not None else (lambda: 0.0)
+    if spec["algorithm"] not in ALGORITHMS:  # a method from outside: its deployed models in every role
+        last: dict = {}
+        release = method_release(algo, private, noise, data.device)
+        hist = train(
+            algo,
+            data,
+            factory,
+            **schedule,
+            callback=RoundProgress(name),
+            checkpoint=ckpt,
+            evaluated=last.update,
+            release=release,
         )
-        if spec["algorithm"] not in ALGORITHMS:  # a method from outside: its deployed models in every role
-            last: dict = {}
-            release = method_release(algo, private, noise, data.device)
-            hist = train(
-                algo,
-                data,
-                factory,
-                **schedule,
-                callback=RoundProgress(name),
-                checkpoint=ckpt,
-                evaluated=last.update,
-                release=release,
-            )
-            rows += [dict(h, method=name) for h in hist]
-            # by construction: the protocol's private and opt-out clients; else every client non-private, as
-            # NON-PRIVATE, its np columns over all clients
-            groups = (private, ("p", "np")) if release is not None else (np.zeros(m, bool), ("np",))
-            per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, *groups)
-            for lam, vals in zip(lams, per_lam):
-                metrics[lam_key(lam)][name] = vals
-            per_method[name] = per_lam
-            if release is not None:
-                metrics.setdefault("final_clip", {})[name] = float(release.norm)
-            continue
-        hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
-        rows += [dict(h, method=name) for h in hist]
-        models = algo.final_models()
-        finals |= {f"{name}.{k}": v[0].detach().cpu().numpy() for k, v in models["global"].items()}
-        acc_g = evaluate(algo.state.net, models["global"], data, "test")["acc"]
-        acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
-        group_private, groups = method_groups(spec, private)
-        per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
-        for lam, vals in zip(lams, per_lam):
-            metrics[lam_key(lam)][name] = vals
-        per_method[name] = per_lam
-        metrics.setdefault("final_clip", {})[name] = float(algo.state.clip)
-        metrics.setdefault("skipped_rounds", {})[name] = int(getattr(algo.state, "skipped", 0))
-    return metrics, per_method, rows, finals
+        # by construction: the protocol's private and opt-out clients; else every client non-private, as
+        # NON-PRIVATE, its np columns over all clients
+        groups = (private, ("p", "np")) if release is not None else (np.zeros(m, bool), ("np",))
+        per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, *groups)
+        clip = float(release.norm) if release is not None else None
+        return Trained(per_lam, [dict(h, method=name) for h in hist], {}, clip, None, before())
+    hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
+    models = algo.final_models()
+    finals = {f"{name}.{k}": v[0].detach().cpu().numpy() for k, v in models["global"].items()}
+    acc_g = evaluate(algo.state.net, models["global"], data, "test")["acc"]
+    acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
+    group_private, groups = method_groups(spec, private)
+    per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
+    skipped = int(getattr(algo.state, "skipped", 0))
+    return Trained(per_lam, [dict(h, method=name) for h in hist], finals, float(algo.state.clip), skipped, before())
+
+
+def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str]) -> dict[str, Trained] | None:
+    """The methods trained in parallel processes, one per method up to the job's threads (fedrepro.processes), each
+    from the run's inputs set up again in its process; None where they train here in turn: one thread or one method,
+    ``params.threads`` set (the run's own thread count), a GPU (one device, shared), or a method from outside the
+    package (its class is registered in this process only). Each worker's copy of the run's clock measures from the
+    run's start (perf_counter is the system's monotonic clock), so its checkpoints carry the run's compute."""
+    from fedrepro.processes import map_in_processes, workers_for
+
+    workers = workers_for(len(names))
+    outside = any(p["methods"][n]["algorithm"] not in ALGORITHMS for n in names)
+    if workers < 2 or p["threads"] is not None or device.type != "cpu" or outside:
+        return None
+    print(f"[fedrepro] {ctx.exp_id}: {len(names)} methods in {workers} processes", flush=True)
+    return dict(zip(names, map_in_processes(_method_in_worker, [(p, ctx, seed, n) for n in names], workers)))
+
+
+def _method_in_worker(p: dict, ctx: RunContext, seed: int, name: str) -> Trained:
+    ds, data, factory, _, opt_out = _setup(p, ctx)
+    schedule, K, _ = schedule_of(p, ds, seed, data.device)
+    noise = noise_of(p, K, ds.n_clients, ctx.exp_id)
+    counts = ds.counts("test").astype(np.float64)
+    return train_method(name, p["methods"][name], p, ctx, data, factory, schedule, ~opt_out, noise, counts)
+
+
+def _setup(p: dict, ctx: RunContext):
+    """training_setup's (ds, data, factory, model_kw) and the non-private clients' mask."""
+    ds, data, factory, model_kw = training_setup(p, ctx)
+    opt_out, _ = opt_out_mask(ds, p["opt_out"]["fraction"], p["opt_out"]["seed"])
+    return ds, data, factory, model_kw, opt_out
 
 
 def method_release(algo, private: np.ndarray, noise: Noise, device):
@@ -559,9 +629,8 @@ def fedhdp_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOu
     from fedrepro.learning.models import n_params
 
     _validate(p, ctx)
-    ds, data, factory, model_kw = training_setup(p, ctx)
+    ds, data, factory, model_kw, opt_out = _setup(p, ctx)
     m = ds.n_clients
-    opt_out, _ = opt_out_mask(ds, p["opt_out"]["fraction"], p["opt_out"]["seed"])
     if p.get("reevaluate") is not None:  # the kept final models under another test-set reading: no training
         from fedrepro.papers.fedhdp.test_readings import reevaluate
 

@@ -1,0 +1,47 @@
+"""Independent pieces of one run (a forensic sweep's points, a training's methods) in parallel processes.
+
+A job's threads (FEDREPRO_THREADS, which the workflow sets from a rule's ``threads:``) can go to torch inside one
+process or to several processes of fewer threads each. For the small models of these papers (FedHDP's 784-50-10
+MLP: narrow GEMMs, a round's work in many short steps) two one-thread processes get more done than one process of
+two threads, and they hold up beside other work where threads that wait on each other collapse
+(benchmarks/RESULTS.md). So a run whose pieces are independent gives each piece its own process: up to one per
+thread, the threads shared among them. Workers are started with ``spawn`` (a fresh interpreter, no state inherited
+from the parent's torch), so every task and its arguments must pickle and its function must be importable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def job_threads() -> int:
+    """The threads the job was given (FEDREPRO_THREADS; 1 when unset)."""
+    return max(1, int(os.environ.get("FEDREPRO_THREADS", "1")))
+
+
+def workers_for(n_tasks: int) -> int:
+    """How many processes share the job's threads for ``n_tasks`` independent tasks (1: run them in this process)."""
+    return max(1, min(job_threads(), n_tasks))
+
+
+def map_in_processes(fn: Callable[..., Any], tasks: Sequence[tuple], workers: int) -> list[Any]:
+    """``[fn(*t) for t in tasks]`` in ``workers`` spawned processes, the job's threads divided among them, results in
+    the tasks' order; the first error raised in a worker is raised here, the tasks not yet started are cancelled."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    per_worker = max(1, job_threads() // workers)
+    pool = ProcessPoolExecutor(
+        workers, mp_context=get_context("spawn"), initializer=_set_threads, initargs=(per_worker,)
+    )
+    try:
+        futures = [pool.submit(fn, *t) for t in tasks]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _set_threads(n: int) -> None:
+    os.environ["FEDREPRO_THREADS"] = str(n)
