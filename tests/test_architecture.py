@@ -106,7 +106,7 @@ LAYERS = (
     {"config", "provenance"},
     {"data", "experiments"},
     {"privacy", "files", "registry"},
-    {"errors", "checkout", "seeding", "progress", "fedrepro"},
+    {"errors", "checkout", "seeding", "progress", "processes", "fedrepro"},
 )
 # The one import that goes up: the registry loads the papers' declarations.
 LOADS_DECLARATIONS = ("fedrepro.registry", "fedrepro.papers")

@@ -18,7 +18,8 @@ from above (tests/test_architecture.py reads every import, those inside function
     data, experiments                         datasets, partitions, the federated format; the experiment-kind
                                               registry and the paper-free accounting kinds
     privacy, files, registry                  accountants; atomic writes; the one name registry
-    errors, checkout, seeding, progress       error types; the repository root; seeds; progress lines
+    errors, checkout, seeding, progress,      error types; the repository root; seeds; progress lines; a run's
+    processes                                 independent pieces in parallel processes
 
 The only import that goes up: fedrepro.registry loads the papers' declarations (fedrepro.papers), so that the
 shared layers find a paper's kinds, plots, algorithms, partition schemes and models by name without naming it.
