@@ -199,9 +199,10 @@ def _train_in_parallel(ctx: RunContext, jobs: list[tuple[Any, int]], stop: Mappi
     """Train the points (resolved experiment, seed) that no cache holds yet in parallel processes, one per point up to
     the job's threads (fedrepro.processes); the sweep then reads them from the cache. One thread, one pending point,
     or no checkpoint dir (no cache to hand the results back through): nothing here, the sweep trains them in turn."""
+    from fedrepro.learning.engine import replaying
     from fedrepro.processes import map_in_processes, workers_for
 
-    if ctx.checkpoint_dir is None:
+    if ctx.checkpoint_dir is None or replaying():  # a replay's round limit is this process's
         return
     pending = [(exp, seed) for exp, seed in jobs if not _point_cache(ctx, _point_key(exp, seed, stop)).is_file()]
     workers = workers_for(len(pending))

@@ -370,6 +370,12 @@ def replay_rounds(limit: int) -> Iterator[None]:
         _REPLAY_ROUNDS.reset(token)
 
 
+def replaying() -> bool:
+    """Whether this is a replay of a run's first rounds (:func:`replay_rounds`): what only a whole run needs (a
+    final evaluation under other readings) is skipped, and what runs elsewhere (another process) would not replay."""
+    return _REPLAY_ROUNDS.get() is not None
+
+
 @contextlib.contextmanager
 def _deterministic(on: bool) -> Iterator[None]:
     """Deterministic kernels. Not torch's companion setting that fills every new tensor with NaN (to expose reads
@@ -506,7 +512,7 @@ def train(
         raise ValueError("give exactly one of rounds and epochs")
     if rounds is None:
         rounds = n_rounds(epochs, iters_per_epoch, tau)
-    if _REPLAY_ROUNDS.get() is not None:  # a replay of the first rounds (replay_rounds)
+    if replaying():  # a replay of the first rounds (replay_rounds)
         rounds, checkpoint = min(rounds, _REPLAY_ROUNDS.get()), None
     rng = rng_for("learning.train", seed)
     generator = torch.Generator(device=device).manual_seed(int(rng_for("learning.noise", seed).integers(2**62)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 from tiny_fedhdp import EXP, made_runs, write_paper
 
@@ -54,6 +55,23 @@ def test_other_readings_give_each_client_its_digits_images(made):
     )
 
 
+def test_the_personal_columns_are_read_from_the_accuracies_the_run_kept(made):
+    """A trained run keeps its personal models' accuracies under the digit readings (λ x client); a re-evaluation
+    under such a reading reports the personal columns from them, the partition's reading none."""
+    base, sets = made
+    with np.load(base / "results/fedhdp/tiny/paper/seed0" / ARRAYS) as arrays:
+        kept = {k: arrays[k] for k in arrays.files if k.startswith("local_acc.")}
+    assert sorted(kept) == [
+        f"local_acc.{r}.{m}" for r in ("digit_all", "digit_sample") for m in ("fedhdp_r_0_1", "nonprivate_ditto")
+    ]
+    assert all(v.shape == (1, 2000) and np.all((v >= 0) & (v <= 1)) for v in kept.values())
+    every = reevaluate(base, sets, "digit_all")["metrics"]["lam0.05"]["nonprivate_ditto"]
+    assert every["acc_l_np"] == pytest.approx(100 * kept["local_acc.digit_all.nonprivate_ditto"][0].mean())
+    assert every["acc_l_np_var"] == pytest.approx(100 * kept["local_acc.digit_all.nonprivate_ditto"][0].var())
+    fedhdp = reevaluate(base, sets, "digit_sample")["metrics"]["lam0.05"]["fedhdp_r_0_1"]
+    assert fedhdp["d_l"] == pytest.approx(fedhdp["acc_l_np"] - fedhdp["acc_l_p"])
+
+
 def test_the_check_fails_on_another_runs_models(made, tmp_path):
     """Seed 1's final models under seed 0's run: the partition reading no longer gives its numbers."""
     base, sets = made
@@ -93,4 +111,65 @@ def test_a_training_run_made_from_other_data_is_not_read(tmp_path, made, capsys)
     err = capsys.readouterr().err
     assert (
         err.count("\n") == 1 and f"made from other input data than is here now (partition {name} (the run read" in err
+    )
+
+
+class _Rows:
+    """A partition of 4 clients (digits 0, 0, 1, 1), 300 test images of each digit, and a "model" per client that is
+    right on a test row exactly when the row's index is not a multiple of the client's modulus: every accuracy on a
+    set of rows is known in closed form."""
+
+    n_clients = 4
+    labels = np.repeat([0, 1, 0, 1], 150)
+
+    def offsets(self, split):
+        return np.array([0, 150, 300, 450, 600])
+
+    def client_meta(self, key):
+        return np.array([0, 1, 0, 1])
+
+
+class _Data:
+    device = "cpu"
+
+    def gather(self, rows):
+        import torch
+
+        return torch.from_numpy(np.stack([rows, _Rows.labels[rows]], 1)), torch.from_numpy(_Rows.labels[rows])
+
+
+class _Net:
+    def logits(self, p, x):
+        import torch
+
+        label = x[:, 1] if x[:, 0] % p["m"] != 0 else (x[:, 1] + 1) % 10
+        return torch.nn.functional.one_hot(label, 10).float()
+
+    def map(self, fn, params, xs, ys):
+        import torch
+
+        rows = [
+            [fn({"m": params["m"][c]}, xs[c, i : i + 1], ys[c, i : i + 1])[0] for i in range(xs.shape[1])]
+            for c in range(xs.shape[0])
+        ]
+        return torch.tensor(rows)
+
+
+def test_a_run_evaluates_its_personal_models_on_each_readings_images():
+    """local_accuracies: each client's personal model on exactly the rows each reading gives it (checked against
+    the models' closed form), kept per λ and client."""
+    import torch
+
+    from fedrepro.papers.fedhdp.test_readings import LOCAL_READINGS, _per_client_sets, local_accuracies, local_key
+
+    ds = _Rows()
+    moduli = [torch.tensor([2, 3, 5, 7]), torch.tensor([4, 4, 9, 11])]  # two λ
+    got = local_accuracies(_Net(), [{"m": m} for m in moduli], ds, _Data(), "fedhdp_r_0_1", chunk_clients=1)
+    assert sorted(got) == sorted(local_key(r, "fedhdp_r_0_1") for r in LOCAL_READINGS)
+    for reading in LOCAL_READINGS:
+        sets, _ = _per_client_sets(ds, reading)
+        want = [[float(np.mean(sets[c] % int(m[c]) != 0)) for c in range(4)] for m in moduli]
+        assert np.allclose(got[local_key(reading, "fedhdp_r_0_1")], want)
+    assert (
+        local_accuracies(_Net(), [], type("NoDigits", (_Rows,), {"client_meta": lambda s, k: {}[k]})(), None, "x") == {}
     )

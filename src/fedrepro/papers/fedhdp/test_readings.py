@@ -13,9 +13,11 @@ calls the server's test set "the test MNIST dataset" for non-IID MNIST. Readings
                     a digit, so the paper's sets, if this is the reading, overlapped), seed ``sample_seed`` per client
     digit_all       every MNIST test image of the client's digit (all clients of a digit share one set)
 
-Only the global model's columns are evaluated (Acc_g on the whole MNIST test set, Acc_g,p / Acc_g,np, their
-across-client variances, Δ_g), in every λ block as the trained run reports them; the personal models are not kept
-(2,000 clients x 3 λ x 39,760 floats per method), so Acc_l, its variances and Δ_l need training again.
+The global model's columns (Acc_g on the whole MNIST test set, Acc_g,p / Acc_g,np, their across-client variances,
+Δ_g) are evaluated from the kept final global models, in every λ block as the trained run reports them. The personal
+models are not kept (2,000 clients x 3 λ x 39,760 floats per method): a run evaluates them itself under the digit
+readings as it ends (:func:`local_accuracies`, kept as ``local_acc.<reading>.<method>``: per λ and client), and the
+personal columns (Acc_l,p / Acc_l,np, their variances, Δ_l) are re-evaluated from those where the run has them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,59 @@ SCHEMA = {
     },
 }
 GLOBAL_KEYS = ("acc_g", "acc_g_p", "acc_g_np", "acc_g_p_var", "acc_g_np_var", "d_g")
+LOCAL_KEYS = ("acc_l_p", "acc_l_np", "acc_l_p_var", "acc_l_np_var", "d_l")
+# the readings a training run evaluates its personal models under (the defaults of the schema above)
+LOCAL_READINGS = ({"test_reading": "digit_sample", "per_client": 195, "sample_seed": 0}, {"test_reading": "digit_all"})
+
+
+def local_key(reading: Mapping, method: str) -> str:
+    """The arrays.npz key of a method's personal-model accuracies (λ x client) under a reading: the reading's
+    name, with its size and seed where they are not the defaults of LOCAL_READINGS."""
+    name = reading["test_reading"]
+    if name == "digit_sample" and (reading.get("per_client", 195), reading.get("sample_seed", 0)) != (195, 0):
+        name += f"_{reading['per_client']}_{reading['sample_seed']}"
+    return f"local_acc.{name}.{method}"
+
+
+def local_accuracies(net, personal: list, ds, data, method: str, chunk_clients: int = 32) -> dict[str, np.ndarray]:
+    """Each client's personal model (one per λ in ``personal``, stacked over clients) on its test set under each of
+    LOCAL_READINGS, as ``{local_key: (λ, client) accuracies in [0, 1]}``; {} for a partition without per-client
+    digits. The clients of a digit, ``chunk_clients`` at a time, are evaluated on all the digit's test images at once,
+    and each reading's sets (all subsets of them) read from those hits."""
+    import torch
+
+    try:
+        digit = ds.client_meta("digit").astype(int)
+    except (KeyError, ValueError):
+        return {}
+    o = ds.offsets("test")
+    test_rows = np.arange(o[0], o[-1])
+    sets = []
+    for r in LOCAL_READINGS:
+        try:
+            sets.append(_per_client_sets(ds, r)[0])
+        except ConfigError:  # a digit with fewer test images than a client's sample (a reduced partition): none
+            return {}
+    out = np.full((len(LOCAL_READINGS), len(personal), ds.n_clients), np.nan)
+
+    def hits(p, x, y):
+        return (net.logits(p, x).argmax(-1) == y).to(torch.float32)
+
+    for d in np.unique(digit):
+        clients = np.flatnonzero(digit == d)
+        rows = test_rows[ds.labels[test_rows] == d]
+        where = np.full(len(ds.labels), -1)
+        where[rows] = np.arange(len(rows))
+        x, y = data.gather(rows)
+        for chunk in np.array_split(clients, -(-len(clients) // chunk_clients)):  # a chunk's copies of the images
+            idx = torch.from_numpy(chunk).to(data.device)
+            xs, ys = x.expand(len(chunk), *x.shape), y.expand(len(chunk), *y.shape)
+            for j, models in enumerate(personal):
+                with torch.no_grad():
+                    h = net.map(hits, {k: v[idx] for k, v in models.items()}, xs, ys).cpu().double().numpy()
+                for i, reading_sets in enumerate(sets):
+                    out[i, j, chunk] = [h[n, where[reading_sets[c]]].mean() for n, c in enumerate(chunk)]
+    return {local_key(r, method): out[i] for i, r in enumerate(LOCAL_READINGS)}
 
 
 def trained_params(p: Mapping) -> dict:
@@ -85,7 +140,8 @@ def _per_client_sets(ds, reading: Mapping) -> tuple[list[np.ndarray], np.ndarray
 
 def reevaluate(p: dict, ctx, private: np.ndarray, ds, data, factory) -> tuple[dict, dict[str, Check]]:
     """Metrics (``lam<λ>.<method>.<global key>``, as the trained run reports them, with the training kind's own
-    column definitions) and checks of the trained run's final global models under ``p["reevaluate"]``."""
+    column definitions) and checks of the trained run's final global models under ``p["reevaluate"]``, and its
+    personal columns (``<local key>``) where the run kept its personal models' accuracies under the reading."""
     import torch
 
     from fedrepro.learning.net import Net
@@ -115,9 +171,10 @@ def reevaluate(p: dict, ctx, private: np.ndarray, ds, data, factory) -> tuple[di
         hit[rows] = correct
         group_private, groups = method_groups(spec, private)
         per_client = np.array([hit[s].mean() if len(s) else np.nan for s in sets])
-        vals = client_metrics(per_client, [per_client], counts, group_private, groups)[0]
-        vals = {k: vals[k] for k in GLOBAL_KEYS if k in vals}
-        vals["acc_g"] = 100 * float(correct.mean())  # the server's test set: the whole MNIST test set (App. C)
+        local = finals.get(local_key(reading, name))  # (λ, client), where the run evaluated its personal models
+        per_lam = client_metrics(
+            per_client, list(local) if local is not None else [per_client], counts, group_private, groups
+        )
         again = client_metrics(
             np.array([hit[s].mean() if len(s) else np.nan for s in part_sets]),
             [per_client],
@@ -129,8 +186,11 @@ def reevaluate(p: dict, ctx, private: np.ndarray, ds, data, factory) -> tuple[di
             want = trained["metrics"][lam_key(p["lams"][0])][name].get(key)
             if want is not None and not np.isclose(again[key], want, rtol=0, atol=1e-6):
                 mismatch.append(f"{name}.{key}: {again[key]:.6f} here, {want:.6f} in {run / 'metrics.json'}")
-        for lam in p["lams"]:
-            metrics.setdefault(lam_key(lam), {})[name] = dict(vals)
+        for j, lam in enumerate(p["lams"]):
+            keys = GLOBAL_KEYS + (LOCAL_KEYS if local is not None else ())
+            vals = {k: v for k, v in per_lam[j if local is not None else 0].items() if k in keys}
+            vals["acc_g"] = 100 * float(correct.mean())  # the server's test set: the whole MNIST test set (App. C)
+            metrics.setdefault(lam_key(lam), {})[name] = vals
     metrics["test_per_client"] = {"min": float(counts.min()), "mean": float(counts.mean()), "max": float(counts.max())}
     checks = {
         "reevaluation_matches_run": Check(

@@ -302,3 +302,20 @@ def test_with_threads_to_spare_the_methods_train_in_processes_of_their_own_alike
     again = RunClock()
     parallel(again)  # every method resumes from its last round's checkpoint, written by the workers
     assert again.resumed and again.before_s > 0
+
+
+def test_a_replay_of_the_first_rounds_trains_its_methods_here(monkeypatch):
+    """The replay's round limit is this process's: with threads to spare, a replay still trains every method here."""
+    import torch
+
+    import fedrepro.papers.fedhdp.experiments.training as training
+    from fedrepro.experiments import RunContext
+    from fedrepro.learning.engine import replay_rounds
+
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+    p, ctx = params(threads=None), RunContext("fedhdp.test", 0)
+    monkeypatch.setattr("fedrepro.processes.map_in_processes", lambda fn, tasks, workers: ["spawned"] * len(tasks))
+    names = ["nonprivate_ditto", "fedhdp_r_0_1"]
+    assert training._in_processes(p, ctx, 0, torch.device("cpu"), names) == dict.fromkeys(names, "spawned")
+    with replay_rounds(2):
+        assert training._in_processes(p, ctx, 0, torch.device("cpu"), names) is None

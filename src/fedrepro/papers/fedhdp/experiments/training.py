@@ -61,6 +61,7 @@ from fedrepro.experiments.params import DELTA, INT0, INT1, NONNEG, POSITIVE, UNI
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
 from fedrepro.papers.fedhdp.columns import client_metrics, lam_key, method_groups
 from fedrepro.papers.fedhdp.test_readings import SCHEMA as TEST_READINGS
+from fedrepro.papers.fedhdp.test_readings import local_accuracies
 
 ALGORITHMS = ("nonprivate", "dp_fedavg", "hdp_fedavg", "fedhdp")
 CHECKS = ("beats_chance", "np_ge_p_global", "np_ge_p_local", "acc_g_ge_dp_fedavg")
@@ -346,7 +347,7 @@ def train_method(
 ) -> Trained:
     """Train one method (from its round checkpoint, when one is kept) and measure it."""
     from fedrepro.learning.checkpoint import run_checkpointer
-    from fedrepro.learning.engine import evaluate, train
+    from fedrepro.learning.engine import evaluate, replaying, train
     from fedrepro.progress import RoundProgress
 
     lams, m = list(p["lams"]), len(private)
@@ -379,6 +380,8 @@ def train_method(
     acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
     group_private, groups = method_groups(spec, private)
     per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
+    if not replaying():  # the personal models under the other test-set readings, kept: the models are not
+        finals |= local_accuracies(algo.state.net, models["personal"], data.ds, data, name)
     skipped = int(getattr(algo.state, "skipped", 0))
     return Trained(per_lam, [dict(h, method=name) for h in hist], finals, float(algo.state.clip), skipped, before())
 
@@ -386,14 +389,16 @@ def train_method(
 def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str]) -> dict[str, Trained] | None:
     """The methods trained in parallel processes, one per method up to the job's threads (fedrepro.processes), each
     from the run's inputs set up again in its process; None where they train here in turn: one thread or one method,
-    ``params.threads`` set (the run's own thread count), a GPU (one device, shared), or a method from outside the
-    package (its class is registered in this process only). Each worker's copy of the run's clock measures from the
+    ``params.threads`` set (the run's own thread count), a GPU (one device, shared), a method from outside the
+    package (its class is registered in this process only), or a replay of the first rounds (the limit is this
+    process's). Each worker's copy of the run's clock measures from the
     run's start (perf_counter is the system's monotonic clock), so its checkpoints carry the run's compute."""
+    from fedrepro.learning.engine import replaying
     from fedrepro.processes import map_in_processes, workers_for
 
     workers = workers_for(len(names))
     outside = any(p["methods"][n]["algorithm"] not in ALGORITHMS for n in names)
-    if workers < 2 or p["threads"] is not None or device.type != "cpu" or outside:
+    if workers < 2 or p["threads"] is not None or device.type != "cpu" or outside or replaying():
         return None
     print(f"[fedrepro] {ctx.exp_id}: {len(names)} methods in {workers} processes", flush=True)
     return dict(zip(names, map_in_processes(_method_in_worker, [(p, ctx, seed, n) for n in names], workers)))
