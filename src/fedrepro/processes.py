@@ -26,9 +26,13 @@ def workers_for(n_tasks: int) -> int:
     return max(1, min(job_threads(), n_tasks))
 
 
-def map_in_processes(fn: Callable[..., Any], tasks: Sequence[tuple], workers: int) -> list[Any]:
+def map_in_processes(
+    fn: Callable[..., Any], tasks: Sequence[tuple], workers: int, labels: Sequence[str] | None = None
+) -> list[Any]:
     """``[fn(*t) for t in tasks]`` in ``workers`` spawned processes, the job's threads divided among them, results in
-    the tasks' order; the first error raised in a worker is raised here, the tasks not yet started are cancelled."""
+    the tasks' order; the first error raised in a worker is raised here, the tasks not yet started are cancelled.
+    ``labels``: what each task's progress lines say first (fedrepro.progress.set_prefix), where the lines of the
+    workers, which share the run's log, would not tell the tasks apart."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
@@ -37,7 +41,7 @@ def map_in_processes(fn: Callable[..., Any], tasks: Sequence[tuple], workers: in
         workers, mp_context=get_context("spawn"), initializer=_set_threads, initargs=(per_worker,)
     )
     try:
-        futures = [pool.submit(fn, *t) for t in tasks]
+        futures = [pool.submit(_labelled, labels[i] if labels else "", fn, *t) for i, t in enumerate(tasks)]
         return [f.result() for f in futures]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -45,3 +49,10 @@ def map_in_processes(fn: Callable[..., Any], tasks: Sequence[tuple], workers: in
 
 def _set_threads(n: int) -> None:
     os.environ["FEDREPRO_THREADS"] = str(n)
+
+
+def _labelled(label: str, fn: Callable[..., Any], *args: Any) -> Any:
+    from fedrepro.progress import set_prefix
+
+    set_prefix(label)
+    return fn(*args)

@@ -18,11 +18,27 @@ def _fmt_seconds(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+# what this process's progress lines say first (set_prefix): which of a run's pieces in parallel processes it is
+_prefix = ""
+
+
+def set_prefix(text: str) -> None:
+    """Label every progress line of this process with ``text`` (e.g. a forensic point's seed, when several
+    processes of one run write to one log)."""
+    global _prefix
+    _prefix = f"{text}: " if text else ""
+
+
+def prefix() -> str:
+    """What this process's progress lines say first."""
+    return _prefix
+
+
 class RoundProgress:
     """A callback for :func:`fedrepro.learning.engine.train` (``callback=progress``) labelled ``label``."""
 
     def __init__(self, label: str, stream: TextIO | None = None, lines: int = 20):
-        self.label = label
+        self.label = _prefix + label
         self.stream = stream or sys.stderr
         self.lines = max(1, lines)
         self.enabled = os.environ.get("FEDREPRO_PROGRESS", "1") != "0"

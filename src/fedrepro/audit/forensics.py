@@ -210,7 +210,8 @@ def _train_in_parallel(ctx: RunContext, jobs: list[tuple[Any, int]], stop: Mappi
         return
     shared = dataclasses.replace(ctx, clock=None)  # the job's clock stays in the job
     print(f"[fedrepro] {ctx.exp_id}: {len(pending)} points in {workers} processes", flush=True)
-    map_in_processes(_point_in_worker, [(shared, exp, seed, stop) for exp, seed in pending], workers)
+    labels = [f"point {i + 1}/{len(pending)} (seed {seed})" for i, (_, seed) in enumerate(pending)]
+    map_in_processes(_point_in_worker, [(shared, exp, seed, stop) for exp, seed in pending], workers, labels)
 
 
 def _point_in_worker(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> None:
