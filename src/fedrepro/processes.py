@@ -1,11 +1,11 @@
 """Independent pieces of one run (a forensic sweep's points, a training's methods) in parallel processes.
 
 A job's threads (FEDREPRO_THREADS, which the workflow sets from a rule's ``threads:``) can go to torch inside one
-process or to several processes of fewer threads each. For the small models of these papers (FedHDP's 784-50-10
-MLP: narrow GEMMs, a round's work in many short steps) two one-thread processes get more done than one process of
-two threads, and they hold up beside other work where threads that wait on each other collapse
-(benchmarks/RESULTS.md). So a run whose pieces are independent gives each piece its own process: up to one per
-thread, the threads shared among them. Workers are started with ``spawn`` (a fresh interpreter, no state inherited
+process or to several processes of fewer threads each. The small models of these papers (FedHDP's 784-50-10 MLP:
+narrow GEMMs, a round's work in many short steps) leave torch's threads waiting on each other at every step, and
+more so beside other work, while independent processes never wait: so a run whose pieces are independent gives each
+piece its own process, up to one per thread, the threads shared among them. ``benchmarks/fedhdp_mnist.py --jobs 2``
+against ``--jobs 1 --threads 2`` measures the two on a machine. Workers are started with ``spawn`` (a fresh interpreter, no state inherited
 from the parent's torch), so every task and its arguments must pickle and its function must be importable.
 """
 
