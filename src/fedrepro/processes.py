@@ -4,9 +4,10 @@ A job's threads (FEDREPRO_THREADS, which the workflow sets from a rule's ``threa
 process or to several processes of fewer threads each. The small models of these papers (FedHDP's 784-50-10 MLP:
 narrow GEMMs, a round's work in many short steps) leave torch's threads waiting on each other at every step, and
 more so beside other work, while independent processes never wait: so a run whose pieces are independent gives each
-piece its own process, up to one per thread, the threads shared among them. ``benchmarks/fedhdp_mnist.py --jobs 2``
-against ``--jobs 1 --threads 2`` measures the two on a machine. Workers are started with ``spawn`` (a fresh interpreter, no state inherited
-from the parent's torch), so every task and its arguments must pickle and its function must be importable.
+piece its own process, up to one per thread, the threads shared among them. On a machine, the two are measured by
+``benchmarks/fedhdp_mnist.py --jobs 2`` against ``--jobs 1 --threads 2``. Workers are started with ``spawn`` (a fresh
+interpreter, no state inherited from the parent's torch), so every task and its arguments must pickle and its
+function must be importable.
 """
 
 from __future__ import annotations

@@ -150,6 +150,10 @@ SCHEMA = {
         # reading of the local test sets, instead of training (fedrepro.papers.fedhdp.test_readings); no default:
         # absent, the run trains (and runs made before this option keep their parameter digest)
         "reevaluate": TEST_READINGS,
+        # keep the personal models' accuracies under the digit readings of the local test sets (test_readings.
+        # local_accuracies, ~10 s a method at 2,000 clients); no default: absent, they are kept (and runs made before
+        # this option keep their parameter digest); false where they are not wanted (the quick wiring checks)
+        "local_readings": {"type": "boolean"},
         # train only these methods (names of ``methods``): one method's rerun, a forensic reading of a few methods,
         # or a table split into jobs; checks and differences that name another method are left out (null: all)
         "only_methods": {
@@ -380,7 +384,8 @@ def train_method(
     acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
     group_private, groups = method_groups(spec, private)
     per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
-    if not replaying():  # the personal models under the other test-set readings, kept: the models are not
+    # the personal models' accuracies under the other test-set readings, kept (the models are not); not in a replay
+    if p.get("local_readings", True) and not replaying():
         finals |= local_accuracies(algo.state.net, models["personal"], data.ds, data, name)
     skipped = int(getattr(algo.state, "skipped", 0))
     return Trained(per_lam, [dict(h, method=name) for h in hist], finals, float(algo.state.clip), skipped, before())
