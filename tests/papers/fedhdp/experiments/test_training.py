@@ -319,3 +319,12 @@ def test_a_replay_of_the_first_rounds_trains_its_methods_here(monkeypatch):
     assert training._in_processes(p, ctx, 0, torch.device("cpu"), names) == dict.fromkeys(names, "spawned")
     with replay_rounds(2):
         assert training._in_processes(p, ctx, 0, torch.device("cpu"), names) is None
+
+
+def test_the_personal_models_test_set_readings_are_kept_unless_switched_off(pdir, monkeypatch):
+    import fedrepro.papers.fedhdp.experiments.training as training
+
+    monkeypatch.setattr(training, "local_accuracies", lambda net, personal, ds, data, name: {f"local_acc.x.{name}": 1})
+    p = params(methods={"fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}}, checks={}, rounds=1)
+    assert run(p, pdir).arrays["local_acc.x.fedhdp_r_0_1"] == 1
+    assert "local_acc.x.fedhdp_r_0_1" not in run({**p, "local_readings": False}, pdir).arrays
