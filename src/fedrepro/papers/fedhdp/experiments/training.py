@@ -396,8 +396,8 @@ def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str])
     from the run's inputs set up again in its process; None where they train here in turn: one thread or one method,
     ``params.threads`` set (the run's own thread count), a GPU (one device, shared), a method from outside the
     package (its class is registered in this process only), or a replay of the first rounds (the limit is this
-    process's). Each worker's copy of the run's clock measures from the
-    run's start (perf_counter is the system's monotonic clock), so its checkpoints carry the run's compute."""
+    process's). Each worker's copy of the run's clock measures from the run's start (perf_counter is the system's
+    monotonic clock), so its checkpoints carry the run's compute."""
     from fedrepro.learning.engine import replaying
     from fedrepro.processes import map_in_processes, workers_for
 
