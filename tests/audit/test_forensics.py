@@ -401,7 +401,7 @@ def test_a_sweep_says_whether_it_ran_the_swept_experiment_at_its_quick_settings(
         exp_id = f"{sweep_id.split('.')[0]}.{sweep['experiment']}"
         return quick_settings(cfg, exp_id, [resolve_experiment(cfg, exp_id, "paper", deep_merge(sweep["fixed"], {}))])
 
-    assert swept("fedhdp.forensic_noniid_clip", "quick") == ["eval_every", "local_epochs", "rounds"]
+    assert swept("fedhdp.forensic_noniid_clip", "quick") == ["eval_every", "local_epochs", "local_readings", "rounds"]
     assert swept("fedhdp.forensic_noniid_clip", "paper") == []
     assert swept("ppsgd.forensic_fig1a", "quick") == []
 
