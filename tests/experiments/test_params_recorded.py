@@ -139,7 +139,9 @@ def _experiments():
 # resolved parameters and so change the parameter digest of every run made before the option existed (archived
 # paper-scale runs among them), making them stale for a value they never used. Each is read as p.get(key) once.
 OPTIONAL_BLOCKS = {
-    "fedhdp_training": {"reevaluate"},  # fedrepro.papers.fedhdp.test_readings
+    # fedrepro.papers.fedhdp.test_readings; local_readings: absent, the run keeps its personal models' accuracies
+    # under the test-set readings (arrays.npz shows it), false in the quick wiring checks
+    "fedhdp_training": {"reevaluate", "local_readings"},
     "histograms_synthetic": {"estimator"},  # fedrepro.papers.histograms.estimator (compare)
 }
 

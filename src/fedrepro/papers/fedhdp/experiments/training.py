@@ -385,7 +385,7 @@ def train_method(
     group_private, groups = method_groups(spec, private)
     per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
     # the personal models' accuracies under the other test-set readings, kept (the models are not); not in a replay
-    if p.get("local_readings", True) and not replaying():
+    if p.get("local_readings") is not False and not replaying():
         finals |= local_accuracies(algo.state.net, models["personal"], data.ds, data, name)
     skipped = int(getattr(algo.state, "skipped", 0))
     return Trained(per_lam, [dict(h, method=name) for h in hist], finals, float(algo.state.clip), skipped, before())
