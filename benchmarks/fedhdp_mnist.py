@@ -22,8 +22,13 @@ an engine change in one run, on one machine.
 then share memory bandwidth and the last-level cache); ``--jobs 1`` alone on the machine; ``--threads`` per job. Each
 measurement: one warm-up round, then ``--rounds`` timed rounds; the load average before and after is recorded.
 
+``--processes-vs-threads`` answers how a run should spend two threads (fedrepro.processes): one process of two
+threads against two processes of one thread each, on the batched path, as method-rounds per second (a job's rounds
+over its median round time, summed over the jobs) and their ratio.
+
     python benchmarks/fedhdp_mnist.py                                  # both paths, 1 and 2 jobs of 1 thread
     python benchmarks/fedhdp_mnist.py --paths batched --jobs 1 --threads 2
+    python benchmarks/fedhdp_mnist.py --processes-vs-threads --rounds 3
 """
 
 from __future__ import annotations
@@ -95,6 +100,26 @@ def measure(path: str, rounds: int, jobs: int, threads: int, src: Path | None = 
     return out
 
 
+def processes_vs_threads(rounds: int, src: Path | None, out: Path) -> None:
+    """Two threads spent as one process of two or as two processes of one, timed one after the other."""
+    results, rate = [], {}
+    for jobs, threads in ((1, 2), (2, 1)):
+        runs = measure("batched", rounds, jobs, threads, src)
+        results += runs
+        rate[jobs] = sum(1.0 / r["s_per_round"] for r in runs)
+        loads = ", ".join(f"{r['load_before']:.2f} -> {r['load_after']:.2f}" for r in runs)
+        medians = ", ".join(f"{r['s_per_round']:.2f}" for r in runs)
+        print(
+            f"{jobs} process(es) x {threads} thread(s): median s per method-round {medians}; "
+            f"{rate[jobs]:.3f} method-rounds per s (load {loads})",
+            flush=True,
+        )
+    print(f"two processes / one process of two threads: {rate[2] / rate[1]:.2f}x the method-rounds per second")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": results, "ratio": rate[2] / rate[1]}, indent=1))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--paths", nargs="+", default=["vmap", "batched"], choices=["vmap", "batched"])
@@ -103,6 +128,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="threads of each job")
     ap.add_argument("--src", type=Path, help="time this fedrepro source directory instead (an older commit's)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "fedhdp_mnist.json")
+    ap.add_argument("--processes-vs-threads", action="store_true", help="2 threads: 1 process of 2 vs 2 processes of 1")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -111,6 +137,9 @@ def main() -> None:
     if not (PARTITION / "manifest.json").is_file():
         build = f"python -m fedrepro data partition {PARTITION.name} --out {PARTITION}"
         raise SystemExit(f"{PARTITION} is missing: {build}")
+    if args.processes_vs_threads:
+        processes_vs_threads(args.rounds, args.src, args.out)
+        return
     results = []
     for jobs in args.jobs:
         for path in args.paths:
