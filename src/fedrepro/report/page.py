@@ -67,7 +67,7 @@ def counts(rows: list[Result], statuses: tuple[str, ...] = v.ALL_STATUSES) -> li
     return [(s, n) for s, n in m.count(rows, statuses).items() if n]
 
 
-PAGE_COLORS = 256  # a figure's colours on the page: a palette PNG is ~3x smaller than matplotlib's RGBA one
+PAGE_COLORS = 128  # a figure's colours on the page: a palette PNG is ~3x smaller than matplotlib's RGBA one
 
 
 def page_png(png: Path) -> bytes:
