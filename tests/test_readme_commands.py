@@ -98,8 +98,8 @@ COVERED = {
     "python -m fedrepro compare examples/fedprox.py:FedProx --experiment adaped.table4_femnist_sample --scale quick "
     "--out /tmp/fedprox": "tests/compare/test_acceptance.py (needs the LEAF sample in ../shared)",
     "python -m fedrepro compare examples/fedprox.py:FedProx --experiment adaped.table4_femnist_sample --seeds 0 1 2 3 "
-    "4 --baselines results/adaped/table4_femnist_sample/quick/seed* --out /tmp/fedprox": "needs the workflow's runs "
-    "of the LEAF sample: tests/compare/test_compare.py (baselines read from runs)",
+    "4 --baselines results/adaped/table4_femnist_sample/paper/seed* --out /tmp/fedprox": "needs the workflow's runs "
+    "of the LEAF sample (its archived paper seeds, restored): tests/compare/test_compare.py (baselines from runs)",
 }
 
 
