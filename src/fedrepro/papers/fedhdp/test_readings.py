@@ -52,8 +52,8 @@ LOCAL_READINGS = ({"test_reading": "digit_sample", "per_client": 195, "sample_se
 def local_key(reading: Mapping, method: str) -> str:
     """The arrays.npz key of a method's personal-model accuracies (λ x client) under a reading: the reading's
     name, with its size and seed where they are not the defaults of LOCAL_READINGS."""
-    name = reading["test_reading"]
-    if name == "digit_sample" and (reading.get("per_client", 195), reading.get("sample_seed", 0)) != (195, 0):
+    name, kept = reading["test_reading"], LOCAL_READINGS[0]
+    if name == "digit_sample" and any(reading.get(k, kept[k]) != kept[k] for k in ("per_client", "sample_seed")):
         name += f"_{reading['per_client']}_{reading['sample_seed']}"
     return f"local_acc.{name}.{method}"
 
@@ -186,8 +186,8 @@ def reevaluate(p: dict, ctx, private: np.ndarray, ds, data, factory) -> tuple[di
             want = trained["metrics"][lam_key(p["lams"][0])][name].get(key)
             if want is not None and not np.isclose(again[key], want, rtol=0, atol=1e-6):
                 mismatch.append(f"{name}.{key}: {again[key]:.6f} here, {want:.6f} in {run / 'metrics.json'}")
+        keys = GLOBAL_KEYS + (LOCAL_KEYS if local is not None else ())
         for j, lam in enumerate(p["lams"]):
-            keys = GLOBAL_KEYS + (LOCAL_KEYS if local is not None else ())
             vals = {k: v for k, v in per_lam[j if local is not None else 0].items() if k in keys}
             vals["acc_g"] = 100 * float(correct.mean())  # the server's test set: the whole MNIST test set (App. C)
             metrics.setdefault(lam_key(lam), {})[name] = vals
