@@ -151,8 +151,8 @@ SCHEMA = {
         # absent, the run trains (and runs made before this option keep their parameter digest)
         "reevaluate": TEST_READINGS,
         # keep the personal models' accuracies under the digit readings of the local test sets (test_readings.
-        # local_accuracies, ~10 s a method at 2,000 clients); no default: absent, they are kept (and runs made before
-        # this option keep their parameter digest); false where they are not wanted (the quick wiring checks)
+        # local_accuracies: every client's personal models on all its digit's test images); no default: absent, they
+        # are kept (and runs made before this option keep their parameter digest); false in the quick wiring checks
         "local_readings": {"type": "boolean"},
         # train only these methods (names of ``methods``): one method's rerun, a forensic reading of a few methods,
         # or a table split into jobs; checks and differences that name another method are left out (null: all)
