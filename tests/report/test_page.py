@@ -224,3 +224,27 @@ def test_methods_from_outside_get_a_section_of_their_own(report, tmp_path):
     assert "fedprox failed: seed 2: fedprox.py:8: RuntimeError: not yet" in section
     assert "<th>p (paired t)</th>" in section and "<td>-1.00 ± 0.22 (n=3)</td><td>0.0452</td><td>no</td>" in section
     assert 'id="adaped.' not in section  # apart from the papers' rows
+
+
+def test_a_note_on_many_rows_is_written_once_and_linked(report):
+    """A long note piece on SHARED_ROWS rows or more is written once per paper, each row linking to it; on fewer rows
+    it is written out in each. The Markdown report keeps every row's full note. Fails if the page repeats the shared
+    text, drops it, or links a row to another note."""
+    from fedrepro.report.page import SHARED_CHARS, SHARED_ROWS
+
+    rows = report.papers[0].results
+    many = "readings tried: " + "a listing the config gives to many rows. " * 3
+    few = "a forensic conclusion that names only two rows, written out in each of them, twice over"
+    assert len(many) >= SHARED_CHARS and len(few) >= SHARED_CHARS and len(rows) >= SHARED_ROWS + 2
+    for r in rows[:SHARED_ROWS]:
+        r.evidence = [*r.evidence, many]
+    for r in rows[SHARED_ROWS : SHARED_ROWS + SHARED_ROWS - 1]:
+        r.evidence = [*r.evidence, few]
+    html = render_page(report)
+    assert html.count(many) == 1
+    note_id = re.search(rf'<li id="(adaped-note-\d+)">{re.escape(many)}</li>', html)[1]
+    for r in rows[:SHARED_ROWS]:
+        row = html.split(f'id="adaped.{r.target.id}"')[1].split("</tr>")[0]
+        assert f'href="#{note_id}"' in row and many not in row
+    assert html.count(few) == SHARED_ROWS - 1
+    assert markdown(report, report.papers[0].tables_dir.parent).count(many) >= SHARED_ROWS

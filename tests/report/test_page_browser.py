@@ -88,8 +88,12 @@ def _screenshot(page, name: str) -> Path:
 
 
 def test_fixture_page_in_chromium(browser, cfg, tmp_path):
+    report = fixture_report(cfg, tmp_path)
+    shared = "a note on several rows, written once on the page and linked from each of them: " * 2
+    for r in report.papers[0].results:  # T3.far among them
+        r.evidence = [*r.evidence, shared]
     page_file = tmp_path / "replication.html"
-    page_file.write_text(render_page(fixture_report(cfg, tmp_path)), encoding="utf-8")
+    page_file.write_text(render_page(report), encoding="utf-8")
     page, fetched, errors, _ = _open(browser, page_file)
     assert not fetched and not errors
     # Table 3's cells carry their rows' statuses, and a status shows as a colour
@@ -104,6 +108,7 @@ def test_fixture_page_in_chromium(browser, cfg, tmp_path):
     page.hover("#adaped-table3 a.part[data-row='adaped.T3.far']")
     tip = page.inner_text("#tip")
     assert page.is_visible("#tip") and "tol: " in tip and "read as a standard error" in tip and "T3.far" in tip
+    assert shared.strip() in tip and "[note" not in tip  # the shared note spelled out, not its link
     # printed rows show, checks are folded until opened or filtered for
     printed = {f"adaped.{rid}" for rid, (fields, *_) in ROWS.items() if fields.get("row", "printed") == "printed"}
     assert {i for i, _ in _visible_rows(page)} == printed
@@ -122,6 +127,11 @@ def test_fixture_page_in_chromium(browser, cfg, tmp_path):
     page.goto(page_file.resolve().as_uri() + "#adaped.T3.ok")
     page.wait_for_function("document.getElementById('adaped.T3.ok').checkVisibility()")
     assert page.evaluate("document.getElementById('adaped.T3.ok').classList.contains('hit')")
+    # clicking the row opens its note with the shared note spelled out
+    note = page.locator("[id='adaped.T3.ok'] td.note")
+    assert shared.strip() not in note.inner_text()
+    note.click()
+    assert shared.strip() in note.inner_text()
     # clicking the filter again shows everything
     page.click("#filters button[data-filter-status='reproduced']")
     page.click("#filters button[data-filter-status='reproduced']")

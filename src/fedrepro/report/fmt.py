@@ -45,6 +45,12 @@ WAITING = "Not run: waiting for data"  # the report section that says each fetch
 
 
 def note_text(r: Result) -> str:
+    return " — ".join(note_parts(r))
+
+
+def note_parts(r: Result) -> list[str]:
+    """The pieces of a row's note, in order: calibration, why it is not judged, how to run it, the evidence, how the
+    printed value was read, the registry's note."""
     parts = []
     if r.calibration:
         parts.append(f"calibration: {r.calibration}")
@@ -59,7 +65,7 @@ def note_text(r: Result) -> str:
         parts.append(r.reading)
     if r.target.note:
         parts.append(r.target.note)
-    return " — ".join(parts)
+    return parts
 
 
 def rebuilt_text(r: Result) -> str:

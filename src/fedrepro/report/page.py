@@ -5,7 +5,8 @@
 Per paper: a headline of printed rows by status; the paper issues this project found; every table in the paper's
 layout (one cell per number: printed over rebuilt ± se (n), coloured by status; hovering a cell shows its row);
 every rebuilt figure beside the rows that judge it; then every row, grouped by artifact and collapsed, each with the
-anchor ``#<paper>.<id>``; calibrations; rows waiting for data, grouped by the datasets they need with the fetch
+anchor ``#<paper>.<id>`` (a long note piece many rows carry is written once, in the paper's list of shared notes,
+and linked from each row); calibrations; rows waiting for data, grouped by the datasets they need with the fetch
 command once; the defaults chosen where the paper is silent. A filter bar narrows everything to one paper, artifact
 or status ("only deviates"). The template is templates/page.html.j2 (with page.css and page.js inlined).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections import Counter
 from pathlib import Path
 
 import jinja2
@@ -21,7 +23,7 @@ from PIL import Image
 
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
-from fedrepro.report.fmt import HEAD, WAITING, cells, fmt_value, printed, rebuilt_text
+from fedrepro.report.fmt import HEAD, WAITING, cells, fmt_value, note_parts, printed, rebuilt_text
 from fedrepro.report.status import Result
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -67,6 +69,23 @@ def counts(rows: list[Result], statuses: tuple[str, ...] = v.ALL_STATUSES) -> li
     return [(s, n) for s, n in m.count(rows, statuses).items() if n]
 
 
+# A note piece (fmt.note_parts, or a row's evidence in the lists of issues and deviations) carried by SHARED_ROWS rows
+# of a paper or more and at least SHARED_CHARS long is written once, in the paper's list of shared notes, and each row
+# links to it ("[note 3]"; the hover tip and an opened row show its text): a listing of the readings tried, or how a
+# single printed run is read, otherwise repeats on hundreds of rows and costs the self-contained page ~0.5 MB.
+SHARED_ROWS = 3
+SHARED_CHARS = 60
+
+
+def shared_notes(rows: list[Result]) -> dict[str, int]:
+    """text -> its number (1, 2, ... in order of first use) of the note pieces the page writes once for ``rows``."""
+    uses: Counter[str] = Counter()
+    for r in rows:
+        uses.update(list(dict.fromkeys([*note_parts(r), *r.evidence])))  # a row counts once per text
+    shared = [t for t, n in uses.items() if n >= SHARED_ROWS and len(t) >= SHARED_CHARS]
+    return {t: i for i, t in enumerate(shared, 1)}
+
+
 PAGE_COLORS = 128  # a figure's colours on the page: a palette PNG is ~3x smaller than matplotlib's RGBA one
 
 
@@ -97,6 +116,8 @@ def _environment() -> jinja2.Environment:
         cls=status_class,
         anchor=anchor,
         cells=cells,
+        note_parts=note_parts,
+        shared_notes=shared_notes,
         cell_text=cell_text,
         hover=hover_text,
         counts=counts,

@@ -44,7 +44,10 @@
       return;
     }
     const row = e.target.closest("tr.row");
-    if (row && !e.target.closest("a")) row.classList.toggle("open");
+    if (row && !e.target.closest("a")) {
+      row.classList.toggle("open");
+      for (const ref of all("a.ref", row)) ref.textContent = shared(ref);  // an opened row spells its shared notes out
+    }
   });
   paperSel.addEventListener("change", apply);
   artSel.addEventListener("change", apply);
@@ -64,6 +67,14 @@
   }
   window.addEventListener("hashchange", reveal);
 
+  // a note written once per paper (a.ref links to it): its text
+  const shared = (ref) => (document.getElementById(ref.hash.slice(1)) || ref).textContent;
+  const cellText = (td) => {
+    const copy = td.cloneNode(true);
+    for (const ref of all("a.ref", copy)) ref.replaceWith(shared(ref));
+    return copy.textContent;
+  };
+
   const tip = document.getElementById("tip");
   for (const part of all("a.part[title]")) part.removeAttribute("title");   // the tip below replaces the title
   document.addEventListener("mouseover", (e) => {
@@ -73,10 +84,11 @@
     tip.replaceChildren();
     const head = all("th", row.closest("table").rows[0]);
     all("td", row).forEach((td, i) => {
-      if (!td.textContent.trim()) return;
+      const text = cellText(td);
+      if (!text.trim()) return;
       const line = document.createElement("div"), label = document.createElement("b");
       label.textContent = head[i].textContent + ": ";
-      line.append(label, td.textContent);
+      line.append(label, text);
       tip.append(line);
     });
     tip.hidden = false;
