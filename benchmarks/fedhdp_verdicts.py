@@ -13,13 +13,17 @@ variance of the measured accuracies (the paper's unit, 100 x Var of accuracies i
 100 p(1 - p) mean(1/n_k); the printed variance needs at least n = 100 p(1 - p) / printed var images per client.
 
 ``--forensic NAME`` adds the per-row conclusions of a forensic sweep built at paper scale (its summary under
-results/, as the report reads it), counted by outcome.
+results/, as the report reads it), counted by outcome. ``--readings`` adds, for each such sweep, its readings side by
+side from the run's history (seed 0's run directory: a forensic sweep is one run over all its seeds): per method the
+rows each reading reproduces, leaves inconclusive or deviates, and each method's global-model accuracies (the same in
+every λ block) under each reading, mean ± se (n seeds) and outcome.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 
@@ -49,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--experiment", default="noniid_mnist", choices=["noniid_mnist", "skewed_mnist"])
     ap.add_argument("--forensic", action="append", default=[], metavar="NAME", help="a forensic experiment of fedhdp")
+    ap.add_argument("--readings", action="store_true", help="with --forensic: its readings side by side")
     args = ap.parse_args(argv)
     exp_id = f"fedhdp.{args.experiment}"
     cfg = load_global(overrides={"default_scales": {exp_id: "paper"}})
@@ -88,11 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         rest = len(sel) - sum(c[s] for s in STATUSES[:3])
         print(f"| {kind} ({len(sel)}) | " + " | ".join(str(c[s]) for s in STATUSES[:3]) + f" | {rest} |")
     _variance_floor(cfg, exp_id, t3)
-    return max([0, *(_forensic(cfg, name) for name in args.forensic)])
+    return max([0, *(_forensic(cfg, name, args.readings) for name in args.forensic)])
 
 
-def _forensic(cfg, name: str) -> int:
-    """The conclusions of forensic experiment ``fedhdp.<name>`` at paper scale, one row each, and their counts."""
+def _forensic(cfg, name: str, readings: bool = False) -> int:
+    """The conclusions of forensic experiment ``fedhdp.<name>`` at paper scale, one row each, and their counts;
+    ``readings``: then its readings side by side (:func:`_readings`)."""
     path = paths.summary_path(cfg, "fedhdp", name, "paper")
     print()
     if not path.is_file():
@@ -112,6 +118,60 @@ def _forensic(cfg, name: str) -> int:
     for rid, c in found.items():
         detail = c["detail"][:220].replace("|", r"\|")  # a pipe would end the Markdown cell
         print(f"| {rid} | {detail} |")
+    return _readings(cfg, name) if readings else 0
+
+
+# a Table 3/8/9 row id: table, block (Table 3's half or Table 8's lambda), method, metric, variance suffix
+ROW_ID = re.compile(r"^(T\d+)\.(lam[\d.]+|nonIID|skewed)\.(.+)\.((?:Acc|D)_\w+?)(\.var)?$")
+OUTCOMES = ("reproduced", "inconclusive", "deviates")
+
+
+def _readings(cfg, name: str) -> int:
+    """The forensic sweep's readings side by side, from its run's history: per method the rows each reading
+    reproduces / leaves inconclusive / deviates, then each method's global-model accuracies under each reading."""
+    import pandas as pd
+
+    history = paths.run_dir(cfg, "fedhdp", name, "paper", 0) / "history.parquet"
+    if not history.is_file():
+        print(f"fedhdp.{name}: no run history at paper scale ({history} missing)", file=sys.stderr)
+        return 1
+    h = pd.read_parquet(history)
+    texts = h.drop_duplicates("reading").set_index("reading")["reading_text"].to_dict()
+    print()
+    run = paths.relative(cfg, "run_dir", paper="fedhdp", exp=name, scale="paper", seed=0)
+    print(f"Readings of `fedhdp.{name}` (from {run}):")
+    print()
+    for i, text in texts.items():
+        print(f"- reading {i}: {text}")
+    print()
+    parsed = h["row"].map(ROW_ID.match)
+    if not parsed.all():
+        print(
+            f"fedhdp.{name}: rows not of Tables 3/8/9: {sorted(h.loc[~parsed.astype(bool), 'row'])[:3]}",
+            file=sys.stderr,
+        )
+        return 1
+    h = h.assign(method=[m[3] for m in parsed], metric=[m[4] + (m[5] or "") for m in parsed])
+    print("| method | rows | " + " | ".join(f"reading {i}: " + " / ".join(OUTCOMES) for i in texts) + " |")
+    print("|---|---|" + "---|" * len(texts))
+    for method, g in h.groupby("method", sort=False):
+        counts = [Counter(g.loc[g["reading"] == i, "outcome"]) for i in texts]
+        n = (g["reading"] == next(iter(texts))).sum()
+        print(f"| {method} | {n} | " + " | ".join(" / ".join(str(c[o]) for o in OUTCOMES) for c in counts) + " |")
+    # the global model does not depend on lambda: each method's Acc_g, Acc_g,p, Acc_g,np once (its first row)
+    global_rows = h[h["metric"].isin(["Acc_g", "Acc_g_p", "Acc_g_np"])].drop_duplicates(["method", "metric"])["row"]
+    print()
+    print("Global-model accuracy rows (the same in every λ block; each method's first row):")
+    print()
+    print("| row | printed | " + " | ".join(f"reading {i}" for i in texts) + " |")
+    print("|---|---|" + "---|" * len(texts))
+    by = h.set_index(["row", "reading"])
+    for r in global_rows:
+        cells = []
+        for i in texts:
+            x = by.loc[(r, i)]
+            cells.append(f"{x['rebuilt']:.2f} ± {x['se']:.2f} (n={x['n']}) {x['outcome']}")
+        print(f"| {r} | {by.loc[(r, next(iter(texts)))]['printed']} | " + " | ".join(cells) + " |")
     return 0
 
 
