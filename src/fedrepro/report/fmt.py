@@ -92,6 +92,12 @@ HEAD = [
 
 
 def cells(r: Result) -> list[str]:
+    """A row's cells in the order of HEAD: its values, then its note."""
+    return [*value_cells(r), note_text(r)]
+
+
+def value_cells(r: Result) -> list[str]:
+    """A row's cells in the order of HEAD but the note (the page writes the note from its parts)."""
     t = r.target
     return [
         t.id,
@@ -104,5 +110,4 @@ def cells(r: Result) -> list[str]:
         r.status,
         r.scale,
         r.source or ("run here" if r.rebuilt is not None else ""),
-        note_text(r),
     ]

@@ -23,7 +23,7 @@ from PIL import Image
 
 from fedrepro.report import model as m
 from fedrepro.report import verdict as v
-from fedrepro.report.fmt import HEAD, WAITING, cells, fmt_value, note_parts, printed, rebuilt_text
+from fedrepro.report.fmt import HEAD, WAITING, fmt_value, note_parts, printed, rebuilt_text, value_cells
 from fedrepro.report.status import Result
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -69,10 +69,11 @@ def counts(rows: list[Result], statuses: tuple[str, ...] = v.ALL_STATUSES) -> li
     return [(s, n) for s, n in m.count(rows, statuses).items() if n]
 
 
-# A note piece (fmt.note_parts, or a row's evidence in the lists of issues and deviations) carried by SHARED_ROWS rows
-# of a paper or more and at least SHARED_CHARS long is written once, in the paper's list of shared notes, and each row
-# links to it ("[note 3]"; the hover tip and an opened row show its text): a listing of the readings tried, or how a
-# single printed run is read, otherwise repeats on hundreds of rows and costs the self-contained page ~0.5 MB.
+# A note piece (fmt.note_parts, the row's evidence among them, which the lists of issues and deviations show) on
+# SHARED_ROWS rows of a paper or more and at least SHARED_CHARS long is written once, in the paper's list of shared
+# notes, and each row links to it ("[note 3]"; the hover tip and an opened row show its text): a listing of the
+# readings tried, or how a single printed run is read, otherwise repeats on hundreds of rows and costs the
+# self-contained page ~0.5 MB.
 SHARED_ROWS = 3
 SHARED_CHARS = 60
 
@@ -81,7 +82,7 @@ def shared_notes(rows: list[Result]) -> dict[str, int]:
     """text -> its number (1, 2, ... in order of first use) of the note pieces the page writes once for ``rows``."""
     uses: Counter[str] = Counter()
     for r in rows:
-        uses.update(list(dict.fromkeys([*note_parts(r), *r.evidence])))  # a row counts once per text
+        uses.update(list(dict.fromkeys(note_parts(r))))  # a row counts once per text; its evidence is among them
     shared = [t for t, n in uses.items() if n >= SHARED_ROWS and len(t) >= SHARED_CHARS]
     return {t: i for i, t in enumerate(shared, 1)}
 
@@ -115,7 +116,7 @@ def _environment() -> jinja2.Environment:
     env.filters.update(
         cls=status_class,
         anchor=anchor,
-        cells=cells,
+        value_cells=value_cells,
         note_parts=note_parts,
         shared_notes=shared_notes,
         cell_text=cell_text,
