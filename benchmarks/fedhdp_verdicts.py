@@ -14,7 +14,8 @@ variance of the measured accuracies (the paper's unit, 100 x Var of accuracies i
 
 ``--forensic NAME`` adds the per-row conclusions of a forensic sweep built at paper scale (its summary under
 results/, as the report reads it), counted by outcome. ``--readings`` adds, for each such sweep, its readings side by
-side from the run's history (seed 0's run directory: a forensic sweep is one run over all its seeds): per method the
+side from the run's history (seed 0's run directory: a forensic sweep is one run over all its seeds; read only when the
+summary and its run are sound, as the report checks them): per method the
 rows each reading reproduces, leaves inconclusive or deviates, and each method's global-model accuracies (the same in
 every λ block) under each reading, mean ± se (n seeds) and outcome.
 """
@@ -30,7 +31,7 @@ from collections import Counter
 from fedrepro import paths
 from fedrepro.config import load_global
 from fedrepro.report import verdict as v
-from fedrepro.report.status import evaluate_paper
+from fedrepro.report.status import evaluate_paper, soundness
 
 KINDS = {  # Table 8/9 rows by what they measure (the last part of the metric key), in the order RESULTS.md lists them
     "Acc_g, Acc_g,p, Acc_g,np": lambda m: m.startswith("acc_g") and not m.endswith("_var"),
@@ -104,9 +105,12 @@ def _forensic(cfg, name: str, readings: bool = False) -> int:
     if not path.is_file():
         print(f"fedhdp.{name}: not built at paper scale ({path} missing)", file=sys.stderr)
         return 1
-    found = {
-        k.split(".", 1)[1]: c for k, c in json.loads(path.read_text())["checks"].items() if k.startswith("conclusion.")
-    }
+    summary = json.loads(path.read_text())
+    unsound = soundness(cfg, "fedhdp", name, "paper", summary)  # stale or not its runs': not read, as in the report
+    if unsound is not None:
+        print(f"fedhdp.{name}: {unsound.status}: {unsound.reason}", file=sys.stderr)
+        return 1
+    found = {k.split(".", 1)[1]: c for k, c in summary["checks"].items() if k.startswith("conclusion.")}
     outcome = Counter(c["detail"].split(" (", 1)[0].split(";", 1)[0].split(" under ", 1)[0] for c in found.values())
     print(
         f"`fedhdp.{name}` at paper scale (results/fedhdp/{name}/paper): {len(found)} rows; "
@@ -137,6 +141,7 @@ def _readings(cfg, name: str) -> int:
         return 1
     h = pd.read_parquet(history)
     texts = h.drop_duplicates("reading").set_index("reading")["reading_text"].to_dict()
+    first = next(iter(texts))
     print()
     run = paths.relative(cfg, "run_dir", paper="fedhdp", exp=name, scale="paper", seed=0)
     print(f"Readings of `fedhdp.{name}` (from {run}):")
@@ -156,7 +161,7 @@ def _readings(cfg, name: str) -> int:
     print("|---|---|" + "---|" * len(texts))
     for method, g in h.groupby("method", sort=False):
         counts = [Counter(g.loc[g["reading"] == i, "outcome"]) for i in texts]
-        n = (g["reading"] == next(iter(texts))).sum()
+        n = (g["reading"] == first).sum()
         print(f"| {method} | {n} | " + " | ".join(" / ".join(str(c[o]) for o in OUTCOMES) for c in counts) + " |")
     # the global model does not depend on lambda: each method's Acc_g, Acc_g,p, Acc_g,np once (its first row)
     global_rows = h[h["metric"].isin(["Acc_g", "Acc_g_p", "Acc_g_np"])].drop_duplicates(["method", "metric"])["row"]
@@ -171,7 +176,7 @@ def _readings(cfg, name: str) -> int:
         for i in texts:
             x = by.loc[(r, i)]
             cells.append(f"{x['rebuilt']:.2f} ± {x['se']:.2f} (n={x['n']}) {x['outcome']}")
-        print(f"| {r} | {by.loc[(r, next(iter(texts)))]['printed']} | " + " | ".join(cells) + " |")
+        print(f"| {r} | {by.loc[(r, first)]['printed']} | " + " | ".join(cells) + " |")
     return 0
 
 
