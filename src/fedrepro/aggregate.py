@@ -120,6 +120,9 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
         }
     digests = [d["params_digest"] for d in run_docs if "params_digest" in d]
     provenance = {"params_digest": digests[0]} if digests else {}
+    reads = [d["reads_digest"] for d in run_docs if "reads_digest" in d]
+    if reads:  # what a sweep read besides its parameters (fedrepro.staleness); the seeds' differing is stale too
+        provenance["reads_digest"] = reads[0] if len(set(reads)) == 1 and len(reads) == len(run_docs) else "mixed"
     return {
         "experiment": first["experiment"],
         "kind": first["kind"],

@@ -114,13 +114,17 @@ def write_run(
     resumed_wall_time_s: float | None = None,
     inputs: dict | None = None,
     clock: RunClock | None = None,
+    reads: dict | None = None,
 ) -> None:
     """``wall_time_s``: the run's compute across resumes; ``resumed_wall_time_s``: the part done by the attempt that
     resumed and finished it (None when it ran in one go); ``inputs``: the digests of the input data it read
     (fedrepro.provenance.input_digests; None: it read none); ``clock``: the run's, for when the attempt that
     finished it started (``started_at``) and the machine's load then (``machine``: fedrepro.provenance.machine at
-    the end, the threads the run used included, with the load average at the start beside it)."""
+    the end, the threads the run used included, with the load average at the start beside it); ``reads``: what its
+    kind reads besides its parameters (Kind.reads: a forensic sweep's swept experiment and registry rows), kept in
+    config.yaml and as ``reads_digest`` so that the run goes stale when that changes (fedrepro.staleness)."""
     out_dir = Path(out_dir)
+    reads = None if reads is None else to_jsonable(reads)
     resolved = {
         "experiment": exp.id,
         "kind": exp.kind,
@@ -131,6 +135,7 @@ def write_run(
         "params": exp.params,
         "paper_params": exp.paper_params,
         "datasets": list(exp.datasets),
+        **({} if reads is None else {"reads": reads}),
     }
     cfg_text = yaml.safe_dump(to_jsonable(resolved, keep_infinite=True), sort_keys=False)
     atomic_write(out_dir / CONFIG, lambda p: p.write_text(cfg_text))
@@ -165,6 +170,7 @@ def write_run(
         ),
         "versions": versions(),
         "params_digest": params_digest(exp.params),
+        **({} if reads is None else {"reads_digest": params_digest(reads)}),
         "code_version": code_version(),
         "inputs": inputs or {},
         "deterministic": exp.deterministic,

@@ -27,8 +27,9 @@ from fedrepro.config import Experiment, resolve_experiment
 from fedrepro.data import fedformat
 from fedrepro.data.sources import expected_digests
 from fedrepro.errors import ConfigError
+from fedrepro.experiments import get_kind
 from fedrepro.provenance import params_digest
-from fedrepro.runio import CONFIG, METRICS, read_metrics
+from fedrepro.runio import CONFIG, METRICS, read_metrics, to_jsonable
 
 
 def current_inputs(cfg: Mapping, exp: Experiment) -> dict[str, dict[str, Any]]:
@@ -75,14 +76,24 @@ def changed_params(recorded: Any, current: Any, prefix: str = "") -> list[str]:
     return [f"{prefix.rstrip('.')}: {recorded!r} -> {current!r}"]
 
 
-def _recorded_params(run_dir: Path | None) -> Mapping | None:
+def _recorded(run_dir: Path | None, key: str) -> Mapping | None:
+    """The run's config.yaml entry ``key`` (``params``, or ``reads``: what its kind read besides them)."""
     if run_dir is None or not (run_dir / CONFIG).is_file():
         return None
     try:
         doc = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
-    return doc.get("params") if isinstance(doc, dict) else None
+    return doc.get(key) if isinstance(doc, dict) else None
+
+
+def _recorded_params(run_dir: Path | None) -> Mapping | None:
+    return _recorded(run_dir, "params")
+
+
+def _changes(recorded: Mapping | None, current: Mapping) -> str:
+    what = changed_params(recorded, current) if recorded is not None else []
+    return "; ".join(what[:4]) + (f"; {len(what) - 4} more" if len(what) > 4 else "")
 
 
 def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> list[str]:
@@ -95,13 +106,20 @@ def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> li
         return [f"{doc['experiment']} no longer resolves in the configuration ({exc})"]
     reasons = []
     if "params_digest" in doc and doc["params_digest"] != params_digest(exp.params):
-        recorded = _recorded_params(run_dir)
-        what = changed_params(recorded, exp.params) if recorded is not None else []
-        detail = "; ".join(what[:4]) + (f"; {len(what) - 4} more" if len(what) > 4 else "")
+        detail = _changes(_recorded_params(run_dir), exp.params)
         reasons.append(
             f"made under other parameters (params_digest {doc['params_digest']}, the config now gives "
             f"{params_digest(exp.params)}{': ' + detail if detail else ''})"
         )
+    kind = get_kind(exp.kind)
+    if "reads_digest" in doc and kind.reads is not None:  # e.g. a sweep whose swept experiment changed since
+        reads = to_jsonable(kind.reads(exp.params, cfg, exp.id))
+        if doc["reads_digest"] != params_digest(reads):
+            detail = _changes(_recorded(run_dir, "reads"), reads)
+            reasons.append(
+                f"made from another version of what it reads besides its parameters (reads_digest "
+                f"{doc['reads_digest']}, now {params_digest(reads)}{': ' + detail if detail else ''})"
+            )
     records = doc.get("inputs")
     records = records if isinstance(records, list) else [records] if isinstance(records, Mapping) else []
     current = current_inputs(cfg, exp) if records else {}

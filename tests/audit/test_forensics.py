@@ -144,8 +144,9 @@ def test_what_a_sweep_reads_is_the_swept_experiment_and_its_rows():
     from fedrepro.audit.forensics import swept_inputs
 
     got = swept_inputs(SWEEP, load_global(), "adaped.forensic_test")
-    assert got["experiment"]["kind"] == "gaussian_remark1" and set(got["rows"]) == {"R1.ex"}
-    assert got["rows"]["R1.ex"]["value"] == 0.01
+    assert got["experiment"]["paper"] == {"m": 10000, "n": 100, "sigma_x2": 10.0, "sigma_theta2": 0.001}
+    assert set(got["experiment"]) == {"paper", "quick"} and set(got["rows"]) == {"R1.ex"}
+    assert got["rows"]["R1.ex"]["value"] == 0.01 and "note" not in got["rows"]["R1.ex"]  # what is judged, only
 
 
 def test_bad_rows_are_config_errors(tmp_path):

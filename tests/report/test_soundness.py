@@ -143,3 +143,56 @@ def test_changed_inputs_and_params_name_what_changed():
         "b.c: [1, 2] -> [1, 3]",
         "d: '(absent)' -> 0",
     ]
+
+
+def test_a_sweep_goes_stale_when_what_it_reads_changes(tmp_path):
+    """A forensic sweep's parameters name only its readings; the swept experiment's parameters and the printed rows
+    it judges are read besides them. Either changed after the sweep ran makes it stale (its digest of them,
+    ``reads_digest``), naming what changed; a registry note edited changes nothing it judges."""
+    import csv
+
+    from fedrepro.staleness import stale_reasons
+
+    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
+    doc["experiments"]["forensic_bern"] = {
+        "kind": "forensic_sweep",
+        "description": "test: K.bern.uniform at n = 20",
+        "params": {"experiment": "bernoulli", "rows": ["K.bern.uniform"], "grid": {"n": [20]}, "seeds": [0]},
+    }
+    config = tmp_path / "adaped.yaml"
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run = tmp_path / "results" / "adaped" / "forensic_bern" / "paper" / "seed0"
+    sets = ["--config-set", f"papers.adaped={config}", "--config-set", f"results_dir={tmp_path / 'results'}"]
+    assert main(["run", "adaped.forensic_bern", "--scale", "paper", "--seed", "0", "--out", str(run), *sets]) == 0
+    made = json.loads((run / "metrics.json").read_text())
+    assert "reads_digest" in made
+
+    def reasons(papers_doc: dict, targets: Path | None = None) -> list[str]:
+        config.write_text(yaml.safe_dump(papers_doc, sort_keys=False))
+        over = {"papers": {**load_global()["papers"], "adaped": str(config)}}
+        if targets is not None:
+            over["targets"] = {**load_global()["targets"], "adaped": str(targets)}
+        return stale_reasons(load_global(overrides=over), made, run)
+
+    assert reasons(doc) == []
+    doc["experiments"]["bernoulli"]["params"]["n"] = 15  # the swept experiment changed: the sweep's readings did too
+    got = reasons(doc)
+    assert len(got) == 1 and "reads_digest" in got[0] and "experiment.paper.n: 14 -> 15" in got[0], got
+    doc["experiments"]["bernoulli"]["params"]["n"] = 14
+
+    registry = (REPO_ROOT / "config" / "targets" / "adaped.csv").read_text().splitlines(keepends=True)
+    header = next(csv.reader(registry[:1]))
+    at = next(i for i, line in enumerate(registry) if line.startswith("K.bern.uniform,"))
+    row = dict(zip(header, next(csv.reader(registry[at : at + 1]))))
+
+    def registry_with(**edit) -> Path:
+        out = tmp_path / f"targets_{'_'.join(edit)}.csv"
+        with out.open("w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            for i, line in enumerate(registry):
+                w.writerow([{**row, **edit}[h] for h in header] if i == at else next(csv.reader([line])))
+        return out
+
+    assert reasons(doc, registry_with(note=row["note"] + " (edited)")) == []
+    got = reasons(doc, registry_with(value=str(float(row["value"]) + 1)))
+    assert len(got) == 1 and "rows.K.bern.uniform.value" in got[0], got

@@ -282,6 +282,7 @@ def add(cfg: Mapping, run_dir: Path) -> tuple[Entry, bool]:
             "versions": doc["versions"],
         },
         "params_digest": doc["params_digest"],
+        **({"reads_digest": doc["reads_digest"]} if "reads_digest" in doc else {}),
         "inputs": doc["inputs"],
         "archived_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -437,20 +437,28 @@ def quick_settings(cfg: Mapping, swept_id: str, resolved: list) -> list[str]:
     )
 
 
-def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
-    """What a sweep reads besides its parameters: the swept experiment's entry and the registry rows it explains
-    (so the workflow reruns the sweep when either changes)."""
-    from dataclasses import asdict
+# the registry fields a sweep's conclusions depend on (a note or a caption edited changes none of them)
+JUDGED_FIELDS = ("value", "pm", "pm_reading", "runs", "tolerance", "key", "row", "experiment")
 
-    from fedrepro.config import load_paper, resolve_path
+
+def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
+    """What a sweep reads besides its parameters: the swept experiment's resolved parameters at both scales (the
+    readings train from its paper ones; a sweep that reads its runs reads them at the scale they ran at) and the
+    registry rows it explains, as far as they are judged. The workflow reruns the sweep when this changes, and a
+    run of it made before is stale (fedrepro.staleness: ``reads_digest``)."""
+    from fedrepro.config import resolve_experiment, resolve_path
     from fedrepro.report.registry import load_registry
+    from fedrepro.runio import to_jsonable
 
     paper = exp_id.split(".", 1)[0]
-    entry = load_paper(cfg, paper)["experiments"].get(p["experiment"])
+    swept = f"{paper}.{p['experiment']}"
+    params = {scale: to_jsonable(resolve_experiment(cfg, swept, scale).params) for scale in ("paper", "quick")}
     targets = {
-        t.id: asdict(t) for t in load_registry(resolve_path(cfg["targets"][paper]), paper) if t.id in set(p["rows"])
+        t.id: {k: getattr(t, k) for k in JUDGED_FIELDS}
+        for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
+        if t.id in set(p["rows"])
     }
-    return {"experiment": entry, "rows": targets}
+    return {"experiment": params, "rows": targets}
 
 
 @experiment_kind(
