@@ -452,3 +452,19 @@ def test_with_two_threads_the_points_train_in_two_processes_with_the_same_result
     parallel = sweep(tmp_path / "parallel").history
     assert "8 points in 2 processes" in capsys.readouterr().out
     assert parallel.equals(serial)
+
+
+def test_a_metric_the_run_left_undefined_is_judged_invalid_and_a_missing_one_is_a_config_error():
+    """A re-evaluation of a run that kept no personal-model accuracies leaves those columns undefined (None): the row
+    is invalid under that reading and never the closest; a row naming a metric no point has is a wrong registry
+    row."""
+    from fedrepro.audit.forensics import judge_row
+
+    class Row:
+        id, value, pm, pm_reading, runs, tolerance, key, check_names = "R", 99.9, None, "single", None, 0.005, "m", None
+
+    j = judge_row(Row, [{"metrics": {"m": None}}, {"metrics": {"m": 99.8}}], False)
+    assert j["outcome"] == "invalid" and j["distance"] == float("inf")
+    assert judge_row(Row, [{"metrics": {"m": 99.9}}, {"metrics": {"m": 99.8}}], False)["outcome"] != "invalid"
+    with pytest.raises(ConfigError, match="produces no metric 'm'"):
+        judge_row(Row, [{"metrics": {}}, {"metrics": {"m": 99.8}}], False)

@@ -276,10 +276,10 @@ def judge_row(t, points: list[dict], deterministic: bool) -> dict:
             "numeric": numeric,
             "detail": failed[0][1] if failed else "; ".join(points[0]["checks"][c]["detail"] for c in t.check_names),
         }
-    values = [p["metrics"].get(t.key) for p in points]
-    if any(x is None for x in values):
-        raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no metric {t.key!r} (or None)")
-    arr = np.asarray(values, dtype=float)
+    if any(t.key not in p["metrics"] for p in points):
+        raise ConfigError(f"forensics: row {t.id}: the swept experiment produces no metric {t.key!r}")
+    # a metric the run left undefined (None: non-finite, or not to be had from what it read) is judged invalid
+    arr = np.asarray([math.nan if p["metrics"][t.key] is None else p["metrics"][t.key] for p in points], dtype=float)
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
     more = (

@@ -39,7 +39,8 @@ def test_the_partition_reading_gives_the_trained_runs_columns(made):
     for method, cols in doc["metrics"]["lam0.05"].items():
         for key, value in cols.items():
             assert value == pytest.approx(trained["lam0.05"][method][key], abs=1e-6), (method, key)
-    assert "acc_l_np" not in doc["metrics"]["lam0.05"]["nonprivate_ditto"]  # no personal models: not evaluated
+    # the personal columns under the partition's reading are the trained run's own (compared in the loop above)
+    assert "acc_l_np" in doc["metrics"]["lam0.05"]["nonprivate_ditto"]
 
 
 def test_other_readings_give_each_client_its_digits_images(made):
@@ -57,7 +58,7 @@ def test_other_readings_give_each_client_its_digits_images(made):
 
 def test_the_personal_columns_are_read_from_the_accuracies_the_run_kept(made):
     """A trained run keeps its personal models' accuracies under the digit readings (λ x client); a re-evaluation
-    under such a reading reports the personal columns from them, the partition's reading none."""
+    under such a reading reports the personal columns from them."""
     base, sets = made
     with np.load(base / "results/fedhdp/tiny/paper/seed0" / ARRAYS) as arrays:
         kept = {k: arrays[k] for k in arrays.files if k.startswith("local_acc.")}
@@ -173,3 +174,19 @@ def test_a_run_evaluates_its_personal_models_on_each_readings_images():
     assert (
         local_accuracies(_Net(), [], type("NoDigits", (_Rows,), {"client_meta": lambda s, k: {}[k]})(), None, "x") == {}
     )
+
+
+def test_a_run_that_kept_no_personal_accuracies_leaves_those_columns_undefined(tmp_path, made):
+    """A run made with ``local_readings: false`` (the quick wiring runs) kept no personal-model accuracies: under a
+    digit reading its personal columns are undefined (null), never the partition's numbers passed off as the
+    reading's; under the partition's reading they are the run's own."""
+    from tiny_fedhdp import made_runs
+
+    paper = write_paper(tmp_path / "fedhdp.yaml", local_readings=False)
+    sets = ["--config-set", f"results_dir={tmp_path / 'results'}", "--config-set", f"papers.fedhdp={paper}"]
+    made_runs(tmp_path, sets)
+    sample = reevaluate(tmp_path, sets, "digit_sample")["metrics"]["lam0.05"]["fedhdp_r_0_1"]
+    assert sample["acc_g_np"] is not None and sample["acc_l_np"] is None and sample["d_l"] is None
+    part = reevaluate(tmp_path, sets, "partition")["metrics"]["lam0.05"]["fedhdp_r_0_1"]
+    trained = json.loads((tmp_path / "results/fedhdp/tiny/paper/seed0/metrics.json").read_text())["metrics"]
+    assert part["acc_l_np"] == trained["lam0.05"]["fedhdp_r_0_1"]["acc_l_np"] is not None

@@ -17,11 +17,13 @@ The global model's columns (Acc_g on the whole MNIST test set, Acc_g,p / Acc_g,n
 Δ_g) are evaluated from the kept final global models, in every λ block as the trained run reports them. The personal
 models are not kept (2,000 clients x 3 λ x 39,760 floats per method): a run evaluates them itself under the digit
 readings as it ends (:func:`local_accuracies`, kept as ``local_acc.<reading>.<method>``: per λ and client), and the
-personal columns (Acc_l,p / Acc_l,np, their variances, Δ_l) are re-evaluated from those where the run has them.
+personal columns (Acc_l,p / Acc_l,np, their variances, Δ_l) are re-evaluated from those where the run has them
+(undefined where it has none); under the partition's reading they are the trained run's own.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -141,7 +143,9 @@ def _per_client_sets(ds, reading: Mapping) -> tuple[list[np.ndarray], np.ndarray
 def reevaluate(p: dict, ctx, private: np.ndarray, ds, data, factory) -> tuple[dict, dict[str, Check]]:
     """Metrics (``lam<λ>.<method>.<global key>``, as the trained run reports them, with the training kind's own
     column definitions) and checks of the trained run's final global models under ``p["reevaluate"]``, and its
-    personal columns (``<local key>``) where the run kept its personal models' accuracies under the reading."""
+    personal columns (``<local key>``): under the partition's reading the trained run's own, under a digit reading from
+    the accuracies the run kept (``local_acc.*``), NaN where it kept none (a quick wiring run, ``local_readings:
+    false``: its personal models are gone, so those columns cannot be had; a sweep's row on them is invalid there)."""
     import torch
 
     from fedrepro.learning.net import Net
@@ -186,10 +190,17 @@ def reevaluate(p: dict, ctx, private: np.ndarray, ds, data, factory) -> tuple[di
             want = trained["metrics"][lam_key(p["lams"][0])][name].get(key)
             if want is not None and not np.isclose(again[key], want, rtol=0, atol=1e-6):
                 mismatch.append(f"{name}.{key}: {again[key]:.6f} here, {want:.6f} in {run / 'metrics.json'}")
-        keys = GLOBAL_KEYS + (LOCAL_KEYS if local is not None else ())
         for j, lam in enumerate(p["lams"]):
-            vals = {k: v for k, v in per_lam[j if local is not None else 0].items() if k in keys}
+            vals = {k: v for k, v in per_lam[j if local is not None else 0].items() if k in GLOBAL_KEYS}
             vals["acc_g"] = 100 * float(correct.mean())  # the server's test set: the whole MNIST test set (App. C)
+            own = trained["metrics"][lam_key(lam)][name]
+            for k in LOCAL_KEYS:
+                if k not in own:  # a method without these columns in the trained run (no private or no opt-out group)
+                    continue
+                if reading["test_reading"] == "partition":
+                    vals[k] = own[k]
+                else:
+                    vals[k] = per_lam[j].get(k, math.nan) if local is not None else math.nan
             metrics.setdefault(lam_key(lam), {})[name] = vals
     metrics["test_per_client"] = {"min": float(counts.min()), "mean": float(counts.mean()), "max": float(counts.max())}
     checks = {
