@@ -468,3 +468,15 @@ def test_a_metric_the_run_left_undefined_is_judged_invalid_and_a_missing_one_is_
     assert judge_row(Row, [{"metrics": {"m": 99.9}}, {"metrics": {"m": 99.8}}], False)["outcome"] != "invalid"
     with pytest.raises(ConfigError, match="produces no metric 'm'"):
         judge_row(Row, [{"metrics": {}}, {"metrics": {"m": 99.8}}], False)
+
+
+def test_readings_can_be_given_short_names(tmp_path):
+    """A reading that sets many parameters at once (six methods' flags) is hard to read by its parameters: named, the
+    conclusions and the history say its name; the history keeps its parameters beside it."""
+    grid = {"n,sigma_theta2": [[1000, 0.1], [10, 0.001]]}
+    out = sweep(tmp_path, grid=grid, reading_names=["big n, wide prior", "small n"])
+    assert list(out.history["reading_text"].unique()) == ["config", "big n, wide prior", "small n"]
+    assert "n,sigma_theta2=" not in out.checks["conclusion.R1.ex"].detail
+    assert set(out.history["axis.n,sigma_theta2"].dropna()) == {"[1000, 0.1]", "[10, 0.001]"}
+    with pytest.raises(ConfigError, match=r"params.reading_names: 1 names for the grid's 2 readings"):
+        sweep(tmp_path, grid=grid, reading_names=["one"])

@@ -63,6 +63,10 @@ SCHEMA = {
             "oneOf": [{"$ref": "#/$defs/grid"}, {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/grid"}}]
         },
         "fixed": {"type": "object", "default": {}},  # overrides applied under every reading
+        # a short name for each reading of the grid, in the order of :func:`readings` (the conclusions and the figure
+        # say it in place of the parameters it sets, e.g. six methods' flags set together); no default: absent, the
+        # readings are named by their parameters (and sweeps made before keep their parameter digest)
+        "reading_names": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
         "seeds": {"type": "array", "minItems": 1, "items": INT0, "default": [0]},
         # true: the config's reading is not trained again but read from the swept experiment's own runs of these
         # seeds (same parameters but ``only_methods``; the workflow makes them first)
@@ -128,7 +132,29 @@ def _nest(flat: Mapping[str, Any]) -> dict:
     return out
 
 
+class Named(dict):
+    """A reading (parameter -> value) with the short name ``params.reading_names`` gives it."""
+
+    def __init__(self, reading: Mapping[str, Any], name: str):
+        super().__init__(reading)
+        self.name = name
+
+
+def named(grid_readings: list[dict[str, Any]], names: list[str] | None, exp_id: str) -> list[dict[str, Any]]:
+    """The grid's readings with their names (``params.reading_names``, one per reading in order), if given."""
+    if names is None:
+        return grid_readings
+    if len(names) != len(grid_readings):
+        raise ConfigError(
+            f"{exp_id}: params.reading_names: {len(names)} names for the grid's {len(grid_readings)} readings; give "
+            "one per reading, in the grid's order (the last axis varies fastest)"
+        )
+    return [Named(r, n) for r, n in zip(grid_readings, names)]
+
+
 def reading_text(reading: Mapping[str, Any]) -> str:
+    if isinstance(reading, Named):
+        return reading.name
     return ", ".join(f"{k}={v}" for k, v in reading.items()) or "the config's reading"
 
 
@@ -508,7 +534,7 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
     # the config's own reading first; a grid reading that resolves to the parameters of an earlier one (e.g. the
     # config's values) is that reading, counted once
     grid, resolved, seen = [], [], set()
-    for reading in [{}] + readings(p["grid"]):
+    for reading in [{}] + named(readings(p["grid"]), p.get("reading_names"), ctx.exp_id):
         exp = resolve_experiment(cfg, swept_id, "paper", deep_merge(p["fixed"], _nest(reading)))
         if params_digest(exp.params) not in seen:
             seen.add(params_digest(exp.params))
