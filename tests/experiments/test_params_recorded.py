@@ -143,6 +143,7 @@ OPTIONAL_BLOCKS = {
     # under the test-set readings (arrays.npz shows it), false in the quick wiring checks
     "fedhdp_training": {"reevaluate", "local_readings"},
     "histograms_synthetic": {"estimator"},  # fedrepro.papers.histograms.estimator (compare)
+    "forensic_sweep": {"reading_names"},  # absent, the readings are named by the parameters they set
 }
 
 
