@@ -201,8 +201,7 @@ def cmd_run(args) -> int:
     try:
         output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
         wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
-        reads = kind.reads(exp.params, cfg, exp.id) if kind.reads else None
-        write_run(out, exp, args.seed, output, wall, resumed, inputs, clock, reads)
+        write_run(out, exp, args.seed, output, wall, resumed, inputs, clock, kind.read_inputs(exp.params, cfg, exp.id))
     except BaseException:
         # an interrupted run keeps its checkpoints; a directory holding only the inputs record is not one
         if ckpt is not None and ckpt.is_dir() and [q.name for q in ckpt.iterdir()] == [INPUTS_RECORD]:

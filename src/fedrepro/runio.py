@@ -121,10 +121,9 @@ def write_run(
     (fedrepro.provenance.input_digests; None: it read none); ``clock``: the run's, for when the attempt that
     finished it started (``started_at``) and the machine's load then (``machine``: fedrepro.provenance.machine at
     the end, the threads the run used included, with the load average at the start beside it); ``reads``: what its
-    kind reads besides its parameters (Kind.reads: a forensic sweep's swept experiment and registry rows), kept in
+    kind reads besides its parameters (Kind.read_inputs: a forensic sweep's swept experiment and registry rows), kept in
     config.yaml and as ``reads_digest`` so that the run goes stale when that changes (fedrepro.staleness)."""
     out_dir = Path(out_dir)
-    reads = None if reads is None else to_jsonable(reads)
     resolved = {
         "experiment": exp.id,
         "kind": exp.kind,

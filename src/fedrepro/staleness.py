@@ -29,7 +29,7 @@ from fedrepro.data.sources import expected_digests
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import get_kind
 from fedrepro.provenance import params_digest
-from fedrepro.runio import CONFIG, METRICS, read_metrics, to_jsonable
+from fedrepro.runio import CONFIG, METRICS, read_metrics
 
 
 def current_inputs(cfg: Mapping, exp: Experiment) -> dict[str, dict[str, Any]]:
@@ -111,9 +111,8 @@ def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> li
             f"made under other parameters (params_digest {doc['params_digest']}, the config now gives "
             f"{params_digest(exp.params)}{': ' + detail if detail else ''})"
         )
-    kind = get_kind(exp.kind)
-    if "reads_digest" in doc and kind.reads is not None:  # e.g. a sweep whose swept experiment changed since
-        reads = to_jsonable(kind.reads(exp.params, cfg, exp.id))
+    reads = get_kind(exp.kind).read_inputs(exp.params, cfg, exp.id) if "reads_digest" in doc else None
+    if reads is not None:  # e.g. a sweep whose swept experiment changed since
         if doc["reads_digest"] != params_digest(reads):
             detail = _changes(_recorded(run_dir, "reads"), reads)
             reasons.append(

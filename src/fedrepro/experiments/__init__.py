@@ -118,6 +118,15 @@ class Kind:
             return False
         return self.reads_only is None or bool(self.reads_only(params))
 
+    def read_inputs(self, params: dict, cfg: Any, exp_id: str) -> dict | None:
+        """What a run of this kind reads besides its parameters (``reads``), as plain values; None: nothing. The run
+        records it (``reads_digest``) and fedrepro.staleness compares it with what it is now."""
+        if self.reads is None:
+            return None
+        from fedrepro.runio import to_jsonable
+
+        return to_jsonable(self.reads(params, cfg, exp_id))
+
     def produces_metric(self, key: str) -> bool:
         """Whether the kind declares a metric key (dotted, as in summary.json) matching ``key``."""
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.metrics)
