@@ -1,13 +1,17 @@
-"""Files written atomically, with the mode the umask gives new files (the lowest layer: every other one writes
-through it)."""
+"""Files written atomically, with the mode the umask gives new files, and the plain values they hold (the lowest
+layer: every other one writes through it)."""
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from fedrepro.errors import naming_a_full_disk
 
@@ -132,3 +136,23 @@ def remove_created_if_empty() -> None:
         except OSError:
             pass
     _CREATED.clear()
+
+
+def to_jsonable(obj: Any, keep_infinite: bool = False) -> Any:
+    """Plain Python values (numpy scalars and arrays as numbers and lists); a non-finite float as None (JSON has no
+    NaN or infinity), or with ``keep_infinite`` an infinity kept (YAML writes .inf: a run's config.yaml keeps PPSGD's
+    alpha Q = inf)."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v, keep_infinite) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v, keep_infinite) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) or (keep_infinite and math.isinf(f)) else None
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist(), keep_infinite)
+    return obj

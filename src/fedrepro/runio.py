@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import math
 import platform
 import time
 from dataclasses import asdict
@@ -28,7 +27,7 @@ from fedrepro import paths
 from fedrepro.config import Experiment, validate
 from fedrepro.errors import ResultError
 from fedrepro.experiments import RunOutput
-from fedrepro.files import atomic_write
+from fedrepro.files import atomic_write, to_jsonable
 from fedrepro.provenance import code_version, machine, misplaced, params_digest
 
 METRICS = "metrics.json"
@@ -36,26 +35,6 @@ HISTORY = "history.parquet"
 CONFIG = "config.yaml"
 ARRAYS = "arrays.npz"  # a run's small arrays (RunOutput.arrays), when it has any
 ARCHIVED = "archived.json"  # beside a run restored from the results archive (fedrepro.archive): where it came from
-
-
-def to_jsonable(obj: Any, keep_infinite: bool = False) -> Any:
-    """Plain Python values (numpy scalars and arrays as numbers and lists); a non-finite float as None (JSON has no
-    NaN or infinity), or with ``keep_infinite`` an infinity kept (YAML writes .inf: a run's config.yaml keeps PPSGD's
-    alpha Q = inf)."""
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v, keep_infinite) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v, keep_infinite) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return f if math.isfinite(f) or (keep_infinite and math.isinf(f)) else None
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist(), keep_infinite)
-    return obj
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from fedrepro.experiments.memory import MemoryNeed
 from fedrepro.experiments.method_slot import MethodSlot
+from fedrepro.files import to_jsonable
 from fedrepro.registry import Registry
 
 
@@ -123,8 +124,6 @@ class Kind:
         records it (``reads_digest``) and fedrepro.staleness compares it with what it is now."""
         if self.reads is None:
             return None
-        from fedrepro.runio import to_jsonable
-
         return to_jsonable(self.reads(params, cfg, exp_id))
 
     def produces_metric(self, key: str) -> bool:
