@@ -29,6 +29,13 @@ over its median round time, summed over the jobs) and their ratio.
     python benchmarks/fedhdp_mnist.py                                  # both paths, 1 and 2 jobs of 1 thread
     python benchmarks/fedhdp_mnist.py --paths batched --jobs 1 --threads 2
     python benchmarks/fedhdp_mnist.py --processes-vs-threads --rounds 3
+    python benchmarks/fedhdp_mnist.py --first-layer
+
+``--first-layer`` weighs the lever issue #42 named for a seed near the floor: the four model sets a Ditto method
+trains (the global-model copy and the 3 lambda sets) read the same minibatch, so their first layers (784 -> 50, ~99%
+of the FLOPs) could be one GEMM of width 200 instead of four of width 50, forward and in the fused SGD step. It times
+both on one thread, per local step of the K = 100 clients, with GFLOP/s and the bytes of weights each pass must move,
+against the machine's SGEMM peak measured in the same process (a 2048^3 GEMM) and a streaming copy.
 """
 
 from __future__ import annotations
@@ -120,6 +127,68 @@ def processes_vs_threads(rounds: int, src: Path | None, out: Path) -> None:
     print(f"wrote {out}")
 
 
+def first_layer(repeat: int = 30) -> dict:
+    """The first layer of the 4 Ditto sets, per set and fused, on one thread (see the module's docstring)."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    K, B, IN, OUT, SETS = 100, 20, 784, 50, 4
+    gen = torch.Generator().manual_seed(0)
+    h = torch.rand(K, B, IN, generator=gen)
+    sets = [torch.randn(K, OUT, IN, generator=gen) * 0.01 for _ in range(SETS)]
+    fused = torch.cat(sets, 1)  # (K, 4 x 50, 784): the same weights, one tensor
+    bias = [torch.zeros(K, 1, OUT) for _ in range(SETS)]
+    bias4 = torch.zeros(K, 1, SETS * OUT)
+    dz = [torch.randn(K, B, OUT, generator=gen) * 0.01 for _ in range(SETS)]
+    dz4 = torch.cat(dz, 2)
+
+    def median_ms(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times)) * 1e3
+
+    big = torch.rand(2048, 2048, generator=gen)
+    peak = 2 * 2048**3 / median_ms(lambda: torch.mm(big, big)) / 1e6  # GFLOP/s
+    src, dst = torch.rand(64 * 2**20 // 4, generator=gen), torch.empty(64 * 2**20 // 4)
+    stream = 2 * src.numel() * 4 / median_ms(lambda: dst.copy_(src)) / 1e6  # GB/s read + write
+    per_set = {
+        "forward": median_ms(lambda: [torch.baddbmm(b, h, w.transpose(1, 2)) for b, w in zip(bias, sets)]),
+        "step": median_ms(lambda: [w.baddbmm_(d.transpose(1, 2), h, alpha=-1e-6) for w, d in zip(sets, dz)]),
+    }
+    one_gemm = {
+        "forward": median_ms(lambda: torch.baddbmm(bias4, h, fused.transpose(1, 2))),
+        "step": median_ms(lambda: fused.baddbmm_(dz4.transpose(1, 2), h, alpha=-1e-6)),
+    }
+    flop = 2 * K * B * IN * OUT * SETS  # one pass (forward or step) of the 4 sets
+    weights = K * OUT * IN * SETS * 4  # bytes: the forward reads them, the step reads and writes them
+    out = {"sgemm_peak_gflops": peak, "stream_gb_s": stream, "flop_per_pass": flop, "weight_bytes": weights}
+    print(f"one thread: SGEMM peak {peak:.1f} GFLOP/s (2048^3), streaming copy {stream:.1f} GB/s (read + write)")
+    print(
+        f"first layer of the 4 Ditto sets, K = {K} clients x B = {B}: {flop / 1e6:.0f} MFLOP and "
+        f"{weights / 2**20:.0f} MiB of weights a pass"
+    )
+    for name, res in (("4 GEMMs of width 50", per_set), ("1 GEMM of width 200", one_gemm)):
+        out[name] = res
+        for p, ms in res.items():
+            moved, rate = weights * (1 if p == "forward" else 2), flop / ms / 1e6
+            print(
+                f"  {name}, {p:7s}: {ms:6.2f} ms, {rate:5.1f} GFLOP/s ({100 * rate / peak:3.0f}% of peak), "
+                f"{moved / ms / 1e6:5.1f} GB/s of weights"
+            )
+    total = {k: sum(v.values()) for k, v in (("per_set", per_set), ("fused", one_gemm))}
+    out["fused_over_per_set"] = total["fused"] / total["per_set"]
+    print(
+        f"forward + step, fused / per set: {total['fused']:.2f} / {total['per_set']:.2f} ms = "
+        f"{out['fused_over_per_set']:.2f}x the time"
+    )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--paths", nargs="+", default=["vmap", "batched"], choices=["vmap", "batched"])
@@ -129,10 +198,15 @@ def main() -> None:
     ap.add_argument("--src", type=Path, help="time this fedrepro source directory instead (an older commit's)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "fedhdp_mnist.json")
     ap.add_argument("--processes-vs-threads", action="store_true", help="2 threads: 1 process of 2 vs 2 processes of 1")
+    ap.add_argument("--first-layer", action="store_true", help="the 4 Ditto sets' first layer: per set vs fused")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(one(args.child, args.rounds, args.threads)))
+        return
+    if args.first_layer:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_name("fedhdp_first_layer.json").write_text(json.dumps(first_layer(), indent=1))
         return
     if not (PARTITION / "manifest.json").is_file():
         build = f"python -m fedrepro data partition {PARTITION.name} --out {PARTITION}"
