@@ -184,6 +184,15 @@ def test_r_below_one_differs_from_dp_fedavg(blobs):
     assert not torch.allclose(a.state.global_params["out.weight"], b.state.global_params["out.weight"], atol=1e-3)
 
 
+def test_hdp_fedavg_unclipped_differs_from_dp_fedavg(blobs):
+    """The reduction above holds because every update is clipped (Alg. 2's reading, the config's): with the opt-out
+    clients' updates unclipped, HDP-FedAvg's global model is not DP-FedAvg's (the equality check can fail)."""
+    hdp = HDPFedAvg(private=PRIVATE, noise_multiplier=1.3, clip=CLIP, clip_nonprivate=False)
+    dp = DPFedAvgAdaptive(noise_multiplier=1.3, clip=CLIP)
+    engine.train(hdp, blobs, mlp, **KW), engine.train(dp, blobs, mlp, **KW)
+    assert not torch.allclose(hdp.state.global_params["out.weight"], dp.state.global_params["out.weight"], atol=1e-3)
+
+
 class RefFedAvgDitto(FedAvg):
     """Independent reference: FedAvg (no weight decay) + Ditto personal models updated one client at a time with
     plain autograd: v_j <- v_j - lr (grad f_j(v_j) + lam (v_j - w))."""

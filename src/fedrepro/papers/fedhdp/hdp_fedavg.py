@@ -1,6 +1,9 @@
 """HDP-FedAvg (Aldaghri et al., Sec. 5 baselines; docs/notes/fedhdp.md section 2.5 "Experiment baselines"): private
-clients are clipped and noised exactly as in DP-FedAvg, non-private clients are not, and the two groups are
-combined with uniform per-client weights, i.e. FedHDP with r = 1 (:class:`fedrepro.papers.fedhdp.fedhdp.FedHDP`).
+clients are clipped and noised exactly as in DP-FedAvg, non-private clients are not noised, and the two groups are
+combined with uniform per-client weights, i.e. FedHDP with r = 1 (:class:`fedrepro.papers.fedhdp.fedhdp.FedHDP`;
+Sec. 5: "a special case of FedHDP with uniform averaging, i.e., r = 1"). The non-private updates are clipped only
+with ``clip_nonprivate`` (Alg. 2 clips every client's; the config's reading): then the global model is DP-FedAvg's,
+draw for draw, since the noise std z S on the private group's sum is what DP-FedAvg adds to everyone's (tested).
 "+Ditto" adds the Ditto personal models (``lams``).
 
 :class:`HDPFedAvgRelease` is the same server step as a protocol's release of any method's client messages (privacy
