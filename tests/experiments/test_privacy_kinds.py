@@ -10,7 +10,7 @@ from fedrepro.aggregate import flatten
 from fedrepro.config import validate
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import RunContext, get_kind
-from fedrepro.runio import to_jsonable
+from fedrepro.files import to_jsonable
 
 CTX = RunContext("privacy.test", 0)
 CURVE = {

@@ -226,7 +226,7 @@ def _lossy_copy_of(cfg: Mapping, doc: Mapping, recorded: Any) -> bool:
     """Whether ``recorded`` (a config.yaml's params) is the configuration's current parameters as runs written before
     config.yaml kept infinities wrote them (inf as null), those parameters digesting to the run's params_digest."""
     from fedrepro.config import resolve_experiment
-    from fedrepro.runio import to_jsonable
+    from fedrepro.files import to_jsonable
 
     params = resolve_experiment(cfg, doc["experiment"], doc["scale"]).params
     return params_digest(params) == doc["params_digest"] and params_digest(to_jsonable(params)) == params_digest(

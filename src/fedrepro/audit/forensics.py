@@ -163,8 +163,7 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     the resolved parameters), and with a ``stop`` (params.stopping_time) its trajectory: select value -> [[step,
     value], ...] read from the run's history."""
     from fedrepro.aggregate import flatten
-    from fedrepro.files import atomic_write
-    from fedrepro.runio import to_jsonable
+    from fedrepro.files import atomic_write, to_jsonable
     from fedrepro.seeding import rng_for
 
     key = _point_key(exp, seed, stop)
@@ -473,8 +472,8 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     registry rows it explains, as far as they are judged. The workflow reruns the sweep when this changes, and a
     run of it made before is stale (fedrepro.staleness: ``reads_digest``)."""
     from fedrepro.config import resolve_experiment, resolve_path
+    from fedrepro.files import to_jsonable
     from fedrepro.report.registry import load_registry
-    from fedrepro.runio import to_jsonable
 
     paper = exp_id.split(".", 1)[0]
     swept = f"{paper}.{p['experiment']}"
