@@ -7,11 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from tiny_fedhdp import EXP, made_runs, write_paper
 
-from fedrepro.archive import ops
+from fedrepro.archive import ops, replay
 from fedrepro.cli import main
 from fedrepro.config import load_global
 from fedrepro.data.stamps import sha256_of
@@ -250,3 +251,38 @@ def test_the_budget_is_checked(world, capsys):
 def test_the_repositorys_archive_is_sound_and_within_budget(capsys):
     """The archive committed in this repository: every file as its manifest says, within the budget."""
     assert ops.verify(load_global(), out=print) == 0
+
+
+def _losses(values: list[list[float]]) -> dict[tuple, np.ndarray]:
+    return {(("method", f"m{i}"),): np.asarray(v) for i, v in enumerate(values)}
+
+
+REPLAYED = [[2.2895, 2.2640], [2.3859, 2.4081], [2.2925, 2.2627], [2.2982, 2.2878]]
+
+
+def test_compare_passes_one_loss_an_unstable_method_drifted_on_another_cpu():
+    """adaped.table4_femnist_sample seed 0, Intel-made, AMD-replayed: pFedMe's round 2 is 3.6e-4 off, the rest agree."""
+    archived = [list(v) for v in REPLAYED]
+    archived[1][1] *= 1 + 3.6e-4
+    result = replay.compare(_losses(archived), _losses(REPLAYED), 2, "h.parquet")
+    assert result.problems == []
+    assert result.max_relative_difference == pytest.approx(3.6e-4, rel=1e-3)
+    assert result.median_relative_difference == 0.0
+
+
+def test_compare_fails_a_run_whose_every_loss_is_a_little_off():
+    """Another seed's run: each loss within the per-loss bound, their median over REPLAY_MEDIAN_RTOL."""
+    archived = [[x * (1 + 5e-4) for x in v] for v in REPLAYED]
+    problems = replay.compare(_losses(archived), _losses(REPLAYED), 2, "h.parquet").problems
+    assert len(problems) == 1
+    assert "h.parquet: the 8 train losses differ from the replay's by a median relative 5.0e-04" in problems[0]
+
+
+def test_compare_fails_one_loss_edited_past_the_bound():
+    archived = [list(v) for v in REPLAYED]
+    archived[2][0] *= 1 + 2e-3
+    problems = replay.compare(_losses(archived), _losses(REPLAYED), 2, "h.parquet").problems
+    assert problems == [
+        "h.parquet: method=m2: round 1 train loss 2.297085 archived, 2.2925 replayed (relative 2.0e-03, over 0.001): "
+        "not what this code makes from this experiment's parameters, inputs and seed"
+    ]

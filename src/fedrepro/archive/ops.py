@@ -175,8 +175,8 @@ def verify(cfg: Mapping, replay_rounds: int | None = None, out=print) -> int:
             if not result.problems:
                 out(
                     f"ok   {exp_id} seed {pick.seed}: the first {replay_rounds} rounds of {result.compared} engine "
-                    f"runs replay (largest relative difference {result.max_relative_difference:.1e}; "
-                    f"{time.monotonic() - start:.0f} s)"
+                    f"runs replay (relative difference: largest {result.max_relative_difference:.1e}, median "
+                    f"{result.median_relative_difference:.1e}; {time.monotonic() - start:.0f} s)"
                 )
     out(
         f"archive: {len(items)} runs of {len(groups)} experiments, {total / 2**20:.1f} MB of {budget['total']} MB; "

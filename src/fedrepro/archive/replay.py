@@ -4,10 +4,17 @@ cost.
 An archived learning run's history holds each round's training loss (``round_losses`` in the evaluation rows,
 fedrepro.learning.engine.train). The replay resolves the experiment at the paper's settings, reads the same verified
 inputs, and trains with every engine run stopped after round R (engine.replay_rounds): client sampling, minibatches,
-noise and the lr schedule of the first R rounds are the full run's. Each method's (and grid point's) first R losses
-must equal the archived ones within REPLAY_RTOL: float32 sums reorder across CPUs and BLAS builds (measured: ~1e-7
-relative after 2 rounds here), while another seed, another parameter or a hand-edited history differs in the first
-round by orders of magnitude more.
+noise and the lr schedule of the first R rounds are the full run's.
+
+The run is judged as a whole, by two bounds (compare):
+- every loss within REPLAY_RTOL of the replayed one. float32 sums reorder across CPUs and BLAS builds, and an unstable
+  method amplifies that: adaped.table4_femnist_sample seed 0, made on an Intel Xeon and replayed on an AMD EPYC, agrees
+  to ~1e-7 in 15 of its 16 losses of 2 rounds, while pFedMe's round 2 (its loss rising at lr 0.1) is 3.6e-4 off, and
+  1.1e-3 in round 3. An edited loss is off by more;
+- the median relative difference over all of them within REPLAY_MEDIAN_RTOL. Another seed's run of that
+  experiment has a median of 7.5e-4 to 4.8e-3 from this seed's over those 16 losses (its round-1 losses all start near
+  ln 10, some within 2.7e-5), where the float drift's median is ~1e-7: a run that is not this code's, seed's and
+  parameters' fails here even where few of its losses stray past the first bound.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from fedrepro.run_inputs import prepare_inputs, run_inputs
 from fedrepro.runio import read_history
 from fedrepro.seeding import rng_for
 
-REPLAY_RTOL = 1e-4
+REPLAY_RTOL = 1e-3
+REPLAY_MEDIAN_RTOL = 1e-5
 REPLAY_ATOL = 1e-6
 TRACE = "round_losses"
 # history columns that tell one engine run of an experiment from another (a method, a grid point, a privacy level)
@@ -54,15 +62,16 @@ def replayable(entry: Entry) -> bool:
 @dataclass(frozen=True)
 class Replayed:
     problems: list[str]  # one line each, naming the run and the file; [] when the run replays
-    max_relative_difference: float  # over every trace compared (for the record)
+    max_relative_difference: float  # over every loss compared (for the record)
+    median_relative_difference: float
     compared: int  # traces compared
 
 
 def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
     """Rerun the first ``rounds`` rounds of the archived run and compare each engine run's losses."""
     archived = traces(read_history(entry.dir))
-    source = entry.dir / "history.parquet"
     if not archived:
+        source = entry.dir / "history.parquet"
         raise FedreproError(f"{source}: no per-round trace ({TRACE}): {entry.experiment} cannot be replayed")
     exp = resolve_experiment(cfg, entry.experiment, "paper")
     prepare_inputs(cfg, exp)
@@ -70,8 +79,13 @@ def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
     ctx = RunContext(exp_id=exp.id, seed=entry.seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
     with replay_rounds(rounds):
         out = get_kind(exp.kind).fn(exp.params, rng_for(exp.id, entry.seed), ctx)
-    again = traces(out.history)
-    problems, worst = [], 0.0
+    return compare(archived, traces(out.history), rounds, entry.dir / "history.parquet")
+
+
+def compare(archived: dict[tuple, np.ndarray], again: dict[tuple, np.ndarray], rounds: int, source) -> Replayed:
+    """Judge the replayed traces against the archived ones: each loss within REPLAY_RTOL, and their median relative
+    difference within REPLAY_MEDIAN_RTOL (module docstring)."""
+    problems, diffs = [], []
     for key, want in archived.items():
         label = ", ".join(f"{k}={v}" for k, v in key) or "the run"
         got = again.get(key)
@@ -83,11 +97,20 @@ def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
             problems.append(f"{source}: {label}: the replay made {len(got)} rounds, {n} wanted")
             continue
         a, b = want[:n], got[:n]
-        worst = max(worst, float(np.max(np.abs(a - b) / np.maximum(np.abs(b), REPLAY_ATOL))))
-        if not np.allclose(a, b, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
-            i = int(np.argmax(np.abs(a - b) - REPLAY_RTOL * np.abs(b)))
+        rel = np.abs(a - b) / np.maximum(np.abs(b), REPLAY_ATOL)
+        diffs.extend(rel.tolist())
+        if np.any(rel > REPLAY_RTOL):
+            i = int(np.argmax(rel > REPLAY_RTOL))  # the first round off
             problems.append(
-                f"{source}: {label}: round {i + 1} train loss {a[i]:.7g} archived, {b[i]:.7g} replayed (rtol "
-                f"{REPLAY_RTOL:g}): not what this code makes from this experiment's parameters, inputs and seed"
+                f"{source}: {label}: round {i + 1} train loss {a[i]:.7g} archived, {b[i]:.7g} replayed (relative "
+                f"{rel[i]:.1e}, over {REPLAY_RTOL:g}): not what this code makes from this experiment's parameters, "
+                "inputs and seed"
             )
-    return Replayed(problems, worst, len(archived))
+    median = float(np.median(diffs)) if diffs else 0.0
+    if median > REPLAY_MEDIAN_RTOL:
+        problems.append(
+            f"{source}: the {len(diffs)} train losses differ from the replay's by a median relative {median:.1e}, over "
+            f"{REPLAY_MEDIAN_RTOL:g}, where a float reordering moves few of them: not what this code makes from this "
+            "experiment's parameters, inputs and seed"
+        )
+    return Replayed(problems, max(diffs, default=0.0), median, len(archived))
