@@ -247,8 +247,8 @@ def resolved_params(wildcards):
     kind that reads more (a forensic sweep: the swept experiment and registry rows), what it reads too."""
     exp_id = f"{wildcards.paper}.{wildcards.exp}"
     exp = resolve_experiment(CFG, exp_id, wildcards.scale)
-    kind = get_kind(exp.kind)
-    doc = {"params": exp.params, "reads": kind.reads(exp.params, CFG, exp_id)} if kind.reads else exp.params
+    reads = get_kind(exp.kind).read_inputs(exp.params, CFG, exp_id)
+    doc = exp.params if reads is None else {"params": exp.params, "reads": reads}
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=True).strip()
 
 
