@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import platform
 import time
+import uuid
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,11 +63,15 @@ class RunClock:
     Each round checkpoint carries the run's total at the moment it was saved (``elapsed_s``, see
     fedrepro.learning.checkpoint); a resumed attempt adds its own wall time to the largest total among the
     checkpoints it resumed from. Work a killed attempt did after its last checkpoint is lost, redone, and counted once.
+    A run's worker processes get copies: perf_counter is the system's monotonic clock, so a copy measures from the
+    attempt's start too; ``attempt`` tells what this attempt made from what an earlier one left (a forensic sweep's
+    cached points).
     """
 
     def __init__(self) -> None:
         self._start = time.perf_counter()
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")  # this attempt's start (UTC)
+        self.attempt = uuid.uuid4().hex
         self.load_avg_at_start = machine()["load_avg"]
         self.before_s = 0.0  # earlier attempts' compute, up to the newest checkpoint resumed from
 

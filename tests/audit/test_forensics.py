@@ -1,6 +1,8 @@
 """The forensic sweep (fedrepro.audit.forensics): readings, conclusions per row, resumability, and the report's
 link from a deviating row to its forensic conclusion."""
 
+import json
+
 import pytest
 from kinds import call_kind
 
@@ -480,3 +482,26 @@ def test_readings_can_be_given_short_names(tmp_path):
     assert set(out.history["axis.n,sigma_theta2"].dropna()) == {"[1000, 0.1]", "[10, 0.001]"}
     with pytest.raises(ConfigError, match=r"params.reading_names: 1 names for the grid's 2 readings"):
         sweep(tmp_path, grid=grid, reading_names=["one"])
+
+
+def test_a_resumed_sweep_counts_the_compute_of_the_attempt_that_made_its_cached_points(tmp_path, monkeypatch):
+    """Each point's cache says which attempt made it and the job's compute then; a later attempt that reads it
+    resumes the job's clock from there, as a round checkpoint does, and this attempt's own points add nothing twice."""
+    from fedrepro.runio import RunClock
+
+    def attempt(clock):
+        ctx = RunContext("adaped.forensic_test", 0, checkpoint_dir=tmp_path, clock=clock, config=load_global())
+        return call_kind("forensic_sweep", SWEEP, None, ctx)
+
+    for threads in ("1", "2"):  # points made here, or by workers with copies of the job's clock
+        monkeypatch.setenv("FEDREPRO_THREADS", threads)
+        for f in tmp_path.glob("point_*.json"):
+            f.unlink()
+        first = RunClock()
+        attempt(first)
+        assert not first.resumed  # its own points, read back from the cache, are not an earlier attempt's
+        made = [json.loads(f.read_text())["made"] for f in tmp_path.glob("point_*.json")]
+        assert len(made) == 8 and {m["attempt"] for m in made} == {first.attempt}
+        second = RunClock()
+        attempt(second)
+        assert second.resumed and second.before_s == max(m["elapsed_s"] for m in made)

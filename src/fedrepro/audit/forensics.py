@@ -33,7 +33,6 @@ completes, so a killed sweep continues where it stopped. The report links each r
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -172,6 +171,7 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     cache = _point_cache(ctx, key)
     if cache is not None and cache.is_file():
         memo[key] = json.loads(cache.read_text())
+        _resume_clock(ctx.clock, memo[key].get("made"))
         return memo[key]
     # the point's own round checkpoints, in a folder of the job's: a point killed halfway continues from them
     rounds = ctx.checkpoint_dir / key if ctx.checkpoint_dir else None
@@ -181,6 +181,7 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
         data=ctx.data,
         partitions=ctx.partitions,
         checkpoint_dir=rounds,
+        clock=ctx.clock,
         config=ctx.config,
         inputs=ctx.inputs,
     )
@@ -202,12 +203,23 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     )
     if stop:
         doc["trajectory"] = _trajectory(out.history, stop, exp.id)
+    if ctx.clock is not None:  # which attempt made it, and the job's compute then (a later attempt resumes from it)
+        doc["made"] = {"attempt": ctx.clock.attempt, "before_s": ctx.clock.before_s, "elapsed_s": ctx.clock.total_s()}
     memo[key] = doc
     if cache is not None:
         text = json.dumps(doc)
         atomic_write(cache, lambda p: p.write_text(text))
         shutil.rmtree(rounds, ignore_errors=True)  # the cache holds what the point's checkpoints were kept for
     return doc
+
+
+def _resume_clock(clock, made: Mapping | None) -> None:
+    """A cached point read into the job's clock, as a round checkpoint is (fedrepro.runio.RunClock): one an earlier
+    attempt made brings that attempt's compute up to then; one this attempt made in a worker, the earlier compute its
+    own round checkpoints carried."""
+    if clock is None or not made:
+        return
+    clock.resumed_from(made["before_s"] if made["attempt"] == clock.attempt else made["elapsed_s"])
 
 
 def _point_key(exp, seed: int, stop: Mapping | None) -> str:
@@ -233,10 +245,10 @@ def _train_in_parallel(ctx: RunContext, jobs: list[tuple[Any, int]], stop: Mappi
     workers = workers_for(len(pending))
     if workers < 2:
         return
-    shared = dataclasses.replace(ctx, clock=None)  # the job's clock stays in the job
     print(f"[fedrepro] {ctx.exp_id}: {len(pending)} points in {workers} processes", flush=True)
     labels = [f"point {i + 1}/{len(pending)} (seed {seed})" for i, (_, seed) in enumerate(pending)]
-    map_in_processes(_point_in_worker, [(shared, exp, seed, stop) for exp, seed in pending], workers, labels)
+    # each worker's copy of the job's clock stamps its point's cache, which the job then reads (_resume_clock)
+    map_in_processes(_point_in_worker, [(ctx, exp, seed, stop) for exp, seed in pending], workers, labels)
 
 
 def _point_in_worker(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> None:
