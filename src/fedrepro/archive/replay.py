@@ -6,15 +6,15 @@ fedrepro.learning.engine.train). The replay resolves the experiment at the paper
 inputs, and trains with every engine run stopped after round R (engine.replay_rounds): client sampling, minibatches,
 noise and the lr schedule of the first R rounds are the full run's.
 
-The run is judged as a whole, by two bounds (compare):
+The run is judged as a whole, by two bounds (compare), measured with benchmarks/replay_drift.py on the five
+Intel-made seeds of adaped.table4_femnist_sample replayed on an AMD EPYC (benchmarks/RESULTS.md):
 - every loss within REPLAY_RTOL of the replayed one. float32 sums reorder across CPUs and BLAS builds, and an unstable
-  method amplifies that: adaped.table4_femnist_sample seed 0, made on an Intel Xeon and replayed on an AMD EPYC, agrees
-  to ~1e-7 in 15 of its 16 losses of 2 rounds, while pFedMe's round 2 (its loss rising at lr 0.1) is 3.6e-4 off, and
-  1.1e-3 in round 3. An edited loss is off by more;
-- the median relative difference over all of them within REPLAY_MEDIAN_RTOL. Another seed's run of that
-  experiment has a median of 7.5e-4 to 4.8e-3 from this seed's over those 16 losses (its round-1 losses all start near
-  ln 10, some within 2.7e-5), where the float drift's median is ~1e-7: a run that is not this code's, seed's and
-  parameters' fails here even where few of its losses stray past the first bound.
+  method amplifies that: pFedMe's round-2 loss (rising at lr 0.1) of seed 0 is 3.6e-4 off, its round 3 1.1e-3, while
+  most losses agree to 1e-7. A loss edited by more than the float drift fails here;
+- the median relative difference over all of them within REPLAY_MEDIAN_RTOL: at most 1.0e-6 for those seeds' 16
+  losses of 2 rounds, where another seed's run has a median of 7.5e-4 or more (single losses as close as 2.5e-5:
+  the round-1 losses all start near ln 10). A run that is not this code's, seed's and parameters' fails here even
+  where few of its losses stray past the first bound.
 """
 
 from __future__ import annotations
@@ -73,13 +73,19 @@ def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
     if not archived:
         source = entry.dir / "history.parquet"
         raise FedreproError(f"{source}: no per-round trace ({TRACE}): {entry.experiment} cannot be replayed")
+    return compare(archived, replayed_traces(cfg, entry, rounds), rounds, entry.dir / "history.parquet")
+
+
+def replayed_traces(cfg: Mapping, entry: Entry, rounds: int) -> dict[tuple, np.ndarray]:
+    """Each engine run's losses of the first ``rounds`` rounds, trained here from the archived run's experiment (at
+    the paper's settings), inputs and seed."""
     exp = resolve_experiment(cfg, entry.experiment, "paper")
     prepare_inputs(cfg, exp)
     data, partitions, inputs = run_inputs(cfg, exp)
     ctx = RunContext(exp_id=exp.id, seed=entry.seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
     with replay_rounds(rounds):
         out = get_kind(exp.kind).fn(exp.params, rng_for(exp.id, entry.seed), ctx)
-    return compare(archived, traces(out.history), rounds, entry.dir / "history.parquet")
+    return traces(out.history)
 
 
 def compare(archived: dict[tuple, np.ndarray], again: dict[tuple, np.ndarray], rounds: int, source) -> Replayed:

@@ -1,0 +1,67 @@
+"""How far an archived run's replay drifts on this machine, against how far another seed of the same experiment is:
+the measurement behind the archive replay's two bounds (fedrepro.archive.replay: each loss within REPLAY_RTOL, the
+median within REPLAY_MEDIAN_RTOL).
+
+Per archived seed of the experiment it replays the first R rounds here and prints, over every engine run's losses,
+the relative difference to the archived ones (largest, median, how many above the median bound), where the run was
+made and where it is replayed; then the same against every other archived seed's losses (the closest other seed:
+what a run attributed to the wrong seed would show).
+
+    python benchmarks/replay_drift.py --experiment adaped.table4_femnist_sample [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from fedrepro.archive.replay import REPLAY_MEDIAN_RTOL, REPLAY_RTOL, replayed_traces, traces
+from fedrepro.archive.store import entries
+from fedrepro.config import load_global
+from fedrepro.provenance import machine
+from fedrepro.runio import read_history
+
+
+def relative(a: dict, b: dict, rounds: int) -> np.ndarray:
+    """|a - b| / |b| over every engine run's first ``rounds`` losses both hold."""
+    out = [np.abs(a[k][:rounds] - b[k][:rounds]) / np.abs(b[k][:rounds]) for k in a if k in b]
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--experiment", required=True, help="PAPER.NAME, an experiment the archive holds")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    cfg, r = load_global(), args.rounds
+    group = [e for e in entries(cfg) if e.experiment == args.experiment]
+    archived = {e.seed: traces(read_history(e.dir)) for e in group}
+    print(
+        f"{args.experiment}: the first {r} rounds of {len(group)} archived seeds replayed on {machine()['cpu']}; "
+        f"bounds: each loss {REPLAY_RTOL:g}, median {REPLAY_MEDIAN_RTOL:g}\n"
+    )
+    print(
+        "| seed | made on | replay: largest | median | losses over the median bound "
+        "| closest other seed: median | smallest |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for e in group:
+        here = replayed_traces(cfg, e, r)
+        d = relative(archived[e.seed], here, r)
+        others = {s: relative(t, here, r) for s, t in archived.items() if s != e.seed}
+        closest = min(others, key=lambda s: np.median(others[s])) if others else None
+        near = (
+            f"{np.median(others[closest]):.1e} (seed {closest}) | {min(x.min() for x in others.values()):.1e}"
+            if closest is not None
+            else "– | –"
+        )
+        made = (e.manifest["made"].get("machine") or {}).get("cpu", "?")
+        print(
+            f"| {e.seed} | {made} | {d.max():.1e} | {np.median(d):.1e} | {int((d > REPLAY_MEDIAN_RTOL).sum())} of "
+            f"{d.size} | {near} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
