@@ -9,7 +9,7 @@ import numpy as np
 from fedrepro.config import load_global, resolve_experiment
 from fedrepro.experiments import RunOutput
 from fedrepro.provenance import machine
-from fedrepro.runio import ARRAYS, METRICS, RunClock, write_run
+from fedrepro.runio import ARCHIVED, ARRAYS, METRICS, RunClock, write_run
 
 
 def test_machine_names_cpu_cores_threads_and_load():
@@ -34,6 +34,16 @@ def test_a_run_without_arrays_writes_no_arrays_file(tmp_path):
     exp = resolve_experiment(load_global(), "ppsgd.theorems", "paper")
     write_run(tmp_path, exp, 0, RunOutput(metrics={"x": 1.0}), 0.0)
     assert not (tmp_path / ARRAYS).exists() and "machine" not in json.loads((tmp_path / METRICS).read_text())
+
+
+def test_a_run_made_over_a_restored_one_leaves_none_of_its_files(tmp_path):
+    """The workflow reran a forensic sweep whose archived run had gone stale into the directory it was restored to:
+    the old archived.json stayed, calling the new run archived (and arrays.npz would have too)."""
+    exp = resolve_experiment(load_global(), "ppsgd.theorems", "paper")
+    (tmp_path / ARCHIVED).write_text('{"archived": "archive/x"}')
+    (tmp_path / ARRAYS).write_bytes(b"old")
+    write_run(tmp_path, exp, 0, RunOutput(metrics={"x": 1.0}), 0.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "history.parquet", METRICS]
 
 
 def test_a_runs_config_yaml_keeps_infinite_parameters():

@@ -106,8 +106,13 @@ def write_run(
     finished it started (``started_at``) and the machine's load then (``machine``: fedrepro.provenance.machine at
     the end, the threads the run used included, with the load average at the start beside it); ``reads``: what its
     kind reads besides its parameters (Kind.read_inputs: a forensic sweep's swept experiment and registry rows), kept in
-    config.yaml and as ``reads_digest`` so that the run goes stale when that changes (fedrepro.staleness)."""
+    config.yaml and as ``reads_digest`` so that the run goes stale when that changes (fedrepro.staleness). A run made
+    here over one the workflow restored (its archived run gone stale) leaves none of that run's files behind: neither
+    its ``archived.json``, which would call this run archived, nor arrays this run does not write."""
     out_dir = Path(out_dir)
+    (out_dir / ARCHIVED).unlink(missing_ok=True)
+    if not output.arrays:
+        (out_dir / ARRAYS).unlink(missing_ok=True)
     resolved = {
         "experiment": exp.id,
         "kind": exp.kind,
