@@ -16,7 +16,7 @@ import argparse
 
 import numpy as np
 
-from fedrepro.archive.replay import REPLAY_MEDIAN_RTOL, REPLAY_RTOL, replayed_traces, traces
+from fedrepro.archive.replay import REPLAY_MEDIAN_RTOL, REPLAY_RTOL, relative_difference, replayed_traces, traces
 from fedrepro.archive.store import entries
 from fedrepro.config import load_global
 from fedrepro.provenance import machine
@@ -24,8 +24,8 @@ from fedrepro.runio import read_history
 
 
 def relative(a: dict, b: dict, rounds: int) -> np.ndarray:
-    """|a - b| / |b| over every engine run's first ``rounds`` losses both hold."""
-    out = [np.abs(a[k][:rounds] - b[k][:rounds]) / np.abs(b[k][:rounds]) for k in a if k in b]
+    """The replay's relative differences over every engine run's first ``rounds`` losses both hold."""
+    out = [relative_difference(a[k][:rounds], b[k][:rounds]) for k in a if k in b]
     return np.concatenate(out) if out else np.zeros(0)
 
 

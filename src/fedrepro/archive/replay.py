@@ -88,6 +88,11 @@ def replayed_traces(cfg: Mapping, entry: Entry, rounds: int) -> dict[tuple, np.n
     return traces(out.history)
 
 
+def relative_difference(archived: np.ndarray, replayed: np.ndarray) -> np.ndarray:
+    """|archived - replayed| / |replayed|, the denominator floored at REPLAY_ATOL."""
+    return np.abs(archived - replayed) / np.maximum(np.abs(replayed), REPLAY_ATOL)
+
+
 def compare(archived: dict[tuple, np.ndarray], again: dict[tuple, np.ndarray], rounds: int, source) -> Replayed:
     """Judge the replayed traces against the archived ones: each loss within REPLAY_RTOL, and their median relative
     difference within REPLAY_MEDIAN_RTOL (module docstring)."""
@@ -103,7 +108,7 @@ def compare(archived: dict[tuple, np.ndarray], again: dict[tuple, np.ndarray], r
             problems.append(f"{source}: {label}: the replay made {len(got)} rounds, {n} wanted")
             continue
         a, b = want[:n], got[:n]
-        rel = np.abs(a - b) / np.maximum(np.abs(b), REPLAY_ATOL)
+        rel = relative_difference(a, b)
         diffs.extend(rel.tolist())
         if np.any(rel > REPLAY_RTOL):
             i = int(np.argmax(rel > REPLAY_RTOL))  # the first round off
