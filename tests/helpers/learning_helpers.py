@@ -6,10 +6,12 @@ Importing this module imports torch, so only torch tests should import it; ``con
 from __future__ import annotations
 
 import numpy as np
+import torch
+from torch.func import functional_call
 
 from fedrepro.data.fedformat import FederatedDataset
 from fedrepro.learning.data import from_arrays
-from fedrepro.learning.models import MLP
+from fedrepro.learning.models import MLP, ConvNet
 
 D, C = 8, 6  # feature dimension, classes of the Gaussian blobs
 
@@ -54,6 +56,40 @@ def assert_batched_equals_loop(algorithm, data, model, rounds: int = 4, tol: flo
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == pytest.approx(b[k], abs=tol), k
+
+
+def kink_margin(model: ConvNet | MLP, params: dict, x: torch.Tensor) -> float:
+    """How far every client's forward (float64) is from a kink of the loss it differentiates: the smallest |input|
+    of a ReLU and, in a max-pool window whose largest input is positive, the gap to its second largest. params
+    name -> (K, *shape), x (K, B, ...).
+
+    Why: two float32 computations of a gradient that differ in summation order only agree to rounding (~1e-7 of
+    the activations) away from kinks. Within rounding of one, they may route the gradient differently (another
+    pooled element, a ReLU open on one side only) and differ by a whole term, ~1e-4. A test that compares them to
+    1e-6 holds its data away from kinks and says so, instead of failing for some draws of its data."""
+    double = {k: v.double() for k, v in params.items()}
+    if isinstance(model, ConvNet):
+        pooled = [getattr(model, name) for name in model.conv_layers]
+        relu = [getattr(model, name) for name in model.fc_layers[:-1]]
+    else:
+        pooled, relu = [], list(model.hidden)
+    margins: list[torch.Tensor] = []
+
+    def window_margin(module, inputs, z):
+        windows = z.unfold(2, model.pool, model.pool).unfold(3, model.pool, model.pool).flatten(-2)
+        top = windows.topk(2, -1).values
+        first, gap = top[..., 0], top[..., 0] - top[..., 1]
+        margins.append(torch.where(first > 0, torch.minimum(first, gap), -first).min())
+
+    hooks = [m.register_forward_hook(window_margin) for m in pooled]
+    hooks += [m.register_forward_hook(lambda module, inputs, z: margins.append(z.abs().min())) for m in relu]
+    try:
+        for i in range(x.shape[0]):
+            functional_call(model, {k: v[i] for k, v in double.items()}, (x[i].double(),))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return min(margins).item()
 
 
 def make_quadrants(n_clients: int = 6, n_train: int = 30, n_test: int = 20, seed: int = 0) -> FederatedDataset:
