@@ -1,0 +1,65 @@
+"""Print the verdicts of one experiment's printed rows at paper scale, as benchmarks/RESULTS.md records them.
+
+    python benchmarks/experiment_verdicts.py adaped.table2_mnist
+
+Reads what the report reads (fedrepro.report.status.evaluate_paper, the experiment at paper scale: its summary and
+seed runs under results/, restored from the archive or made here) and prints Markdown: where the runs came from, per
+printed row the printed value, the rebuilt mean ± sd over n seeds, the tolerance and the verdict (with the report's
+reason where the row is not reproduced), and the status counts. FedHDP's MNIST tables have their own script
+(benchmarks/fedhdp_verdicts.py: by kind of row, and the variance floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from fedrepro.config import load_global
+from fedrepro.errors import ConfigError
+from fedrepro.report import verdict as v
+from fedrepro.report.status import evaluate_paper
+
+STATUSES = (v.REPRODUCED, v.INCONCLUSIVE, v.DEVIATES, v.NOT_COMPARABLE, v.STALE, v.INVALID, v.NOT_RUN)
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("experiment", help="PAPER.NAME, e.g. adaped.table2_mnist")
+    args = ap.parse_args(argv)
+    paper = args.experiment.split(".", 1)[0]
+    try:
+        cfg = load_global(overrides={"default_scales": {args.experiment: "paper"}})
+        rows = evaluate_paper(cfg, paper)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    rows = [r for r in rows if r.target.experiment == args.experiment and r.target.printed]
+    if not rows:
+        print(f"{args.experiment}: no printed rows in the registry (config/targets/{paper}.csv)", file=sys.stderr)
+        return 1
+    n = next((r.n for r in rows if r.n), None)
+    source = next((r.source for r in rows if r.source), "") or "made here (results/)"
+    print(f"`python benchmarks/experiment_verdicts.py {args.experiment}`: at paper scale, {n} seeds; runs: {source}")
+    print()
+    print("| row | setting | printed | rebuilt mean ± sd (n) | tol | verdict |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        t = r.target
+        rebuilt = "—" if r.rebuilt is None else f"{r.rebuilt:.2f} ± {_num(r.rebuilt_std)} ({r.n})"
+        verdict = r.status if r.status == v.REPRODUCED or not r.reason else f"{r.status}: {r.reason}"
+        setting = f"{t.table_row} {t.table_col}".strip() or t.metric
+        printed = t.value_text + (f" ± {t.pm_text}" if t.pm_text else "") or "(a claim)"
+        print(f"| {t.id} | {setting} | {printed} | {rebuilt} | {_num(r.tol)} | {verdict} |")
+    print()
+    c = Counter(r.status for r in rows)
+    print(f"**{len(rows)} printed rows:** " + ", ".join(f"{c[s]} {s}" for s in STATUSES if c[s]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
