@@ -3,12 +3,18 @@ command that made it, the machine (CPU, threads, load average at its start and e
 read from the manifests (fedrepro.archive), so the record is the runs' own, not typed. A run resumed from its
 checkpoints (a killed attempt) shows the wall time of all attempts and the start, machine and load of the last.
 
-    python benchmarks/archive_runs.py [--experiment fedhdp.noniid_mnist]
+    python benchmarks/archive_runs.py [--experiment fedhdp.noniid_mnist] [--metric acc]
+
+``--metric NAME``: also each archived seed's values of that metric (every number under ``metrics.NAME`` of its
+metrics.json, by dotted key), one column per seed, and their mean and sd: what the seeds hold before an experiment
+has all its paper seeds archived and the report judges it (a table of seeds, not a verdict).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 
 from fedrepro.archive.store import entries
 from fedrepro.config import load_global
@@ -23,6 +29,7 @@ def _load(m: dict, key: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--experiment", default=None, help="one experiment (PAPER.NAME); default: all archived")
+    ap.add_argument("--metric", default=None, help="with --experiment: each seed's values of metrics.METRIC")
     args = ap.parse_args()
     rows = [e for e in entries(load_global()) if args.experiment in (None, e.experiment)]
     print("| experiment | seed | command | machine | load avg 1/5/15 min, start → end | wall | code |")
@@ -43,6 +50,32 @@ def main() -> None:
         )
     if not rows:
         print("(nothing archived)")
+    elif args.metric:
+        print()
+        _metric_table(rows, args.metric)
+
+
+def _leaves(tree, prefix: str = "") -> dict[str, float]:
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _leaves(sub, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: float(tree)} if isinstance(tree, (int, float)) and not isinstance(tree, bool) else {}
+
+
+def _metric_table(rows, metric: str) -> None:
+    per_seed = {
+        e.seed: _leaves(json.loads((e.dir / "metrics.json").read_text())["metrics"].get(metric), f"{metric}.")
+        for e in rows
+    }
+    seeds = sorted(per_seed)
+    keys = sorted(set().union(*per_seed.values()))
+    print("| key | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd |")
+    print("|---|" + "---|" * (len(seeds) + 1))
+    for k in keys:
+        vals = [per_seed[s].get(k) for s in seeds]
+        got = [x for x in vals if x is not None]
+        sd = f" ± {statistics.stdev(got):.2f}" if len(got) > 1 else ""
+        cells = " | ".join("—" if x is None else f"{x:.2f}" for x in vals)
+        print(f"| {k} | {cells} | {statistics.fmean(got):.2f}{sd} ({len(got)}) |")
 
 
 if __name__ == "__main__":
