@@ -16,6 +16,7 @@ from fedrepro.archive import ops, replay
 from fedrepro.cli import main
 from fedrepro.config import load_global
 from fedrepro.data.stamps import sha256_of
+from fedrepro.errors import FedreproError
 
 
 def settings(base: Path, paper: Path) -> list[str]:
@@ -280,9 +281,43 @@ def test_compare_fails_a_run_whose_every_loss_is_a_little_off():
 
 def test_compare_fails_one_loss_edited_past_the_bound():
     archived = [list(v) for v in REPLAYED]
-    archived[2][0] *= 1 + 2e-3
+    archived[2][0] *= 1 + 2e-2
     problems = replay.compare(_losses(archived), _losses(REPLAYED), 2, "h.parquet").problems
     assert problems == [
-        "h.parquet: method=m2: round 1 train loss 2.297085 archived, 2.2925 replayed (relative 2.0e-03, over 0.001): "
+        "h.parquet: method=m2: round 1 train loss 2.33835 archived, 2.2925 replayed (relative 2.0e-02, over 0.01): "
         "not what this code makes from this experiment's parameters, inputs and seed"
     ]
+
+
+def test_compare_holds_a_diverged_loss_to_the_same_non_finite_value():
+    """A NaN or infinite loss replays only as itself: against a number (or NaN against inf) it fails."""
+    archived = [list(v) for v in REPLAYED]
+    replayed = [list(v) for v in REPLAYED]
+    archived[0][1] = replayed[0][1] = float("nan")
+    archived[3][1] = replayed[3][1] = float("inf")
+    assert replay.compare(_losses(archived), _losses(replayed), 2, "h.parquet").problems == []
+    for value in (float("nan"), float("inf"), -float("inf")):
+        forged = [list(v) for v in archived]
+        forged[1][0] = value
+        problems = replay.compare(_losses(forged), _losses(replayed), 2, "h.parquet").problems
+        assert any("method=m1: round 1 train loss" in p for p in problems), value
+    forged = [list(v) for v in archived]
+    forged[0][1] = float("inf")
+    assert replay.compare(_losses(forged), _losses(replayed), 2, "h.parquet").problems
+
+
+def test_traces_keep_each_privacy_level_apart_and_refuse_runs_no_column_tells_apart():
+    """Table 2's history: one run per method and epsilon (column ``epsilon``), each its own trace; a history with two
+    runs under one key is an error, not one trace of both runs' losses interleaved."""
+    rows = [
+        {"method": "dp_adaped", "lr_grid": 0.1, "epsilon": e, "round": r, "round_losses": [e + r, e + r + 0.5]}
+        for r in (2, 4)
+        for e in (3.35, 13.16)
+    ]
+    got = replay.traces(pd.DataFrame(rows))
+    assert {dict(k)["epsilon"]: v.tolist() for k, v in got.items()} == {
+        3.35: [5.35, 5.85, 7.35, 7.85],
+        13.16: [15.16, 15.66, 17.16, 17.66],
+    }
+    with pytest.raises(FedreproError, match=r"method=dp_adaped, lr_grid=0.1: round 2 twice"):
+        replay.traces(pd.DataFrame(rows).rename(columns={"epsilon": "level"}))
