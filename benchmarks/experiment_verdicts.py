@@ -4,7 +4,8 @@
 
 Reads what the report reads (fedrepro.report.status.evaluate_paper, the experiment at paper scale: its summary and
 seed runs under results/, restored from the archive or made here) and prints Markdown: where the runs came from, per
-printed row the printed value, the rebuilt mean ± sd over n seeds, the tolerance and the verdict (with the report's
+printed row the printed value, the rebuilt mean ± sd over n seeds (one decimal finer than printed, as the report
+writes them), the tolerance and the verdict (with the report's
 reason where the row is not reproduced), and the status counts. FedHDP's MNIST tables have their own script
 (benchmarks/fedhdp_verdicts.py: by kind of row, and the variance floor).
 """
@@ -18,13 +19,10 @@ from collections import Counter
 from fedrepro.config import load_global
 from fedrepro.errors import ConfigError
 from fedrepro.report import verdict as v
+from fedrepro.report.fmt import fmt_pm, fmt_value, printed
 from fedrepro.report.status import evaluate_paper
 
 STATUSES = (v.REPRODUCED, v.INCONCLUSIVE, v.DEVIATES, v.NOT_COMPARABLE, v.STALE, v.INVALID, v.NOT_RUN)
-
-
-def _num(x: float | None, digits: int = 2) -> str:
-    return "—" if x is None else f"{x:.{digits}f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,11 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for r in rows:
         t = r.target
-        rebuilt = "—" if r.rebuilt is None else f"{r.rebuilt:.2f} ± {_num(r.rebuilt_std)} ({r.n})"
-        verdict = r.status if r.status == v.REPRODUCED or not r.reason else f"{r.status}: {r.reason}"
-        setting = f"{t.table_row} {t.table_col}".strip() or t.metric
-        printed = t.value_text + (f" ± {t.pm_text}" if t.pm_text else "") or "(a claim)"
-        print(f"| {t.id} | {setting} | {printed} | {rebuilt} | {_num(r.tol)} | {verdict} |")
+        rebuilt = f"{fmt_pm(r.rebuilt, r.rebuilt_std, t.value_text)} ({r.n})" if r.rebuilt is not None else "—"
+        cells = [
+            t.id,
+            f"{t.table_row} {t.table_col}".strip() or t.metric,
+            printed(t.value_text, t.pm_text) or "(a claim)",
+            rebuilt,
+            fmt_value(r.tol, t.value_text) or "—",
+            r.status if r.status == v.REPRODUCED or not r.reason else f"{r.status}: {r.reason}",
+        ]
+        print("| " + " | ".join(cells) + " |")
     print()
     c = Counter(r.status for r in rows)
     print(f"**{len(rows)} printed rows:** " + ", ".join(f"{c[s]} {s}" for s in STATUSES if c[s]))
