@@ -13,12 +13,12 @@ has all its paper seeds archived and the report judges it (a table of seeds, not
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 
+from fedrepro.aggregate import flatten, stats
 from fedrepro.archive.store import entries
 from fedrepro.config import load_global
 from fedrepro.provenance import machine_text
+from fedrepro.runio import read_metrics
 
 
 def _load(m: dict, key: str) -> str:
@@ -55,27 +55,18 @@ def main() -> None:
         _metric_table(rows, args.metric)
 
 
-def _leaves(tree, prefix: str = "") -> dict[str, float]:
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in _leaves(sub, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: float(tree)} if isinstance(tree, (int, float)) and not isinstance(tree, bool) else {}
-
-
 def _metric_table(rows, metric: str) -> None:
-    per_seed = {
-        e.seed: _leaves(json.loads((e.dir / "metrics.json").read_text())["metrics"].get(metric), f"{metric}.")
-        for e in rows
-    }
+    per_seed = {e.seed: flatten({metric: read_metrics(e.dir)["metrics"].get(metric) or {}}) for e in rows}
     seeds = sorted(per_seed)
     keys = sorted(set().union(*per_seed.values()))
     print("| key | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd |")
     print("|---|" + "---|" * (len(seeds) + 1))
     for k in keys:
         vals = [per_seed[s].get(k) for s in seeds]
-        got = [x for x in vals if x is not None]
-        sd = f" ± {statistics.stdev(got):.2f}" if len(got) > 1 else ""
+        st = stats([float("nan") if x is None else x for x in vals])  # the summaries' mean and sd of finite values
         cells = " | ".join("—" if x is None else f"{x:.2f}" for x in vals)
-        print(f"| {k} | {cells} | {statistics.fmean(got):.2f}{sd} ({len(got)}) |")
+        mean = "—" if st["mean"] is None else f"{st['mean']:.2f}" + (f" ± {st['std']:.2f}" if st["n"] > 1 else "")
+        print(f"| {k} | {cells} | {mean} ({st['n']}) |")
 
 
 if __name__ == "__main__":
