@@ -7,10 +7,10 @@ evaluate every 30 rounds, so a decrease within the first 30 rounds is not in the
                                           [--seed 0]
 
 The first ``rounds`` rounds of the method's runs (every epsilon of a private method) exactly as the paper-scale run
-makes them (fedrepro.learning.engine.replay_rounds: client sampling, minibatches, noise and lr schedule depend on the
-round and the seed, not on the number of rounds; the noise is calibrated for the full run), evaluated after every
-round (evaluation draws from its own stream: it does not change training). Prints per epsilon psi^0, psi after each
-round, where the minimum falls and psi at the last round.
+makes them (fedrepro.archive.replay.first_rounds, as the archive's replay: client sampling, minibatches, noise and lr
+schedule depend on the round and the seed, not on the number of rounds; the noise is calibrated for the full run),
+evaluated after every round (evaluation draws from its own stream: it does not change training). Prints per epsilon
+psi^0, psi after each round, where the minimum falls and psi at the last round.
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ import sys
 
 import numpy as np
 
+from fedrepro.archive.replay import first_rounds
 from fedrepro.config import load_global, resolve_experiment
 from fedrepro.errors import ConfigError
-from fedrepro.experiments import RunContext, get_kind
-from fedrepro.learning.engine import replay_rounds
-from fedrepro.run_inputs import prepare_inputs, run_inputs
-from fedrepro.seeding import rng_for
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,20 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, KeyError) as e:
         print(f"{args.experiment}: no method {args.method!r} at paper scale ({e})", file=sys.stderr)
         return 2
-    params = dict(exp.params, methods={args.method: spec}, eval_every=1, checks={})
-    prepare_inputs(cfg, exp)
-    data, partitions, inputs = run_inputs(cfg, exp)
-    ctx = RunContext(exp_id=exp.id, seed=args.seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
-    with replay_rounds(args.rounds):
-        out = get_kind(exp.kind).fn(params, rng_for(exp.id, args.seed), ctx)
-    h = out.history
+    changes = {"methods": {args.method: spec}, "eval_every": 1, "checks": {}}
+    h = first_rounds(cfg, args.experiment, args.seed, args.rounds, changes).history
     psi0 = float(spec["options"].get("psi0", 3.5))
     print(
         f"`python benchmarks/adaped_psi_early.py --experiment {args.experiment} --method {args.method} "
         f"--rounds {args.rounds} --seed {args.seed}`: psi after each round (psi^0 = {psi0:g})"
     )
     print()
-    print("| epsilon | psi, rounds 1-10 | min (round) | psi at round " + f"{args.rounds} | rounds below psi^0 |")
+    print(f"| epsilon | psi, rounds 1-10 | min (round) | psi at round {args.rounds} | rounds below psi^0 |")
     print("|---|---|---|---|---|")
     groups = h.groupby("epsilon") if "epsilon" in h else [(None, h)]
     for eps, g in groups:

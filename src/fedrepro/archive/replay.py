@@ -30,7 +30,7 @@ import pandas as pd
 from fedrepro.archive.store import Entry
 from fedrepro.config import resolve_experiment
 from fedrepro.errors import FedreproError
-from fedrepro.experiments import RunContext, get_kind
+from fedrepro.experiments import RunContext, RunOutput, get_kind
 from fedrepro.learning.engine import replay_rounds
 from fedrepro.run_inputs import prepare_inputs, run_inputs
 from fedrepro.runio import read_history
@@ -49,18 +49,17 @@ def traces(history: pd.DataFrame) -> dict[tuple, np.ndarray]:
     if TRACE not in history.columns:
         return {}
     keys = [k for k in RUN_KEYS if k in history.columns]
+    twice = history[history.duplicated([*keys, "round"])]
+    if len(twice):  # two runs under one key: their losses would interleave into one trace
+        row = twice.iloc[0]
+        label = ", ".join(f"{k}={row[k]}" for k in keys) or "the history"
+        raise FedreproError(
+            f"{label}: round {row['round']} twice: the history holds several engine runs that none of the run "
+            f"columns {', '.join(RUN_KEYS)} tells apart (add the column that does to RUN_KEYS)"
+        )
     out: dict[tuple, list[float]] = {}
-    seen: set[tuple] = set()
     for _, row in history.sort_values("round", kind="stable").iterrows():
-        key = tuple((k, row[k]) for k in keys)
-        if (key, row["round"]) in seen:  # two runs under one key: their losses would interleave into one trace
-            label = ", ".join(f"{k}={v}" for k, v in key) or "the history"
-            raise FedreproError(
-                f"{label}: round {row['round']} twice: the history holds several engine runs that none of the run "
-                f"columns {', '.join(RUN_KEYS)} tells apart (add the column that does to RUN_KEYS)"
-            )
-        seen.add((key, row["round"]))
-        out.setdefault(key, []).extend(float(x) for x in row[TRACE])
+        out.setdefault(tuple((k, row[k]) for k in keys), []).extend(float(x) for x in row[TRACE])
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -89,13 +88,19 @@ def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
 def replayed_traces(cfg: Mapping, entry: Entry, rounds: int) -> dict[tuple, np.ndarray]:
     """Each engine run's losses of the first ``rounds`` rounds, trained here from the archived run's experiment (at
     the paper's settings), inputs and seed."""
-    exp = resolve_experiment(cfg, entry.experiment, "paper")
+    return traces(first_rounds(cfg, entry.experiment, entry.seed, rounds).history)
+
+
+def first_rounds(cfg: Mapping, experiment: str, seed: int, rounds: int, changes: Mapping | None = None) -> RunOutput:
+    """The experiment's run at the paper's settings (with ``changes``: top-level parameters replaced, e.g. fewer
+    methods or more evaluations) with every engine run stopped after round ``rounds``, trained here from its inputs
+    and seed: the first rounds exactly as the whole run makes them (engine.replay_rounds)."""
+    exp = resolve_experiment(cfg, experiment, "paper")
     prepare_inputs(cfg, exp)
     data, partitions, inputs = run_inputs(cfg, exp)
-    ctx = RunContext(exp_id=exp.id, seed=entry.seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
+    ctx = RunContext(exp_id=exp.id, seed=seed, data=data, partitions=partitions, config=cfg, inputs=inputs)
     with replay_rounds(rounds):
-        out = get_kind(exp.kind).fn(exp.params, rng_for(exp.id, entry.seed), ctx)
-    return traces(out.history)
+        return get_kind(exp.kind).fn(dict(exp.params, **(changes or {})), rng_for(exp.id, seed), ctx)
 
 
 def relative_difference(archived: np.ndarray, replayed: np.ndarray) -> np.ndarray:
