@@ -367,6 +367,18 @@ def test_the_config_reading_can_be_read_from_the_swept_experiments_runs(tmp_path
         call_kind("forensic_sweep", params, None, ctx)
 
 
+def test_the_config_readings_run_has_the_experiments_own_only_methods():
+    """A sweep that trains some methods (``fixed: {only_methods: ...}``) reads the config's reading from the swept
+    experiment's full run: null where the kind defaults only_methods (FedHDP), absent where it states no default
+    (AdaPeD: runs made before the option keep their digest); every other parameter is the reading's."""
+    from fedrepro.audit.forensics import run_params
+
+    reading = {"epochs": 50, "only_methods": ["dp_adaped"]}
+    assert run_params(reading, {"epochs": 50}) == {"epochs": 50}
+    assert run_params(reading, {"epochs": 50, "only_methods": None}) == {"epochs": 50, "only_methods": None}
+    assert run_params({"epochs": 1}, {"epochs": 50}) == {"epochs": 1}
+
+
 def test_a_sweep_reading_runs_declares_them_to_the_workflow():
     from fedrepro.experiments import get_kind
 

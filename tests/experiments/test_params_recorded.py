@@ -142,6 +142,8 @@ OPTIONAL_BLOCKS = {
     # fedrepro.papers.fedhdp.test_readings; local_readings: absent, the run keeps its personal models' accuracies
     # under the test-set readings (arrays.npz shows it), false in the quick wiring checks
     "fedhdp_training": {"reevaluate", "local_readings"},
+    # fedrepro.experiments.only_methods; absent, every method trains (runs made before the option keep their digest)
+    "adaped_fl_training": {"only_methods"},
     "histograms_synthetic": {"estimator"},  # fedrepro.papers.histograms.estimator (compare)
     "forensic_sweep": {"reading_names"},  # absent, the readings are named by the parameters they set
 }

@@ -260,16 +260,27 @@ def _run_point(ctx: RunContext, exp, seed: int, stop: Mapping | None) -> dict:
     aside: a method trains alike alone or beside the others), in the form of :func:`_point`; a ConfigError naming what
     to build when there is none."""
     from fedrepro.aggregate import flatten
+    from fedrepro.config import resolve_experiment
     from fedrepro.runio import read_history, read_metrics
     from fedrepro.staleness import find_run
 
-    params = {**exp.params, "only_methods": None} if "only_methods" in exp.params else exp.params
+    params = run_params(exp.params, resolve_experiment(ctx.config, exp.id, "paper").params)
     run = find_run(ctx.config, exp.id, seed, params, f"{ctx.exp_id}: config_reading_from_runs")
     doc = read_metrics(run)
     point = {"metrics": flatten(doc["metrics"]), "checks": doc.get("checks", {}), "run": str(run)}
     if stop:
         point["trajectory"] = _trajectory(read_history(run), stop, exp.id)
     return point
+
+
+def run_params(reading: Mapping, own: Mapping) -> dict:
+    """The parameters of the swept experiment's run that holds the config's reading: the reading's (the config's plus
+    ``fixed``) with ``only_methods`` as the experiment's own (``own``, its resolved parameters): null where its kind
+    defaults it, absent where the kind states no default."""
+    params = {k: v for k, v in reading.items() if k != "only_methods"}
+    if "only_methods" in own:
+        params["only_methods"] = own["only_methods"]
+    return params
 
 
 def _trajectory(h: pd.DataFrame, stop: Mapping, exp_id: str) -> dict:

@@ -110,6 +110,7 @@ def test_server_side_dp_fedavg_is_calibrated_by_the_library(partition_dir):
         ),
         ({"checks": {"curve": ["nope"]}}, r"params.checks.curve: unknown methods \['nope'\]"),
         ({"batch_size": "auto", "iters_per_epoch": None}, "batch_size=auto needs params.iters_per_epoch"),
+        ({"only_methods": ["fedavg", "nope"]}, r"params.only_methods: unknown methods \['nope'\]"),
     ],
 )
 def test_config_errors_name_the_key(partition_dir, over, match):
@@ -118,6 +119,17 @@ def test_config_errors_name_the_key(partition_dir, over, match):
         p.pop("iters_per_epoch")
     with pytest.raises(ConfigError, match=match):
         run(p, partition_dir)
+
+
+def test_only_methods_trains_those_methods_alone_as_in_the_full_run(partition_dir):
+    """``only_methods``: the named methods train exactly as in the full run (one seed per run, shared by every
+    method), the others are absent, and a check naming one of them is left out."""
+    full = run(params(), partition_dir)
+    part = run(params(only_methods=["adaped"]), partition_dir)
+    assert set(part.metrics["acc"]) == {"adaped"} and set(part.history["method"]) == {"adaped"}
+    for metric in ("acc", "acc_weighted", "lr", "final_train_loss", "psi"):
+        assert part.metrics[metric]["adaped"] == full.metrics[metric]["adaped"]
+    assert set(full.checks) == {"beats_chance", "curve"} and set(part.checks) == {"curve"}  # beats_chance names fedavg
 
 
 def test_schema_rejects_unknown_algorithm_and_check(partition_dir):

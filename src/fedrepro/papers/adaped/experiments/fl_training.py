@@ -32,9 +32,10 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.errors import ConfigError
-from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind, only_methods
 from fedrepro.experiments.keys import eps_key
 from fedrepro.experiments.method_slot import MethodSlot
+from fedrepro.experiments.only_methods import ONLY_METHODS
 from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.learning import algorithms
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
@@ -110,6 +111,10 @@ SCHEMA = {
         "weight_decay": {**NONNEG, "default": 1e-4},
         "eval_every": {**INT1, "default": 10},
         "select": {"enum": list(SELECTION), "default": "final_test"},
+        # train only these methods (names of ``methods``): a forensic reading of some methods, or one method's rerun;
+        # checks that name another method are left out. No default: absent, every method trains (and runs made
+        # before this option keep their parameter digest)
+        "only_methods": ONLY_METHODS,
     },
 }
 
@@ -153,6 +158,7 @@ def _validate(p: dict, ctx: RunContext) -> None:
         unknown = sorted(set(names) - set(p["methods"]))
         if unknown:
             raise ConfigError(f"{ctx.exp_id}: params.checks.{check}: unknown methods {unknown}")
+    only_methods.validate(p, ctx.exp_id)
 
 
 # ------------------------------------------------------------------------------------------------------ checks
@@ -227,7 +233,7 @@ def _only(p: dict, name: str, private: bool) -> dict:
         "private": private,
         "privacy_as": "fedavg" if private else None,
     }
-    return p | {"methods": {name: spec}, "checks": {}}
+    return {k: v for k, v in p.items() if k != "only_methods"} | {"methods": {name: spec}, "checks": {}}
 
 
 def _with_lr(p: dict, name: str, grid: list[float]) -> dict:
@@ -328,7 +334,7 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
 
     metrics: dict[str, dict] = {"acc": {}, "acc_weighted": {}, "lr": {}, "final_train_loss": {}}
     rows, selected = [], {}
-    for name, spec in p["methods"].items():
+    for name, spec in only_methods.trained(p).items():
         grid = spec["lr"] if isinstance(spec["lr"], list) else [spec["lr"]]
         options = dict(spec["options"])
         settings = [(None, None)]
@@ -407,6 +413,8 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
     metrics["n_params"] = n_params(factory())
     checks = {}
     for check, names in p["checks"].items():
+        if not set(names) <= set(selected):  # a method left out by only_methods: the check is not this run's
+            continue
         results = [_check(check, n, selected[n], int(model_kw["n_classes"])) for n in names]  # chance: 1/outputs
         checks[check] = Check(all(ok for ok, _ in results), "; ".join(d for _, d in results))
     accountant = None

@@ -57,6 +57,8 @@ from fedrepro.aggregate import flatten
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
 from fedrepro.experiments.method_slot import MethodSlot
+from fedrepro.experiments.only_methods import ONLY_METHODS, trained
+from fedrepro.experiments.only_methods import validate as validate_only_methods
 from fedrepro.experiments.params import DELTA, INT0, INT1, NONNEG, POSITIVE, UNIT
 from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
 from fedrepro.papers.fedhdp.columns import client_metrics, lam_key, method_groups
@@ -156,13 +158,7 @@ SCHEMA = {
         "local_readings": {"type": "boolean"},
         # train only these methods (names of ``methods``): one method's rerun, a forensic reading of a few methods,
         # or a table split into jobs; checks and differences that name another method are left out (null: all)
-        "only_methods": {
-            "type": ["array", "null"],
-            "minItems": 1,
-            "uniqueItems": True,
-            "items": {"type": "string"},
-            "default": None,
-        },
+        "only_methods": {**ONLY_METHODS, "type": ["array", "null"], "default": None},
     },
 }
 
@@ -187,17 +183,7 @@ def _validate(p: dict, ctx: RunContext) -> None:
         unknown = sorted(set(names) - set(p["methods"]))
         if unknown:
             raise ConfigError(f"{ctx.exp_id}: params.checks.{check}: unknown methods {unknown}")
-    unknown = sorted(set(p["only_methods"] or ()) - set(p["methods"]))
-    if unknown:
-        raise ConfigError(
-            f"{ctx.exp_id}: params.only_methods: unknown methods {unknown} (known: {sorted(p['methods'])})"
-        )
-
-
-def trained(p: dict) -> dict:
-    """The methods this run trains: ``methods``, or those of them ``only_methods`` names, in ``methods``' order."""
-    only = p["only_methods"]
-    return {k: v for k, v in p["methods"].items() if only is None or k in only}
+    validate_only_methods(p, ctx.exp_id)
 
 
 def opt_out_mask(ds, fraction: float, seed: int) -> tuple[np.ndarray, str]:
