@@ -41,6 +41,19 @@ def cross_log(S: np.ndarray, logP: np.ndarray) -> np.ndarray:
     return np.asarray(S @ logP.T.astype(S.dtype, copy=False), dtype=np.float64)
 
 
+def cross_log_at(S: np.ndarray, logP: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(n,) sum_i S_ui log P_{labels_u, i} in float64: one user's term of an objective at its assigned center, exact
+    to float64 whatever S's dtype (a float32 product rounds at ~1e-7 of the term, above an objective's changes near
+    convergence)."""
+    out = np.empty(S.shape[0])
+    for k in np.unique(labels):
+        rows = np.flatnonzero(labels == k)
+        for lo in range(0, len(rows), CHUNK):
+            idx = rows[lo : lo + CHUNK]
+            out[idx] = np.asarray(S[idx], dtype=np.float64) @ np.asarray(logP[k], dtype=np.float64)
+    return out
+
+
 def kl_to_centers(S: np.ndarray, P: np.ndarray, floor: float, negent: np.ndarray | None = None) -> np.ndarray:
     """(n, K) KL(S_u || P_k) with centers used as log(max(P, floor))."""
     h = neg_entropy(S) if negent is None else negent

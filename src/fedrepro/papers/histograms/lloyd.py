@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedrepro.papers.histograms.kl import cross_log, neg_entropy, safe_log
+from fedrepro.papers.histograms.kl import cross_log, cross_log_at, neg_entropy, safe_log
 from fedrepro.papers.histograms.private_centering import cluster_sums
 
 Recenter = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
@@ -50,7 +50,7 @@ class LloydResult:
 
 
 class Assigner:
-    """argmin_k KL(Q^_u || P_k) over the full or the kept vocabulary, with the objective value."""
+    """argmin_k KL(Q^_u || P_k) over the full or the kept vocabulary, with the objective value (float64)."""
 
     def __init__(self, S: np.ndarray, floor: float, keep: np.ndarray | None = None):
         self.floor, self.keep = floor, keep
@@ -66,9 +66,11 @@ class Assigner:
         if self.keep is not None:
             P = P[:, self.keep]
             P = P / P.sum(axis=1, keepdims=True)
-        ll = cross_log(self.X, safe_log(P, self.floor))
-        lab = np.argmax(ll, axis=1)
-        obj = float(np.mean(self.h - ll[np.arange(len(lab)), lab]))
+        logP = safe_log(P, self.floor)
+        lab = np.argmax(cross_log(self.X, logP), axis=1)
+        # the assignment may use S's dtype; the objective is summed in float64, so that a change near convergence is
+        # not below its rounding
+        obj = float(np.mean(self.h - cross_log_at(self.X, logP, lab)))
         return lab, obj
 
 

@@ -12,8 +12,10 @@ from fedrepro.errors import DataError
 from fedrepro.experiments import RunContext, get_kind
 from fedrepro.papers.histograms.claims import CLAIMS
 from fedrepro.papers.histograms.experiments import table1
+from fedrepro.papers.histograms.experiments.synthetic import monotone_check
 from fedrepro.papers.histograms.experiments.table1 import histogram_data, run_table1
 from fedrepro.papers.histograms.generator import make_mixture, sample_users
+from fedrepro.papers.histograms.lloyd import lloyd
 from fedrepro.papers.histograms.pipeline import METHODS
 from fedrepro.papers.histograms.reddit import TokenHistograms
 
@@ -83,6 +85,20 @@ def test_synthetic_run_produces_every_registered_key_and_the_papers_ordering():
     assert out.metrics["kl"]["private"]["local"] == out.metrics["kl"]["nonprivate"]["local"]
     h = out.history
     assert set(h["method"]) == {"alg2", "alg2_dimred", "ifca"} and (h["iteration"] == 0).any()
+
+
+def test_the_monotone_check_fails_when_the_centers_are_not_the_cluster_means():
+    rng = np.random.default_rng(3)
+    mix = make_mixture(50, 4, 20.0, 1.0, 1.0, rng)
+    S = sample_users(mix, 400, 100, 0, rng).train / 100
+    P0 = S[rng.choice(len(S), 4, replace=False)]
+    good = lloyd(S, P0, 20, 1e-12, stop_when_stable=False)
+    assert monotone_check(good.objective).passed
+    # random histograms in place of step 5's means: the objective rises somewhere
+    bad = lloyd(S, P0, 20, 1e-12, recenter=lambda S, lab, K: rng.dirichlet(np.ones(S.shape[1]), K))
+    assert not monotone_check(bad.objective).passed
+    # a rise of 1e-8 on an objective of 7 (float32's rounding of the old objective) is not let through
+    assert not monotone_check([7.0, 6.0, 6.0 + 1e-8]).passed and monotone_check([7.0, 6.0, 6.0]).passed
 
 
 def _token_histograms(seed=0, n=800, d=80, m=50, m_test=400, n_val=200):
