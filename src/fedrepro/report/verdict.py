@@ -40,10 +40,12 @@ Student's t with df degrees of freedom (scipy.stats; t_q(inf) = 1.96):
                  single (a printed single run: one draw of the random experiment, no ±) -> s, the per-run spread of
                  the rebuilt seeds, so that tol is the 95% prediction interval of one more run,
                  t_q(n - 1) * s * sqrt(1 + 1/n)
-    tol        = max(floor, t_q(df) * sqrt(se_printed^2 + se_rebuilt^2)), df = min(df_p, n - 1) over the sides
-                 that carry an uncertainty (Hsu's conservative choice: Welch-Satterthwaite's df, the usual
-                 approximation, calls a faithful rebuild *deviates* 7-9 % of the time with two or three seeds against
-                 a stated standard error; tests/report/test_verdict_coverage.py)
+    tol        = max(floor, sqrt((t_q(df_p) * se_printed)^2 + (t_q(n - 1) * se_rebuilt)^2)), each side's standard
+                 error read with its own t (Banerjee's conservative interval: at least 95 % at every n, and
+                 continuous as either side's se goes to 0. Welch-Satterthwaite's df, the usual approximation, calls
+                 a faithful rebuild *deviates* 7-9 % of the time with two or three seeds against a stated standard
+                 error; Hsu's t at the smaller df multiplies a stated se by t_q(n - 1) however small the seeds'
+                 spread: 12.7 at n = 2; tests/report/test_verdict_coverage.py)
     deviates      if |m - v| > tol
     inconclusive  if |m - v| <= tol but the rebuild cannot resolve the value: t_q(n - 1) * se_rebuilt > max(floor,
                   t_q(df_p) * se_printed, RESOLUTION * |v|), or fewer than two seeds of an experiment that draws
@@ -116,19 +118,20 @@ def t_quantile(df: float) -> float:
     return float(stats.t.ppf(0.975, df))
 
 
-def combined_df(se_p: float, df_p: float, se_r: float, df_r: float) -> float:
-    """The degrees of freedom the rule reads sqrt(se_p^2 + se_r^2) with: the smallest of the sides that carry an
-    uncertainty: Hsu's conservative choice, never more degrees of freedom than Welch-Satterthwaite's (which covers
-    only 91-93 % with two or three seeds, tests/report/test_verdict_coverage.py), so at least 95 % at every n; inf
-    when neither side was estimated."""
-    return min((df for se, df in ((se_p, df_p), (se_r, df_r)) if se > 0), default=math.inf)
+def half_width(se_p: float, df_p: float, se_r: float, df_r: float) -> float:
+    """The 95% half-width of (rebuilt mean - printed value) from the two sides' standard errors, each read with its
+    own Student's t: sqrt((t(df_p) se_p)^2 + (t(df_r) se_r)^2) (Banerjee's interval for the Behrens-Fisher problem,
+    at least 95 % at every n, tests/report/test_verdict_coverage.py). It moves continuously from one side's half-width
+    to the other's as either standard error goes to 0; a side without uncertainty (se 0) drops out."""
+    return math.hypot(*(t_quantile(df) * se for se, df in ((se_p, df_p), (se_r, df_r)) if se > 0))
 
 
 @dataclass(frozen=True)
 class Judgement:
     """The comparison of one rebuilt mean with one printed value: one of reproduced / deviates / inconclusive, or
-    invalid when the rebuilt mean or std is not a finite number (:func:`not_finite`). ``df``: the degrees of freedom
-    of the t quantile ``quantile`` behind ``tol``."""
+    invalid when the rebuilt mean or std is not a finite number (:func:`not_finite`). ``quantile``: the multiple of
+    sqrt(se_printed^2 + se_rebuilt^2) that ``tol`` is before the floor (its t quantiles, combined: :func:`half_width`);
+    ``df``: the rebuilt side's degrees of freedom, n - 1."""
 
     outcome: str
     diff: float
@@ -209,11 +212,13 @@ def judge(
     se_p, words, df_p = printed_se(pm, reading, runs, std, n)
     se_r = std / math.sqrt(n) if n > 0 else math.inf
     single = reading == SINGLE
-    # a single printed run: one draw against the seeds' spread, n - 1 df; else the smaller df of the two sides
-    df = df_p if single else combined_df(se_p, df_p, se_r, n - 1)
-    q = t_quantile(df)
+    se = math.hypot(se_p, se_r)
+    # a single printed run: one draw against the seeds' spread, t(n - 1) on both; else each side with its own t
+    width = t_quantile(df_p) * se if single else half_width(se_p, df_p, se_r, n - 1 if n > 1 else math.inf)
+    q = width / se if se > 0 else Z
     diff = mean - value
-    tol = max(floor, q * math.sqrt(se_p**2 + se_r**2))
+    tol = max(floor, width)
+    df = n - 1 if n > 1 else math.inf
     facts = dict(diff=diff, tol=tol, se_printed=se_p, se_rebuilt=se_r, reading=words, df=df, quantile=q)
     if single and not deterministic and n < 2:  # the tolerance would be the floor alone: no verdict either way
         why = "one seed: no spread to judge a single printed run against; run the paper scale's seeds"
@@ -297,14 +302,16 @@ CONCLUSION_RULE_TEXT = (
 
 RULE_TEXT = (
     "A **printed** row (a number or sentence the paper states) is *reproduced* only when rebuilt at paper scale with "
-    "nothing fitted to it: |rebuilt mean − printed| ≤ tol = max(floor, t·√(se_printed² + se_rebuilt²)), where "
+    "nothing fitted to it: |rebuilt mean − printed| ≤ tol = max(floor, √((t_p·se_printed)² + (t_r·se_rebuilt)²)), "
+    "where "
     "se_rebuilt = std/√n is the standard error over the n seeds run (n − 1 degrees of freedom), se_printed comes from "
     f"the printed ± as the paper states it (95% interval → ±/{Z}; a standard error → ± itself; std over R runs → ±/√R "
-    "with R − 1 degrees of freedom; unknown → ± itself, the widest reading, named in the row), t is Student's t "
-    "two-sided 95% quantile (scipy.stats) at the smaller degrees of freedom of the two sides (a side the paper states "
-    "as a 95% interval or a standard error counts as known, ∞; Welch–Satterthwaite's would cover only 91–93% with "
-    "two or three seeds), and floor is half a unit of the last printed digit. A printed single run (one draw "
-    "without ±) is judged against the std s of the rebuilt seeds: tol is the prediction interval "
+    "with R − 1 degrees of freedom; unknown → ± itself, the widest reading, named in the row), t_p and t_r are "
+    "Student's t two-sided 95% quantiles (scipy.stats) at each side's own degrees of freedom (a side the paper states "
+    "as a 95% interval or a standard error counts as known, ∞; the rebuilt side n − 1): Banerjee's interval, at least "
+    "95% at every n and continuous as either side's spread goes to 0 (Welch–Satterthwaite's df would cover only "
+    "91–93% with two or three seeds), and floor is half a unit of the last printed digit. A printed single run "
+    "(one draw without ±) is judged against the std s of the rebuilt seeds: tol is the prediction interval "
     "t(n − 1)·s·√(1 + 1/n), inconclusive when that exceeds "
     f"max(floor, {RESOLUTION:.0%} of the printed value) or with one seed. Outside tol it *deviates*; inside tol but "
     f"with t(n − 1)·se_rebuilt above max(floor, t·se_printed, {RESOLUTION:.0%} of the printed value), or with one "
