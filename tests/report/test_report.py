@@ -449,12 +449,15 @@ def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
     from fedrepro.report.status import forensic_evidence
 
     doc = {"experiments": {"f": {"kind": "forensic_sweep", "params": {"rows": ["X", "Y"]}}}}
-    concl = {"checks": {"conclusion.X": {"passed": False, "detail": "no reading of the 3 ..."}}}
+    from fedrepro.report.verdict import RULE_VERSION
+
+    rule = {"verdict_rule": {"mean": float(RULE_VERSION)}}
+    concl = {"checks": {"conclusion.X": {"passed": False, "detail": "no reading of the 3 ..."}}, "metrics": rule}
     quick = dict(concl, effective_scale="quick")
     built = {
         "paper": ("paper", dict(concl, effective_scale="paper")),
-        "thinner": ("quick", dict(quick, metrics={"swept_at_quick_settings": {"mean": 0.0}})),
-        "wiring": ("quick", dict(quick, metrics={"swept_at_quick_settings": {"mean": 1.0}})),
+        "thinner": ("quick", dict(quick, metrics={"swept_at_quick_settings": {"mean": 0.0}, **rule})),
+        "wiring": ("quick", dict(quick, metrics={"swept_at_quick_settings": {"mean": 1.0}, **rule})),
         "unsaid": ("quick", quick),  # a forensic kind that does not say: taken as a wiring check
         "none": ("paper", None),
     }
@@ -469,6 +472,26 @@ def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
     assert forensic_evidence(cfg, "adaped", doc, lambda name: built["none"])["X"][0].startswith(
         "forensics adaped.f: not built (`snakemake --cores 2 "
     )
+
+
+def test_a_sweep_judged_under_an_older_verdict_rule_says_so(cfg):
+    """A forensic sweep judges inside its run: one made before the rule it now would be judged under keeps its old
+    verdicts, and the report says which rule made them; one made under the current rule says nothing more."""
+    from fedrepro.report import verdict as v
+    from fedrepro.report.status import forensic_evidence
+
+    doc = {"experiments": {"f": {"kind": "forensic_sweep", "params": {"rows": ["X"]}}}}
+    concl = {"checks": {"conclusion.X": {"passed": True, "detail": "reproduced under 2 of 2 readings"}}}
+    made = {
+        "before": dict(concl, effective_scale="paper", metrics={}),
+        "old": dict(concl, effective_scale="paper", metrics={"verdict_rule": {"mean": 1.0}}),
+        "now": dict(concl, effective_scale="paper", metrics={"verdict_rule": {"mean": float(v.RULE_VERSION)}}),
+    }
+    for case in ("before", "old"):
+        (text,) = forensic_evidence(cfg, "adaped", doc, lambda name, c=case: ("paper", made[c]))["X"]
+        assert text.endswith("until the sweep is run again]") and "verdict rule 1 (t at the smaller" in text
+    (text,) = forensic_evidence(cfg, "adaped", doc, lambda name: ("paper", made["now"]))["X"]
+    assert text == "forensics adaped.f: reproduced under 2 of 2 readings"
 
 
 def test_rows_listed_as_unexplained_say_the_readings_tried_when_they_deviate(cfg, tmp_path, monkeypatch):

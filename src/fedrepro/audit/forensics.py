@@ -520,6 +520,7 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
         "joint_readings",
         "stopping_steps.*",
         "swept_at_quick_settings",
+        "verdict_rule",
     ),
     checks=("conclusion.*", "joint", "stopping_time.joint"),
     reads=swept_inputs,
@@ -628,7 +629,7 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
             if fits
             else f"no single {stop['param']} reproduces all of {names} under any of the {len(grid)} readings",
         )
-    from fedrepro.report.verdict import REPRODUCED
+    from fedrepro.report.verdict import REPRODUCED, RULE_VERSION
 
     joint = [i for i in range(len(grid)) if all(per_row[t.id][i][1]["outcome"] == REPRODUCED for t in rows)]
     checks["joint"] = Check(
@@ -648,6 +649,8 @@ def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOut
         # 1: the readings ran the swept experiment at (some of) its quick settings: a wiring check, no evidence on
         # the paper's numbers (the report and ci-check say so); 0: at its paper settings (on a grid perhaps reduced)
         "swept_at_quick_settings": float(bool(at_quick)),
+        # the tolerance rule its conclusions were judged under (the report flags an older one)
+        "verdict_rule": RULE_VERSION,
     }
     if stop_rows:
         metrics["stopping_steps"] = {t.id: sum(len(f["good"]) for f in stop_steps[t.id]) for t in stop_rows}

@@ -414,9 +414,26 @@ def forensic_evidence(
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:
-                text = f"forensics {paper}.{name}{_grid_label(summary)}: {check['detail']}"
+                text = f"forensics {paper}.{name}{_grid_label(summary)}: {check['detail']}{_old_rule(entry, summary)}"
             out.setdefault(row, []).append(text)
     return out
+
+
+def _old_rule(entry: Mapping, summary: Mapping) -> str:
+    """For a kind that judges inside its runs (it records ``verdict_rule``): a suffix saying that its conclusion was
+    judged under an older tolerance rule than the report's (a summary without the record predates rule 2), else ""."""
+    from fedrepro.experiments import get_kind
+
+    if not get_kind(entry["kind"]).produces_metric("verdict_rule"):
+        return ""
+    rule = ((summary.get("metrics") or {}).get("verdict_rule") or {}).get("mean") or 1
+    if int(rule) == v.RULE_VERSION:
+        return ""
+    return (
+        f" [judged under the verdict rule {int(rule)} ({v.RULE_VERSIONS.get(int(rule), 'unknown')}), not the "
+        f"report's rule {v.RULE_VERSION} ({v.RULE_VERSIONS[v.RULE_VERSION]}): its rebuilt values stand, its "
+        "verdicts are the old rule's until the sweep is run again]"
+    )
 
 
 def _grid_label(summary: Mapping) -> str:

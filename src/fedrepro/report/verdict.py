@@ -73,6 +73,13 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+# the tolerance rule's version, which a kind that judges inside its runs (a forensic sweep) records with them, so
+# that the report can say when a conclusion was judged under an older rule (RULE_VERSIONS: what each one was)
+RULE_VERSION = 2
+RULE_VERSIONS = {
+    1: "t at the smaller degrees of freedom of the two sides (Hsu): at two seeds 12.7 times a stated se",
+    2: "each side's se with its own t (Banerjee)",
+}
 Z = 1.96  # the normal 97.5% quantile: reads a printed 95% interval as a standard error (p / Z), nothing else
 RESOLUTION = 0.10
 # registry column pm_reading: what the printed ± is, or SINGLE, a printed single run (one draw, no ±)
