@@ -325,6 +325,8 @@ def cmd_archive(args) -> int:
         for run in args.runs:
             entry, new = store.add(cfg, Path(run))
             print(f"[fedrepro] {'archived' if new else 'already archived'}: {run} -> {entry.dir}", flush=True)
+            for row in ops.failing_ci_checks(cfg, entry):
+                print(f"[fedrepro] warning: a CI row fails in this run (the CI replication check will): {row}")
         return 0
     if args.runs:
         raise ConfigError(f"archive {args.action}: takes no run directories (only `archive add` does)")

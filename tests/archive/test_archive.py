@@ -321,3 +321,23 @@ def test_traces_keep_each_privacy_level_apart_and_refuse_runs_no_column_tells_ap
     }
     with pytest.raises(FedreproError, match=r"method=dp_adaped, lr_grid=0.1: round 2 twice"):
         replay.traces(pd.DataFrame(rows).rename(columns={"epsilon": "level"}))
+
+
+def test_add_warns_of_a_ci_row_whose_check_fails_in_the_run(tmp_path):
+    """histograms.x_synthetic seed 1 was archived failing its CI row's check (a float32 rise of the Lloyd objective):
+    the CI replication check failed only once all five seeds made the default run restore them. ``archive add``
+    names such a row at once."""
+    from fedrepro.archive.store import Entry, read_manifest
+
+    src = Path(__file__).resolve().parents[2] / "archive" / "histograms" / "x_synthetic" / "paper" / "seed0"
+    d = tmp_path / "seed0"
+    shutil.copytree(src, d)
+    cfg = load_global()
+    entry = Entry(d, read_manifest(d))
+    assert ops.failing_ci_checks(cfg, entry) == []
+    doc = json.loads((d / "metrics.json").read_text())
+    doc["checks"]["lloyd_objective_monotone"].update(passed=False, detail="largest increase 9.3e-09")
+    (d / "metrics.json").write_text(json.dumps(doc))
+    assert ops.failing_ci_checks(cfg, entry) == [
+        "histograms.X.syn.lloyd_monotone: check lloyd_objective_monotone fails in seed 0: largest increase 9.3e-09"
+    ]
