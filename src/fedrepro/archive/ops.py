@@ -123,14 +123,12 @@ def list_text(cfg: Mapping) -> str:
 def failing_ci_checks(cfg: Mapping, entry: Entry) -> list[str]:
     """The registry rows flagged ``ci=true`` that the archived run's own checks fail, in words: once the experiment's
     seeds are complete the default run restores them and the CI replication check fails on these rows."""
-    from fedrepro.config import resolve_path
-    from fedrepro.report.registry import load_registry
+    from fedrepro.report.cicheck import flagged_targets
 
     checks = read_metrics(entry.dir).get("checks") or {}
-    paper = entry.paper
     out = []
-    for t in load_registry(resolve_path(cfg["targets"][paper]), paper):
-        if not t.ci or t.experiment != entry.experiment or t.check_names is None:
+    for paper, t in flagged_targets(cfg, [entry.paper]):
+        if t.experiment != entry.experiment or t.check_names is None:
             continue
         failed = [c for c in t.check_names if c in checks and not checks[c]["passed"]]
         out += [f"{paper}.{t.id}: check {c} fails in seed {entry.seed}: {checks[c]['detail']}" for c in failed]

@@ -8,25 +8,31 @@ the readings tried (``unexplained:`` in config/<paper>.yaml)."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from fedrepro.errors import FedreproError, ResultError
+from fedrepro.report.registry import Target
 from fedrepro.report.status import explains, listed_unexplained
 from fedrepro.report.verdict import DEVIATES, GOOD
 
 
-def flagged_rows(cfg: Mapping) -> list[tuple[str, str]]:
-    """(paper, id) of every registry row flagged ``ci=true``, over the configured papers."""
+def flagged_targets(cfg: Mapping, papers: Iterable[str] | None = None) -> list[tuple[str, Target]]:
+    """(paper, target) of every registry row flagged ``ci=true``, over ``papers`` (default: the configured ones)."""
     from fedrepro.config import resolve_path
     from fedrepro.report.registry import load_registry
 
     return [
-        (paper, t.id)
-        for paper in cfg["papers"]
+        (paper, t)
+        for paper in (cfg["papers"] if papers is None else papers)
         for t in load_registry(resolve_path(cfg["targets"][paper]), paper)
         if t.ci
     ]
+
+
+def flagged_rows(cfg: Mapping) -> list[tuple[str, str]]:
+    """(paper, id) of every registry row flagged ``ci=true``, over the configured papers."""
+    return [(paper, t.id) for paper, t in flagged_targets(cfg)]
 
 
 COLUMNS = ("paper", "id", "row", "ci", "status", "printed", "rebuilt", "reason", "evidence")  # the columns read

@@ -125,7 +125,7 @@ def t_quantile(df: float) -> float:
     return float(stats.t.ppf(0.975, df))
 
 
-def half_width(se_p: float, df_p: float, se_r: float, df_r: float) -> float:
+def tolerance_width(se_p: float, df_p: float, se_r: float, df_r: float) -> float:
     """The 95% half-width of (rebuilt mean - printed value) from the two sides' standard errors, each read with its
     own Student's t: sqrt((t(df_p) se_p)^2 + (t(df_r) se_r)^2) (Banerjee's interval for the Behrens-Fisher problem,
     at least 95 % at every n, tests/report/test_verdict_coverage.py). It moves continuously from one side's half-width
@@ -137,8 +137,8 @@ def half_width(se_p: float, df_p: float, se_r: float, df_r: float) -> float:
 class Judgement:
     """The comparison of one rebuilt mean with one printed value: one of reproduced / deviates / inconclusive, or
     invalid when the rebuilt mean or std is not a finite number (:func:`not_finite`). ``quantile``: the multiple of
-    sqrt(se_printed^2 + se_rebuilt^2) that ``tol`` is before the floor (its t quantiles, combined: :func:`half_width`);
-    ``df``: the rebuilt side's degrees of freedom, n - 1."""
+    sqrt(se_printed^2 + se_rebuilt^2) that ``tol`` is before the floor (its t quantiles, combined:
+    :func:`tolerance_width`); ``df``: the rebuilt side's degrees of freedom, n - 1."""
 
     outcome: str
     diff: float
@@ -220,12 +220,12 @@ def judge(
     se_r = std / math.sqrt(n) if n > 0 else math.inf
     single = reading == SINGLE
     se = math.hypot(se_p, se_r)
+    df = n - 1 if n > 1 else math.inf  # the rebuilt side's
     # a single printed run: one draw against the seeds' spread, t(n - 1) on both; else each side with its own t
-    width = t_quantile(df_p) * se if single else half_width(se_p, df_p, se_r, n - 1 if n > 1 else math.inf)
+    width = t_quantile(df_p) * se if single else tolerance_width(se_p, df_p, se_r, df)
     q = width / se if se > 0 else Z
     diff = mean - value
     tol = max(floor, width)
-    df = n - 1 if n > 1 else math.inf
     facts = dict(diff=diff, tol=tol, se_printed=se_p, se_rebuilt=se_r, reading=words, df=df, quantile=q)
     if single and not deterministic and n < 2:  # the tolerance would be the floor alone: no verdict either way
         why = "one seed: no spread to judge a single printed run against; run the paper scale's seeds"
