@@ -201,7 +201,8 @@ def cmd_run(args) -> int:
     try:
         output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
         wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
-        write_run(out, exp, args.seed, output, wall, resumed, inputs, clock, kind.read_inputs(exp.params, cfg, exp.id))
+        reads = kind.read_inputs(exp.params, cfg, exp.id)
+        write_run(out, exp, args.seed, output, wall, resumed, inputs, clock, reads, kind.revision)
     except BaseException:
         # an interrupted run keeps its checkpoints; a directory holding only the inputs record is not one
         if ckpt is not None and ckpt.is_dir() and [q.name for q in ckpt.iterdir()] == [INPUTS_RECORD]:

@@ -93,6 +93,7 @@ def test_add_keeps_the_runs_files_and_a_manifest(world, capsys):
     assert m["files"]["metrics.json"]["sha256"] == sha256_of(run_dir(base, 0) / "metrics.json")
     assert m["made"]["code_version"] == "0123abc" and m["made"]["machine"]["cpu"] and m["made"]["started_at"]
     assert m["params_digest"] and "mnist" in m["inputs"]["datasets"]
+    assert m["kind_revision"] == json.loads((d / "metrics.json").read_text())["kind_revision"] == 1
     # adding the same run again changes nothing
     capsys.readouterr()
     assert main(["archive", "add", str(run_dir(base, 0)), *sets]) == 0
