@@ -46,6 +46,8 @@ def test_the_campaign_queues_the_lacking_seeds_and_archives_each_as_it_ends(worl
     assert all((archived(base, s) / "manifest.json").is_file() for s in (0, 1))
     assert sum(line.startswith("[campaign] archived fedhdp.tiny seed") for line in said) == 2
     assert campaign.queue(cfg, [EXP]) == [] and "nothing to run" in campaign.plan_text([])
+    shutil.rmtree(base / "archive" / "fedhdp" / "tiny" / "paper" / "seed1")  # only what the archive lacks is queued
+    assert [(j.exp_id, j.seed) for j in campaign.queue(cfg, [EXP])] == [(EXP, 1)]
 
 
 def test_a_failed_run_is_reported_and_what_reads_it_is_skipped(world):

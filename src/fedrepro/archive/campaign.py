@@ -53,7 +53,6 @@ def queue(cfg: Mapping, experiments: list[str] | None = None) -> list[Job]:
     from fedrepro.data.sources import is_available
     from fedrepro.plan import campaign_order, rows
 
-    lacking = ops.lacking_seeds(cfg)
     if experiments:
         for exp_id in experiments:
             exp = _resolved(cfg, exp_id)
@@ -61,8 +60,9 @@ def queue(cfg: Mapping, experiments: list[str] | None = None) -> list[Job]:
             if missing:
                 raise ConfigError(f"campaign: {exp_id} needs {', '.join(missing)}, not here: fetch it first")
         order = list(dict.fromkeys(experiments))
-        lacking = {e: lacking.get(e, ops.wanted_seeds(cfg, e)) for e in order}
+        lacking = ops.lacking_seeds(cfg, order)
     else:
+        lacking = ops.lacking_seeds(cfg)
         order = [r.exp_id for r in campaign_order(rows(cfg)) if r.offline and lacking.get(r.exp_id)]
     jobs = []
     for exp_id in order:
