@@ -50,8 +50,25 @@ def test_the_campaign_queues_the_lacking_seeds_and_archives_each_as_it_ends(worl
     assert [(j.exp_id, j.seed) for j in campaign.queue(cfg, [EXP])] == [(EXP, 1)]
 
 
+def test_a_run_already_finished_in_results_is_archived_without_training(world):
+    """The world's two seeds were made by `fedrepro run` before the campaign: archivable as they are, they are
+    archived, not trained again (the first test trains the seeds results/ lacks)."""
+    base, sets = world
+    cfg = cfg_of(sets)
+    started, said = [], []
+
+    def start(job):
+        started.append(job.seed)
+        return in_process(sets)(job)
+
+    assert campaign.run(cfg, campaign.queue(cfg, [EXP]), 1, False, start, poll_s=0, out=said.append) == 0
+    assert started == [] and sum("archived without training" in line for line in said) == 2
+    assert all((archived(base, s) / "manifest.json").is_file() for s in (0, 1))
+
+
 def test_a_failed_run_is_reported_and_what_reads_it_is_skipped(world):
     base, sets = world
+    shutil.rmtree(base / "results" / "fedhdp" / "tiny" / "paper")  # nothing finished: the runs are started
     cfg = cfg_of(sets)
     jobs = campaign.queue(cfg, [EXP])
     reader = campaign.Job("fedhdp.reader", 0, base / "r", base / "r.log", {EXP})

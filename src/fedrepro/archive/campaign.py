@@ -5,8 +5,9 @@ named, else every experiment ``plan --remaining`` lists whose data is here, in t
 archive does not hold sound and current (fedrepro.archive.ops.lacking_seeds); it runs up to N of them at a time, each
 as ``python -m fedrepro run EXP --scale paper --seed S --out results/<paper>/<exp>/paper/seed<S>`` with one torch
 thread (``--threads``) and ``OMP_WAIT_POLICY=PASSIVE``, its output in ``logs/run/...``; and archives a run as soon as
-it ends (``archive add``), replacing a stale archived run of that seed, and with ``--commit`` commits that entry
-alone. A machine's results do not outlive it: a seed archived and committed does.
+it ends (``archive add``), and with ``--commit`` commits that entry alone (replacing a stale archived run of that
+seed). A run already finished in results/ and archivable is archived without training. A machine's results do not
+outlive it: a seed archived and committed does.
 
 A run killed halfway continues from its round checkpoints when the campaign is started again. A kind that reads
 another experiment's runs (a forensic sweep of kept models) waits until that experiment's queued seeds are archived,
@@ -189,6 +190,31 @@ def _git(args: list[str]) -> None:
         raise ConfigError(f"campaign: `git {' '.join(args)}` failed: {done.stderr.strip() or done.stdout.strip()}")
 
 
+def finished_here(cfg: Mapping, job: Job) -> bool:
+    """Whether results/ holds the job's run finished and archivable as it is (complete, paper scale, from committed
+    code, current): then it is archived, not trained again."""
+    if (job.run_dir / store.ARCHIVED).exists():  # a run the workflow restored: the archive's own
+        return False
+    try:
+        store.check_addable(cfg, job.run_dir)
+    except Exception:  # noqa: BLE001 - any reason it may not be archived: it is trained
+        return False
+    return True
+
+
+class _Finished:
+    """A job found finished: it ends at once."""
+
+    def poll(self) -> int:
+        return 0
+
+    def terminate(self) -> None:
+        pass
+
+    def wait(self) -> int:
+        return 0
+
+
 def run(
     cfg: Mapping,
     jobs: list[Job],
@@ -225,6 +251,10 @@ def _loop(cfg, pending: list[Job], running: dict, failed: list[Job], slots, comm
             except Exception as exc:  # noqa: BLE001 - what it reads is not to be had: reported, the others go on
                 failed.append(job)
                 out(f"[campaign] NOT STARTED {job.name}: the runs it reads: {exc}")
+                continue
+            if finished_here(cfg, job):  # made before (a campaign stopped after the run, or a run by hand)
+                out(f"[campaign] found {job.name} finished in {_shown(job.run_dir)}: archived without training")
+                running[job] = (_Finished(), time.monotonic())
                 continue
             out(f"[campaign] started {job.name} (log: {_shown(job.log)})")
             running[job] = (start(job), time.monotonic())
