@@ -69,6 +69,11 @@ COVERED = {
     "python -m fedrepro run adaped.fig1a --set n=7 --set 'eps0=[0.2, 0.4]' --set delta=1e-6 --out /tmp/x": RUN,
     "python -m fedrepro report --out-dir /tmp/report": RUN,
     "python -m fedrepro archive list": RUN,
+    "python -m fedrepro campaign --dry-run": RUN,
+    "python -m fedrepro campaign --jobs 2 --commit": "trains hours of paper-scale runs: tests/archive/test_campaign.py "
+    "(the queue, archiving as runs end, a failed run, a stale entry, uncommitted code)",
+    "python -m fedrepro campaign fedhdp.skewed_mnist --jobs 2 --commit": "trains hours: tests/archive/test_campaign.py "
+    "(a named experiment's lacking seeds)",
     "python -m fedrepro archive verify": RUN,
     "python -m fedrepro archive compare": RUN,
     "python -m fedrepro archive verify --replay 2": "CI: .ci/run; tests/archive/test_archive.py (replays)",

@@ -123,6 +123,8 @@ def summarize(run_docs: list[dict], sources: list[str] | None = None) -> dict:
     reads = [d["reads_digest"] for d in run_docs if "reads_digest" in d]
     if reads:  # what a sweep read besides its parameters (fedrepro.staleness); the seeds' differing is stale too
         provenance["reads_digest"] = reads[0] if len(set(reads)) == 1 and len(reads) == len(run_docs) else "mixed"
+    if any("kind_revision" in d for d in run_docs):  # the oldest run's (one that predates the record: revision 1)
+        provenance["kind_revision"] = min(int(d.get("kind_revision", 1)) for d in run_docs)
     return {
         "experiment": first["experiment"],
         "kind": first["kind"],

@@ -14,6 +14,8 @@ data plot NAME --input DIR --out FILE.png                         samples/classe
 list                                                              experiments, kinds and datasets
 archive add RUN_DIR... | list | verify [--replay R] | compare      the results archive of paper-scale runs
 archive restore PAPER.EXP --seed N --out DIR                      an archived run into results/ (the workflow's rule)
+plan [--remaining] [--cores N]                                    paper-scale CPU-hours per experiment, campaign order
+campaign [PAPER.EXP...] [--jobs N] [--commit] [--dry-run]         train the seeds the archive lacks, archive each
 """
 
 from __future__ import annotations
@@ -201,7 +203,8 @@ def cmd_run(args) -> int:
     try:
         output = kind.fn(exp.params, rng_for(exp.id, args.seed), ctx)
         wall, resumed = clock.total_s(), (clock.this_attempt_s() if clock.resumed else None)
-        write_run(out, exp, args.seed, output, wall, resumed, inputs, clock, kind.read_inputs(exp.params, cfg, exp.id))
+        reads = kind.read_inputs(exp.params, cfg, exp.id)
+        write_run(out, exp, args.seed, output, wall, resumed, inputs, clock, reads, kind.revision)
     except BaseException:
         # an interrupted run keeps its checkpoints; a directory holding only the inputs record is not one
         if ckpt is not None and ckpt.is_dir() and [q.name for q in ckpt.iterdir()] == [INPUTS_RECORD]:
@@ -446,6 +449,34 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_campaign(args) -> int:
+    from fedrepro.archive import campaign
+    from fedrepro.errors import ConfigError
+
+    if args.jobs < 1 or args.threads < 1:
+        raise ConfigError("campaign: --jobs and --threads take whole numbers >= 1")
+    cfg = _load_cfg(args)
+    jobs = campaign.queue(cfg, args.experiments)
+    print(campaign.plan_text(jobs), end="", flush=True)
+    if args.dry_run or not jobs:
+        return 0
+    version = campaign.require_clean_checkout()
+    print(f"[campaign] code {version}; {args.jobs} at a time, {args.threads} thread(s) each", flush=True)
+    cfg_args = [
+        *(["--config", args.config] if args.config else []),
+        *(a for kv in args.config_set for a in ("--config-set", kv)),
+    ]
+    failed = campaign.run(
+        cfg, jobs, args.jobs, args.commit, lambda job: campaign.spawn(job, args.threads, cfg_args), out=_say
+    )
+    print(f"[campaign] done: {len(jobs) - failed} of {len(jobs)} archived", flush=True)
+    return 1 if failed else 0
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fedrepro.config import SCALES
 
@@ -600,6 +631,17 @@ def build_parser() -> argparse.ArgumentParser:
         "quick scale",
     )
     pl.set_defaults(fn=cmd_plan)
+
+    cp = sub.add_parser(
+        "campaign", help="train the paper seeds the results archive lacks, archiving each as it ends (plan --remaining)"
+    )
+    _common(cp)
+    cp.add_argument("experiments", nargs="*", metavar="PAPER.EXP", help="default: plan --remaining's, data here")
+    cp.add_argument("--jobs", type=int, default=1, help="runs at once (default 1; one per core at one thread)")
+    cp.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    cp.add_argument("--commit", action="store_true", help="commit each archived entry (replacing a stale one)")
+    cp.add_argument("--dry-run", action="store_true", help="print the queue and stop")
+    cp.set_defaults(fn=cmd_campaign)
     return p
 
 

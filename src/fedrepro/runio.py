@@ -99,6 +99,7 @@ def write_run(
     inputs: dict | None = None,
     clock: RunClock | None = None,
     reads: dict | None = None,
+    kind_revision: int | None = None,
 ) -> None:
     """``wall_time_s``: the run's compute across resumes; ``resumed_wall_time_s``: the part done by the attempt that
     resumed and finished it (None when it ran in one go); ``inputs``: the digests of the input data it read
@@ -106,7 +107,8 @@ def write_run(
     finished it started (``started_at``) and the machine's load then (``machine``: fedrepro.provenance.machine at
     the end, the threads the run used included, with the load average at the start beside it); ``reads``: what its
     kind reads besides its parameters (Kind.read_inputs: a forensic sweep's swept experiment and registry rows), kept in
-    config.yaml and as ``reads_digest`` so that the run goes stale when that changes (fedrepro.staleness). A run made
+    config.yaml and as ``reads_digest`` so that the run goes stale when that changes (fedrepro.staleness);
+    ``kind_revision``: the revision of what its kind computes (Kind.revision), stale when the kind changes. A run made
     here over one the workflow restored (its archived run gone stale) leaves none of that run's files behind: neither
     its ``archived.json``, which would call this run archived, nor arrays this run does not write."""
     out_dir = Path(out_dir)
@@ -159,6 +161,7 @@ def write_run(
         "versions": versions(),
         "params_digest": params_digest(exp.params),
         **({} if reads is None else {"reads_digest": params_digest(reads)}),
+        **({} if kind_revision is None else {"kind_revision": kind_revision}),
         "code_version": code_version(),
         "inputs": inputs or {},
         "deterministic": exp.deterministic,

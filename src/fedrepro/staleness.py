@@ -4,10 +4,11 @@ A run records the digest of its resolved parameters (``params_digest``) and the 
 (``inputs``: per dataset file its verified sha256, per partition the sha256 of its manifest; fedrepro.provenance). It
 is *stale* when either no longer matches: the experiment's parameters, resolved now at the run's scale, digest to
 something else (a value changed in ``config/<paper>.yaml``, or a schema default), or a dataset file is pinned or was
-verified here with another sha256, or a partition built here has another manifest. What cannot be known here is not
-held against a run: a dataset never fetched here has no recorded digest to compare with (a pinned file always has
-one), and a partition not built here has no manifest. Runs written before these fields were recorded are compared
-on what they hold.
+verified here with another sha256, or a partition built here has another manifest, or its kind's code changed what
+it computes since (``kind_revision`` below the kind's ``revision``: fedrepro.experiments.experiment_kind). What
+cannot be known here is not held against a run: a dataset never fetched here has no recorded digest to compare with
+(a pinned file always has one), and a partition not built here has no manifest. Runs written before these fields
+were recorded are compared on what they hold (one without ``kind_revision``: its kind's first revision).
 
 The report never judges a stale run (fedrepro.report.status) and the results archive never restores one
 (fedrepro.archive); both name what changed. A kind that reads another experiment's runs (a forensic sweep, a
@@ -119,6 +120,13 @@ def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> li
                 f"made from another version of what it reads besides its parameters (reads_digest "
                 f"{doc['reads_digest']}, now {params_digest(reads)}{': ' + detail if detail else ''})"
             )
+    kind = get_kind(exp.kind)
+    made = int(doc.get("kind_revision") or 1)  # a run that predates the record: the kind's first revision
+    if made < kind.revision:
+        reasons.append(
+            f"made by revision {made} of what kind {exp.kind} computes, which is at revision {kind.revision} now: "
+            + "; ".join(kind.changes_since(made))
+        )
     records = doc.get("inputs")
     records = records if isinstance(records, list) else [records] if isinstance(records, Mapping) else []
     current = current_inputs(cfg, exp) if records else {}

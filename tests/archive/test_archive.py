@@ -10,61 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from tiny_fedhdp import EXP, made_runs, write_paper
+from tiny_fedhdp import EXP, archived, cfg_of, run_dir, write_paper
 
 from fedrepro.archive import ops, replay
 from fedrepro.cli import main
 from fedrepro.config import load_global
 from fedrepro.data.stamps import sha256_of
 from fedrepro.errors import FedreproError
-
-
-def settings(base: Path, paper: Path) -> list[str]:
-    return [
-        "--config-set",
-        f"results_dir={base / 'results'}",
-        "--config-set",
-        f"archive.dir={base / 'archive'}",
-        "--config-set",
-        f"papers.fedhdp={paper}",
-    ]
-
-
-def cfg_of(sets: list[str]) -> dict:
-    overrides: dict = {}
-    for item in sets[1::2]:
-        key, value = item.split("=", 1)
-        node = overrides
-        *head, last = key.split(".")
-        for k in head:
-            node = node.setdefault(k, {})
-        node[last] = value
-    return load_global(overrides=overrides)
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    base = tmp_path_factory.mktemp("archive")
-    paper = write_paper(base / "fedhdp.yaml")
-    made_runs(base, settings(base, paper))
-    return base, paper
-
-
-@pytest.fixture
-def world(made, tmp_path):
-    """A copy of the made runs (and their partition) with an empty archive, for one test to change."""
-    base, _ = made
-    shutil.copytree(base / "results", tmp_path / "results")
-    paper = write_paper(tmp_path / "fedhdp.yaml")
-    return tmp_path, settings(tmp_path, paper)
-
-
-def run_dir(base: Path, seed: int) -> Path:
-    return base / "results" / "fedhdp" / "tiny" / "paper" / f"seed{seed}"
-
-
-def archived(base: Path, seed: int) -> Path:
-    return base / "archive" / "fedhdp" / "tiny" / "paper" / f"seed{seed}"
 
 
 def rehash(d: Path, name: str) -> None:
@@ -93,6 +45,7 @@ def test_add_keeps_the_runs_files_and_a_manifest(world, capsys):
     assert m["files"]["metrics.json"]["sha256"] == sha256_of(run_dir(base, 0) / "metrics.json")
     assert m["made"]["code_version"] == "0123abc" and m["made"]["machine"]["cpu"] and m["made"]["started_at"]
     assert m["params_digest"] and "mnist" in m["inputs"]["datasets"]
+    assert m["kind_revision"] == json.loads((d / "metrics.json").read_text())["kind_revision"] == 1
     # adding the same run again changes nothing
     capsys.readouterr()
     assert main(["archive", "add", str(run_dir(base, 0)), *sets]) == 0

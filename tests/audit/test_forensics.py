@@ -517,3 +517,69 @@ def test_a_resumed_sweep_counts_the_compute_of_the_attempt_that_made_its_cached_
         second = RunClock()
         attempt(second)
         assert second.resumed and second.before_s == max(m["elapsed_s"] for m in made)
+
+
+def _registry_rows():
+    from fedrepro.config import resolve_path
+    from fedrepro.report.registry import load_registry
+
+    cfg = load_global()
+    return {t.id: t for t in load_registry(resolve_path(cfg["targets"]["adaped"]), "adaped")}
+
+
+def test_a_sweep_judged_again_from_its_history_gives_its_own_conclusions(tmp_path):
+    """fedrepro.audit.forensics.rejudge rebuilds every conclusion of a sweep judged under the current rule from what
+    its history records (mean, se, n) alone: the same text, no verdict changed."""
+    from fedrepro.audit.forensics import rejudge
+
+    for params in ({}, {"fixed": {"m": 100}, "implementation_fix": {"R1.ex": "eq. (5) (test_x)"}}):
+        out = sweep(tmp_path / str(len(params)), **params)
+        again = rejudge(out.history, _registry_rows(), True, params.get("implementation_fix"))
+        (c, changes) = again["R1.ex"]
+        assert c.detail == out.checks["conclusion.R1.ex"].detail and c.passed == out.checks["conclusion.R1.ex"].passed
+        assert changes == []
+
+
+def test_judging_again_judges_the_recorded_values_not_the_recorded_verdicts(tmp_path):
+    """A reading whose recorded mean is moved far from the printed value deviates when judged again, whatever its
+    run recorded, and the change is named; a row of unknown id is left out."""
+    from fedrepro.audit.forensics import rejudge
+
+    out = sweep(tmp_path)
+    h = out.history.copy()
+    good = h.index[h["outcome"] == "reproduced"]
+    h.loc[good, "rebuilt"] = 0.5
+    (c, changes) = rejudge(h, _registry_rows(), True)["R1.ex"]
+    assert not c.passed and c.detail.startswith("no reading of the 4 in the ranges reproduces it")
+    assert changes == ["config: reproduced -> deviates"]
+    h.loc[:, "row"] = "nope"
+    assert rejudge(h, _registry_rows(), True) == {}
+
+
+def test_judging_again_a_row_printed_with_a_standard_error_follows_the_rule_now():
+    """Table 2's DP-AdaPeD at eps = 3.35 (93.32 ± 1.18) against two seeds 99.08 ± 0.10: under rule 1 (Hsu's t at
+    one df) its run called it reproduced with a tolerance of 15; judged again it deviates (tolerance ~2.6). A row
+    judged by checks keeps its recorded outcome."""
+    import pandas as pd
+
+    from fedrepro.audit.forensics import rejudge
+    from fedrepro.report import verdict as v
+
+    h = pd.DataFrame(
+        [
+            {"reading": 0, "reading_text": "config", "row": "T2.r2.c1", "rebuilt": 99.075, "se": 0.1017, "n": 2.0,
+             "outcome": v.REPRODUCED, "numeric": True, "distance": 0.38, "detail": "", "axis.c": None},
+            {"reading": 1, "reading_text": "c=1.0", "row": "T2.r2.c1", "rebuilt": 92.9, "se": 0.2, "n": 2.0,
+             "outcome": v.REPRODUCED, "numeric": True, "distance": 0.03, "detail": "", "axis.c": "1.0"},
+            {"reading": 0, "reading_text": "config", "row": "Q2", "rebuilt": None, "se": None, "n": None,
+             "outcome": v.DEVIATES, "numeric": False, "distance": 1.0, "detail": "psi stuck", "axis.c": None},
+        ]
+    )  # fmt: skip
+    rows = _registry_rows()
+    rows["Q2"] = type("Q", (), {"id": "Q2", "value_text": "", "check_names": ["q"]})
+    again = rejudge(h, rows, False)
+    (c, changes) = again["T2.r2.c1"]
+    assert changes == ["config: reproduced -> deviates"]
+    assert c.passed and c.detail.startswith("reproduced under 1 of 2 readings; closest: c=1.0: 92.9")
+    assert "at the config's reading: deviates" in c.detail
+    assert again["Q2"][1] == [] and not again["Q2"][0].passed and "psi stuck" in again["Q2"][0].detail

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fedrepro.cli import main
-from fedrepro.config import REPO_ROOT
+from fedrepro.config import REPO_ROOT, load_global
 
 EXP = "fedhdp.tiny"
 TINY = {
@@ -62,3 +62,34 @@ def made_runs(base: Path, sets: list[str]) -> None:
             assert main(["run", EXP, "--scale", "paper", "--seed", str(seed), "--out", str(run), *sets]) == 0
     finally:
         mp.undo()
+
+
+def settings(base: Path, paper: Path) -> list[str]:
+    return [
+        "--config-set",
+        f"results_dir={base / 'results'}",
+        "--config-set",
+        f"archive.dir={base / 'archive'}",
+        "--config-set",
+        f"papers.fedhdp={paper}",
+    ]
+
+
+def cfg_of(sets: list[str]) -> dict:
+    overrides: dict = {}
+    for item in sets[1::2]:
+        key, value = item.split("=", 1)
+        node = overrides
+        *head, last = key.split(".")
+        for k in head:
+            node = node.setdefault(k, {})
+        node[last] = value
+    return load_global(overrides=overrides)
+
+
+def run_dir(base: Path, seed: int) -> Path:
+    return base / "results" / "fedhdp" / "tiny" / "paper" / f"seed{seed}"
+
+
+def archived(base: Path, seed: int) -> Path:
+    return base / "archive" / "fedhdp" / "tiny" / "paper" / f"seed{seed}"

@@ -494,6 +494,52 @@ def test_a_sweep_judged_under_an_older_verdict_rule_says_so(cfg):
     assert text == "forensics adaped.f: reproduced under 2 of 2 readings"
 
 
+def test_a_sweep_under_an_older_rule_is_judged_again_from_its_history(cfg):
+    """Given the registry rows and the sweep's history, the report judges an old-rule sweep's rows again under its
+    own rule (fedrepro.audit.forensics.rejudge) and says which verdicts changed; a row with a stopping-time finding
+    (not in the history) keeps the old rule's conclusion, flagged; a sweep under the current rule is not read again."""
+    import pandas as pd
+
+    from fedrepro.config import resolve_path
+    from fedrepro.report import verdict as v
+    from fedrepro.report.registry import load_registry
+    from fedrepro.report.status import forensic_evidence
+
+    rows = {t.id: t for t in load_registry(resolve_path(cfg["targets"]["adaped"]), "adaped")}
+    sweep = {"kind": "forensic_sweep", "params": {"rows": ["R1.ex"], "experiment": "remark1"}}
+    doc = {"experiments": {"f": sweep, "remark1": {"kind": "gaussian_remark1"}}}
+    old = {
+        "checks": {"conclusion.R1.ex": {"passed": False, "detail": "no reading of the 1 (rule 1)"}},
+        "effective_scale": "paper",
+        "metrics": {"verdict_rule": {"mean": 1.0}},
+    }
+    h = pd.DataFrame(
+        [{"reading": 0, "reading_text": "config", "row": "R1.ex", "rebuilt": 0.0101, "se": 1e-4, "n": 2.0,
+          "outcome": v.DEVIATES, "numeric": True, "distance": 2.0, "detail": ""}]
+    )  # fmt: skip
+    read = []
+
+    def history(name, scale, summary):
+        read.append((name, scale))
+        return h
+
+    (text,) = forensic_evidence(cfg, "adaped", doc, lambda n: ("paper", old), None, rows, history)["R1.ex"]
+    assert read == [("f", "paper")]
+    assert text.startswith("forensics adaped.f: reproduced under 1 of 1 readings; closest: the config's reading: ")
+    assert f"judged again by the report under its verdict rule {v.RULE_VERSION}" in text
+    assert "its run judged under rule 1 (t at the smaller" in text and text.endswith(
+        ": config: deviates -> reproduced]"
+    )
+    stopped = dict(sweep, params=dict(sweep["params"], stopping_time={"rows": {"R1.ex": 1}}))
+    doc_stop = {"experiments": {"f": stopped, "remark1": doc["experiments"]["remark1"]}}
+    (text,) = forensic_evidence(cfg, "adaped", doc_stop, lambda n: ("paper", old), None, rows, history)["R1.ex"]
+    assert text.startswith("forensics adaped.f: no reading of the 1 (rule 1) [judged under the verdict rule 1")
+    now = dict(old, metrics={"verdict_rule": {"mean": float(v.RULE_VERSION)}})
+    read.clear()
+    (text,) = forensic_evidence(cfg, "adaped", doc, lambda n: ("paper", now), None, rows, history)["R1.ex"]
+    assert text == "forensics adaped.f: no reading of the 1 (rule 1)" and read == []
+
+
 def test_rows_listed_as_unexplained_say_the_readings_tried_when_they_deviate(cfg, tmp_path, monkeypatch):
     """config/<paper>.yaml `unexplained:` (glob patterns of registry ids + the readings tried): a deviating row it
     matches gets "unexplained: readings tried: ..." as evidence, a row that does not deviate gets nothing; a pattern

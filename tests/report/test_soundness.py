@@ -196,3 +196,35 @@ def test_a_sweep_goes_stale_when_what_it_reads_changes(tmp_path):
     assert reasons(doc, registry_with(note=row["note"] + " (edited)")) == []
     got = reasons(doc, registry_with(value=str(float(row["value"]) + 1)))
     assert len(got) == 1 and "rows.K.bern.uniform.value" in got[0], got
+
+
+def test_a_change_to_what_its_kind_computes_makes_a_run_stale(built, results, monkeypatch):
+    """A run records its kind's revision (Kind.revision: 1 + the changes its ``revisions`` lists). A change listed
+    after the run makes it stale, naming the change, in the report as in fedrepro.staleness; a run made before the
+    record is the kind's first revision; the summary keeps its oldest run's revision."""
+    import dataclasses
+
+    from fedrepro.experiments import KINDS, get_kind
+    from fedrepro.staleness import stale_reasons
+
+    run = built / "adaped" / "bernoulli" / "paper" / "seed0"
+    made = json.loads((run / "metrics.json").read_text())
+    kind = get_kind("bernoulli_synthetic")
+    assert made["kind_revision"] == kind.revision == 1
+    assert json.loads(_summary(built, "bernoulli").read_text())["kind_revision"] == 1
+    assert stale_reasons(load_global(), made, run) == []
+    before = {k: v for k, v in made.items() if k != "kind_revision"}
+    assert stale_reasons(load_global(), before, run) == []
+
+    changed = dataclasses.replace(kind, revisions=("the estimator's clipping fixed (test)",))
+    monkeypatch.setitem(KINDS._entries, "bernoulli_synthetic", changed)
+    for doc in (made, before):
+        (reason,) = stale_reasons(load_global(), doc, run)
+        assert reason == (
+            "made by revision 1 of what kind bernoulli_synthetic computes, which is at revision 2 now: "
+            "the estimator's clipping fixed (test)"
+        )
+    status, reason = statuses(results)["K.bern.uniform"]
+    assert status == v.STALE and "revision 1 of what kind bernoulli_synthetic computes" in reason
+    assert statuses(results)["F3b.claim"][0] != v.STALE  # another kind: untouched
+    assert stale_reasons(load_global(), dict(made, kind_revision=2), run) == []

@@ -62,12 +62,12 @@ def campaign_experiments(cfg: Mapping, items: dict[str, list[Entry]] | None = No
     return sorted(ids)
 
 
-def lacking_seeds(cfg: Mapping) -> dict[str, list[int]]:
-    """Per campaign experiment (:func:`campaign_experiments`), the paper seeds the archive does not hold sound and
-    current."""
+def lacking_seeds(cfg: Mapping, exp_ids: list[str] | None = None) -> dict[str, list[int]]:
+    """Per campaign experiment (:func:`campaign_experiments`), or per experiment of ``exp_ids``, the paper seeds the
+    archive does not hold sound and current."""
     items = by_experiment(entries(cfg))
     out = {}
-    for exp_id in campaign_experiments(cfg, items):
+    for exp_id in campaign_experiments(cfg, items) if exp_ids is None else exp_ids:
         good = {e.seed for e in items.get(exp_id, []) if not damaged(e) and not misplaced(cfg, e) and not stale(cfg, e)}
         out[exp_id] = [s for s in wanted_seeds(cfg, exp_id) if s not in good]
     return out

@@ -283,6 +283,7 @@ def add(cfg: Mapping, run_dir: Path) -> tuple[Entry, bool]:
         },
         "params_digest": doc["params_digest"],
         **({"reads_digest": doc["reads_digest"]} if "reads_digest" in doc else {}),
+        **({"kind_revision": doc["kind_revision"]} if "kind_revision" in doc else {}),
         "inputs": doc["inputs"],
         "archived_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -329,24 +329,87 @@ def judge_row(t, points: list[dict], deterministic: bool) -> dict:
     # a metric the run left undefined (None: non-finite, or not to be had from what it read) is judged invalid
     arr = np.asarray([math.nan if p["metrics"][t.key] is None else p["metrics"][t.key] for p in points], dtype=float)
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, float(arr.mean()), std, arr.size, deterministic)
+    return judge_metric(t, float(arr.mean()), std, int(arr.size), deterministic)
+
+
+def judge_metric(t, mean: float, std: float, n: int, deterministic: bool) -> dict:
+    """A metric row under one reading from its n seeds' mean and sample std, by the report's rule: the judgement
+    :func:`judge_row` records (and :func:`rejudge` rebuilds from the record)."""
+    from fedrepro.report import verdict as v
+
+    j = v.judge(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, mean, std, n, deterministic)
     more = (
-        v.seeds_to_resolve(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, std, int(arr.size))
+        v.seeds_to_resolve(t.value, t.pm, t.pm_reading, t.runs, t.tolerance, std, n)
         if j.outcome == v.INCONCLUSIVE
         else 0
     )
     return {
         "more_seeds": more,
         "outcome": j.outcome,
-        "rebuilt": float(arr.mean()),
+        "rebuilt": mean,
         "se": j.se_rebuilt,
-        "n": int(arr.size),
+        "n": n,
         "diff": j.diff,
         "tol": j.tol,
         "distance": abs(j.diff) / j.tol if j.tol > 0 else math.inf,  # inf for a non-finite (invalid) rebuild
         "numeric": True,
         "detail": j.why,
     }
+
+
+def rejudge(
+    history: pd.DataFrame,
+    targets: Mapping[str, Any],
+    deterministic: bool,
+    fixes: Mapping[str, str] | None = None,
+    issues: Mapping[str, str] | None = None,
+) -> dict[str, tuple[Check, list[str]]]:
+    """A sweep's conclusions judged again by the report's current rule from its history alone, without training:
+    per (reading, row) the history records the rebuilt mean, its standard error and the seeds n, which give the
+    seeds' sample std (se * sqrt(n)) that :func:`judge_metric` needs. A row judged by checks involves no tolerance
+    rule and keeps its recorded outcome and distance. Returns row id -> (conclusion, the readings whose verdict
+    differs from the recorded one, as "reading: old -> new"); rows no longer in ``targets`` (registry id -> row) are
+    left out. A stopping-time finding (params.stopping_time) is not in the history: its rows' conclusions here are
+    the configured stopping time's only."""
+    axes = [c for c in history.columns if c.startswith("axis.")]
+    grid: dict[int, dict] = {}
+    judged: dict[str, list[tuple[dict, dict]]] = {}
+    changed: dict[str, list[str]] = {}
+    for rec in history.sort_values("reading", kind="stable").to_dict("records"):
+        t = targets.get(rec["row"])
+        if t is None:
+            continue
+        i = int(rec["reading"])
+        if i not in grid:
+            axis_values = {c[len("axis.") :]: rec[c] for c in axes if pd.notna(rec[c])}
+            grid[i] = Named(axis_values, rec["reading_text"]) if i else {}
+        if pd.notna(rec["n"]):  # a metric row: judged again from its record
+            n = int(rec["n"])
+            se = float(rec["se"])
+            j = judge_metric(t, float(rec["rebuilt"]), se * math.sqrt(n) if n > 1 else 0.0, n, deterministic)
+        else:  # a row judged by checks: as recorded
+            j = {k: rec[k] for k in ("outcome", "distance", "detail")} | {"numeric": bool(rec["numeric"])}
+        judged.setdefault(t.id, []).append((grid[i], j))
+        if j["outcome"] != rec["outcome"]:
+            changed.setdefault(t.id, []).append(f"{rec['reading_text']}: {rec['outcome']} -> {j['outcome']}")
+    fixes, issues = fixes or {}, issues or {}
+    return {
+        rid: (conclusion(targets[rid], js, fixes.get(rid), issues.get(rid)), changed.get(rid, []))
+        for rid, js in judged.items()
+    }
+
+
+def _rejudge_run(p: dict, history: pd.DataFrame, targets: Mapping[str, Any], doc: Mapping) -> dict:
+    """The kind's ``rejudge``: :func:`rejudge` of one sweep run's history with the swept experiment's determinism
+    (from the paper's config ``doc``), its rows with a stopping-time finding (not in the history) left out."""
+    swept = doc["experiments"].get(p["experiment"])
+    if swept is None:
+        return {}
+    stop = set((p.get("stopping_time") or {}).get("rows") or ())
+    found = rejudge(
+        history, targets, get_kind(swept["kind"]).deterministic, p.get("implementation_fix"), p.get("paper_issue")
+    )
+    return {row: found[row] for row in found if row not in stop}
 
 
 def conclusion(t, judged: list[tuple[dict, dict]], fix: str | None, issue: str | None) -> Check:
@@ -532,6 +595,7 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     ),
     # only a re-evaluation trains nothing: a sweep that trains its other readings keeps its own default scale
     reads_only=lambda p: "reevaluate" in (p.get("fixed") or {}),
+    rejudge=lambda p, history, targets, doc: _rejudge_run(p, history, targets, doc),
 )
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path
@@ -666,7 +730,9 @@ __all__ = [
     "check_distance",
     "conclusion",
     "forensic_sweep",
+    "judge_metric",
     "judge_row",
     "readings",
+    "rejudge",
     "swept_inputs",
 ]

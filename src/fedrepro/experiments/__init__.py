@@ -111,6 +111,22 @@ class Kind:
     # whether, for params, it only reads those runs (no training of its own), so that in the default scale mode it
     # runs at the scale the read experiment runs at (paper, where that is restored from the archive); None: always
     reads_only: Callable[[dict], bool] | None = None
+    # a kind that judges inside its runs by the report's rule (it records ``verdict_rule``): its conclusions judged
+    # again under the current rule from a run's history, rejudge(params, history, targets, paper_doc) -> row id ->
+    # (conclusion Check, the readings whose verdict changed) (fedrepro.report.status.judged_again)
+    rejudge: Callable[[dict, pd.DataFrame, Any, Any], dict] | None = None
+    # what changed in what the kind computes, one entry per change after its first revision (revision = 1 + their
+    # number): a run records the revision that made it, and one made at an earlier revision is stale
+    revisions: tuple[str, ...] = ()
+
+    @property
+    def revision(self) -> int:
+        """The revision of what the kind computes: 1 + the changes listed in ``revisions``."""
+        return 1 + len(self.revisions)
+
+    def changes_since(self, revision: int) -> list[str]:
+        """What changed in what the kind computes after ``revision`` (the listed changes it predates)."""
+        return list(self.revisions[max(revision, 1) - 1 :])
 
     def follows_read_scale(self, params: dict) -> bool:
         """Whether this kind, for ``params``, reads another experiment's runs without training, and so runs at the scale
@@ -151,6 +167,8 @@ def experiment_kind(
     forensic: bool = False,
     reads_runs: Callable[[dict], str | None] | None = None,
     reads_only: Callable[[dict], bool] | None = None,
+    rejudge: Callable[[dict, pd.DataFrame, Any, Any], dict] | None = None,
+    revisions: tuple[str, ...] = (),
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
 
@@ -174,6 +192,12 @@ def experiment_kind(
     forensic: its runs conclude per registry row (``conclusion.<row>`` checks over ``params.rows``), the rows'
     evidence in the report. reads_runs: the experiment whose runs (at its own scale and seeds) it reads, for params;
     reads_only: whether it then trains nothing of its own (default: yes), so that it follows that experiment's scale.
+    rejudge: for a kind whose runs judge rows by the report's rule and record which (``verdict_rule``), how a run made
+    under an older rule is judged again from its history, so the report need not know the kind.
+    revisions: what changed in what the kind computes (a fixed bug, another numeric path), one entry per change, the
+    newest last: runs record the kind's revision (1 + their number), and runs made before a change are stale
+    (fedrepro.staleness), in results/ and in the archive alike. A change that leaves every result as it was (a
+    refactoring, a speed-up that replays bit for bit) is not one.
     """
 
     def deco(fn):
@@ -197,6 +221,8 @@ def experiment_kind(
                 forensic=forensic,
                 reads_runs=reads_runs,
                 reads_only=reads_only,
+                rejudge=rejudge,
+                revisions=tuple(revisions),
             ),
         )
         return fn

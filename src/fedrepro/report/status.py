@@ -7,6 +7,7 @@ A row is judged on its experiment's summary at the scale that experiment runs at
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,7 +350,7 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
             cache[name] = (scale, summary)
         return cache[name]
 
-    evidence = forensic_evidence(cfg, paper, doc, built, sound)
+    evidence = forensic_evidence(cfg, paper, doc, built, sound, {t.id: t for t in targets})
     listed = unexplained_rows(cfg, paper, doc, known)
     results = []
     for t in targets:
@@ -390,11 +391,19 @@ def listed_unexplained(evidence: str) -> bool:
 
 
 def forensic_evidence(
-    cfg: Mapping, paper: str, doc: Mapping, built, sound: Mapping[str, Soundness | None] | None = None
+    cfg: Mapping,
+    paper: str,
+    doc: Mapping,
+    built,
+    sound: Mapping[str, Soundness | None] | None = None,
+    targets: Mapping[str, Target] | None = None,
+    history=None,
 ) -> dict[str, list[str]]:
     """row id -> the conclusions of the forensic experiments (kinds declared forensic: the sweeps, derivations) that
     explain it, each naming its experiment; one not built yet says so with the command that builds it, and one whose
-    summary is invalid or stale (``sound``, filled by ``built``) is not read."""
+    summary is invalid or stale (``sound``, filled by ``built``) is not read. A sweep judged under an older verdict
+    rule is judged again under the report's from its history (:func:`judged_again`; ``targets``: registry id -> row,
+    ``history(name, scale, summary)``: the sweep's history, by default its run's history.parquet)."""
     from fedrepro.experiments import get_kind
 
     out: dict[str, list[str]] = {}
@@ -402,6 +411,10 @@ def forensic_evidence(
     for name, entry in forensic:
         scale, summary = built(name)
         found = sound.get(name) if sound is not None else None
+        again = None
+        if summary is not None and found is None and targets is not None:
+            load = functools.partial(history or functools.partial(sweep_history, cfg, paper), name, scale, summary)
+            again = judged_again(doc, entry, summary, targets, load)
         for row in entry["params"]["rows"]:
             check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
             wrong = misplaced(summary, {"paper": paper, "exp": name, "scale": scale}) if summary else None
@@ -414,26 +427,86 @@ def forensic_evidence(
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:
-                text = f"forensics {paper}.{name}{_grid_label(summary)}: {check['detail']}{_old_rule(entry, summary)}"
+                said = (
+                    _rejudged_text(again[row])
+                    if again and row in again
+                    else check["detail"] + _old_rule(entry, summary)
+                )
+                text = f"forensics {paper}.{name}{_grid_label(summary)}: {said}"
             out.setdefault(row, []).append(text)
     return out
 
 
-def _old_rule(entry: Mapping, summary: Mapping) -> str:
-    """For a kind that judges inside its runs (it records ``verdict_rule``): a suffix saying that its conclusion was
-    judged under an older tolerance rule than the report's (a summary without the record predates rule 2), else ""."""
+def summary_rule(entry: Mapping, summary: Mapping) -> int | None:
+    """The verdict rule a kind that judges inside its runs (it records ``verdict_rule``) judged this summary's
+    conclusions under (1 for a summary without the record: it predates rule 2); None for any other kind."""
     from fedrepro.experiments import get_kind
 
     if not get_kind(entry["kind"]).produces_metric("verdict_rule"):
-        return ""
-    rule = ((summary.get("metrics") or {}).get("verdict_rule") or {}).get("mean") or 1
-    if int(rule) == v.RULE_VERSION:
+        return None
+    return int(((summary.get("metrics") or {}).get("verdict_rule") or {}).get("mean") or 1)
+
+
+def _rule_text(rule: int) -> str:
+    return f"rule {rule} ({v.RULE_VERSIONS.get(rule, 'unknown')})"
+
+
+def _old_rule(entry: Mapping, summary: Mapping) -> str:
+    """A suffix saying that the conclusion was judged under an older tolerance rule than the report's and is not
+    judged again here (:func:`judged_again` could not: no history, or a stopping-time finding), else ""."""
+    rule = summary_rule(entry, summary)
+    if rule in (None, v.RULE_VERSION):
         return ""
     return (
-        f" [judged under the verdict rule {int(rule)} ({v.RULE_VERSIONS.get(int(rule), 'unknown')}), not the "
-        f"report's rule {v.RULE_VERSION} ({v.RULE_VERSIONS[v.RULE_VERSION]}): its rebuilt values stand, its "
-        "verdicts are the old rule's until the sweep is run again]"
+        f" [judged under the verdict {_rule_text(rule)}, not the report's {_rule_text(v.RULE_VERSION)}: its rebuilt "
+        "values stand, its verdicts are the old rule's until the sweep is run again]"
     )
+
+
+@dataclass
+class Rejudged:
+    """One row's conclusion judged again under the report's rule (:func:`judged_again`)."""
+
+    detail: str
+    rule: int  # the rule the sweep's run judged it under
+    changes: list[str]  # "reading: old -> new" for each reading whose verdict changed
+
+
+def judged_again(doc: Mapping, entry: Mapping, summary: Mapping, targets: Mapping[str, Target], history) -> dict:
+    """row id -> :class:`Rejudged` for a run judged under an older verdict rule than the report's, by a kind that can
+    judge its conclusions again from the run's history (its ``rejudge``: no training); {} for a run judged under the
+    report's rule, or a kind that cannot. ``history()`` gives the run's history or None. Rows the kind cannot judge
+    again (a sweep's stopping-time finding) are left out: their conclusion keeps its old rule, flagged."""
+    from fedrepro.experiments import get_kind
+
+    kind, rule = get_kind(entry["kind"]), summary_rule(entry, summary)
+    if kind.rejudge is None or rule in (None, v.RULE_VERSION):
+        return {}
+    h = history()
+    if h is None:
+        return {}
+    found = kind.rejudge(entry["params"], h, targets, doc)
+    return {row: Rejudged(c.detail, rule, changes) for row, (c, changes) in found.items()}
+
+
+def _rejudged_text(r: Rejudged) -> str:
+    changed = "; ".join(r.changes) if r.changes else "no reading's verdict changed"
+    return (
+        f"{r.detail} [judged again by the report under its verdict {_rule_text(v.RULE_VERSION)} from the rebuilt "
+        f"means, standard errors and seeds the sweep's history records; its run judged under {_rule_text(r.rule)}: "
+        f"{changed}]"
+    )
+
+
+def sweep_history(cfg: Mapping, paper: str, name: str, scale: str, summary: Mapping):
+    """The history of a forensic sweep's one run (its seeds are parameters), or None where there is none."""
+    from fedrepro.runio import HISTORY, read_history
+
+    seeds = [s for s in summary.get("seeds") or () if isinstance(s, int)]
+    if len(seeds) != 1:
+        return None
+    run = paths.run_dir(cfg, paper, name, scale, seeds[0])
+    return read_history(run) if (run / HISTORY).is_file() else None
 
 
 def _grid_label(summary: Mapping) -> str:
