@@ -32,6 +32,7 @@ from fedrepro.config import REPO_ROOT, load_paper, resolve_experiment
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import get_kind
 from fedrepro.provenance import code_version
+from fedrepro.runio import METRICS
 
 
 @dataclass(eq=False)  # a job is itself (a key of the running ones), not its fields
@@ -142,7 +143,7 @@ def restore_read_runs(cfg: Mapping, job: Job, out=print) -> None:
         paper, name = exp_id.split(".", 1)
         for seed in ops.wanted_seeds(cfg, exp_id):
             run = paths.run_dir(cfg, paper, name, store.SCALE, seed)
-            if not (run / "metrics.json").is_file():
+            if not (run / METRICS).is_file():
                 store.restore(cfg, exp_id, seed, run)
                 out(f"[campaign] restored {exp_id} seed {seed} -> {run} (read by {job.exp_id})")
 

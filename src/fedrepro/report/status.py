@@ -411,13 +411,13 @@ def forensic_evidence(
     for name, entry in forensic:
         scale, summary = built(name)
         found = sound.get(name) if sound is not None else None
-        again = None
-        if summary is not None and found is None and targets is not None:
+        wrong = misplaced(summary, {"paper": paper, "exp": name, "scale": scale}) if summary else None
+        again = {}
+        if summary is not None and found is None and not wrong and targets is not None:
             load = functools.partial(history or functools.partial(sweep_history, cfg, paper), name, scale, summary)
             again = judged_again(doc, entry, summary, targets, load)
         for row in entry["params"]["rows"]:
             check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
-            wrong = misplaced(summary, {"paper": paper, "exp": name, "scale": scale}) if summary else None
             if found is not None:
                 text = f"forensics {paper}.{name}: not read ({found.status}): {found.reason}"
             elif wrong:
@@ -427,11 +427,7 @@ def forensic_evidence(
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
             else:
-                said = (
-                    _rejudged_text(again[row])
-                    if again and row in again
-                    else check["detail"] + _old_rule(entry, summary)
-                )
+                said = _rejudged_text(again[row]) if row in again else check["detail"] + _old_rule(entry, summary)
                 text = f"forensics {paper}.{name}{_grid_label(summary)}: {said}"
             out.setdefault(row, []).append(text)
     return out
