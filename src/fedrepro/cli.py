@@ -13,7 +13,7 @@ data partition NAME --out DIR                                     build a partit
 data plot NAME --input DIR --out FILE.png                         samples/classes per client of a partition
 list                                                              experiments, kinds and datasets
 archive add RUN_DIR... | list | verify [--replay R] | compare      the results archive of paper-scale runs
-archive restore PAPER.EXP --seed N --out DIR                      an archived run into results/ (the workflow's rule)
+archive restore --experiment PAPER.EXP --seed N --out DIR         an archived run into results/ (the workflow's rule)
 plan [--remaining] [--cores N]                                    paper-scale CPU-hours per experiment, campaign order
 campaign [PAPER.EXP...] [--jobs N] [--commit] [--dry-run]         train the seeds the archive lacks, archive each
 """
@@ -462,6 +462,7 @@ def cmd_campaign(args) -> int:
         return 0
     version = campaign.require_clean_checkout()
     print(f"[campaign] code {version}; {args.jobs} at a time, {args.threads} thread(s) each", flush=True)
+    campaign.prepare_data(cfg, jobs, out=_say)
     cfg_args = [
         *(["--config", args.config] if args.config else []),
         *(a for kv in args.config_set for a in ("--config-set", kv)),

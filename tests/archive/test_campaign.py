@@ -50,6 +50,22 @@ def test_the_campaign_queues_the_lacking_seeds_and_archives_each_as_it_ends(worl
     assert [(j.exp_id, j.seed) for j in campaign.queue(cfg, [EXP])] == [(EXP, 1)]
 
 
+def test_the_campaign_builds_the_partitions_its_runs_read_before_any_starts(world):
+    """A fresh machine: the partition is not built, and `fedrepro run` does not build one (it names the command)."""
+    base, sets = world
+    shutil.rmtree(base / "results" / "fedhdp" / "tiny" / "paper")
+    shutil.rmtree(base / "results" / "data" / "mnist_fedhdp_noniid")
+    cfg = cfg_of(sets)
+    jobs = campaign.queue(cfg, [EXP])
+    said = []
+    campaign.prepare_data(cfg, jobs, out=said.append)
+    assert [line for line in said if "built partition mnist_fedhdp_noniid" in line] == [said[-1]]  # once, not per seed
+    assert (base / "results" / "data" / "mnist_fedhdp_noniid" / "manifest.json").is_file()
+    campaign.prepare_data(cfg, jobs, out=said.append)  # built: nothing more to do
+    assert len([line for line in said if "built partition" in line]) == 1
+    assert campaign.run(cfg, jobs[:1], 1, False, in_process(sets), poll_s=0, out=said.append) == 0
+
+
 def test_a_run_already_finished_in_results_is_archived_without_training(world):
     """The world's two seeds were made by `fedrepro run` before the campaign: archivable as they are, they are
     archived, not trained again (the first test trains the seeds results/ lacks)."""

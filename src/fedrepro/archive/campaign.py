@@ -11,7 +11,8 @@ outlive it: a seed archived and committed does.
 
 A run killed halfway continues from its round checkpoints when the campaign is started again. A kind that reads
 another experiment's runs (a forensic sweep of kept models) waits until that experiment's queued seeds are archived,
-and its read runs are restored from the archive first where results/ lacks them. The checkout must be clean before
+and its read runs are restored from the archive first where results/ lacks them. The data the runs read is fetched
+and their partitions built first, as the workflow's data stage does. The checkout must be clean before
 anything starts: a run records the code it started from, and one made from uncommitted code cannot be archived.
 """
 
@@ -91,6 +92,17 @@ def _resolved(cfg: Mapping, exp_id: str):
     if not name or paper not in cfg["papers"] or name not in load_paper(cfg, paper)["experiments"]:
         raise ConfigError(f"campaign: {exp_id!r} is no experiment: name one as PAPER.EXP (`python -m fedrepro list`)")
     return resolve_experiment(cfg, exp_id, store.SCALE)
+
+
+def prepare_data(cfg: Mapping, jobs: list[Job], out=print) -> None:
+    """Fetch the datasets and build the partitions the queued experiments read, where the workflow would put them,
+    once each and before any run starts (two runs started at once would otherwise race to build one partition, and a
+    run does not build its own: `fedrepro run` stops naming the command)."""
+    from fedrepro.run_inputs import prepare_inputs
+
+    for exp_id in dict.fromkeys(j.exp_id for j in jobs):
+        for line in prepare_inputs(cfg, _resolved(cfg, exp_id)):
+            out(f"[campaign] {exp_id}: {line}")
 
 
 def plan_text(jobs: list[Job]) -> str:
