@@ -15,7 +15,7 @@ list                                                              experiments, k
 archive add RUN_DIR... | list | verify [--replay R] | compare      the results archive of paper-scale runs
 archive restore --experiment PAPER.EXP --seed N --out DIR         an archived run into results/ (the workflow's rule)
 plan [--remaining] [--cores N]                                    paper-scale CPU-hours per experiment, campaign order
-campaign [PAPER.EXP...] [--jobs N] [--commit] [--dry-run]         train the seeds the archive lacks, archive each
+campaign [PAPER.EXP...] [--seeds N...] [--jobs N] [--commit]     train the seeds the archive lacks, archive each
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ def cmd_campaign(args) -> int:
     if args.jobs < 1 or args.threads < 1:
         raise ConfigError("campaign: --jobs and --threads take whole numbers >= 1")
     cfg = _load_cfg(args)
-    jobs = campaign.queue(cfg, args.experiments)
+    jobs = campaign.queue(cfg, args.experiments, args.seeds)
     print(campaign.plan_text(jobs), end="", flush=True)
     if args.dry_run or not jobs:
         return 0
@@ -638,6 +638,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(cp)
     cp.add_argument("experiments", nargs="*", metavar="PAPER.EXP", help="default: plan --remaining's, data here")
+    cp.add_argument(
+        "--seeds",
+        type=_seed,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="these seeds of the named experiments, not the config's (those a raise of seeds: will ask for)",
+    )
     cp.add_argument("--jobs", type=int, default=1, help="runs at once (default 1; one per core at one thread)")
     cp.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     cp.add_argument("--commit", action="store_true", help="commit each archived entry (replacing a stale one)")

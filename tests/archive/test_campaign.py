@@ -117,3 +117,34 @@ def test_the_campaign_refuses_uncommitted_code_and_unknown_experiments(world, mo
         campaign.require_clean_checkout()
     with pytest.raises(ConfigError, match="'fedhdp.nope' is no experiment"):
         campaign.queue(cfg_of(sets), ["fedhdp.nope"])
+
+
+def test_seeds_beyond_the_configs_are_archived_before_the_config_asks_for_them(world):
+    """`campaign EXP --seeds 2`: a seed the config does not list yet is made and archived; the default run keeps
+    restoring the config's seeds, and `archive list` says the extra one waits for a raise of ``seeds:``."""
+    from fedrepro.archive import ops
+
+    base, sets = world
+    cfg = cfg_of(sets)
+    assert (
+        main(
+            [
+                "archive",
+                "add",
+                *(str(base / "results" / "fedhdp" / "tiny" / "paper" / f"seed{s}") for s in (0, 1)),
+                *sets,
+            ]
+        )
+        == 0
+    )
+    assert campaign.queue(cfg, [EXP]) == []
+    jobs = campaign.queue(cfg, [EXP], [2, 1, 2])  # seed 1 is archived; seed 2 is asked twice
+    assert [(j.exp_id, j.seed) for j in jobs] == [(EXP, 2)]
+    assert campaign.run(cfg, jobs, 1, False, in_process(sets), poll_s=0, out=[].append) == 0
+    assert (archived(base, 2) / "manifest.json").is_file()
+    assert ops.restorable(cfg)[EXP] == [0, 1]
+    listed = ops.list_text(cfg)
+    assert "seed 2: current (not among the config's paper seeds" in listed
+    assert "seed 1: current; made" in listed
+    with pytest.raises(ConfigError, match="--seeds needs the experiments named"):
+        campaign.queue(cfg, None, [2])

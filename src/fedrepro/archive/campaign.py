@@ -49,13 +49,17 @@ class Job:
         return f"{self.exp_id} seed {self.seed}"
 
 
-def queue(cfg: Mapping, experiments: list[str] | None = None) -> list[Job]:
+def queue(cfg: Mapping, experiments: list[str] | None = None, seeds: list[int] | None = None) -> list[Job]:
     """The seeds to train, in order: for the named experiments (PAPER.EXP) or else every campaign experiment whose
     data is here in ``plan --remaining``'s order, the paper seeds the archive lacks; an unknown or unavailable
-    experiment named is a ConfigError."""
+    experiment named is a ConfigError. ``seeds``: these seeds of the named experiments instead of the config's paper
+    seeds (the ones a raise of ``seeds:`` will ask for, archived before the config asks for them, so that the default
+    run never trains an experiment whose archive is incomplete)."""
     from fedrepro.data.sources import is_available
     from fedrepro.plan import campaign_order, rows
 
+    if seeds is not None and not experiments:
+        raise ConfigError("campaign: --seeds needs the experiments named (PAPER.EXP ...)")
     if experiments:
         for exp_id in experiments:
             exp = _resolved(cfg, exp_id)
@@ -63,7 +67,11 @@ def queue(cfg: Mapping, experiments: list[str] | None = None) -> list[Job]:
             if missing:
                 raise ConfigError(f"campaign: {exp_id} needs {', '.join(missing)}, not here: fetch it first")
         order = list(dict.fromkeys(experiments))
-        lacking = ops.lacking_seeds(cfg, order)
+        if seeds is not None:
+            one = [e for e in order if _resolved(cfg, e).deterministic]
+            if one:
+                raise ConfigError(f"campaign: --seeds: {one[0]} is deterministic: its one paper seed is the config's")
+        lacking = ops.lacking_seeds(cfg, order, list(dict.fromkeys(seeds)) if seeds is not None else None)
     else:
         lacking = ops.lacking_seeds(cfg)
         order = [r.exp_id for r in campaign_order(rows(cfg)) if r.offline and lacking.get(r.exp_id)]

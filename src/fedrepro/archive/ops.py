@@ -62,14 +62,16 @@ def campaign_experiments(cfg: Mapping, items: dict[str, list[Entry]] | None = No
     return sorted(ids)
 
 
-def lacking_seeds(cfg: Mapping, exp_ids: list[str] | None = None) -> dict[str, list[int]]:
-    """Per campaign experiment (:func:`campaign_experiments`), or per experiment of ``exp_ids``, the paper seeds the
-    archive does not hold sound and current."""
+def lacking_seeds(
+    cfg: Mapping, exp_ids: list[str] | None = None, seeds: list[int] | None = None
+) -> dict[str, list[int]]:
+    """Per campaign experiment (:func:`campaign_experiments`), or per experiment of ``exp_ids``, the paper seeds (or
+    of ``seeds``) the archive does not hold sound and current."""
     items = by_experiment(entries(cfg))
     out = {}
     for exp_id in campaign_experiments(cfg, items) if exp_ids is None else exp_ids:
         good = {e.seed for e in items.get(exp_id, []) if not damaged(e) and not misplaced(cfg, e) and not stale(cfg, e)}
-        out[exp_id] = [s for s in wanted_seeds(cfg, exp_id) if s not in good]
+        out[exp_id] = [s for s in (wanted_seeds(cfg, exp_id) if seeds is None else seeds) if s not in good]
     return out
 
 
@@ -106,7 +108,8 @@ def list_text(cfg: Mapping) -> str:
                 states.append(f"  seed {e.seed}: stale: {'; '.join(why)}")
             else:
                 sound.add(e.seed)
-                states.append(f"  seed {e.seed}: current; {_made(e)}")
+                extra = "" if e.seed in seeds else " (not among the config's paper seeds: unused until they are)"
+                states.append(f"  seed {e.seed}: current{extra}; {_made(e)}")
         missing = [s for s in seeds if s not in sound]
         c = cost(compute, exp_id) if compute else None
         need = f"{c.cpu_s * len(missing) / 3600:.2f} CPU-h" if c is not None else "cost unknown"
