@@ -63,6 +63,13 @@ DETERMINISTIC_PARAMS = {
         "partition": "p",
         "rows": ["T3.nonIID.DP-FedAvg+Ditto.Acc_g_p.var"],
     },
+    # reads the registry and a partition's clients' digits (a FedHDP kind: its context below)
+    "fedhdp_collapse_share": {
+        "experiment": "skewed_mnist",
+        "partition": "p",
+        "rows": ["T9.lam0.005.FedHDP_r=0.Acc_g_p", "T9.lam0.005.FedHDP_r=0.D_g"],
+        "collapse_tol": 0.1,
+    },
 }
 
 
@@ -74,6 +81,11 @@ def _context(name: str, tmp_path):
         from learning_helpers import write_quadrant_partition
 
         part = write_quadrant_partition(tmp_path / "p")
+        return RunContext(f"fedhdp.{name}", 0, partitions={"p": part}, config=load_global())
+    if name == "fedhdp_collapse_share":
+        from learning_helpers import write_digit_manifest
+
+        part = write_digit_manifest(tmp_path / "p", sevens_private=100, opt_out=100, per_other_digit=200)
         return RunContext(f"fedhdp.{name}", 0, partitions={"p": part}, config=load_global())
     return RunContext(f"adaped.{name}", 0, config=load_global())
 

@@ -147,6 +147,21 @@ def write_quadrant_partition(
     return fedformat.write(path, part, images(ytr), ytr, images(yte), yte)
 
 
+def write_digit_manifest(path, sevens_private: int, opt_out: int, per_other_digit: int, test: int = 5):
+    """A partition's manifest.json alone (what FedHDP's collapse forensics reads), skewed as FedHDP's: ``opt_out``
+    opt-out clients and ``sevens_private`` private clients of digit 7, ``per_other_digit`` private clients of each other
+    digit, every client with ``test`` local test images."""
+    import json
+
+    clients = []
+    for d in range(10):
+        for i in range(sevens_private + opt_out if d == 7 else per_other_digit):
+            clients.append({"id": len(clients), "digit": d, "opt_out": d == 7 and i < opt_out, "test": test})
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "manifest.json").write_text(json.dumps({"clients": clients}), encoding="utf-8")
+    return path
+
+
 def run_kind(kind_name: str, params: dict, exp_id: str, partitions: dict, seed: int = 0):
     """Resolve ``params`` against the kind's schema (defaults filled, validated, as the workflow does) and run the
     kind on ``partitions``."""

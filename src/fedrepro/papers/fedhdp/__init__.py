@@ -20,6 +20,7 @@ KINDS = {
     "fedhdp_table2": ".experiments.table2",
     "fedhdp_training": ".experiments.training",
     "fedhdp_variance_floor": ".experiments.variance_floor",
+    "fedhdp_collapse_share": ".experiments.collapse_share",
 }
 PLOTS = {
     "fedhdp_server_variance_vs_r": ".plots",
