@@ -124,8 +124,8 @@ def conclude(t, kind: str, acc_g, np_row, part: dict, collapse_tol: float) -> tu
     gap = abs(float(acc_g.value) - share)
     if gap > collapse_tol:
         detail = (
-            f"the premise does not hold: the cell's printed Acc_g {acc_g.value_text} is not the digit-{d} share of the "
-            f"test set ({share:.2f}, |diff| {gap:.2f} > {collapse_tol}): not explained here"
+            f"not judged: the premise does not hold: the cell's printed Acc_g {acc_g.value_text} is not the digit-{d} "
+            f"share of the test set ({share:.2f}, |diff| {gap:.2f} > {collapse_tol}): not explained here"
         )
         return Check(True, detail, float(t.value), made, unit), None
     stray_images = math.floor(collapse_tol / 100 * part["test_images"] + 1e-9)
@@ -136,22 +136,22 @@ def conclude(t, kind: str, acc_g, np_row, part: dict, collapse_tol: float) -> tu
     n, m = part["n_clients"], part["n_nonprivate"]
     premise = (
         f"under the collapse of the r = 0 global model to digit {d} (the cell's Acc_g {acc_g.value_text}, the digit's "
-        f"share of the test set {share:.2f}: answering {d} on all but <= {stray_images} test images), a private "
+        f"share of the test set {share:.2f}: answering {d} on all but <= {stray_images} test images), where a private "
         f"client scores ~1 if it holds {d} and ~0 otherwise"
     )
     if not forbids:
         detail = (
-            f"{premise}: the printed {t.value_text} needs >= {least} of the {n_priv} private clients to hold {d}, and "
-            f"the partition has {k}: it does not forbid it (not explained here)"
+            f"not forbidden: the printed {t.value_text} needs >= {least} of the {n_priv} private clients to hold {d}, "
+            f"and the partition has {k} (not explained here), {premise}"
         )
         return Check(True, detail, float(t.value), made, unit), least
     tail = float(binom.sf(least + m - 1, n, 0.1))  # P(N_d - m >= least), N_d ~ Binomial(n, 1/10)
     detail = (
-        f"{premise}: the printed {t.value_text} needs >= {least} of the {n_priv} private clients to hold {d} (an "
-        f"exact bound, whatever the training); the config's partition has {k} and makes {made:.4g} at any seed, so it "
-        f"cannot make the printed number; a uniform random digit per client gives {n * 0.1 - m:.0f} ± "
+        f"the config's partition cannot make it: the printed {t.value_text} needs >= {least} of the {n_priv} private "
+        f"clients to hold {d} (an exact bound, whatever the training) and the partition has {k}, which makes "
+        f"{made:.4g} at any seed; a uniform random digit per client gives {n * 0.1 - m:.0f} ± "
         f"{math.sqrt(n * 0.09):.1f} (N_{d} - {m}, N_{d} ~ Binomial({n}, 1/10)), >= {least} in {100 * tail:.2g}% of "
-        "draws"
+        f"draws; {premise}"
     )
     return Check(False, detail, float(t.value), made, unit), least
 
