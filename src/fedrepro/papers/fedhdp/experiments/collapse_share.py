@@ -25,14 +25,13 @@ Binomial(N, 1/10), minus the non-private clients).
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.papers.fedhdp.experiments.derivations import partition_clients, printed_targets, row_of
 
 SCHEMA = {
     "type": "object",
@@ -83,11 +82,7 @@ def value_at(kind: str, share: float, np_mean: float) -> float:
 
 
 def _partition(ctx: RunContext, partition: str) -> dict:
-    d = ctx.partitions.get(partition) if ctx.partitions else None
-    if d is None:
-        raise ConfigError(f"{ctx.exp_id}: params.partition={partition!r} must be listed in the experiment's partitions")
-    doc = json.loads((Path(d) / "manifest.json").read_text(encoding="utf-8"))
-    clients = doc["clients"]
+    clients = partition_clients(ctx, partition)
     if not clients or any("digit" not in c for c in clients):
         raise ConfigError(f"{ctx.exp_id}: partition {partition!r} does not record each client's digit")
     digit = np.array([c["digit"] for c in clients])
@@ -165,21 +160,11 @@ def conclude(t, kind: str, acc_g, np_row, part: dict, collapse_tol: float) -> tu
     forensic=True,
 )
 def fedhdp_collapse_share(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
-    from fedrepro.config import resolve_path
-    from fedrepro.report.registry import load_registry
-
-    if ctx.config is None:
-        raise ConfigError(f"{ctx.exp_id}: needs the global configuration (the registry of its rows)")
-    paper = ctx.exp_id.split(".", 1)[0]
-    targets = {t.id: t for t in load_registry(resolve_path(ctx.config["targets"][paper]), paper)}
+    _, targets = printed_targets(ctx)
     part = _partition(ctx, p["partition"])
     checks, needs = {}, {}
     for rid in p["rows"]:
-        t = targets.get(rid)
-        if t is None:
-            raise ConfigError(f"{ctx.exp_id}: params.rows: {rid} is no row of config/targets/{paper}.csv")
-        if t.experiment != f"{paper}.{p['experiment']}":
-            raise ConfigError(f"{ctx.exp_id}: params.rows: {rid} is a row of {t.experiment}, not of {p['experiment']}")
+        t = row_of(ctx, targets, rid, p["experiment"])
         kind = t.key.rsplit(".", 1)[-1]
         if kind not in (*MEANS, *VARIANCES, *GAPS):
             raise ConfigError(

@@ -23,13 +23,11 @@ it).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 from fedrepro.errors import ConfigError
 from fedrepro.experiments import Check, RunContext, RunOutput, experiment_kind
+from fedrepro.papers.fedhdp.experiments.derivations import partition_clients, printed_targets, row_of
 
 SCHEMA = {
     "type": "object",
@@ -51,12 +49,9 @@ def floor_of(mean_pct: float, n_max: int) -> float:
 
 def _test_sizes(ctx: RunContext, partition: str) -> tuple[np.ndarray, int]:
     """The clients' local test-set sizes under the partition, and the smallest client group (opt-out or not)."""
-    d = ctx.partitions.get(partition) if ctx.partitions else None
-    if d is None:
-        raise ConfigError(f"{ctx.exp_id}: params.partition={partition!r} must be listed in the experiment's partitions")
-    doc = json.loads((Path(d) / "manifest.json").read_text(encoding="utf-8"))
-    sizes = np.array([c.get("test", 0) for c in doc["clients"]], dtype=np.int64)
-    opt_out = sum(bool(c.get("opt_out")) for c in doc["clients"])
+    clients = partition_clients(ctx, partition)
+    sizes = np.array([c.get("test", 0) for c in clients], dtype=np.int64)
+    opt_out = sum(bool(c.get("opt_out")) for c in clients)
     return sizes, min(opt_out or len(sizes), len(sizes) - opt_out or len(sizes))
 
 
@@ -93,13 +88,7 @@ def conclude(t, mean_row, n_max: int, n_min: int, group: int) -> Check:
     forensic=True,
 )
 def fedhdp_variance_floor(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
-    from fedrepro.config import resolve_path
-    from fedrepro.report.registry import load_registry
-
-    if ctx.config is None:
-        raise ConfigError(f"{ctx.exp_id}: needs the global configuration (the registry of its rows)")
-    paper = ctx.exp_id.split(".", 1)[0]
-    targets = {t.id: t for t in load_registry(resolve_path(ctx.config["targets"][paper]), paper)}
+    _, targets = printed_targets(ctx)
     sizes, group = _test_sizes(ctx, p["partition"])
     n_max, n_min = int(sizes.max()), int(sizes[sizes > 0].min())
     checks, floors, needs = {}, {}, {}
@@ -108,8 +97,7 @@ def fedhdp_variance_floor(p: dict, rng: np.random.Generator, ctx: RunContext) ->
         mean_row = targets.get(rid.removesuffix(".var"))
         if t is None or mean_row is None or not rid.endswith(".var"):
             raise ConfigError(f"{ctx.exp_id}: params.rows: {rid} is not a variance row with a mean row beside it")
-        if t.experiment != f"{paper}.{p['experiment']}":
-            raise ConfigError(f"{ctx.exp_id}: params.rows: {rid} is a row of {t.experiment}, not of {p['experiment']}")
+        row_of(ctx, targets, rid, p["experiment"])
         c = conclude(t, mean_row, n_max, n_min, group)
         checks[f"conclusion.{rid}"] = c
         floors[rid] = c.expected
