@@ -101,7 +101,7 @@ def _partition(ctx: RunContext, partition: str) -> dict:
         "private_holding": int((private & (digit == d7)).sum()),
         "test_images": int(test.sum()),
         "test_share": float(test[digit == d7].sum() / test.sum()),
-        "min_test_images": int(test[private].min()),
+        "min_test_images": int(test[private & (test > 0)].min()),  # a client with no test images scores nothing
     }
 
 
