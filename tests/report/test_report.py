@@ -14,7 +14,7 @@ from fedrepro.config import load_global
 from fedrepro.errors import ResultError
 from fedrepro.report import verdict as v
 from fedrepro.report.cicheck import ci_check, flagged_rows
-from fedrepro.report.status import QUICK_GRID, WIRING, Calibration, evaluate
+from fedrepro.report.status import NOT_EVIDENCE, QUICK_GRID, WIRING, Calibration, evaluate
 
 
 def target(**kw):
@@ -464,8 +464,9 @@ def test_forensic_evidence_names_the_sweep_and_its_grid(cfg):
     for case, expect in (
         ("paper", "forensics adaped.f: no reading of the 3 ..."),
         ("thinner", f"forensics adaped.f {QUICK_GRID}: no reading of the 3 ..."),
-        ("wiring", f"forensics adaped.f {WIRING}: no reading of the 3 ..."),
-        ("unsaid", f"forensics adaped.f {WIRING}: no reading of the 3 ..."),
+        # a wiring check's quick conclusion is not shown against a printed value: the row says how to build it
+        ("wiring", f"forensics adaped.f {WIRING}: {NOT_EVIDENCE}: `python -m fedrepro campaign adaped.f`"),
+        ("unsaid", f"forensics adaped.f {WIRING}: {NOT_EVIDENCE}: `python -m fedrepro campaign adaped.f`"),
     ):
         ev = forensic_evidence(cfg, "adaped", doc, lambda name, c=case: built[c])
         assert ev["X"] == [expect] and ev["Y"][0].startswith("forensics adaped.f: not built")

@@ -371,6 +371,10 @@ def evaluate_paper(cfg: Mapping, paper: str, mode: str | None = None) -> list[Re
 # (evidence), or with the swept experiment at its quick settings (a wiring check: no evidence on a paper number)
 QUICK_GRID = "(its quick grid)"
 WIRING = "(its quick grid, a wiring check at the experiment's quick settings)"
+# what a row's note says of a wiring check instead of its conclusion: readings run at the swept experiment's quick
+# settings say nothing of a paper number, as a quick-scale run is not comparable (the sweep's own summary and figure
+# keep its quick conclusions)
+NOT_EVIDENCE = "not comparable with the printed value (quick settings); built and archived at paper scale by"
 UNEXPLAINED = "unexplained"  # the evidence a row listed under the paper's `unexplained:` gets when it deviates
 
 
@@ -426,6 +430,9 @@ def forensic_evidence(
             elif check is None:
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
+            elif _grid_label(summary) == f" {WIRING}":
+                build = f"`python -m fedrepro campaign {paper}.{name}`"
+                text = f"forensics {paper}.{name} {WIRING}: {NOT_EVIDENCE}: {build}"
             else:
                 said = _rejudged_text(again[row]) if row in again else check["detail"] + _old_rule(entry, summary)
                 text = f"forensics {paper}.{name}{_grid_label(summary)}: {said}"
