@@ -87,7 +87,7 @@ def shared_notes(rows: list[Result]) -> dict[str, int]:
     return {t: i for i, t in enumerate(shared, 1)}
 
 
-PAGE_COLORS = 128  # a figure's colours on the page: a palette PNG is ~3x smaller than matplotlib's RGBA one
+PAGE_COLORS = 64  # a figure's colours on the page: a palette PNG is ~3x smaller than matplotlib's RGBA one
 
 
 def page_png(png: Path) -> bytes:
