@@ -82,6 +82,18 @@ def test_a_run_already_finished_in_results_is_archived_without_training(world):
     assert all((archived(base, s) / "manifest.json").is_file() for s in (0, 1))
 
 
+def test_the_commit_message_says_whether_the_campaign_made_the_run():
+    job = campaign.Job(EXP, 3, None, None, set())
+    made = {"code_version": "0123abc", "wall_time_s": 8316.0}
+    trained = campaign.commit_message(job, made, trained=True)
+    found = campaign.commit_message(job, made, trained=False)
+    assert trained == f"archive {EXP} seed 3 (made at 0123abc, 139 min, by `python -m fedrepro campaign`)"
+    assert (
+        found
+        == f"archive {EXP} seed 3 (made at 0123abc, 139 min, found finished, archived by `python -m fedrepro campaign`)"
+    )
+
+
 def test_a_failed_run_is_reported_and_what_reads_it_is_skipped(world):
     base, sets = world
     shutil.rmtree(base / "results" / "fedhdp" / "tiny" / "paper")  # nothing finished: the runs are started

@@ -168,11 +168,19 @@ def restore_read_runs(cfg: Mapping, job: Job, out=print) -> None:
                 out(f"[campaign] restored {exp_id} seed {seed} -> {run} (read by {job.exp_id})")
 
 
-def archive(cfg: Mapping, job: Job, commit: bool, out=print) -> Path:
+def commit_message(job: Job, made: Mapping, trained: bool) -> str:
+    """The commit message of an archived run: its code version and wall time, and who made it (the campaign, or a
+    run found finished in results/, made by the command its manifest records)."""
+    by = "by `python -m fedrepro campaign`" if trained else "found finished, archived by `python -m fedrepro campaign`"
+    minutes = made["wall_time_s"] / 60
+    return f"archive {job.exp_id} seed {job.seed} (made at {made['code_version']}, {minutes:.0f} min, {by})"
+
+
+def archive(cfg: Mapping, job: Job, commit: bool, out=print, trained: bool = True) -> Path:
     """``archive add`` of the finished run; with ``commit``, a commit of that entry alone, replacing a stale archived
     run of its seed (its files stay in git's history; without ``commit`` a stale entry stays and the run is not
-    archived: replacing tracked files uncommitted would make every later run's code version dirty). Returns the
-    entry's directory."""
+    archived: replacing tracked files uncommitted would make every later run's code version dirty); ``trained``:
+    whether the campaign made the run (else it found it finished). Returns the entry's directory."""
     target = store.entry_dir(cfg, job.exp_id, job.seed)
     replaced = ""
     if (target / store.MANIFEST).exists():
@@ -195,10 +203,7 @@ def archive(cfg: Mapping, job: Job, commit: bool, out=print) -> Path:
     for row in ops.failing_ci_checks(cfg, entry):
         out(f"[campaign] warning: a CI row fails in this run (the CI replication check will): {row}")
     if commit and new:
-        message = (
-            f"archive {job.exp_id} seed {job.seed} (made at {made['code_version']}, {made['wall_time_s'] / 60:.0f} "
-            "min, by `python -m fedrepro campaign`)"
-        )
+        message = commit_message(job, made, trained)
         _git(["add", "-A", "--", str(entry.dir)])
         _git(["commit", "-q", "-m", message, "--", str(entry.dir)])
         out(f"[campaign] committed: {message}")
@@ -295,7 +300,7 @@ def _loop(cfg, pending: list[Job], running: dict, failed: list[Job], slots, comm
                 continue
             out(f"[campaign] finished {job.name} in {(time.monotonic() - began) / 60:.1f} min")
             try:
-                archive(cfg, job, commit, out)
+                archive(cfg, job, commit, out, trained=not isinstance(proc, _Finished))
             except Exception as exc:  # noqa: BLE001 - a run that cannot be archived is reported, the others go on
                 failed.append(job)
                 out(f"[campaign] NOT ARCHIVED {job.name}: {exc}")
