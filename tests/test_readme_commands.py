@@ -45,6 +45,7 @@ COVERED = {
     "snakemake --cores 2 results/tables/adaped/table3.md": DRY,
     "snakemake --cores 2 results/adaped/bernoulli/paper/summary.json": DRY,
     "snakemake --cores 2 --config scale=paper": DRY,
+    "snakemake --cores 1 --forcerun report -- results/report/replication.html": DRY,
     "snakemake --config scale=paper": DRY,
     "snakemake --cores 2 --config 'only_papers=[fedhdp]'": DRY,
     "snakemake --cores 2 --config 'default_scales={fedhdp.skewed_mnist: paper}'": DRY,
