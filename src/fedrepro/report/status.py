@@ -416,8 +416,10 @@ def forensic_evidence(
         scale, summary = built(name)
         found = sound.get(name) if sound is not None else None
         wrong = misplaced(summary, {"paper": paper, "exp": name, "scale": scale}) if summary else None
+        label = _grid_label(summary) if summary is not None else ""
+        wiring = label == f" {WIRING}"  # its conclusions are not shown: nothing to judge again
         again = {}
-        if summary is not None and found is None and not wrong and targets is not None:
+        if summary is not None and found is None and not wrong and not wiring and targets is not None:
             load = functools.partial(history or functools.partial(sweep_history, cfg, paper), name, scale, summary)
             again = judged_again(doc, entry, summary, targets, load)
         for row in entry["params"]["rows"]:
@@ -430,12 +432,12 @@ def forensic_evidence(
             elif check is None:
                 summary_file = paths.relative(cfg, "summary", paper=paper, exp=name, scale=scale)
                 text = f"forensics {paper}.{name}: not built (`snakemake --cores 2 {summary_file}`)"
-            elif _grid_label(summary) == f" {WIRING}":
+            elif wiring:
                 build = f"`python -m fedrepro campaign {paper}.{name}`"
-                text = f"forensics {paper}.{name} {WIRING}: {NOT_EVIDENCE}: {build}"
+                text = f"forensics {paper}.{name}{label}: {NOT_EVIDENCE}: {build}"
             else:
                 said = _rejudged_text(again[row]) if row in again else check["detail"] + _old_rule(entry, summary)
-                text = f"forensics {paper}.{name}{_grid_label(summary)}: {said}"
+                text = f"forensics {paper}.{name}{label}: {said}"
             out.setdefault(row, []).append(text)
     return out
 
