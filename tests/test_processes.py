@@ -25,3 +25,12 @@ def test_a_workers_error_is_the_runs(monkeypatch):
     monkeypatch.setenv("FEDREPRO_THREADS", "2")
     with pytest.raises(ValueError, match="invalid literal"):
         processes.map_in_processes(int, [("1",), ("x",)], 2)
+
+
+def test_a_worker_counts_the_files_the_run_had_imported_as_its_own(monkeypatch):
+    from fedrepro import provenance
+
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+    monkeypatch.setitem(provenance._LOADED, "imported_by_the_run_only.py", "0" * 16)
+    made = processes.map_in_processes(provenance.loaded_code, [(), ()], 2)
+    assert all(m["imported_by_the_run_only.py"] == "0" * 16 and "processes.py" in m for m in made)

@@ -1,5 +1,9 @@
 """fedrepro.provenance: what a run records of where it came from (issue #27)."""
 
+import sys
+
+import pytest
+
 import fedrepro
 from fedrepro import provenance
 
@@ -58,37 +62,26 @@ def _saved(ckpt):
     (ckpt / "round.pt").write_text("state")
 
 
+ATTEMPT = {"code_version": "abc1234", "started_at": "2026-12-02T00:00:00+00:00"}
+
+
 def test_a_resume_across_rebuilt_input_data_starts_over(tmp_path, capsys):
     from fedrepro.cli import _checkpoints_made_from
 
     ckpt = tmp_path / ".checkpoints"
     ckpt.mkdir()
-    code = {"engine.py": "1" * 16}
     a = provenance.input_digests({}, {"mnist_m50": "aaa"})
-    _checkpoints_made_from(ckpt, a, code)  # no record yet (nothing saved yet): kept, and gets one
+    assert _checkpoints_made_from(ckpt, a, ATTEMPT) == []  # no record yet (nothing saved yet): kept, and gets one
     _saved(ckpt)
-    _checkpoints_made_from(ckpt, a, code)  # the same inputs and code: resumes
+    later = {**ATTEMPT, "code_version": "def5678"}
+    assert _checkpoints_made_from(ckpt, a, later) == [ATTEMPT]  # the same inputs: resumes, other code or not
     assert (ckpt / "round.pt").is_file() and capsys.readouterr().out == ""
+    assert _checkpoints_made_from(ckpt, a, ATTEMPT) == [ATTEMPT, later]  # every attempt is listed
     rebuilt = provenance.input_digests({}, {"mnist_m50": "bbb"})
-    _checkpoints_made_from(ckpt, rebuilt, code)
+    assert _checkpoints_made_from(ckpt, rebuilt, ATTEMPT) == []
     out = capsys.readouterr().out
     assert not (ckpt / "round.pt").exists() and out.count("\n") == 1
     assert "checkpoints made from other input data (partition mnist_m50): starting over" in out
-
-
-def test_a_resume_across_changed_code_starts_over_naming_the_files(tmp_path, capsys):
-    from fedrepro.cli import _checkpoints_made_from
-
-    ckpt = tmp_path / ".checkpoints"
-    ckpt.mkdir()
-    inputs = provenance.input_digests({}, {"mnist_m50": "aaa"})
-    code = {"engine.py": "1" * 16, "learning/batched_mlp.py": "2" * 16}
-    _checkpoints_made_from(ckpt, inputs, code)
-    _saved(ckpt)
-    _checkpoints_made_from(ckpt, inputs, {**code, "learning/batched_mlp.py": "3" * 16})
-    out = capsys.readouterr().out
-    assert not (ckpt / "round.pt").exists() and out.count("\n") == 1
-    assert "made from other code (src/fedrepro/learning/batched_mlp.py changed): starting over" in out
 
 
 def test_checkpoints_with_a_record_of_an_older_fedrepro_start_over(tmp_path, capsys):
@@ -97,8 +90,9 @@ def test_checkpoints_with_a_record_of_an_older_fedrepro_start_over(tmp_path, cap
     ckpt = tmp_path / ".checkpoints"
     ckpt.mkdir()
     _saved(ckpt)
-    (ckpt / INPUTS_RECORD).write_text('{"datasets": {}, "partitions": {}}')  # inputs only: code unknown
-    _checkpoints_made_from(ckpt, provenance.input_digests({}, {}), {"engine.py": "1" * 16})
+    # the record an older fedrepro wrote: inputs and all of the package's source, no attempts
+    (ckpt / INPUTS_RECORD).write_text('{"inputs": {"datasets": {}, "partitions": {}}, "code": {"cli.py": "1"}}')
+    _checkpoints_made_from(ckpt, provenance.input_digests({}, {}), ATTEMPT)
     assert not (ckpt / "round.pt").exists()
     assert "checkpoints whose record is unreadable or from an older fedrepro: starting over" in capsys.readouterr().out
 
@@ -109,6 +103,61 @@ def test_checkpoints_without_a_record_start_over(tmp_path, capsys):
     ckpt = tmp_path / ".checkpoints"
     ckpt.mkdir()
     _saved(ckpt)
-    _checkpoints_made_from(ckpt, provenance.input_digests({}, {}), {"engine.py": "1" * 16})
+    _checkpoints_made_from(ckpt, provenance.input_digests({}, {}), ATTEMPT)
     assert not (ckpt / "round.pt").exists()
-    assert "checkpoints with no record of their data and code: starting over" in capsys.readouterr().out
+    assert "checkpoints with no record of their data: starting over" in capsys.readouterr().out
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """A stand-in package of two modules, ``pkg_a`` imported and ``pkg_b`` not, as provenance's source root."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "pkg_a.py").write_text("A = 1\n")
+    (root / "pkg_b.py").write_text("B = 1\n")
+    monkeypatch.setattr(provenance, "_PACKAGE", root.resolve())
+    monkeypatch.setattr(provenance, "_LOADED", {})
+    monkeypatch.setattr(provenance, "_SEEN", set())
+    monkeypatch.syspath_prepend(str(root))
+    import pkg_a  # noqa: F401
+
+    yield root
+    sys.modules.pop("pkg_a", None)
+
+
+def test_loaded_code_lists_the_imported_files_only_as_first_seen(package):
+    first = provenance.loaded_code()
+    assert list(first) == ["pkg_a.py"] and first["pkg_a.py"] == provenance._digest(package / "pkg_a.py")
+    (package / "pkg_a.py").write_text("A = 2\n")  # edited after this process imported it
+    assert provenance.loaded_code() == first  # what it runs is what it first read
+    provenance.inherit_loaded_code({"pkg_b.py": "0" * 16})  # a worker: its parent's files count as its own
+    assert provenance.loaded_code() == {**first, "pkg_b.py": "0" * 16}
+
+
+def test_code_a_checkpoint_was_made_with_is_judged_by_its_own_files(package, capsys):
+    made = provenance.loaded_code()
+    assert provenance.made_by_this_code(made, "round.pt") and capsys.readouterr().out == ""
+    (package / "pkg_b.py").write_text("B = 2\n")  # a file the run never imported: resumes
+    assert provenance.made_by_this_code(made, "round.pt")
+    # one it did import, changed since (as the next attempt, a fresh process, reads it)
+    provenance._LOADED.clear()  # as a fresh process
+    provenance._SEEN.clear()
+    (package / "pkg_a.py").write_text("A = 2\n")
+    assert not provenance.made_by_this_code(made, "round.pt")
+    assert (
+        capsys.readouterr().out
+        == "[fedrepro] round.pt: was made by other code (src/fedrepro/pkg_a.py changed): starting it over\n"
+    )
+    (package / "pkg_a.py").unlink()  # gone counts as changed
+    provenance._LOADED.clear()  # as a fresh process
+    provenance._SEEN.clear()
+    assert provenance.changed_code(made) == ["pkg_a.py"]
+    assert not provenance.made_by_this_code({}, "round.pt")  # no record: an older fedrepro's
+    assert "carries no record of its code" in capsys.readouterr().out
+
+
+def test_changed_code_text_names_three_files_and_counts_the_rest():
+    assert provenance.changed_code_text(["a.py"]) == "src/fedrepro/a.py changed"
+    assert provenance.changed_code_text(["a.py", "b.py", "c.py", "d.py", "e.py"]) == (
+        "src/fedrepro/a.py, src/fedrepro/b.py, src/fedrepro/c.py and 2 more changed"
+    )

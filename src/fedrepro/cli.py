@@ -60,50 +60,42 @@ def _load_cfg(args):
 INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data and code its checkpoints were made from
 
 
-def _checkpoints_made_from(ckpt: Path, inputs: dict, code: dict[str, str]) -> None:
+def _checkpoints_made_from(ckpt: Path, inputs: dict, attempt: dict) -> list[dict]:
     """Keep the checkpoint directory ``ckpt`` (round checkpoints, a forensic sweep's cached points) only if it was
-    made from the input data ``inputs`` (fedrepro.provenance.input_digests) with the code ``code``
-    (fedrepro.provenance.code_files): checkpoints are keyed on parameters and seed, so one made from a partition
-    since rebuilt, or by code since changed, would resume with state the present data and code would not make.
-    Otherwise the directory is removed and the run starts over, saying why in one line (the changed inputs, the
-    changed source files), as it is when checkpoints carry no record (an older fedrepro made them)."""
+    made from the input data ``inputs`` (fedrepro.provenance.input_digests): checkpoints are keyed on parameters and
+    seed, so one made from a partition since rebuilt would resume with state the present data would not make.
+    Otherwise the directory is removed and the run starts over, saying why in one line, as it is when its record is
+    missing or from an older fedrepro (which kept a directory only while all of the package's source was unchanged).
+    Code is judged checkpoint by checkpoint, by the files each was made with (fedrepro.provenance.made_by_this_code).
+    The record lists the attempts at the run (``attempt``: this one's code version and start, appended); returns
+    the earlier ones."""
     import json
 
     from fedrepro.files import atomic_write
     from fedrepro.provenance import changed_inputs
 
     record = ckpt / INPUTS_RECORD
-    now = {"inputs": inputs, "code": code}
+    earlier: list[dict] = []
+    why = None
     if not record.is_file() and ckpt.is_dir() and any(ckpt.iterdir()):
-        print(f"[fedrepro] {ckpt}: checkpoints with no record of their data and code: starting over", flush=True)
-        shutil.rmtree(ckpt, ignore_errors=True)
+        why = "with no record of their data"
     elif record.is_file():
         try:
             before = json.loads(record.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             before = None
-        if before != now:
-            if not isinstance(before, dict) or not isinstance(before.get("code"), dict):
-                why = "whose record is unreadable or from an older fedrepro"
-            else:
-                inputs_changed = changed_inputs(before.get("inputs") or {}, inputs)
-                changed = [
-                    f"input data ({', '.join(inputs_changed)})" if inputs_changed else "",
-                    _changed_code(before["code"], code),
-                ]
-                why = "made from other " + " and other ".join(filter(None, changed))
-            print(f"[fedrepro] {ckpt}: checkpoints {why}: starting over", flush=True)
-            shutil.rmtree(ckpt, ignore_errors=True)
-    text = json.dumps(now, sort_keys=True)
+        if not isinstance(before, dict) or not isinstance(before.get("attempts"), list):
+            why = "whose record is unreadable or from an older fedrepro"
+        elif inputs_changed := changed_inputs(before.get("inputs") or {}, inputs):
+            why = f"made from other input data ({', '.join(inputs_changed)})"
+        else:
+            earlier = before["attempts"]
+    if why:
+        print(f"[fedrepro] {ckpt}: checkpoints {why}: starting over", flush=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
+    text = json.dumps({"inputs": inputs, "attempts": [*earlier, attempt]}, sort_keys=True)
     atomic_write(record, lambda p: p.write_text(text, encoding="utf-8"))
-
-
-def _changed_code(before: dict, now: dict) -> str:
-    changed = sorted(f for f in set(before) | set(now) if before.get(f) != now.get(f))
-    if not changed:
-        return ""
-    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-    return f"code (src/fedrepro/{', src/fedrepro/'.join(changed[:3])}{more} changed)"
+    return earlier
 
 
 def _seed(text: str) -> int:
@@ -171,7 +163,7 @@ def cmd_run(args) -> int:
     from fedrepro.config import parse_overrides, resolve_experiment
     from fedrepro.experiments import RunContext, get_kind
     from fedrepro.experiments.memory import check_memory
-    from fedrepro.provenance import code_files, code_version
+    from fedrepro.provenance import code_version
     from fedrepro.run_inputs import run_inputs
     from fedrepro.runio import RunClock, write_run
     from fedrepro.seeding import rng_for
@@ -185,10 +177,11 @@ def cmd_run(args) -> int:
     # `snakemake --rerun-incomplete` (or this command again) continues from them, and from the time they carry
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
     data, partitions, inputs = run_inputs(cfg, exp)
-    if ckpt is not None:
-        _checkpoints_made_from(ckpt, inputs, code_files())
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
     code_version()  # read (and cached) now: the run records the code it started from, not the checkout at its end
+    if ckpt is not None:
+        attempt = {"code_version": code_version(), "started_at": clock.started_at}
+        clock.earlier_attempts = _checkpoints_made_from(ckpt, inputs, attempt)
     ctx = RunContext(
         exp_id=exp.id,
         seed=args.seed,

@@ -37,9 +37,11 @@ def map_in_processes(
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
+    from fedrepro.provenance import loaded_code
+
     per_worker = max(1, job_threads() // workers)
     pool = ProcessPoolExecutor(
-        workers, mp_context=get_context("spawn"), initializer=_set_threads, initargs=(per_worker,)
+        workers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(per_worker, loaded_code())
     )
     try:
         futures = [pool.submit(_labelled, labels[i] if labels else "", fn, *t) for i, t in enumerate(tasks)]
@@ -48,8 +50,13 @@ def map_in_processes(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _set_threads(n: int) -> None:
-    os.environ["FEDREPRO_THREADS"] = str(n)
+def _start_worker(threads: int, parent_code: dict[str, str]) -> None:
+    """A worker's threads, and the source files the run had imported when it handed out the tasks: a worker's
+    checkpoints record them beside its own (fedrepro.provenance.inherit_loaded_code)."""
+    from fedrepro.provenance import inherit_loaded_code
+
+    os.environ["FEDREPRO_THREADS"] = str(threads)
+    inherit_loaded_code(parent_code)
 
 
 def _labelled(label: str, fn: Callable[..., Any], *args: Any) -> Any:

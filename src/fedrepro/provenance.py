@@ -11,8 +11,10 @@ A run records, beside its experiment id, scale and seed:
 
 ``fedrepro.aggregate`` refuses runs whose provenance disagrees with their siblings (seed, parameters, input data) or
 with the place they sit in, and the report a ``summary.json`` whose experiment or scale is not the one of its place.
-A run's checkpoints are keyed on its input data and on :func:`code_files` (the package's source, file by file): a
-resume across changed data or code starts over (fedrepro.cli). Results written before
+A run's checkpoints are kept only while its input data is unchanged (fedrepro.cli), and each checkpoint only while
+the source files it was made with are: it records :func:`loaded_code`, the package's files the process that saved it
+had imported (with those of the process that started it), and is ignored when one of them has changed since
+(:func:`changed_code`). A commit that touches only other files leaves a run's checkpoints valid. Results written before
 these fields existed lack them: what they do hold (experiment, scale, seed) is checked, and the missing fields are
 never a reason to refuse them.
 """
@@ -73,16 +75,81 @@ def code_version() -> str:
     return git("describe", "--always", "--dirty", "--tags") or fallback
 
 
+_PACKAGE = Path(fedrepro.__file__).resolve().parent
+_LOADED: dict[str, str] = {}  # relative path -> digest, as this process first saw each of its imported files
+_SEEN: set[str] = set()  # the names in sys.modules loaded_code has looked at
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
 @functools.cache
 def code_files() -> dict[str, str]:
     """The source of the package this runs from, file by file: relative path -> sha256 (first 16 hex digits) of
     every ``.py`` file under ``src/fedrepro``. Unlike :func:`code_version` it changes with what the code computes
     and with nothing else (not with README or config edits, which parameters and inputs already cover)."""
-    root = Path(fedrepro.__file__).resolve().parent
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-        for p in sorted(root.rglob("*.py"))
-    }
+    return {p.relative_to(_PACKAGE).as_posix(): _digest(p) for p in sorted(_PACKAGE.rglob("*.py"))}
+
+
+def loaded_code() -> dict[str, str]:
+    """The package's source files this process has imported, file by file (relative path -> sha256, first 16 hex
+    digits, read when first seen here), with those of the process that started it (:func:`inherit_loaded_code`).
+    What a process computed so far can depend on these files only: a checkpoint records them, and a resume with all
+    of them unchanged continues exactly where a run started from the present code would be at that point."""
+    for key in sys.modules.keys() - _SEEN:  # a checkpoint every few rounds: only modules imported since
+        _SEEN.add(key)
+        name = getattr(sys.modules.get(key), "__file__", None)
+        if not name:
+            continue
+        path = Path(name).resolve()
+        if path.suffix == ".py" and path.is_relative_to(_PACKAGE):
+            rel = path.relative_to(_PACKAGE).as_posix()
+            if rel not in _LOADED and path.is_file():
+                _LOADED[rel] = _digest(path)
+    return dict(sorted(_LOADED.items()))
+
+
+def inherit_loaded_code(parent: Mapping[str, str]) -> None:
+    """Count the files the starting process had imported (its :func:`loaded_code`) as this worker's too: what a
+    worker is handed was computed with them (fedrepro.processes)."""
+    for rel, digest in parent.items():
+        _LOADED.setdefault(rel, digest)
+
+
+def changed_code(recorded: Mapping[str, str]) -> list[str]:
+    """The files of a :func:`loaded_code` record that differ from the code this process runs (as it first saw each
+    file, else as it is on disk now; a file gone counts as changed), sorted."""
+    loaded_code()  # the files imported so far, as they are now if not seen before
+    changed = []
+    for rel, digest in recorded.items():
+        path = _PACKAGE / rel
+        now = _LOADED.get(rel) or (_digest(path) if path.is_file() else None)
+        if now != digest:
+            changed.append(rel)
+    return sorted(changed)
+
+
+def changed_code_text(changed: list[str]) -> str:
+    """``changed`` (package-relative files) in one phrase: at most three named, the rest counted."""
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return f"src/fedrepro/{', src/fedrepro/'.join(changed[:3])}{more} changed"
+
+
+def made_by_this_code(code: Any, what: Path | str) -> bool:
+    """Whether a checkpoint or cached result (``what``) whose record of the source files it was made with
+    (fedrepro.provenance.loaded_code) is ``code`` may be resumed from: every one of those files unchanged. Otherwise
+    one line says which changed (or that it carries no record: an older fedrepro made it) and the caller starts
+    that piece over."""
+    if not isinstance(code, dict) or not code:
+        why = "carries no record of its code (an older fedrepro made it)"
+    else:
+        changed = changed_code(code)
+        if not changed:
+            return True
+        why = f"was made by other code ({changed_code_text(changed)})"
+    print(f"[fedrepro] {what}: {why}: starting it over", flush=True)
+    return False
 
 
 def _cpu_model() -> str:

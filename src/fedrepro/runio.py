@@ -74,6 +74,8 @@ class RunClock:
         self.attempt = uuid.uuid4().hex
         self.load_avg_at_start = machine()["load_avg"]
         self.before_s = 0.0  # earlier attempts' compute, up to the newest checkpoint resumed from
+        # the earlier attempts at this run (their code version and start), as its checkpoint record lists them
+        self.earlier_attempts: list[dict] = []
 
     def this_attempt_s(self) -> float:
         return time.perf_counter() - self._start
@@ -156,6 +158,9 @@ def write_run(
             else {
                 "started_at": clock.started_at,
                 "machine": {**machine(), "load_avg_at_start": clock.load_avg_at_start},
+                # a resumed run continued checkpoints that these attempts made, each with the code it then ran
+                # (a checkpoint is resumed only while the files its process had imported are unchanged)
+                **({"earlier_attempts": clock.earlier_attempts} if clock.resumed and clock.earlier_attempts else {}),
             }
         ),
         "versions": versions(),

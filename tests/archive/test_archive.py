@@ -55,6 +55,23 @@ def test_add_keeps_the_runs_files_and_a_manifest(world, capsys):
     assert ops.restorable(cfg_of(sets)) == {EXP: [0, 1]}
 
 
+def test_a_resumed_runs_earlier_attempts_are_in_its_manifest_and_listing(world):
+    base, sets = world
+    metrics = run_dir(base, 0) / "metrics.json"
+    doc = json.loads(metrics.read_text())
+    doc["earlier_attempts"] = [{"code_version": "0001aaa", "started_at": "2026-12-01T00:00:00+00:00"}]
+    metrics.write_text(json.dumps(doc))
+    add_both(base, sets)
+    assert (
+        json.loads((archived(base, 0) / "manifest.json").read_text())["made"]["earlier_attempts"]
+        == (doc["earlier_attempts"])
+    )
+    assert "earlier_attempts" not in json.loads((archived(base, 1) / "manifest.json").read_text())["made"]
+    out = ops.list_text(cfg_of(sets))
+    assert "0123abc (resumed from checkpoints of 0001aaa)" in out
+    assert out.count("resumed from") == 1
+
+
 def refused(capsys, *args) -> str:
     assert main(["archive", "add", *args]) == 2
     err = capsys.readouterr().err

@@ -70,12 +70,20 @@ def test_resumes_from_the_readings_already_run(tmp_path):
     # 4 readings x 2 seeds (the grid's first, n = 100, 0.001, is the config's reading)
     assert len(cached) == 8 and f"point_{_digest()}_0.json" in cached
     assert f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json" in cached
-    (tmp_path / f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json").write_text(
-        '{"metrics": {"ratio": 0.01}, "checks": {}}'
-    )  # a "cached" result
+    point = tmp_path / f"point_{_digest(n=10, sigma_theta2=0.001)}_1.json"
+    made = json.loads(point.read_text())["code"]  # the source files the point was made with
+    assert "audit/forensics.py" in made
+    point.write_text(json.dumps({"metrics": {"ratio": 0.01}, "checks": {}, "code": made}))  # a "cached" result
     again = sweep(tmp_path)
     row = again.history.set_index("reading").loc[2]
     assert row["rebuilt"] != first.history.set_index("reading").loc[2]["rebuilt"]  # the cache was read, not rerun
+    # made by other code: one of those files read otherwise then; trained again, and the stale cache replaced
+    point.write_text(
+        json.dumps({"metrics": {"ratio": 0.01}, "checks": {}, "code": {**made, "audit/forensics.py": "0"}})
+    )
+    again = sweep(tmp_path)
+    assert again.history.set_index("reading").loc[2]["rebuilt"] == first.history.set_index("reading").loc[2]["rebuilt"]
+    assert json.loads(point.read_text())["code"] == made
 
 
 def test_joined_axes_and_a_union_of_grids():

@@ -107,6 +107,22 @@ def test_stale_fingerprint_is_ignored(blobs, tmp_path):
     assert Checkpointer(tmp_path / "bad.pt", "x").load() is None
 
 
+def test_a_checkpoint_made_by_other_code_is_ignored(blobs, tmp_path, monkeypatch, capsys):
+    import torch
+
+    from fedrepro import provenance
+
+    algo = lambda: build_algorithm("fedavg", {}, 1e-4)  # noqa: E731
+    ck = Checkpointer(tmp_path / "c.pt", fingerprint({"lr": 0.1}), every=1)
+    engine.train(algo(), blobs, mlp, **{**KW, "rounds": 2}, checkpoint=ck)
+    saved = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert saved["code"]["learning/engine.py"] == provenance.loaded_code()["learning/engine.py"]
+    assert ck.load() is not None
+    monkeypatch.setitem(provenance._LOADED, "learning/engine.py", "0" * 16)  # as if it read otherwise now
+    assert ck.load() is None
+    assert "was made by other code (src/fedrepro/learning/engine.py changed)" in capsys.readouterr().out
+
+
 def test_pack_restore_round_trip():
     from dataclasses import dataclass, field
 

@@ -57,10 +57,14 @@ def test_sigkilled_training_resumes_from_its_checkpoint(tmp_path):
     r = subprocess.run(_cmd(cfg, out), cwd=ROOT, env={**env, "FEDREPRO_PROGRESS": "1"}, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     progress = [line.split() for line in r.stderr.splitlines() if line.startswith("[progress]")]
-    assert progress and len({p[1] for p in progress}) == 1  # the finished method was not trained again
+    # the finished method was not trained again (what the resumed run said, if it was)
+    assert progress and len({p[1] for p in progress}) == 1, r.stdout[-2000:] + r.stderr[:1000]
     assert int(progress[0][4].split("/")[0]) > 1  # the other continued after its last checkpoint
     got, want = _result(out), _result(ref)
     assert got[0] == want[0]
     pd.testing.assert_frame_equal(got[1], want[1])
     assert not (out / ".checkpoints").exists()  # removed once the run completed
+    made = json.loads((out / "metrics.json").read_text())
+    assert [a["code_version"] for a in made["earlier_attempts"]] == [made["code_version"]]  # the killed attempt
+    assert "earlier_attempts" not in json.loads((ref / "metrics.json").read_text())
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")], "a half-written file outlived the resumed run"

@@ -78,9 +78,11 @@ def lacking_seeds(
 def _made(e: Entry) -> str:
     made = e.manifest["made"]
     wall = made.get("wall_time_s") or 0.0
+    earlier = dict.fromkeys(a.get("code_version", "?") for a in made.get("earlier_attempts") or [])
     return (
         f"made {str(made.get('started_at', '?'))[:10]} on {machine_text(made.get('machine') or {})}, "
         f"{wall / 60:.0f} min, {made.get('code_version', '?')}"
+        + (f" (resumed from checkpoints of {', '.join(earlier)})" if earlier else "")
     )
 
 

@@ -277,6 +277,7 @@ def add(cfg: Mapping, run_dir: Path) -> tuple[Entry, bool]:
             "started_at": doc["started_at"],
             "wall_time_s": doc["wall_time_s"],
             "wall_time_resumed_s": doc.get("wall_time_resumed_s"),
+            **({"earlier_attempts": doc["earlier_attempts"]} if doc.get("earlier_attempts") else {}),
             "machine": doc["machine"],
             "code_version": doc["code_version"],
             "versions": doc["versions"],

@@ -163,16 +163,18 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     value], ...] read from the run's history."""
     from fedrepro.aggregate import flatten
     from fedrepro.files import atomic_write, to_jsonable
+    from fedrepro.provenance import loaded_code
     from fedrepro.seeding import rng_for
 
     key = _point_key(exp, seed, stop)
     if key in memo:
         return memo[key]
     cache = _point_cache(ctx, key)
-    if cache is not None and cache.is_file():
-        memo[key] = json.loads(cache.read_text())
-        _resume_clock(ctx.clock, memo[key].get("made"))
-        return memo[key]
+    cached = _cached_point(cache)
+    if cached is not None:
+        memo[key] = cached
+        _resume_clock(ctx.clock, cached.get("made"))
+        return cached
     # the point's own round checkpoints, in a folder of the job's: a point killed halfway continues from them
     rounds = ctx.checkpoint_dir / key if ctx.checkpoint_dir else None
     point_ctx = RunContext(
@@ -203,6 +205,7 @@ def _point(ctx: RunContext, kind, exp, seed: int, memo: dict, stop: Mapping | No
     )
     if stop:
         doc["trajectory"] = _trajectory(out.history, stop, exp.id)
+    doc["code"] = loaded_code()  # a later attempt reads it only while these files are unchanged
     if ctx.clock is not None:  # which attempt made it, and the job's compute then (a later attempt resumes from it)
         doc["made"] = {"attempt": ctx.clock.attempt, "before_s": ctx.clock.before_s, "elapsed_s": ctx.clock.total_s()}
     memo[key] = doc
@@ -232,6 +235,20 @@ def _point_cache(ctx: RunContext, key: str) -> Path | None:
     return ctx.checkpoint_dir / f"{key}.json" if ctx.checkpoint_dir else None
 
 
+def _cached_point(cache: Path | None) -> dict | None:
+    """A point's cached result, when there is one made by the present code (fedrepro.provenance.made_by_this_code:
+    the files its process had imported unchanged); None: train it (a cache of other code is removed)."""
+    from fedrepro.provenance import made_by_this_code
+
+    if cache is None or not cache.is_file():
+        return None
+    doc = json.loads(cache.read_text())
+    if made_by_this_code(doc.get("code"), cache):
+        return doc
+    cache.unlink(missing_ok=True)
+    return None
+
+
 def _train_in_parallel(ctx: RunContext, jobs: list[tuple[Any, int]], stop: Mapping | None) -> None:
     """Train the points (resolved experiment, seed) that no cache holds yet in parallel processes, one per point up to
     the job's threads (fedrepro.processes); the sweep then reads them from the cache. One thread, one pending point,
@@ -241,7 +258,9 @@ def _train_in_parallel(ctx: RunContext, jobs: list[tuple[Any, int]], stop: Mappi
 
     if ctx.checkpoint_dir is None or replaying():  # a replay's round limit is this process's
         return
-    pending = [(exp, seed) for exp, seed in jobs if not _point_cache(ctx, _point_key(exp, seed, stop)).is_file()]
+    pending = [
+        (exp, seed) for exp, seed in jobs if _cached_point(_point_cache(ctx, _point_key(exp, seed, stop))) is None
+    ]
     workers = workers_for(len(pending))
     if workers < 2:
         return

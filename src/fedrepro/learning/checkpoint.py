@@ -8,9 +8,11 @@ and renamed into place (a kill never leaves a half-written checkpoint) and read 
 ``torch.load(weights_only=True)``: only tensors and plain containers, never arbitrary pickled objects.
 
 A checkpoint also stores a *fingerprint* of what produced it (the caller's description of the run: experiment
-parameters, seed, method, learning rate); one with another fingerprint is ignored, so a changed configuration never
-resumes from stale state. With a :class:`~fedrepro.runio.RunClock` it also carries the run's compute time so far
-(``elapsed_s``), so the ``wall_time_s`` of a resumed run counts the attempts before the kill too.
+parameters, seed, method, learning rate) and the package's source files its process had imported
+(fedrepro.provenance.loaded_code); one with another fingerprint, or made when one of those files read otherwise, is
+ignored, so neither a changed configuration nor changed code resumes from stale state. With a
+:class:`~fedrepro.runio.RunClock` it also carries the run's compute time so far (``elapsed_s``), so the
+``wall_time_s`` of a resumed run counts the attempts before the kill too.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class Checkpointer:
     clock: RunClock | None = None  # the run's compute time: saved in each checkpoint, resumed from on load
 
     def load(self) -> dict | None:
+        from fedrepro.provenance import made_by_this_code
+
         if not self.path.is_file():
             return None
         try:
@@ -117,6 +121,8 @@ class Checkpointer:
         except Exception:  # unreadable (e.g. a foreign file): start over, it gets replaced
             return None
         if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
+            return None
+        if not made_by_this_code(data.get("code"), self.path):
             return None
         if self.clock is not None and isinstance(data.get("elapsed_s"), (int, float)):
             self.clock.resumed_from(data["elapsed_s"])
@@ -127,9 +133,11 @@ class Checkpointer:
 
     def save(self, payload: dict) -> None:
         from fedrepro.files import atomic_write
+        from fedrepro.provenance import loaded_code
 
         elapsed = {} if self.clock is None else {"elapsed_s": self.clock.total_s()}
-        atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, **elapsed, **payload}, tmp))
+        head = {"fingerprint": self.fingerprint, "code": loaded_code(), **elapsed}
+        atomic_write(self.path, lambda tmp: torch.save({**head, **payload}, tmp))
 
 
 def run_checkpointer(
