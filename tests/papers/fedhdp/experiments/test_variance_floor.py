@@ -41,3 +41,24 @@ def test_a_printed_variance_below_the_floor_is_forbidden_and_one_above_is_not():
     edge = floor_of(88.64, 6) * (1 - 3 * (2 / 100) ** 0.5)
     assert conclude(_t("v.var", edge - 0.01, tol=0.005), mean, 6, 4, 100).passed is False
     assert conclude(_t("v.var", edge - 0.004, tol=0.005), mean, 6, 4, 100).passed is True
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        ("T3.skewed.NonPrivate+Ditto.Acc_g_np", "is not a variance row with a mean row beside it"),
+        ("T3.skewed.NoSuchMethod.Acc_g_np.var", "is no row of config/targets/fedhdp.csv"),
+        ("T3.nonIID.NonPrivate+Ditto.Acc_g_np.var", "is a row of fedhdp.noniid_mnist, not of skewed_mnist"),
+    ],
+)
+def test_a_row_that_is_no_variance_row_of_the_experiment_stops_before_any_work(row, says):
+    from kinds import call_kind
+
+    from fedrepro.config import load_global
+    from fedrepro.errors import ConfigError
+    from fedrepro.experiments import RunContext
+
+    ctx = RunContext(exp_id="fedhdp.forensic_skewed_variance_floor", seed=0, config=load_global())  # no partition
+    params = {"experiment": "skewed_mnist", "partition": "mnist_fedhdp_skewed", "rows": [row]}
+    with pytest.raises(ConfigError, match="params.rows: .*" + says.replace("+", r"\+").replace(".", r"\.")):
+        call_kind("fedhdp_variance_floor", params, np.random.default_rng(0), ctx)

@@ -79,6 +79,15 @@ def conclude(t, mean_row, n_max: int, n_min: int, group: int) -> Check:
     return Check(not forbids, detail, printed, floor, unit)
 
 
+def _variance_and_mean(ctx: RunContext, targets: dict, rid: str, experiment: str) -> tuple:
+    """The variance row ``rid`` of params.rows (a row of ``experiment``) and the mean row it is printed beside."""
+    t = row_of(ctx, targets, rid, experiment)
+    mean_row = targets.get(rid.removesuffix(".var"))
+    if not rid.endswith(".var") or mean_row is None:
+        raise ConfigError(f"{ctx.exp_id}: params.rows: {rid} is not a variance row with a mean row beside it")
+    return t, mean_row
+
+
 @experiment_kind(
     "fedhdp_variance_floor",
     SCHEMA,
@@ -89,15 +98,12 @@ def conclude(t, mean_row, n_max: int, n_min: int, group: int) -> Check:
 )
 def fedhdp_variance_floor(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     _, targets = printed_targets(ctx)
+    pairs = [_variance_and_mean(ctx, targets, rid, p["experiment"]) for rid in p["rows"]]  # before any work
     sizes, group = _test_sizes(ctx, p["partition"])
     n_max, n_min = int(sizes.max()), int(sizes[sizes > 0].min())
     checks, floors, needs = {}, {}, {}
-    for rid in p["rows"]:
-        t = targets.get(rid)
-        mean_row = targets.get(rid.removesuffix(".var"))
-        if t is None or mean_row is None or not rid.endswith(".var"):
-            raise ConfigError(f"{ctx.exp_id}: params.rows: {rid} is not a variance row with a mean row beside it")
-        row_of(ctx, targets, rid, p["experiment"])
+    for t, mean_row in pairs:
+        rid = t.id
         c = conclude(t, mean_row, n_max, n_min, group)
         checks[f"conclusion.{rid}"] = c
         floors[rid] = c.expected
