@@ -103,10 +103,10 @@ LAYERS = (
     {"report", "plots", "learning", "aggregate", "staleness"},
     {"runio"},
     {"paths", "plan", "datasets", "run_inputs"},
-    {"config", "provenance"},
+    {"config", "provenance", "processes"},
     {"data", "experiments"},
     {"privacy", "files", "registry"},
-    {"errors", "checkout", "seeding", "progress", "processes", "fedrepro"},
+    {"errors", "checkout", "seeding", "progress", "fedrepro"},
 )
 # The one import that goes up: the registry loads the papers' declarations.
 LOADS_DECLARATIONS = ("fedrepro.registry", "fedrepro.papers")

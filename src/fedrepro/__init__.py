@@ -14,12 +14,13 @@ from above (tests/test_architecture.py reads every import, those inside function
     runio                                     a run's files (metrics, history, resolved config)
     paths, plan, datasets, run_inputs         where every file goes; compute plan; what to fetch for what; what a
                                               run reads (verified data, checked partitions, their digests)
-    config, provenance                        the validated configuration; digests and code versions
+    config, provenance, processes             the validated configuration; digests, code versions and the source
+                                              files a process imported; a run's independent pieces in parallel
+                                              processes (which carry the run's record of those files)
     data, experiments                         datasets, partitions, the federated format; the experiment-kind
                                               registry and the paper-free accounting kinds
     privacy, files, registry                  accountants; atomic writes; the one name registry
-    errors, checkout, seeding, progress,      error types; the repository root; seeds; progress lines; a run's
-    processes                                 independent pieces in parallel processes
+    errors, checkout, seeding, progress       error types; the repository root; seeds; progress lines
 
 The only import that goes up: fedrepro.registry loads the papers' declarations (fedrepro.papers), so that the
 shared layers find a paper's kinds, plots, algorithms, partition schemes and models by name without naming it.
