@@ -57,7 +57,8 @@ def _load_cfg(args):
     return load_global(args.config, deep_merge(overrides, parse_overrides(args.config_set)))
 
 
-INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data and code its checkpoints were made from
+INPUTS_RECORD = "inputs.json"  # in the checkpoint directory: the input data its checkpoints were made from, and each
+# attempt's code version (the files a checkpoint was made with are recorded in that checkpoint)
 
 
 def _checkpoints_made_from(ckpt: Path, inputs: dict, attempt: dict) -> list[dict]:
@@ -178,9 +179,9 @@ def cmd_run(args) -> int:
     ckpt = None if args.no_checkpoint else out / CHECKPOINT_DIR
     data, partitions, inputs = run_inputs(cfg, exp)
     clock = RunClock()  # the run's compute, as before: from here to the end of the kind's function
-    code_version()  # read (and cached) now: the run records the code it started from, not the checkout at its end
+    started_from = code_version()  # read (and cached) now: the run records the code it started from, not its end's
     if ckpt is not None:
-        attempt = {"code_version": code_version(), "started_at": clock.started_at}
+        attempt = {"code_version": started_from, "started_at": clock.started_at}
         clock.earlier_attempts = _checkpoints_made_from(ckpt, inputs, attempt)
     ctx = RunContext(
         exp_id=exp.id,
