@@ -75,6 +75,8 @@ COVERED = {
     "(the queue, archiving as runs end, a failed run, a stale entry, uncommitted code)",
     "python -m fedrepro campaign fedhdp.skewed_mnist --jobs 2 --commit": "trains hours: tests/archive/test_campaign.py "
     "(a named experiment's lacking seeds)",
+    "python -m fedrepro campaign fedhdp.forensic_noniid_clip --commit": "trains hours: tests/archive/test_campaign.py "
+    "(a named experiment's lacking seeds)",
     "python -m fedrepro campaign fedhdp.skewed_mnist --seeds 2 3 --commit": "trains hours: tests/archive/"
     "test_campaign.py (seeds beyond the config's, archived before the config asks for them)",
     "python -m fedrepro archive verify": RUN,
