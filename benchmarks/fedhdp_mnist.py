@@ -29,7 +29,18 @@ over its median round time, summed over the jobs) and their ratio.
     python benchmarks/fedhdp_mnist.py                                  # both paths, 1 and 2 jobs of 1 thread
     python benchmarks/fedhdp_mnist.py --paths batched --jobs 1 --threads 2
     python benchmarks/fedhdp_mnist.py --processes-vs-threads --rounds 3
+    python benchmarks/fedhdp_mnist.py --beside-busy --rounds 3
     python benchmarks/fedhdp_mnist.py --first-layer
+
+``--beside-busy`` answers whether a run given two threads is ever slower than one given one thread while another
+CPU-bound process competes for the cores (#42: under load ~4.7 one process of two spinning OpenMP threads took 1.40
+s a round against 0.46 on one thread). With ``--busy`` competitors (default 1; 0 for the quiet machine) running at
+the same priority (one thread each, multiplying 512 x 512 matrices in a loop, started before and stopped after each
+configuration), it times the batched path as a run would spend its threads: one process of one thread; two
+processes of one thread (what ``fedrepro.processes`` does with two threads); and one process of two threads, under
+OpenMP's default wait policy and under ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep: what fedrepro's command line
+sets unless the environment names a policy). Each as method-rounds per second, summed over its processes, and its
+ratio to the one-thread run.
 
 ``--first-layer`` weighs the lever issue #42 named for a seed near the floor: the four model sets a Ditto method
 trains (the global-model copy and the 3 lambda sets) read the same minibatch, so their first layers (784 -> 50, ~99%
@@ -92,11 +103,13 @@ def one(path: str, rounds: int, threads: int) -> dict:
     }
 
 
-def measure(path: str, rounds: int, jobs: int, threads: int, src: Path | None = None) -> list[dict]:
+def measure(
+    path: str, rounds: int, jobs: int, threads: int, src: Path | None = None, env: dict | None = None
+) -> list[dict]:
     """``jobs`` processes timing ``path`` at once, ``threads`` threads each, on ``src``'s fedrepro (default: this
-    checkout's)."""
+    checkout's), with ``env`` added to their environment."""
     cmd = [sys.executable, __file__, "--child", path, "--rounds", str(rounds), "--threads", str(threads)]
-    env = dict(os.environ, PYTHONPATH=str(src)) if src else None
+    env = dict(os.environ, **(env or {}), **({"PYTHONPATH": str(src)} if src else {}))
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) for _ in range(jobs)]
     out = []
     for p in procs:
@@ -124,6 +137,53 @@ def processes_vs_threads(rounds: int, src: Path | None, out: Path) -> None:
     print(f"two processes / one process of two threads: {rate[2] / rate[1]:.2f}x the method-rounds per second")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"runs": results, "ratio": rate[2] / rate[1]}, indent=1))
+    print(f"wrote {out}")
+
+
+# the competitor of --beside-busy: one thread of GEMMs, CPU-bound like another seed's run
+BUSY = """
+import torch
+torch.set_num_threads(1)
+a = torch.rand(512, 512)
+while True:
+    a = torch.mm(a, a).clamp_(0, 1)
+"""
+
+
+def beside_busy(rounds: int, busy: int, src: Path | None, out: Path) -> None:
+    """Method-rounds per second of each way to spend the threads, each beside ``busy`` busy one-thread processes."""
+    passive = {"OMP_WAIT_POLICY": "PASSIVE"}
+    configs = (
+        ("1 process x 1 thread", 1, 1, passive),
+        ("2 processes x 1 thread (PASSIVE)", 2, 1, passive),
+        ("1 process x 2 threads (OpenMP default wait)", 1, 2, {}),
+        ("1 process x 2 threads (PASSIVE)", 1, 2, passive),
+    )
+    results, rate = [], {}
+    for name, jobs, threads, env in configs:
+        competitors = [
+            subprocess.Popen([sys.executable, "-c", BUSY], env=dict(os.environ, OMP_NUM_THREADS="1"))
+            for _ in range(busy)
+        ]
+        try:
+            time.sleep(2.0 if busy else 0.0)  # the competitors running before the first timed round
+            runs = measure("batched", rounds, jobs, threads, src, env)
+        finally:
+            for c in competitors:
+                c.kill()
+                c.wait()
+        results += [dict(r, config=name, busy=busy) for r in runs]
+        rate[name] = sum(1.0 / r["s_per_round"] for r in runs)
+        loads = ", ".join(f"{r['load_before']:.2f} -> {r['load_after']:.2f}" for r in runs)
+        medians = ", ".join(f"{r['s_per_round']:.2f}" for r in runs)
+        base = rate[configs[0][0]]
+        print(
+            f"{name}: median s per method-round {medians}; {rate[name]:.3f} method-rounds per s, "
+            f"{rate[name] / base:.2f}x one thread (load {loads})",
+            flush=True,
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"busy": busy, "runs": results, "method_rounds_per_s": rate}, indent=1))
     print(f"wrote {out}")
 
 
@@ -198,6 +258,8 @@ def main() -> None:
     ap.add_argument("--src", type=Path, help="time this fedrepro source directory instead (an older commit's)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "fedhdp_mnist.json")
     ap.add_argument("--processes-vs-threads", action="store_true", help="2 threads: 1 process of 2 vs 2 processes of 1")
+    ap.add_argument("--beside-busy", action="store_true", help="1 vs 2 threads beside --busy busy processes")
+    ap.add_argument("--busy", type=int, default=1, help="busy one-thread processes beside --beside-busy (default 1)")
     ap.add_argument("--first-layer", action="store_true", help="the 4 Ditto sets' first layer: per set vs fused")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -213,6 +275,9 @@ def main() -> None:
         raise SystemExit(f"{PARTITION} is missing: {build}")
     if args.processes_vs_threads:
         processes_vs_threads(args.rounds, args.src, args.out)
+        return
+    if args.beside_busy:
+        beside_busy(args.rounds, args.busy, args.src, args.out.with_name(f"fedhdp_beside_busy{args.busy}.json"))
         return
     results = []
     for jobs in args.jobs:
