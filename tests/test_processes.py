@@ -34,3 +34,16 @@ def test_a_worker_counts_the_files_the_run_had_imported_as_its_own(monkeypatch):
     monkeypatch.setitem(provenance._LOADED, "imported_by_the_run_only.py", "0" * 16)
     made = processes.map_in_processes(provenance.loaded_code, [(), ()], 2)
     assert all(m["imported_by_the_run_only.py"] == "0" * 16 and "processes.py" in m for m in made)
+
+
+def test_the_command_line_lets_idle_threads_sleep_unless_the_environment_names_a_policy(monkeypatch, capsys):
+    import os
+
+    from fedrepro import cli
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert cli.main(["list"]) == 0
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert cli.main(["list"]) == 0
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"

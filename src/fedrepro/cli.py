@@ -658,7 +658,9 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from fedrepro.files import remove_created_if_empty
+    from fedrepro.processes import sleeping_idle_threads
 
+    sleeping_idle_threads()  # before anything imports torch
     args = build_parser().parse_args(argv)
     status = 1
     try:

@@ -13,8 +13,18 @@ function must be importable.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
+
+
+def sleeping_idle_threads(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``) unless the environment names a
+    policy. Beside one busy process, one process of two torch threads did 0.20x the FedHDP method-rounds a second of
+    one thread under OpenMP's default wait policy and 1.09x under PASSIVE; on a quiet machine 1.50x and 1.16x, where
+    two one-thread processes did 1.68x (``benchmarks/fedhdp_mnist.py --beside-busy``, benchmarks/RESULTS.md). A
+    little speed when the machine is quiet, for never falling below one thread when it is not. OpenMP reads the
+    variable when torch loads it, so this runs before torch is imported; worker processes inherit it."""
+    environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def job_threads() -> int:
