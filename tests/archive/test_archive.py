@@ -311,3 +311,35 @@ def test_add_warns_of_a_ci_row_whose_check_fails_in_the_run(tmp_path):
     assert ops.failing_ci_checks(cfg, entry) == [
         "histograms.X.syn.lloyd_monotone: check lloyd_objective_monotone fails in seed 0: largest increase 9.3e-09"
     ]
+
+
+@pytest.mark.parametrize("results", ["results", "/abs/out/results"])
+def test_the_workflow_restores_an_archived_name_only_under_its_own_paper(results):
+    """Rule restore_archived's constraints, compiled as Snakemake compiles them: ppsgd.forensic_fig1a archived must
+    not make adaped.forensic_fig1a (trained by run_experiment) look restorable, nor ppsgd.fig1a."""
+    import re
+
+    from snakemake.io import regex_from_filepattern, update_wildcard_constraints
+
+    from fedrepro import paths
+
+    cfg = {"results_dir": results, "figures_dir": "figures", "data": {"dir": "data"}}
+    archived = {"ppsgd.forensic_fig1a": [0], "adaped.table2_mnist": [0, 1], "fedhdp.noniid_mnist": [0]}
+    constraints = {**ops.restore_constraints(archived), "scale": "paper", "seed": r"\d+"}
+    pattern = update_wildcard_constraints(paths.rule_pattern(cfg, "run_file"), constraints, {})
+    regex = re.compile(regex_from_filepattern(pattern))
+
+    def restorable(paper: str, exp: str) -> bool:
+        return regex.match(f"{results}/{paper}/{exp}/paper/seed0/metrics.json") is not None
+
+    assert restorable("ppsgd", "forensic_fig1a") and restorable("adaped", "table2_mnist")
+    assert restorable("fedhdp", "noniid_mnist")
+    assert not restorable("adaped", "forensic_fig1a") and not restorable("ppsgd", "table2_mnist")
+    assert not restorable("ppsgd", "fig1a") and not restorable("ppsgd", "forensic_fig1a_early")
+    assert regex.match(f"{results}/ppsgd/forensic_fig1a/quick/seed0/metrics.json") is None
+    nothing = re.compile(
+        regex_from_filepattern(
+            update_wildcard_constraints(paths.rule_pattern(cfg, "run_file"), ops.restore_constraints({}), {})
+        )
+    )
+    assert nothing.match(f"{results}/ppsgd/forensic_fig1a/paper/seed0/metrics.json") is None

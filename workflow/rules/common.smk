@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
 from fedrepro import paths
-from fedrepro.archive.ops import restorable
+from fedrepro.archive.ops import restorable, restore_constraints
 from fedrepro.config import (
     load_paper,
     load_partitions,
@@ -315,9 +315,8 @@ def privacy_outputs():
     return out
 
 
-# restore_archived matches only archived experiments (regex alternatives of their papers and names)
-RESTORED_PAPERS = "|".join(sorted({e.split(".", 1)[0] for e in ARCHIVED})) or "(?!)"
-RESTORED_NAMES = "|".join(sorted({e.split(".", 1)[1] for e in ARCHIVED})) or "(?!)"
+# restore_archived matches only archived experiments (each paper with its own archived names)
+RESTORED = restore_constraints(ARCHIVED)
 
 
 def archived_files(wildcards):

@@ -48,8 +48,8 @@ rule restore_archived:
     log:
         P("restore_log"),
     wildcard_constraints:
-        paper=RESTORED_PAPERS,
-        exp=RESTORED_NAMES,
+        paper=RESTORED["paper"],
+        exp=RESTORED["exp"],
         scale="paper",
         seed=r"\d+",
     conda:

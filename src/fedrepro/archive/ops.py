@@ -50,6 +50,24 @@ def restorable(cfg: Mapping) -> dict[str, list[int]]:
     return out
 
 
+def restore_constraints(archived: Mapping[str, object]) -> dict[str, str]:
+    """Rule restore_archived's wildcard constraints for the ``archived`` experiments ("paper.name" ids): ``exp`` one
+    of their names, and ``paper`` one of their papers only where the name after it is one of that paper's, so a name
+    archived under one paper does not match the same name under another (ppsgd.forensic_fig1a archived, not
+    adaped.forensic_fig1a). A constraint sees only its own wildcard: the lookahead reads the ``/{exp}/`` that
+    follows ``{paper}`` in the run paths (fedrepro.paths' run_file)."""
+    import re
+
+    names: dict[str, set[str]] = {}
+    for exp_id in archived:
+        paper, name = exp_id.split(".", 1)
+        names.setdefault(paper, set()).add(re.escape(name))
+    if not names:
+        return {"paper": "(?!)", "exp": "(?!)"}
+    papers = "|".join(f"{re.escape(p)}(?=/(?:{'|'.join(sorted(n))})/)" for p, n in sorted(names.items()))
+    return {"paper": papers, "exp": "|".join(sorted(set().union(*names.values())))}
+
+
 def campaign_experiments(cfg: Mapping, items: dict[str, list[Entry]] | None = None) -> list[str]:
     """The experiments the paper-scale campaign is about: those the default run builds only at quick scale (their
     paper-scale run is expensive) whose data is here, and any with archived seeds."""
