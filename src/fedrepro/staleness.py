@@ -88,8 +88,24 @@ def _recorded(run_dir: Path | None, key: str) -> Mapping | None:
     return doc.get(key) if isinstance(doc, dict) else None
 
 
-def _recorded_params(run_dir: Path | None) -> Mapping | None:
+def recorded_params(run_dir: Path | None) -> Mapping | None:
+    """The resolved parameters the run in ``run_dir`` recorded (its config.yaml), None where it has none."""
     return _recorded(run_dir, "params")
+
+
+def reworded(kind, recorded: Mapping | None, current: Mapping) -> list[str]:
+    """The kind's annotations (parameters that only word its conclusions) that read otherwise in ``current`` than in
+    the ``recorded`` parameters, when nothing else differs; [] when something else does, or nothing, or the record is
+    missing (then the parameters' digests decide)."""
+    if recorded is None or not kind.annotations:
+        return []
+
+    def rest(p: Mapping) -> str:
+        return params_digest({k: v for k, v in p.items() if k not in kind.annotations})
+
+    if rest(recorded) != rest(current):
+        return []
+    return [k for k in kind.annotations if changed_params(recorded.get(k), current.get(k))]
 
 
 def _changes(recorded: Mapping | None, current: Mapping) -> str:
@@ -106,13 +122,18 @@ def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> li
     except ConfigError as exc:  # the experiment is gone or its config no longer resolves
         return [f"{doc['experiment']} no longer resolves in the configuration ({exc})"]
     reasons = []
+    kind = get_kind(exp.kind)
     if "params_digest" in doc and doc["params_digest"] != params_digest(exp.params):
-        detail = _changes(_recorded_params(run_dir), exp.params)
-        reasons.append(
-            f"made under other parameters (params_digest {doc['params_digest']}, the config now gives "
-            f"{params_digest(exp.params)}{': ' + detail if detail else ''})"
-        )
-    reads = get_kind(exp.kind).read_inputs(exp.params, cfg, exp.id) if "reads_digest" in doc else None
+        recorded = recorded_params(run_dir)
+        # only the run's own record (its digest the doc's) can show that just the wording changed
+        own = recorded if recorded is not None and params_digest(recorded) == doc["params_digest"] else None
+        if not reworded(kind, own, exp.params):
+            detail = _changes(recorded, exp.params)
+            reasons.append(
+                f"made under other parameters (params_digest {doc['params_digest']}, the config now gives "
+                f"{params_digest(exp.params)}{': ' + detail if detail else ''})"
+            )
+    reads = kind.read_inputs(exp.params, cfg, exp.id) if "reads_digest" in doc else None
     if reads is not None:  # e.g. a sweep whose swept experiment changed since
         if doc["reads_digest"] != params_digest(reads):
             detail = _changes(_recorded(run_dir, "reads"), reads)
@@ -120,7 +141,6 @@ def stale_reasons(cfg: Mapping, doc: Mapping, run_dir: Path | None = None) -> li
                 f"made from another version of what it reads besides its parameters (reads_digest "
                 f"{doc['reads_digest']}, now {params_digest(reads)}{': ' + detail if detail else ''})"
             )
-    kind = get_kind(exp.kind)
     made = int(doc.get("kind_revision") or 1)  # a run that predates the record: the kind's first revision
     if made < kind.revision:
         reasons.append(
@@ -148,7 +168,7 @@ def find_run(cfg: Mapping, exp_id: str, seed: int, params: Mapping, needed_by: s
         run = paths.run_dir(cfg, paper, name, scale, seed)
         if not (run / CONFIG).is_file() or not (run / METRICS).is_file():
             continue
-        recorded = _recorded_params(run)
+        recorded = recorded_params(run)
         if recorded is None or params_digest(recorded) != want:
             refused.append(f"{run}: {'other parameters' if recorded is not None else f'no readable {CONFIG}'}")
             continue

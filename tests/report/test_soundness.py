@@ -198,6 +198,53 @@ def test_a_sweep_goes_stale_when_what_it_reads_changes(tmp_path):
     assert len(got) == 1 and "rows.K.bern.uniform.value" in got[0], got
 
 
+def test_a_sweeps_paper_issue_reworded_keeps_its_run_current_and_the_report_words_it_anew(tmp_path):
+    """A forensic sweep's paper_issue only words what it concludes: reworded after the run, the run stays current
+    (it records the old wording, and nothing else changed), and the report gives the conclusion with the config's
+    new wording, judged again from the run's history; a changed reading (its grid) makes the run stale."""
+    from fedrepro.config import resolve_path
+    from fedrepro.report.registry import load_registry
+    from fedrepro.report.status import forensic_evidence
+    from fedrepro.staleness import stale_reasons
+
+    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
+    params = {"experiment": "bernoulli", "rows": ["K.bern.uniform"], "grid": {"n": [20]}, "seeds": [0]}
+    sweep = {"kind": "forensic_sweep", "description": "test", "params": params}
+    doc["experiments"]["forensic_bern"] = dict(sweep, params=dict(params, paper_issue={"K.bern.uniform": "OLD words"}))
+    config = tmp_path / "adaped.yaml"
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run = tmp_path / "results" / "adaped" / "forensic_bern" / "paper" / "seed0"
+    sets = ["--config-set", f"papers.adaped={config}", "--config-set", f"results_dir={tmp_path / 'results'}"]
+    assert main(["run", "adaped.forensic_bern", "--scale", "paper", "--seed", "0", "--out", str(run), *sets]) == 0
+    made = json.loads((run / "metrics.json").read_text())
+    assert "OLD words" in made["checks"]["conclusion.K.bern.uniform"]["detail"]
+    summary = {
+        "checks": made["checks"],
+        "effective_scale": "paper",
+        "seeds": [0],
+        "metrics": {"verdict_rule": {"mean": float(made["metrics"]["verdict_rule"])}},
+    }
+
+    def now(**edit) -> tuple[dict, list[str], str]:
+        entry = dict(sweep, params=dict(params, **edit))
+        config.write_text(yaml.safe_dump({**doc, "experiments": {**doc["experiments"], "forensic_bern": entry}}))
+        cfg = load_global(overrides={"papers": {**load_global()["papers"], "adaped": str(config)},
+                                     "results_dir": str(tmp_path / "results")})  # fmt: skip
+        rows = {t.id: t for t in load_registry(resolve_path(cfg["targets"]["adaped"]), "adaped")}
+        paper_doc = yaml.safe_load(config.read_text())
+        (text,) = forensic_evidence(cfg, "adaped", paper_doc, lambda n: ("paper", summary), None, rows)[
+            "K.bern.uniform"
+        ]
+        return cfg, stale_reasons(cfg, made, run), text
+
+    _, reasons, text = now(paper_issue={"K.bern.uniform": "OLD words"})
+    assert reasons == [] and "paper issue: OLD words" in text
+    _, reasons, text = now(paper_issue={"K.bern.uniform": "NEW words"})
+    assert reasons == [] and "paper issue: NEW words" in text and "OLD" not in text and "judged again" not in text
+    _, reasons, _ = now(paper_issue={"K.bern.uniform": "NEW words"}, grid={"n": [15]})
+    assert len(reasons) == 1 and "grid.n: [20] -> [15]" in reasons[0], reasons
+
+
 def test_a_change_to_what_its_kind_computes_makes_a_run_stale(built, results, monkeypatch):
     """A run records its kind's revision (Kind.revision: 1 + the changes its ``revisions`` lists). A change listed
     after the run makes it stale, naming the change, in the report as in fedrepro.staleness; a run made before the

@@ -244,11 +244,14 @@ def run_resources(wildcards):
 
 def resolved_params(wildcards):
     """The experiment's resolved parameters: a change in config/<paper>.yaml reruns exactly that experiment; for a
-    kind that reads more (a forensic sweep: the swept experiment and registry rows), what it reads too."""
+    kind that reads more (a forensic sweep: the swept experiment and registry rows), what it reads too. Not the
+    kind's annotations (a sweep's paper_issue: the report words its conclusions as the config does)."""
     exp_id = f"{wildcards.paper}.{wildcards.exp}"
     exp = resolve_experiment(CFG, exp_id, wildcards.scale)
-    reads = get_kind(exp.kind).read_inputs(exp.params, CFG, exp_id)
-    doc = exp.params if reads is None else {"params": exp.params, "reads": reads}
+    kind = get_kind(exp.kind)
+    reads = kind.read_inputs(exp.params, CFG, exp_id)
+    params = {k: v for k, v in exp.params.items() if k not in kind.annotations}
+    doc = params if reads is None else {"params": params, "reads": reads}
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=True).strip()
 
 

@@ -615,6 +615,7 @@ def swept_inputs(p: dict, cfg: Mapping, exp_id: str) -> dict:
     # only a re-evaluation trains nothing: a sweep that trains its other readings keeps its own default scale
     reads_only=lambda p: "reevaluate" in (p.get("fixed") or {}),
     rejudge=_rejudge_run,
+    annotations=("paper_issue", "implementation_fix"),
 )
 def forensic_sweep(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
     from fedrepro.config import deep_merge, resolve_experiment, resolve_path

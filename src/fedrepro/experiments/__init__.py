@@ -115,6 +115,9 @@ class Kind:
     # again under the current rule from a run's history, rejudge(params, history, targets, paper_doc) -> row id ->
     # (conclusion Check, the readings whose verdict changed) (fedrepro.report.status.judged_again)
     rejudge: Callable[[dict, pd.DataFrame, Any, Any], dict] | None = None
+    # parameters that only word what its runs conclude (a forensic sweep's paper_issue, implementation_fix): a run
+    # made when they read otherwise is not stale, and the report words its conclusions as the config now does
+    annotations: tuple[str, ...] = ()
     # what changed in what the kind computes, one entry per change after its first revision (revision = 1 + their
     # number): a run records the revision that made it, and one made at an earlier revision is stale
     revisions: tuple[str, ...] = ()
@@ -168,6 +171,7 @@ def experiment_kind(
     reads_runs: Callable[[dict], str | None] | None = None,
     reads_only: Callable[[dict], bool] | None = None,
     rejudge: Callable[[dict, pd.DataFrame, Any, Any], dict] | None = None,
+    annotations: tuple[str, ...] = (),
     revisions: tuple[str, ...] = (),
 ):
     """Decorator registering ``fn(params, rng, ctx) -> RunOutput`` as experiment kind ``name``.
@@ -194,6 +198,8 @@ def experiment_kind(
     reads_only: whether it then trains nothing of its own (default: yes), so that it follows that experiment's scale.
     rejudge: for a kind whose runs judge rows by the report's rule and record which (``verdict_rule``), how a run made
     under an older rule is judged again from its history, so the report need not know the kind.
+    annotations: parameters that only word its conclusions (a forensic sweep's paper_issue): editing them leaves its
+    runs current (fedrepro.staleness), and a kind with ``rejudge`` has its conclusions worded again by the report.
     revisions: what changed in what the kind computes (a fixed bug, another numeric path), one entry per change, the
     newest last: runs record the kind's revision (1 + their number), and runs made before a change are stale
     (fedrepro.staleness), in results/ and in the archive alike. A change that leaves every result as it was (a
@@ -222,6 +228,7 @@ def experiment_kind(
                 reads_runs=reads_runs,
                 reads_only=reads_only,
                 rejudge=rejudge,
+                annotations=tuple(annotations),
                 revisions=tuple(revisions),
             ),
         )

@@ -421,7 +421,7 @@ def forensic_evidence(
         again = {}
         if summary is not None and found is None and not wrong and not wiring and targets is not None:
             load = functools.partial(history or functools.partial(sweep_history, cfg, paper), name, scale, summary)
-            again = judged_again(doc, entry, summary, targets, load)
+            again = judged_again(doc, entry, summary, targets, load, _reworded(cfg, paper, name, scale, entry, summary))
         for row in entry["params"]["rows"]:
             check = (summary or {}).get("checks", {}).get(f"conclusion.{row}")
             if found is not None:
@@ -477,15 +477,19 @@ class Rejudged:
     changes: list[str]  # "reading: old -> new" for each reading whose verdict changed
 
 
-def judged_again(doc: Mapping, entry: Mapping, summary: Mapping, targets: Mapping[str, Target], history) -> dict:
-    """row id -> :class:`Rejudged` for a run judged under an older verdict rule than the report's, by a kind that can
-    judge its conclusions again from the run's history (its ``rejudge``: no training); {} for a run judged under the
-    report's rule, or a kind that cannot. ``history()`` gives the run's history or None. Rows the kind cannot judge
-    again (a sweep's stopping-time finding) are left out: their conclusion keeps its old rule, flagged."""
+def judged_again(
+    doc: Mapping, entry: Mapping, summary: Mapping, targets: Mapping[str, Target], history, reworded: bool = False
+) -> dict:
+    """row id -> :class:`Rejudged` for a run judged under an older verdict rule than the report's, or (``reworded``)
+    one whose conclusions the config now words otherwise (:func:`_reworded`), by a kind that can judge its
+    conclusions again from the run's history (its ``rejudge``: no training); {} for a run judged under the report's
+    rule as the config words it, or a kind that cannot. ``history()`` gives the run's history or None. Rows the kind
+    cannot judge again (a sweep's stopping-time finding) are left out: their conclusion keeps its old rule, flagged,
+    and its old wording."""
     from fedrepro.experiments import get_kind
 
     kind, rule = get_kind(entry["kind"]), summary_rule(entry, summary)
-    if kind.rejudge is None or rule in (None, v.RULE_VERSION):
+    if kind.rejudge is None or rule is None or (rule == v.RULE_VERSION and not reworded):
         return {}
     h = history()
     if h is None:
@@ -494,7 +498,25 @@ def judged_again(doc: Mapping, entry: Mapping, summary: Mapping, targets: Mappin
     return {row: Rejudged(c.detail, rule, changes) for row, (c, changes) in found.items()}
 
 
+def _reworded(cfg: Mapping, paper: str, name: str, scale: str, entry: Mapping, summary: Mapping) -> bool:
+    """Whether the sweep's run recorded the wording of its conclusions (its kind's annotations, e.g. paper_issue)
+    otherwise than the config now gives it, nothing else changed (fedrepro.staleness.reworded: such a run is
+    current)."""
+    from fedrepro.config import resolve_experiment
+    from fedrepro.experiments import get_kind
+    from fedrepro.staleness import recorded_params, reworded
+
+    kind = get_kind(entry["kind"])
+    seeds = [s for s in summary.get("seeds") or () if isinstance(s, int)]
+    if not kind.annotations or kind.rejudge is None or len(seeds) != 1:
+        return False
+    run = paths.run_dir(cfg, paper, name, scale, seeds[0])
+    return bool(reworded(kind, recorded_params(run), resolve_experiment(cfg, f"{paper}.{name}", scale).params))
+
+
 def _rejudged_text(r: Rejudged) -> str:
+    if r.rule == v.RULE_VERSION:  # judged under the report's rule: only its wording is the config's now
+        return r.detail
     changed = "; ".join(r.changes) if r.changes else "no reading's verdict changed"
     return (
         f"{r.detail} [judged again by the report under its verdict {_rule_text(v.RULE_VERSION)} from the rebuilt "
