@@ -145,6 +145,27 @@ def test_changed_inputs_and_params_name_what_changed():
     ]
 
 
+# a cheap forensic sweep of AdaPeD's Bernoulli experiment: one reading, one row
+BERN_SWEEP = {
+    "kind": "forensic_sweep",
+    "description": "test: K.bern.uniform at n = 20",
+    "params": {"experiment": "bernoulli", "rows": ["K.bern.uniform"], "grid": {"n": [20]}, "seeds": [0]},
+}
+
+
+def _bern_sweep(tmp_path: Path, entry: dict) -> tuple[dict, Path, Path, dict]:
+    """AdaPeD's config with ``entry`` as experiment forensic_bern, written to tmp_path, and its paper-scale run made
+    there: (the config doc, its file, the run directory, the run's metrics)."""
+    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
+    doc["experiments"]["forensic_bern"] = entry
+    config = tmp_path / "adaped.yaml"
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run = tmp_path / "results" / "adaped" / "forensic_bern" / "paper" / "seed0"
+    sets = ["--config-set", f"papers.adaped={config}", "--config-set", f"results_dir={tmp_path / 'results'}"]
+    assert main(["run", "adaped.forensic_bern", "--scale", "paper", "--seed", "0", "--out", str(run), *sets]) == 0
+    return doc, config, run, json.loads((run / "metrics.json").read_text())
+
+
 def test_a_sweep_goes_stale_when_what_it_reads_changes(tmp_path):
     """A forensic sweep's parameters name only its readings; the swept experiment's parameters and the printed rows
     it judges are read besides them. Either changed after the sweep ran makes it stale (its digest of them,
@@ -153,18 +174,7 @@ def test_a_sweep_goes_stale_when_what_it_reads_changes(tmp_path):
 
     from fedrepro.staleness import stale_reasons
 
-    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
-    doc["experiments"]["forensic_bern"] = {
-        "kind": "forensic_sweep",
-        "description": "test: K.bern.uniform at n = 20",
-        "params": {"experiment": "bernoulli", "rows": ["K.bern.uniform"], "grid": {"n": [20]}, "seeds": [0]},
-    }
-    config = tmp_path / "adaped.yaml"
-    config.write_text(yaml.safe_dump(doc, sort_keys=False))
-    run = tmp_path / "results" / "adaped" / "forensic_bern" / "paper" / "seed0"
-    sets = ["--config-set", f"papers.adaped={config}", "--config-set", f"results_dir={tmp_path / 'results'}"]
-    assert main(["run", "adaped.forensic_bern", "--scale", "paper", "--seed", "0", "--out", str(run), *sets]) == 0
-    made = json.loads((run / "metrics.json").read_text())
+    doc, config, run, made = _bern_sweep(tmp_path, BERN_SWEEP)
     assert "reads_digest" in made
 
     def reasons(papers_doc: dict, targets: Path | None = None) -> list[str]:
@@ -207,16 +217,9 @@ def test_a_sweeps_paper_issue_reworded_keeps_its_run_current_and_the_report_word
     from fedrepro.report.status import forensic_evidence
     from fedrepro.staleness import stale_reasons
 
-    doc = yaml.safe_load((REPO_ROOT / "config" / "adaped.yaml").read_text())
-    params = {"experiment": "bernoulli", "rows": ["K.bern.uniform"], "grid": {"n": [20]}, "seeds": [0]}
-    sweep = {"kind": "forensic_sweep", "description": "test", "params": params}
-    doc["experiments"]["forensic_bern"] = dict(sweep, params=dict(params, paper_issue={"K.bern.uniform": "OLD words"}))
-    config = tmp_path / "adaped.yaml"
-    config.write_text(yaml.safe_dump(doc, sort_keys=False))
-    run = tmp_path / "results" / "adaped" / "forensic_bern" / "paper" / "seed0"
-    sets = ["--config-set", f"papers.adaped={config}", "--config-set", f"results_dir={tmp_path / 'results'}"]
-    assert main(["run", "adaped.forensic_bern", "--scale", "paper", "--seed", "0", "--out", str(run), *sets]) == 0
-    made = json.loads((run / "metrics.json").read_text())
+    sweep, params = BERN_SWEEP, BERN_SWEEP["params"]
+    old = dict(sweep, params=dict(params, paper_issue={"K.bern.uniform": "OLD words"}))
+    doc, config, run, made = _bern_sweep(tmp_path, old)
     assert "OLD words" in made["checks"]["conclusion.K.bern.uniform"]["detail"]
     summary = {
         "checks": made["checks"],
