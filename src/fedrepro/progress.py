@@ -48,6 +48,13 @@ class RoundProgress:
         self.last_acc: float | None = None
 
     def __call__(self, info: dict) -> None:
+        if info.get("diverged"):  # said whether or not progress is shown: it explains the run's numbers
+            print(
+                f"[fedrepro] {self.label}: diverged in round {info['round']} of {info['rounds']} (its model is no "
+                "longer finite): not trained further; each later evaluation counts every test row as misclassified",
+                file=self.stream,
+                flush=True,
+            )
         if not self.enabled:
             return
         r, total = info["round"], info["rounds"]

@@ -184,3 +184,34 @@ def test_a_release_resumes_with_its_clip_norm(blobs, tmp_path):
     with pytest.raises(Killed):
         engine.train(Sends(), blobs, mlp, **KW, checkpoint=ck, callback=_kill_at(3), release=release())
     assert engine.train(Sends(), blobs, mlp, **KW, checkpoint=ck, release=release()) == full
+
+
+def test_a_method_that_diverged_is_not_trained_further_and_resumes_to_the_same_history(blobs, tmp_path):
+    """Server noise beyond float32's range makes DP-FedAvg's global model inf in round 1: from then on no round can
+    change it (FedAvg.diverged), so the engine trains no further, keeps evaluating (every test row a miss: an inf
+    model predicts nothing) and says so once; killed after it, the run resumes to the same history."""
+    from fedrepro.learning.dp_fedavg import DPFedAvgServer
+
+    class Counted(DPFedAvgServer):
+        steps = 0
+
+        def local_step(self, state, x, y, selected, lr):
+            Counted.steps += 1
+            return super().local_step(state, x, y, selected, lr)
+
+    def algo():
+        return Counted(server_dp={"clip": 1.0, "noise_multiplier": 1e39})
+
+    said = []
+    full = engine.train(algo(), blobs, mlp, **KW, callback=said.append)
+    assert Counted.steps == KW["tau"]  # round 1 only (the old loop trained all 6 rounds of the NaN model)
+    assert [i["round"] for i in said if i.get("diverged")] == [1]
+    losses = [x for h in full for x in h["round_losses"]]
+    assert len(losses) == KW["rounds"] and all(x != x for x in losses[1:])  # NaN from round 2 on
+    assert [h["test_acc"] for h in full] == [0.0] * len(full) and [h["round"] for h in full] == [2, 4, 6]
+    ck = Checkpointer(tmp_path / "c.pt", fingerprint({"name": "diverges"}), every=2)
+    with pytest.raises(Killed):
+        engine.train(algo(), blobs, mlp, **KW, checkpoint=ck, callback=_kill_at(5))
+    Counted.steps = 0
+    resumed = engine.train(algo(), blobs, mlp, **KW, checkpoint=ck)
+    assert Counted.steps == 0 and str(resumed) == str(full)  # str: NaN != NaN, the same text

@@ -226,6 +226,25 @@ def test_vectorized_evaluation_matches_per_client_loop():
     assert summary["test_acc_weighted"] == pytest.approx(np.nansum(ev["acc"] * ev["count"]) / 20)
 
 
+def test_a_model_whose_logits_are_not_finite_predicts_nothing():
+    """argmax over a NaN row picks the NaN's index (class 0 here): the old evaluation scored a diverged model as
+    right on every row of class 0. Now such a row is a miss, and its loss NaN."""
+    blocks = [
+        (np.ones((4, 4), np.float32), np.zeros(4, np.int64)),
+        (np.ones((3, 4), np.float32), np.zeros(3, np.int64)),
+    ]
+    data = ClientData(from_arrays(blocks, blocks, n_classes=3))
+    torch.manual_seed(0)
+    net = engine.Net(MLP(4, 3, (5,)))
+    params = net.replicate(2)
+    params = {k: v.clone() for k, v in params.items()}
+    for v in params.values():
+        v[0] = float("nan")  # client 0's model diverged, client 1's did not
+    ev = engine.evaluate(net, params, data)
+    assert ev["acc"][0] == 0.0 and np.isnan(ev["loss"][0])
+    assert np.isfinite(ev["loss"][1]) and ev["acc"][1] in (0.0, 1.0)
+
+
 # ---------------------------------------------------------------------------------------------- round loop
 
 

@@ -217,7 +217,8 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry(
 #: 3: client_message / server_update (privacy by construction under PPSGD's protocols).
 #: 4: under AdaPeD's private protocols local_step gets x as a Released (y None) and the constructor no dp=.
 #: 5: under FedHDP's protocol client_message / server_update run by construction (HDP-FedAvg's release of messages).
-ALGORITHM_API_VERSION = 5
+#: 6: diverged(state): once true, train stops training the method (it only evaluates).
+ALGORITHM_API_VERSION = 6
 
 
 class Algorithm(ABC):
@@ -287,6 +288,13 @@ class Algorithm(ABC):
         """Algorithm-specific scalars recorded at each evaluation (e.g. mean psi)."""
         return {}
 
+    def diverged(self, state: Any) -> bool:
+        """Whether no later round can change the deployed models any more because the state every client starts
+        from is no longer finite (e.g. FedAvg's global model after a non-finite update): :func:`train` then stops
+        training the method and goes on evaluating what it has. False by default: a method whose clients keep
+        models of their own (a personalized one) may have clients the non-finite part never reaches."""
+        return False
+
 
 def sends_messages(method: Algorithm | type[Algorithm]) -> bool:
     """Whether a method (or its class) sends :meth:`Algorithm.client_message`: a protocol that releases client messages
@@ -318,11 +326,13 @@ def evaluate(
     net: Net, params: Params, data: ClientData, split: str = "test", max_rows: int = 4096
 ) -> dict[str, np.ndarray]:
     """Per-client accuracy, mean loss and sample count of stacked ``params`` (one model per client) on each
-    client's own ``split``, vectorized over clients in chunks of rows. Clients without data have nan."""
+    client's own ``split``, vectorized over clients in chunks of rows. Clients without data have nan. A row whose
+    logits are not finite (a diverged model) counts as misclassified, and makes the client's loss NaN."""
 
     def client(p: Params, x: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         logits = net.logits(p, x)
-        hit = (logits.argmax(-1) == y).to(mask.dtype)
+        # a row whose logits are not all finite has no prediction (argmax would pick a NaN's index): a miss
+        hit = ((logits.argmax(-1) == y) & torch.isfinite(logits).all(-1)).to(mask.dtype)
         return (hit * mask).sum(), (F.cross_entropy(logits, y, reduction="none") * mask).sum()
 
     correct = torch.zeros(data.n_clients, device=data.device)
@@ -529,6 +539,7 @@ def train(
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
         round_losses: list[float] = []  # each round's train_loss since the last evaluation
+        diverged: int | None = None  # the round after which Algorithm.diverged held: not trained from then on
         saved = checkpoint.load() if checkpoint is not None else None
         if saved is not None:
             state = restore(state, saved["state"])
@@ -537,6 +548,7 @@ def train(
             t, loss_sum, loss_n, start = saved["t"], saved["loss_sum"], saved["loss_n"], saved["round"] + 1
             round_losses = list(saved["round_losses"])
             history = saved["history"]
+            diverged = saved.get("diverged")
             if release is not None:
                 restore(release, saved.get("release"))
         if release is not None and algorithm.population is not None:
@@ -549,28 +561,35 @@ def train(
         K_round = K if algorithm.population is None else min(K, len(pool))
         _check_batch_memory(data, m if algorithm.steps_unsampled else K_round, rows_per_step, batch_size)
         for r in range(start, rounds + 1):
-            sel_np = np.sort(rng.choice(pool, K_round, replace=False))
-            selected = torch.from_numpy(sel_np).to(device)
-            rest_np = np.setdiff1d(np.arange(m), sel_np) if algorithm.steps_unsampled else sel_np[:0]
-            rest = torch.from_numpy(rest_np).to(device)
-            algorithm.start_round(state, selected)
-            losses = []
-            for _ in range(tau):
-                step_lr = lr * lr_decay ** (t // iters_per_epoch)
-                x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
-                losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
-                if len(rest_np):
-                    xu, yu = data.sample(rest_np, rows_per_step, rng)
-                    algorithm.unsampled_step(state, xu, yu, rest, step_lr)
-                t += 1
-            message = None if release is None else algorithm.client_message(state, selected)
-            if message is None:
-                algorithm.sync(state, selected)
-            else:  # privacy by construction: the server sees only the protocol's release of the messages
-                algorithm.server_update(state, selected, release(message, selected, generator))
-            round_loss = float(torch.stack(losses).sum())
+            if diverged is None:
+                sel_np = np.sort(rng.choice(pool, K_round, replace=False))
+                selected = torch.from_numpy(sel_np).to(device)
+                rest_np = np.setdiff1d(np.arange(m), sel_np) if algorithm.steps_unsampled else sel_np[:0]
+                rest = torch.from_numpy(rest_np).to(device)
+                algorithm.start_round(state, selected)
+                losses = []
+                for s in range(t, t + tau):
+                    step_lr = lr * lr_decay ** (s // iters_per_epoch)
+                    x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
+                    losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
+                    if len(rest_np):
+                        xu, yu = data.sample(rest_np, rows_per_step, rng)
+                        algorithm.unsampled_step(state, xu, yu, rest, step_lr)
+                message = None if release is None else algorithm.client_message(state, selected)
+                if message is None:
+                    algorithm.sync(state, selected)
+                else:  # privacy by construction: the server sees only the protocol's release of the messages
+                    algorithm.server_update(state, selected, release(message, selected, generator))
+                round_loss = float(torch.stack(losses).sum())
+                if algorithm.diverged(state):
+                    diverged = r
+            else:  # nothing a round does can change the deployed models any more: the iterations pass untrained
+                round_loss = math.nan
+            t += tau
             loss_sum, loss_n = loss_sum + round_loss, loss_n + tau
             info = {"round": r, "iteration": t, "train_loss": round_loss / tau}
+            if diverged == r:
+                info["diverged"] = True
             round_losses.append(round_loss / tau)
             if r == rounds or (eval_every and r % eval_every == 0):
                 step_lr = lr * lr_decay ** (t // iters_per_epoch)
@@ -604,6 +623,7 @@ def train(
                         "release": pack(release),
                         "generator": generator.get_state(),
                         "numpy_rng": json.dumps(rng.bit_generator.state),
+                        **({} if diverged is None else {"diverged": diverged}),
                     }
                 )
             if callback is not None:

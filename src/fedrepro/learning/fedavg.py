@@ -66,6 +66,11 @@ class FedAvg(Algorithm):
     def deployed_params(self, state: FedAvgState, ctx: EvalContext | None = None) -> Params:
         return expand(state.global_params, state.n_clients)
 
+    def diverged(self, state: FedAvgState) -> bool:
+        # every round starts each client from the global model: once it holds a NaN or inf, so does every later
+        # model (a subclass whose clients start elsewhere must say so here)
+        return not all(bool(torch.isfinite(v).all()) for v in state.global_params.values())
+
 
 class FedAvgFT(FedAvg):
     name = "fedavg_ft"

@@ -178,3 +178,15 @@ def test_psi_and_curve_checks_can_fail():
     worse_at_large_eps = {"e1": (hist(down, [0.5, 0.8, 0.9]), 3.5, 1.0), "e9": (hist(down, [0.5, 0.7, 0.8]), 3.5, 9.0)}
     assert not _check("curve", "a", worse_at_large_eps, 10)[0]
     assert not _check("beats_chance", "a", {None: (hist(down, [0.1, 0.12, 0.14]), 3.5, 0.0)}, 10)[0]
+
+
+@pytest.mark.parametrize("rule", ["final_test", "final_train_loss"])
+def test_a_diverged_lr_is_never_picked(rule):
+    """max/min keep the first element when every comparison with NaN is False: the grid's first lr, the largest and
+    the likeliest to diverge, would be picked. A non-finite value ranks last."""
+    from fedrepro.papers.adaped.experiments.fl_training import _pick
+
+    nan = float("nan")
+    runs = [(0.3, [{"test_acc": nan, "train_loss": nan}]), (0.1, [{"test_acc": 0.5, "train_loss": 1.0}])]
+    assert _pick(runs, rule)[0] == 0.1
+    assert _pick(runs[::-1], rule)[0] == 0.1

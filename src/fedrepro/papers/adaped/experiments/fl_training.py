@@ -26,6 +26,7 @@ minimum is strictly inside the run and psi ends above it, Sec. 4 Results on DP-A
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -132,9 +133,15 @@ def _accounted_as(spec: dict) -> str:
 
 
 def _pick(runs: list[tuple[float, list[dict]]], rule: str) -> tuple[float, list[dict]]:
+    """The lr's run the ``select`` rule picks: the best final test accuracy, or the lowest final training loss; a
+    value that is not finite (a diverged lr's) ranks last, never first by its place in the grid."""
+
+    def finite(x: float, worst: float) -> float:
+        return x if math.isfinite(x) else worst
+
     if rule == "final_test":
-        return max(runs, key=lambda r: r[1][-1]["test_acc"])
-    return min(runs, key=lambda r: r[1][-1]["train_loss"])
+        return max(runs, key=lambda r: finite(r[1][-1]["test_acc"], -math.inf))
+    return min(runs, key=lambda r: finite(r[1][-1]["train_loss"], math.inf))
 
 
 def _validate(p: dict, ctx: RunContext) -> None:
