@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         if not runs:
             print(f"{base}: no seed runs (build or restore {args.experiment} at {args.scale} scale)", file=sys.stderr)
             return 1
-        print(f"`python benchmarks/diverged_runs.py {args.experiment} --scale {args.scale}` ({len(runs)} seed runs)")
+        command = f"python benchmarks/diverged_runs.py {args.experiment} --scale {args.scale}"
+        print(f"`{command}` ({len(runs)} seed run{'' if len(runs) == 1 else 's'})")
         print()
         print("| seed | method | setting | first non-finite round | rounds | last test accuracy (%) |")
         print("|---|---|---|---|---|---|")
@@ -56,14 +57,15 @@ def main(argv: list[str] | None = None) -> int:
             if "round_losses" not in h:
                 print(f"{run}/history.parquet: no round_losses column (not an engine training)", file=sys.stderr)
                 return 1
-            keys = ["method", *(c for c in SETTINGS if c in h)]
+            cols = [c for c in SETTINGS if c in h]
+            keys = ["method", *cols]
             for key, g in h.sort_values("round").groupby(keys, sort=True, dropna=False):
                 trainings += 1
                 bad, rounds = first_non_finite(list(g["round_losses"]))
                 if bad is None:
                     continue
                 diverged += 1
-                setting = ", ".join(f"{c} {v:g}" for c, v in zip(SETTINGS, key[1:]) if c in h) or "-"
+                setting = ", ".join(f"{c} {v:g}" for c, v in zip(cols, key[1:]) if v == v) or "-"  # v == v: not NaN
                 acc = 100 * float(g["test_acc"].iloc[-1])
                 print(f"| {run.name[4:]} | {key[0]} | {setting} | {bad} | {rounds} | {acc:.2f} |")
         print()
