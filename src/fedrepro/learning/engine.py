@@ -495,7 +495,8 @@ def train(
 
     ``model``: a module whose parameters are the initialization (copied), or a zero-argument factory called under
     ``torch.manual_seed(seed)``. Exactly one of ``rounds`` and ``epochs``. ``clients_per_round`` K (default all).
-    ``callback(info)`` after every round: round, iteration, train_loss of the round, and ``eval`` when evaluated.
+    ``callback(info)`` after every round: round, iteration, train_loss of the round, ``eval`` when evaluated, and
+    ``diverged`` in the round after which :meth:`Algorithm.diverged` held (no later round trains; their losses are NaN).
     ``checkpoint``: save the loop every ``checkpoint.every`` rounds and resume from a matching checkpoint; a resumed
     run returns exactly what the uninterrupted run would (tested by killing one). ``chunk_size``: clients per
     vmapped call; default all at once, or for the batched CNN formulation :func:`batched_cnn.chunk_clients`.
