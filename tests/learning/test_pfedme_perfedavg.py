@@ -105,6 +105,36 @@ def test_pfedme_steps_match_reference(restart):
     assert algo.deployed_params(state) is state.theta
 
 
+def test_pfedme_deploys_local_model_as_official_code():
+    """deployed="local": each client deploys its w_i of its last period (the official code's personalized
+    evaluation), a client never selected the template initialization; the training itself is unchanged."""
+    torch.manual_seed(2)
+    model, m = mlp(), 5
+    x, y = torch.randn(2, 7, D), torch.randint(0, C, (2, 7))
+    runs = {}
+    for deployed in ("theta", "local"):
+        algo = PFedMe(lam=0.5, personal_lr=0.1, deployed=deployed)
+        state = algo.init_state(engine.Net(model), m, torch.Generator())
+        init = {k: v.clone() for k, v in algo.deployed_params(state).items()}
+        sel = torch.tensor([1, 3])
+        algo.start_round(state, sel)
+        algo.local_step(state, x, y, sel, 0.2)
+        local = {k: v.clone() for k, v in state.local.items()}
+        algo.sync(state, sel)
+        runs[deployed] = state
+    theta, local_state = runs["theta"], runs["local"]
+    assert_params_close(local_state.global_params, theta.global_params, atol=0)
+    assert_params_close(local_state.theta, theta.theta, atol=0)
+    deployed = PFedMe(deployed="local").deployed_params(local_state)
+    for k in init:
+        torch.testing.assert_close(deployed[k][sel], local[k], atol=0, rtol=0)
+        torch.testing.assert_close(deployed[k][[0, 2, 4]], init[k][[0, 2, 4]], atol=0, rtol=0)
+        assert not torch.equal(deployed[k][sel], local_state.theta[k][sel])
+    assert PFedMe().deployed_params(theta) is theta.theta
+    with pytest.raises(ValueError, match="deployed"):
+        PFedMe(deployed="w")
+
+
 def test_pfedme_inner_solve_is_proximal():
     """Many inner steps reach the prox point: grad f(theta) + lam (theta - w) + wd theta = 0 (softmax regression, so
     the inner problem is strongly convex); a large lam pins theta_hat to w and the w update becomes (approximately) a

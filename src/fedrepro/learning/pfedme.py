@@ -10,8 +10,15 @@ client on its minibatch D (userpFedMe.train):
         theta <- theta - eta_p (grad f_i(theta; D) + lam (theta - w_i) + weight_decay theta)
     w_i <- w_i - eta lam (w_i - theta_hat)                          (eta: the engine's scheduled lr)
 
-and at the end of a synchronization period the server sets w <- (1 - beta) w + beta (1/K) sum_i w_i. Deployed model:
-each client's theta_hat_i (the last one it computed; the template initialization before its first step).
+and at the end of a synchronization period the server sets w <- (1 - beta) w + beta (1/K) sum_i w_i. Deployed model
+(``deployed``):
+- ``"theta"`` (default, the paper's personalized model): each client's theta_hat_i, the last one it computed.
+- ``"local"`` (what the official code evaluates as the personalized model): each client's w_i at the end of its last
+  local training. In userpFedMe.train, ``persionalized_model_bar`` is the list ``pFedMeOptimizer.step`` returns,
+  ``group['params']``: the model's own Parameter objects, not a copy. ``update_parameters(self.local_model)`` at the
+  end of train sets those Parameters to w_i, so test_persionalized_model evaluates w_i (CharlieDinh/pFedMe issue #5
+  says as much: "persionalized_model_bar is just a copy of local_model").
+Either way a client not yet selected deploys the template initialization.
 
 Defaults and GAPs:
 - lam = 0.5, K_p = ``inner_steps`` = 3 (App. K.1; K.2 uses lam = 0.1, K_p = 3). K.1's "eta = 0.2" is read as the
@@ -44,6 +51,9 @@ from torch.func import grad_and_value
 from fedrepro.learning.engine import Algorithm, EvalContext
 from fedrepro.learning.net import Net, Params, expand, mean, put, stack, take
 
+#: the model each client deploys (see the module docstring)
+DEPLOYED = ("theta", "local")
+
 
 @dataclass
 class PFedMeState:
@@ -52,6 +62,7 @@ class PFedMeState:
     local: Params | None  # w_i (K, ...) during a synchronization period
     theta: Params  # (m, ...) theta_hat_i: deployed models and the inner solver's start
     generator: torch.Generator
+    last_local: Params | None = None  # (m, ...) each client's w_i after its last period; only for deployed="local"
 
 
 class PFedMe(Algorithm):
@@ -65,15 +76,20 @@ class PFedMe(Algorithm):
         beta: float = 1.0,
         weight_decay: float = 1e-4,
         restart_from_global: bool = True,
+        deployed: str = "theta",
     ):
         if inner_steps < 1:
             raise ValueError(f"inner_steps must be >= 1, got {inner_steps}")
+        if deployed not in DEPLOYED:
+            raise ValueError(f"deployed must be one of {', '.join(map(repr, DEPLOYED))}, got {deployed!r}")
+        self.deployed = deployed
         self.lam, self.personal_lr, self.inner_steps, self.beta = lam, personal_lr, int(inner_steps), beta
         self.weight_decay = weight_decay
         self.restart_from_global = restart_from_global
 
     def init_state(self, net: Net, n_clients: int, generator: torch.Generator) -> PFedMeState:
-        return PFedMeState(net, net.params(), None, net.replicate(n_clients), generator)
+        last_local = net.replicate(n_clients) if self.deployed == "local" else None
+        return PFedMeState(net, net.params(), None, net.replicate(n_clients), generator, last_local)
 
     def start_round(self, state: PFedMeState, selected: Tensor) -> None:
         state.local = stack(state.global_params, len(selected))
@@ -96,12 +112,14 @@ class PFedMe(Algorithm):
         return losses
 
     def sync(self, state: PFedMeState, selected: Tensor) -> None:
+        if state.last_local is not None:
+            put(state.last_local, selected, state.local)
         avg = mean(state.local)
         state.global_params = {k: (1 - self.beta) * v + self.beta * avg[k] for k, v in state.global_params.items()}
         state.local = None
 
     def deployed_params(self, state: PFedMeState, ctx: EvalContext | None = None) -> Params:
-        return state.theta
+        return state.theta if state.last_local is None else state.last_local
 
 
 __all__ = ["PFedMe", "PFedMeState"]

@@ -111,6 +111,10 @@ def test_server_side_dp_fedavg_is_calibrated_by_the_library(partition_dir):
         ({"checks": {"curve": ["nope"]}}, r"params.checks.curve: unknown methods \['nope'\]"),
         ({"batch_size": "auto", "iters_per_epoch": None}, "batch_size=auto needs params.iters_per_epoch"),
         ({"only_methods": ["fedavg", "nope"]}, r"params.only_methods: unknown methods \['nope'\]"),
+        (
+            {"methods": {"x": {"algorithm": "pfedme", "lr": 0.1, "options": {"deployed": "w"}}}, "checks": {}},
+            r"methods.\*.options for pfedme: deployed must be one of 'theta', 'local', got 'w'",
+        ),
     ],
 )
 def test_config_errors_name_the_key(partition_dir, over, match):

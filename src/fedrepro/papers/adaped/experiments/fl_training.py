@@ -123,7 +123,7 @@ SCHEMA = {
 def build_algorithm(algorithm: str, options: dict, weight_decay: float):
     try:
         return algorithms.get_algorithm(algorithm)(weight_decay=weight_decay, **options)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # an option the algorithm does not take, or a value it refuses
         raise ConfigError(f"methods.*.options for {algorithm}: {exc}") from None
 
 
