@@ -12,7 +12,9 @@ Paths (``--paths``):
   batched    the batched MLP formulation (``fedrepro.learning.batched_mlp``), every step over all 100 clients
 
 (Running each period a few clients at a time through all of its steps, to keep their models in cache, was measured
-with this script at commit b63bd12 and was slower at every chunk size: benchmarks/RESULTS.md.)
+with this script at commit b63bd12 on an AMD EPYC VM and was slower at every chunk size: benchmarks/RESULTS.md. The
+engine now does it for methods that allow it (``engine.train``'s ``block_bytes``, default ``engine.BLOCK_BYTES``);
+``--blocks`` weighs the block size on the machine at hand.)
 
 ``--src DIR`` times another checkout's code on the same paths (the ``src`` directory of a worktree of an older
 commit: ``git worktree add /tmp/before 3a68e32`` then ``--src /tmp/before/src --paths vmap``): the before and after of
@@ -31,6 +33,12 @@ over its median round time, summed over the jobs) and their ratio.
     python benchmarks/fedhdp_mnist.py --processes-vs-threads --rounds 3
     python benchmarks/fedhdp_mnist.py --beside-busy --rounds 3
     python benchmarks/fedhdp_mnist.py --first-layer
+    python benchmarks/fedhdp_mnist.py --blocks 0 4 8 16 32 --rounds 3
+
+``--blocks MIB ...`` times the batched path on one thread (``--threads``) with the period's local steps taken in
+client blocks of about MIB MiB of parameters each (0: every step over all 100 clients, as before blocks), one
+configuration after the other, in one process and then in two at once (``--jobs``), and prints each one's
+method-rounds per second against the first size's.
 
 ``--beside-busy`` answers whether a run given two threads is ever slower than one given one thread while another
 CPU-bound process competes for the cores (#42: under load ~4.7 one process of two spinning OpenMP threads took 1.40
@@ -64,7 +72,7 @@ ROOT = HERE.parent
 PARTITION = ROOT / "results" / "data" / "mnist_fedhdp_noniid"
 
 
-def one(path: str, rounds: int, threads: int) -> dict:
+def one(path: str, rounds: int, threads: int, block_mib: float | None = None) -> dict:
     """Time ``rounds`` rounds of the protocol on ``path`` in this process (after one warm-up round)."""
     import numpy as np
     import torch
@@ -90,6 +98,8 @@ def one(path: str, rounds: int, threads: int) -> dict:
     algorithm = FedHDP(private=private, r=0.01, noise_multiplier=1.5, clip=clip, lams=[0.005, 0.05, 0.25])
     load = os.getloadavg()[0]
     # a warm-up round, the timed rounds, and a last one whose time would include the final evaluation
+    if block_mib is not None:
+        kw["block_bytes"] = int(block_mib * 2**20)
     engine.train(algorithm, data, lambda: MLP(784, 10, (50,)), rounds=rounds + 2, gemm=path != "vmap", **kw)
     per_round = np.diff(times)[:-1]
     return {
@@ -100,15 +110,25 @@ def one(path: str, rounds: int, threads: int) -> dict:
         "load_before": load,
         "load_after": os.getloadavg()[0],
         "fedrepro": str(Path(fedrepro.__file__).parent),
+        "block_mib": block_mib,
     }
 
 
 def measure(
-    path: str, rounds: int, jobs: int, threads: int, src: Path | None = None, env: dict | None = None
+    path: str,
+    rounds: int,
+    jobs: int,
+    threads: int,
+    src: Path | None = None,
+    env: dict | None = None,
+    block_mib: float | None = None,
 ) -> list[dict]:
     """``jobs`` processes timing ``path`` at once, ``threads`` threads each, on ``src``'s fedrepro (default: this
-    checkout's), with ``env`` added to their environment."""
+    checkout's), with ``env`` added to their environment; ``block_mib``: the engine's client blocks (None: its
+    default)."""
     cmd = [sys.executable, __file__, "--child", path, "--rounds", str(rounds), "--threads", str(threads)]
+    if block_mib is not None:
+        cmd += ["--block-mib", str(block_mib)]
     env = dict(os.environ, **(env or {}), **({"PYTHONPATH": str(src)} if src else {}))
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) for _ in range(jobs)]
     out = []
@@ -137,6 +157,30 @@ def processes_vs_threads(rounds: int, src: Path | None, out: Path) -> None:
     print(f"two processes / one process of two threads: {rate[2] / rate[1]:.2f}x the method-rounds per second")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"runs": results, "ratio": rate[2] / rate[1]}, indent=1))
+    print(f"wrote {out}")
+
+
+def blocks(sizes: list[float], rounds: int, jobs: list[int], threads: int, src: Path | None, out: Path) -> None:
+    """The batched path with the period's local steps in client blocks of each size (MiB), one configuration after
+    the other, in ``jobs`` processes at once (two: as two seeds share the cores and the last-level cache)."""
+    results = []
+    for n in jobs:
+        base = None
+        for mib in sizes:
+            runs = measure("batched", rounds, n, threads, src, {"OMP_WAIT_POLICY": "PASSIVE"}, mib)
+            results += runs
+            rate = sum(1.0 / r["s_per_round"] for r in runs)
+            base = base or rate
+            medians = ", ".join(f"{r['s_per_round']:.3f}" for r in runs)
+            loads = ", ".join(f"{r['load_before']:.2f} -> {r['load_after']:.2f}" for r in runs)
+            what = " (all clients together)" if not mib else ""
+            print(
+                f"jobs={n} x {threads} thread(s), blocks of {mib:g} MiB{what}: median s per method-round {medians}; "
+                f"{rate:.3f} method-rounds per s, {rate / base:.2f}x the first (load {loads})",
+                flush=True,
+            )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": results}, indent=1))
     print(f"wrote {out}")
 
 
@@ -261,10 +305,12 @@ def main() -> None:
     ap.add_argument("--beside-busy", action="store_true", help="1 vs 2 threads beside --busy busy processes")
     ap.add_argument("--busy", type=int, default=1, help="busy one-thread processes beside --beside-busy (default 1)")
     ap.add_argument("--first-layer", action="store_true", help="the 4 Ditto sets' first layer: per set vs fused")
+    ap.add_argument("--blocks", type=float, nargs="+", metavar="MIB", help="client block sizes to time (0: none)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--block-mib", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.child, args.rounds, args.threads)))
+        print(json.dumps(one(args.child, args.rounds, args.threads, args.block_mib)))
         return
     if args.first_layer:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +321,9 @@ def main() -> None:
         raise SystemExit(f"{PARTITION} is missing: {build}")
     if args.processes_vs_threads:
         processes_vs_threads(args.rounds, args.src, args.out)
+        return
+    if args.blocks:
+        blocks(args.blocks, args.rounds, args.jobs, args.threads, args.src, args.out.with_name("fedhdp_blocks.json"))
         return
     if args.beside_busy:
         beside_busy(args.rounds, args.busy, args.src, args.out.with_name(f"fedhdp_beside_busy{args.busy}.json"))

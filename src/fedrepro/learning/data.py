@@ -143,8 +143,14 @@ class ClientData:
         self, clients: np.ndarray, batch_size: int, rng: np.random.Generator, split: str = "train"
     ) -> tuple[Tensor, Tensor]:
         """One minibatch per client: x (len(clients), B, *feature_shape), y (len(clients), B)."""
+        return self.gather(self.sample_rows(clients, batch_size, rng, split))
+
+    def sample_rows(
+        self, clients: np.ndarray, batch_size: int, rng: np.random.Generator, split: str = "train"
+    ) -> np.ndarray:
+        """The rows :meth:`sample` gathers, (len(clients), B), drawn from ``rng`` as it draws them."""
         replace = bool((self.counts(split)[clients] < batch_size).any())
-        return self.gather(self.ds.sample_rows(clients, batch_size, rng, split, replace=replace))
+        return self.ds.sample_rows(clients, batch_size, rng, split, replace=replace)
 
     def blocks(self, split: str = "test", max_rows: int = 4096) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
         """Every client's rows of ``split`` in column chunks: (x (m, c, ...), y (m, c), mask (m, c) float32),

@@ -20,13 +20,13 @@ updates it would see alone). The host algorithm calls :meth:`start_round`, :meth
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
 from fedrepro.learning.engine import client_sgd
-from fedrepro.learning.net import Net, Params, expand, put, stack, take
+from fedrepro.learning.net import Net, Params, expand, put, rows_of, stack, take, write_rows
 
 
 @dataclass
@@ -113,6 +113,40 @@ class Ditto:
             for v, lam in zip(st.working, st.lams)
         ]
 
+    def block(self, st: DittoState, rows: slice) -> DittoState:
+        """The round's state of the selected clients at positions ``rows`` (:meth:`Algorithm.client_block`): views
+        of the active ones' working models, so that :meth:`step` trains them in place."""
+        if not st.working:
+            return replace(st, active=st.active[rows])
+        before = int(st.active[: rows.start].sum())
+        act = slice(before, before + int(st.active[rows].sum()))
+        return replace(
+            st,
+            active=st.active[rows],
+            lams=[lam[act] for lam in st.lams],
+            working=[rows_of(v, act) for v in st.working],
+            working_idx=st.working_idx[act],
+        )
+
+    def merge_block(self, st: DittoState, block: DittoState, rows: slice) -> None:
+        """Write a block's working models back (where its steps did not write into the views)."""
+        if st.working:
+            before = int(st.active[: rows.start].sum())
+            act = slice(before, before + int(st.active[rows].sum()))
+            for v, b in zip(st.working, block.working):
+                write_rows(v, act, b)
+
+    def set_bytes(self, st: DittoState) -> int | None:
+        """Bytes of one client's personal models over all lambda sets (none if no client personalizes this round);
+        None if a set's lambdas differ between this round's clients: the batched step's arithmetic then depends on
+        which clients step together (one lambda is folded into a scalar decay, batched_mlp), so blocks could
+        change the last bit of the models."""
+        if not st.working:
+            return 0
+        if any(bool(lam.min() != lam.max()) for lam in st.lams if len(lam)):
+            return None
+        return len(st.working) * sum(v[0].numel() * v.element_size() for v in st.working[0].values())
+
     def finish_round(self, st: DittoState) -> None:
         if st.working:
             for v_all, v in zip(st.personal, st.working):
@@ -141,6 +175,22 @@ class DittoAlgorithmMixin:
         if state.ditto is not None:
             self.ditto.step(state.ditto, state.net, x, y, selected, lr)
         return losses
+
+    def block_bytes(self, state) -> int | None:
+        """Local steps train each client alone and draw nothing at random: the global-model copy and the personal
+        models of a client, this many bytes (None with mixed lambdas, :meth:`Ditto.set_bytes`)."""
+        own = sum(v.numel() * v.element_size() for v in state.global_params.values())
+        sets = 0 if state.ditto is None else self.ditto.set_bytes(state.ditto)
+        return None if sets is None else own + sets
+
+    def client_block(self, state, rows: slice):
+        ditto = None if state.ditto is None else self.ditto.block(state.ditto, rows)
+        return replace(state, local=rows_of(state.local, rows), ditto=ditto)
+
+    def merge_client_block(self, state, block, rows: slice) -> None:
+        write_rows(state.local, rows, block.local)
+        if state.ditto is not None:
+            self.ditto.merge_block(state.ditto, block.ditto, rows)
 
     def deployed_params(self, state, ctx=None) -> Params:
         if state.ditto is None:

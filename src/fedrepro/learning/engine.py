@@ -218,7 +218,8 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry(
 #: 4: under AdaPeD's private protocols local_step gets x as a Released (y None) and the constructor no dp=.
 #: 5: under FedHDP's protocol client_message / server_update run by construction (HDP-FedAvg's release of messages).
 #: 6: diverged(state): once true, train stops training the method (it only evaluates).
-ALGORITHM_API_VERSION = 6
+#: 7: block_bytes / client_block / merge_client_block: a method may let train take its clients a block at a time.
+ALGORITHM_API_VERSION = 7
 
 
 class Algorithm(ABC):
@@ -294,6 +295,27 @@ class Algorithm(ABC):
         training the method and goes on evaluating what it has. False by default: a method whose clients keep
         models of their own (a personalized one) may have clients the non-finite part never reaches."""
         return False
+
+    # Client blocks: a method whose local steps train each selected client on its own minibatches alone (nothing
+    # couples clients within a period, no local step draws a random number) may let :func:`train` take a block of
+    # clients through all of a period's local steps before the next block, so that the block's parameters stay in
+    # the CPU's cache from step to step instead of streaming every client's through memory at every step. The
+    # minibatches, losses and models are those of the all-clients loop.
+    def block_bytes(self, state: Any) -> int | None:
+        """Bytes of parameters one selected client's local steps read and write this period (asked after
+        :meth:`start_round`), if they may be taken a block of clients at a time (:meth:`client_block`); None (the
+        default): they may not."""
+        return None
+
+    def client_block(self, state: Any, rows: slice) -> Any:
+        """A state whose :meth:`local_step` trains the selected clients at positions ``rows`` of this period's
+        selection (x, y and ``selected`` then hold those clients only), exactly as the step of all of them would
+        (only called when :meth:`block_bytes` is not None)."""
+        raise NotImplementedError(f"{type(self).__name__} gives block_bytes but has no client_block")
+
+    def merge_client_block(self, state: Any, block: Any, rows: slice) -> None:  # noqa: B027 (optional hook)
+        """Write what the block's local steps changed back into ``state`` (nothing to do where they wrote into views
+        of its tensors)."""
 
 
 def sends_messages(method: Algorithm | type[Algorithm]) -> bool:
@@ -462,6 +484,47 @@ def _check_batch_memory(data: ClientData, clients: int, rows: int, batch_size: i
     check_memory(f"training ({clients} clients a step)", need, {"batch_size": batch_size})
 
 
+#: Parameters of the clients that take a period's local steps together, when a method allows blocks
+#: (:meth:`Algorithm.block_bytes`): small enough to stay in the CPU's cache from step to step, large enough that each
+#: step's batched products stay wide. benchmarks/RESULTS.md, "Client blocks", has the measurement behind the value.
+BLOCK_BYTES = 8 * 2**20
+
+
+def _block_clients(algorithm: Algorithm, state: Any, net: Net, device: torch.device, budget: int) -> int | None:
+    """Clients per block of this period's local steps (after :meth:`Algorithm.start_round`), or None to step all
+    selected clients together (the method does not allow blocks, steps unselected clients too, is not batched, or
+    runs off the CPU)."""
+    if not budget or device.type != "cpu" or not net.vectorize or algorithm.steps_unsampled:
+        return None
+    per_client = algorithm.block_bytes(state)
+    return None if per_client is None else max(1, budget // max(1, per_client))
+
+
+def _local_steps_in_blocks(
+    algorithm: Algorithm,
+    state: Any,
+    data: ClientData,
+    sel_np: np.ndarray,
+    selected: Tensor,
+    lrs: list[float],
+    rows_per_step: int,
+    rng: np.random.Generator,
+    block: int,
+) -> list[Tensor]:
+    """A period's local steps a block of ``block`` selected clients at a time: the minibatch rows of every step
+    drawn first, in the order the all-clients loop draws them; per step, the mean loss over all selected clients."""
+    rows = [data.sample_rows(sel_np, rows_per_step, rng) for _ in lrs]
+    parts: list[list[Tensor]] = [[] for _ in lrs]
+    for a in range(0, len(sel_np), block):
+        part = slice(a, min(a + block, len(sel_np)))
+        sub = algorithm.client_block(state, part)
+        for s, step_lr in enumerate(lrs):
+            x, y = data.gather(rows[s][part])
+            parts[s].append(algorithm.local_step(sub, x, y, selected[part], step_lr))
+        algorithm.merge_client_block(state, sub, part)
+    return [torch.cat(p).mean() for p in parts]
+
+
 def train(
     algorithm: Algorithm,
     data: FederatedDataset | ClientData,
@@ -487,6 +550,7 @@ def train(
     checkpoint: Checkpointer | None = None,
     evaluated: Callable[[dict[str, np.ndarray]], None] | None = None,
     release: MessageRelease | None = None,
+    block_bytes: int | None = None,
 ) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
@@ -506,7 +570,10 @@ def train(
     protocol's release of client messages; a method that sends :meth:`Algorithm.client_message` is then run as
     messages, ``release``, :meth:`Algorithm.server_update` in place of :meth:`Algorithm.sync` (one that sends none
     syncs as usual), and may not restrict the clients the server samples (``population``: the release's accountant
-    counts a sampling rate of K of all m clients).
+    counts a sampling rate of K of all m clients). ``block_bytes``: on CPU, a method that allows it
+    (:meth:`Algorithm.block_bytes`) takes its selected clients through a period's local steps in blocks of about
+    this many bytes of parameters (default :data:`BLOCK_BYTES`; 0: all clients step together); the result is the
+    same.
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
@@ -561,6 +628,7 @@ def train(
         pool = m if algorithm.population is None else np.asarray(algorithm.population)
         K_round = K if algorithm.population is None else min(K, len(pool))
         _check_batch_memory(data, m if algorithm.steps_unsampled else K_round, rows_per_step, batch_size)
+        block_budget = BLOCK_BYTES if block_bytes is None else block_bytes
         for r in range(start, rounds + 1):
             if diverged is None:
                 sel_np = np.sort(rng.choice(pool, K_round, replace=False))
@@ -568,14 +636,20 @@ def train(
                 rest_np = np.setdiff1d(np.arange(m), sel_np) if algorithm.steps_unsampled else sel_np[:0]
                 rest = torch.from_numpy(rest_np).to(device)
                 algorithm.start_round(state, selected)
-                losses = []
-                for s in range(t, t + tau):
-                    step_lr = lr * lr_decay ** (s // iters_per_epoch)
-                    x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
-                    losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
-                    if len(rest_np):
-                        xu, yu = data.sample(rest_np, rows_per_step, rng)
-                        algorithm.unsampled_step(state, xu, yu, rest, step_lr)
+                lrs = [lr * lr_decay ** (s // iters_per_epoch) for s in range(t, t + tau)]
+                block = _block_clients(algorithm, state, net, device, block_budget)
+                if block is not None and len(sel_np) > block:
+                    losses = _local_steps_in_blocks(
+                        algorithm, state, data, sel_np, selected, lrs, rows_per_step, rng, block
+                    )
+                else:
+                    losses = []
+                    for step_lr in lrs:
+                        x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
+                        losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
+                        if len(rest_np):
+                            xu, yu = data.sample(rest_np, rows_per_step, rng)
+                            algorithm.unsampled_step(state, xu, yu, rest, step_lr)
                 message = None if release is None else algorithm.client_message(state, selected)
                 if message is None:
                     algorithm.sync(state, selected)
@@ -634,6 +708,7 @@ def train(
 
 __all__ = [
     "ALGORITHM_API_VERSION",
+    "BLOCK_BYTES",
     "Algorithm",
     "Diverged",
     "EvalContext",

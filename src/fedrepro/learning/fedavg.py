@@ -19,7 +19,7 @@ alternative (clip the round's model delta, noise at the server) is not implement
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ from torch import Tensor
 
 from fedrepro.learning.dp import GaussianMechanism
 from fedrepro.learning.engine import Algorithm, EvalContext, client_grads, client_sgd
-from fedrepro.learning.net import Net, Params, expand, mean, sgd, stack
+from fedrepro.learning.net import Net, Params, expand, mean, rows_of, sgd, stack, write_rows
 
 
 @dataclass
@@ -59,6 +59,19 @@ class FedAvg(Algorithm):
         grads, losses = client_grads(state.net, state.local, x, y)
         state.local = sgd(state.local, self.dp(grads, state.generator), lr, self.weight_decay)
         return losses
+
+    def block_bytes(self, state: FedAvgState) -> int | None:
+        """Without DP a local step trains each client alone and draws nothing: one client's model, this many
+        bytes (with DP each step draws noise from the shared generator, in client order: no blocks)."""
+        if self.dp is not None:
+            return None
+        return sum(v.numel() * v.element_size() for v in state.global_params.values())
+
+    def client_block(self, state: FedAvgState, rows: slice) -> FedAvgState:
+        return replace(state, local=rows_of(state.local, rows))
+
+    def merge_client_block(self, state: FedAvgState, block: FedAvgState, rows: slice) -> None:
+        write_rows(state.local, rows, block.local)
 
     def sync(self, state: FedAvgState, selected: Tensor) -> None:
         state.global_params, state.local = mean(state.local), None

@@ -119,6 +119,19 @@ def put(params: Params, idx: Tensor, values: Params) -> None:
         v[idx] = values[k]
 
 
+def rows_of(params: Params, rows: slice) -> Params:
+    """Views of the clients at positions ``rows``: a step that writes into them in place writes into ``params``."""
+    return {k: v[rows] for k, v in params.items()}
+
+
+def write_rows(params: Params, rows: slice, values: Params) -> None:
+    """In place: ``params[k][rows] = values[k]``, skipped where ``values[k]`` already is that view."""
+    for k, v in params.items():
+        dst = v[rows]
+        if not (values[k].data_ptr() == dst.data_ptr() and values[k].stride() == dst.stride()):
+            dst.copy_(values[k])
+
+
 def mean(params: Params) -> Params:
     """Average over the client axis (server aggregation (1/K) sum_i)."""
     return {k: v.mean(0) for k, v in params.items()}
