@@ -7,7 +7,9 @@ Workloads (``--workloads``), each a FedAvg round in which every client is sample
          (FedHDP samples 100 of its 2,000 clients; here the 100 are the whole population)
   lenet  AdaPeD's Table-2 round: LeNet5 on 1x28x28, 50 clients x 10 local SGD steps of batch 20, lr 0.05, weight decay
          1e-4
-``--clients`` and ``--steps`` override the client count and the local steps of every workload. ``--dp`` adds
+``--clients`` and ``--steps`` override the client count and the local steps of every workload;
+``--fedrepro-block-mib`` fedrepro's client blocks (``engine.train``'s ``block_bytes`` in MiB; 0: every local step over
+all clients; default the engine's). ``--dp`` adds
 DP-FedAvg with server-side noise: each client's model update (its local model minus the global model) is clipped to
 L2 norm C over all parameters together (``--clip``; default 1 for mlp, 0.01 for lenet, below most clients' update
 norms so that the clipping acts), the clipped updates are summed, N(0, (z C)^2) is added per coordinate (z =
@@ -205,6 +207,7 @@ class Task:
         self.rounds_total, self.batch_size = self.spec["rounds_total"], self.spec["batch_size"]
         self.lr, self.weight_decay = self.spec["lr"], self.spec["weight_decay"]
         self.dp = dp
+        self.block_mib: float | None = None  # fedrepro's client blocks (--fedrepro-block-mib)
         with np.load(data_dir / "data.npz") as z:
             self.arrays = {k: z[k] for k in z.files}
         self.rows = self.arrays["rows"]
@@ -282,6 +285,7 @@ def run_fedrepro(task: Task, threads: int):
         seed=SEED,
         eval_every=0,
         callback=lambda info: stamps.append(time.perf_counter()),
+        **({} if task.block_mib is None else {"block_bytes": int(task.block_mib * 2**20)}),
     )
     return start, stamps[:-1] + [algo.eval_start], algo.state.global_params
 
@@ -563,6 +567,7 @@ def worker(args) -> None:
     torch.set_num_threads(threads)
     dp = None if args.clip is None else {"clip": args.clip, "noise_multiplier": args.noise_multiplier}
     task = Task(args.data, dp)
+    task.block_mib = args.block_mib
     start, ends, params = RUNNERS[args.worker](task, threads)
     if int(os.environ.get("RANK", "0")) != 0:  # pfl-mp: rank 0 reports
         return
@@ -586,7 +591,9 @@ def installed(framework: str) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in REQUIRES.get(framework, ()))
 
 
-def launch(framework: str, workload: str, threads: int, data_dir: Path, out: Path, dp, timeout: float) -> dict:
+def launch(
+    framework: str, workload: str, threads: int, data_dir: Path, out: Path, dp, timeout: float, block_mib=None
+) -> dict:
     """Run one framework's worker process(es); return its record (or ``{"status": why}`` when it failed)."""
     inner = "pfl" if framework == "pfl-mp" else framework
     per_process = 1 if framework in ("pfl-mp", "flower") else threads
@@ -594,6 +601,8 @@ def launch(framework: str, workload: str, threads: int, data_dir: Path, out: Pat
     script += ["--threads", str(1 if framework == "pfl-mp" else threads), "--data", str(data_dir), "--out", str(out)]
     if dp is not None:
         script += ["--clip", str(dp["clip"]), "--noise-multiplier", str(dp["noise_multiplier"])]
+    if framework == "fedrepro" and block_mib is not None:
+        script += ["--block-mib", str(block_mib)]
     if framework == "pfl-mp":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--local-addr=127.0.0.1"]
         cmd += [f"--nproc-per-node={threads}", *script]
@@ -672,7 +681,13 @@ def main() -> None:
     ap.add_argument("--noise-multiplier", type=float, default=1.0, help="DP noise multiplier z (std z C on the sum)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per framework run")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "peers.json")
+    ap.add_argument(
+        "--fedrepro-block-mib",
+        type=float,
+        help="fedrepro's client blocks, MiB of parameters (engine.train's block_bytes; 0: none; default the engine's)",
+    )
     ap.add_argument("--worker", choices=list(RUNNERS), help=argparse.SUPPRESS)
+    ap.add_argument("--block-mib", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -707,7 +722,7 @@ def main() -> None:
                             row["status"] = f"skipped: {clients} clients over {threads} processes"
                         else:
                             out = tmp / f"{fw}-{label.replace(' ', '_')}-{threads}.json"
-                            row |= launch(fw, wname, threads, data_dir, out, dp, args.timeout)
+                            row |= launch(fw, wname, threads, data_dir, out, dp, args.timeout, args.fedrepro_block_mib)
                         if row["status"] == "ok":
                             row["warmup_s"] = row["round_s"][0]
                             row["s_per_round"] = float(np.median(row["round_s"][1:]))
@@ -732,6 +747,7 @@ def main() -> None:
         "settings": {
             "rounds_timed": args.rounds,
             "warmup_rounds": 1,
+            "fedrepro_block_mib": args.fedrepro_block_mib,
             "clients": args.clients,
             "steps": args.steps,
             "clip": ({k: WORKLOADS[k].clip for k in args.workloads} if args.clip is None else args.clip)
