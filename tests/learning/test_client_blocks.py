@@ -123,3 +123,28 @@ def test_no_blocks_where_a_lambda_set_mixes_lambdas(monkeypatch):
     monkeypatch.setattr(engine, "_local_steps_in_blocks", lambda *a, **k: pytest.fail("blocks with mixed lambdas"))
     algorithm = fedhdp(0.5, lams=[(0.5, 0.05)])
     engine.train(algorithm, vectors(), lambda: MLP(12, 4, (16,)), batch_size=4, lr=0.1, rounds=1, block_bytes=1)
+
+
+class NoisyStep(FedAvg):
+    """A subclass whose own local step draws noise: FedAvg's permission for blocks must not carry over to it."""
+
+    def local_step(self, state, x, y, selected, lr):
+        losses = super().local_step(state, x, y, selected, lr)
+        state.local = {k: v + 1e-3 * torch.randn(v.shape, generator=state.generator) for k, v in state.local.items()}
+        return losses
+
+
+def test_a_subclass_that_overrides_the_local_step_gets_no_blocks(monkeypatch):
+    assert not engine._blocks_declared_with_local_step(NoisyStep)
+    assert engine._blocks_declared_with_local_step(FedAvg) and engine._blocks_declared_with_local_step(PerFedAvg)
+    together = run(NoisyStep, vectors(), lambda: MLP(12, 4, (16,)), 0)
+    assert (
+        run(NoisyStep, vectors(), lambda: MLP(12, 4, (16,)), two_clients_per_block(lambda: MLP(12, 4, (16,))))
+        == together
+    )
+
+    monkeypatch.setattr(engine, "_blocks_declared_with_local_step", lambda cls: True)  # without the rule: blocks
+    assert (
+        run(NoisyStep, vectors(), lambda: MLP(12, 4, (16,)), two_clients_per_block(lambda: MLP(12, 4, (16,))))
+        != together
+    )

@@ -56,6 +56,9 @@ class PerFedAvg(FedAvgFT):
         state.local = sgd(state.local, g_adapted, lr, self.weight_decay)
         return losses
 
+    # its step, like FedAvg's, trains each client alone and draws nothing: FedAvg's client blocks hold for it
+    block_bytes = FedAvgFT.block_bytes
+
     def deployed_params(self, state: FedAvgState, ctx: EvalContext | None = None) -> Params:
         return super().deployed_params(state, None if ctx is None else replace(ctx, lr=self.alpha))
 
