@@ -92,6 +92,32 @@ def kink_margin(model: ConvNet | MLP, params: dict, x: torch.Tensor) -> float:
     return min(margins).item()
 
 
+def banded_images(m: int, n_train: int, n_test: int, seed: int = 0) -> FederatedDataset:
+    """m clients of uint8 28x28 noise images with a bright horizontal band at a label-dependent height (3 classes)."""
+    rng = np.random.default_rng(seed)
+
+    def block(n):
+        y = rng.integers(0, 3, n)
+        x = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
+        for c in range(3):
+            x[y == c, 9 * c : 9 * c + 9] += 180
+        return x, y
+
+    return from_arrays([block(n_train) for _ in range(m)], [block(n_test) for _ in range(m)], n_classes=3)
+
+
+def iid_vectors(m: int, n: int, d: int = 6, seed: int = 0, n_classes: int = 3) -> FederatedDataset:
+    """m clients of n standard normal d-vectors per split, labelled by the argmax of one random linear map."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(d, n_classes))
+
+    def block(k):
+        x = rng.normal(size=(k, d)).astype(np.float32)
+        return x, (x @ w).argmax(1)
+
+    return from_arrays([block(n) for _ in range(m)], [block(n) for _ in range(m)], n_classes=n_classes)
+
+
 def make_quadrants(n_clients: int = 6, n_train: int = 30, n_test: int = 20, seed: int = 0) -> FederatedDataset:
     """In memory, the images of :func:`write_quadrant_partition`: 8x8 uint8, class (of 4) = the bright quadrant,
     2 classes per client. For the CNN tests (``small_cnn``)."""

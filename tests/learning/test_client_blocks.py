@@ -3,12 +3,11 @@ time through a period's local steps, and its history and models are exactly thos
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from learning_helpers import banded_images, iid_vectors
 
 from fedrepro.learning import engine
-from fedrepro.learning.data import from_arrays
 from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
 from fedrepro.learning.fedavg import FedAvg
 from fedrepro.learning.models import MLP, LeNet5
@@ -20,28 +19,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 PRIVATE = [True, False, True, True, False, False, True]  # 7 clients: blocks of 2 leave one of 1
 
 
-def vectors(m: int = 7, n: int = 24, d: int = 12, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=(d, 4))
-
-    def block(k):
-        x = rng.normal(size=(k, d)).astype(np.float32)
-        return x, (x @ w).argmax(1)
-
-    return from_arrays([block(n) for _ in range(m)], [block(n) for _ in range(m)], n_classes=4)
+def vectors():
+    return iid_vectors(7, 24, d=12, n_classes=4)
 
 
-def images(m: int = 5, n: int = 12, seed: int = 0):
-    rng = np.random.default_rng(seed)
-
-    def block(k):
-        y = rng.integers(0, 3, k)
-        x = rng.integers(0, 60, (k, 28, 28)).astype(np.uint8)
-        for c in range(3):
-            x[y == c, 9 * c : 9 * c + 9] += 180
-        return x, y
-
-    return from_arrays([block(n) for _ in range(m)], [block(n) for _ in range(m)], n_classes=3)
+def images():
+    return banded_images(5, 12, 12)
 
 
 def two_clients_per_block(model) -> int:

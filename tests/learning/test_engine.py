@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from learning_helpers import kink_margin
+from learning_helpers import banded_images as images
+from learning_helpers import iid_vectors, kink_margin
 from torch.nn import functional as F
 
 from fedrepro.data import fedformat
@@ -21,31 +22,6 @@ from fedrepro.learning.net import sgd
 from fedrepro.papers.adaped.adaped import AdaPeD
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def images(m: int, n_train: int, n_test: int, seed: int = 0):
-    """m clients of uint8 28x28 noise images with a bright horizontal band at a label-dependent height (3 classes)."""
-    rng = np.random.default_rng(seed)
-
-    def block(n):
-        y = rng.integers(0, 3, n)
-        x = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
-        for c in range(3):
-            x[y == c, 9 * c : 9 * c + 9] += 180
-        return x, y
-
-    return from_arrays([block(n_train) for _ in range(m)], [block(n_test) for _ in range(m)], n_classes=3)
-
-
-def iid_vectors(m: int, n: int, d: int = 6, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=(d, 3))
-
-    def block(k):
-        x = rng.normal(size=(k, d)).astype(np.float32)
-        return x, (x @ w).argmax(1)
-
-    return from_arrays([block(n) for _ in range(m)], [block(n) for _ in range(m)], n_classes=3)
 
 
 # ----------------------------------------------------------------------------------------------------- models

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from fedrepro.learning.engine import client_sgd
-from fedrepro.learning.net import Net, Params, expand, put, rows_of, stack, take, write_rows
+from fedrepro.learning.net import Net, Params, expand, param_bytes, put, rows_of, stack, take, write_rows
 
 
 @dataclass
@@ -118,8 +118,7 @@ class Ditto:
         of the active ones' working models, so that :meth:`step` trains them in place."""
         if not st.working:
             return replace(st, active=st.active[rows])
-        before = int(st.active[: rows.start].sum())
-        act = slice(before, before + int(st.active[rows].sum()))
+        act = self._working_rows(st, rows)
         return replace(
             st,
             active=st.active[rows],
@@ -131,10 +130,15 @@ class Ditto:
     def merge_block(self, st: DittoState, block: DittoState, rows: slice) -> None:
         """Write a block's working models back (where its steps did not write into the views)."""
         if st.working:
-            before = int(st.active[: rows.start].sum())
-            act = slice(before, before + int(st.active[rows].sum()))
+            act = self._working_rows(st, rows)
             for v, b in zip(st.working, block.working):
                 write_rows(v, act, b)
+
+    @staticmethod
+    def _working_rows(st: DittoState, rows: slice) -> slice:
+        """The rows of ``working`` (the active selected clients, in order) that selection positions ``rows`` hold."""
+        before = int(st.active[: rows.start].sum())
+        return slice(before, before + int(st.active[rows].sum()))
 
     def set_bytes(self, st: DittoState) -> int | None:
         """Bytes of one client's personal models over all lambda sets (none if no client personalizes this round);
@@ -145,7 +149,7 @@ class Ditto:
             return 0
         if any(bool(lam.min() != lam.max()) for lam in st.lams if len(lam)):
             return None
-        return len(st.working) * sum(v[0].numel() * v.element_size() for v in st.working[0].values())
+        return len(st.working) * param_bytes(st.anchor)
 
     def finish_round(self, st: DittoState) -> None:
         if st.working:
@@ -179,7 +183,7 @@ class DittoAlgorithmMixin:
     def block_bytes(self, state) -> int | None:
         """Local steps train each client alone and draw nothing at random: the global-model copy and the personal
         models of a client, this many bytes (None with mixed lambdas, :meth:`Ditto.set_bytes`)."""
-        own = sum(v.numel() * v.element_size() for v in state.global_params.values())
+        own = param_bytes(state.global_params)
         sets = 0 if state.ditto is None else self.ditto.set_bytes(state.ditto)
         return None if sets is None else own + sets
 

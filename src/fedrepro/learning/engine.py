@@ -493,13 +493,19 @@ def _check_batch_memory(data: ClientData, clients: int, rows: int, batch_size: i
 BLOCK_BYTES = 16 * 2**20
 
 
-def _block_clients(algorithm: Algorithm, state: Any, net: Net, device: torch.device, budget: int) -> int | None:
+def _block_budget(algorithm: Algorithm, net: Net, device: torch.device, block_bytes: int | None) -> int:
+    """The bytes of a client block for this run, 0 where no period can take blocks (none asked for, off the CPU, not
+    batched, unselected clients stepping too, or a local step the blocks were not declared with)."""
+    budget = BLOCK_BYTES if block_bytes is None else block_bytes
+    if device.type != "cpu" or not net.vectorize or algorithm.steps_unsampled:
+        return 0
+    return budget if _blocks_declared_with_local_step(type(algorithm)) else 0
+
+
+def _block_clients(algorithm: Algorithm, state: Any, budget: int) -> int | None:
     """Clients per block of this period's local steps (after :meth:`Algorithm.start_round`), or None to step all
-    selected clients together (the method does not allow blocks, steps unselected clients too, is not batched, or
-    runs off the CPU)."""
-    if not budget or device.type != "cpu" or not net.vectorize or algorithm.steps_unsampled:
-        return None
-    if not _blocks_declared_with_local_step(type(algorithm)):
+    selected clients together (no budget, or the method does not allow blocks this period)."""
+    if not budget:
         return None
     per_client = algorithm.block_bytes(state)
     return None if per_client is None else max(1, budget // max(1, per_client))
@@ -642,7 +648,7 @@ def train(
         pool = m if algorithm.population is None else np.asarray(algorithm.population)
         K_round = K if algorithm.population is None else min(K, len(pool))
         _check_batch_memory(data, m if algorithm.steps_unsampled else K_round, rows_per_step, batch_size)
-        block_budget = BLOCK_BYTES if block_bytes is None else block_bytes
+        block_budget = _block_budget(algorithm, net, device, block_bytes)
         for r in range(start, rounds + 1):
             if diverged is None:
                 sel_np = np.sort(rng.choice(pool, K_round, replace=False))
@@ -651,7 +657,7 @@ def train(
                 rest = torch.from_numpy(rest_np).to(device)
                 algorithm.start_round(state, selected)
                 lrs = [lr * lr_decay ** (s // iters_per_epoch) for s in range(t, t + tau)]
-                block = _block_clients(algorithm, state, net, device, block_budget)
+                block = _block_clients(algorithm, state, block_budget)
                 if block is not None and len(sel_np) > block:
                     losses = _local_steps_in_blocks(
                         algorithm, state, data, sel_np, selected, lrs, rows_per_step, rng, block

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from fedrepro.learning.dp import GaussianMechanism
 from fedrepro.learning.engine import Algorithm, EvalContext, client_grads, client_sgd
-from fedrepro.learning.net import Net, Params, expand, mean, rows_of, sgd, stack, write_rows
+from fedrepro.learning.net import Net, Params, expand, mean, param_bytes, rows_of, sgd, stack, write_rows
 
 
 @dataclass
@@ -65,7 +65,7 @@ class FedAvg(Algorithm):
         bytes (with DP each step draws noise from the shared generator, in client order: no blocks)."""
         if self.dp is not None:
             return None
-        return sum(v.numel() * v.element_size() for v in state.global_params.values())
+        return param_bytes(state.global_params)
 
     def client_block(self, state: FedAvgState, rows: slice) -> FedAvgState:
         return replace(state, local=rows_of(state.local, rows))

@@ -119,6 +119,11 @@ def put(params: Params, idx: Tensor, values: Params) -> None:
         v[idx] = values[k]
 
 
+def param_bytes(params: Params) -> int:
+    """Bytes of the tensors of one parameter set."""
+    return sum(v.numel() * v.element_size() for v in params.values())
+
+
 def rows_of(params: Params, rows: slice) -> Params:
     """Views of the clients at positions ``rows``: a step that writes into them in place writes into ``params``."""
     return {k: v[rows] for k, v in params.items()}
