@@ -13,6 +13,7 @@ function must be importable.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -41,36 +42,94 @@ def map_in_processes(
     fn: Callable[..., Any], tasks: Sequence[tuple], workers: int, labels: Sequence[str] | None = None
 ) -> list[Any]:
     """``[fn(*t) for t in tasks]`` in ``workers`` spawned processes, the job's threads divided among them, results in
-    the tasks' order; the first error raised in a worker is raised here, the tasks not yet started are cancelled.
-    ``labels``: what each task's progress lines say first (fedrepro.progress.set_prefix), where the lines of the
-    workers, which share the run's log, would not tell the tasks apart."""
-    from concurrent.futures import ProcessPoolExecutor
+    the tasks' order. The first error raised in a worker is raised here as soon as it happens; that, an interrupt of
+    this process (Ctrl-C, SIGTERM) or any other exit stops every worker at once, its task unfinished (what a task
+    checkpoints is kept: a rerun resumes from it), and a worker whose parent dies, even by SIGKILL, stops too
+    (:func:`_start_worker`): a killed run leaves no worker training on. ``labels``: what each task's progress lines
+    say first (fedrepro.progress.set_prefix), where the lines of the workers, which share the run's log, would not
+    tell the tasks apart."""
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
     from multiprocessing import get_context
 
     from fedrepro.provenance import loaded_code
 
     per_worker = max(1, job_threads() // workers)
     pool = ProcessPoolExecutor(
-        workers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(per_worker, loaded_code())
+        workers,
+        mp_context=get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(per_worker, loaded_code(), os.getpid()),
     )
+    finished = False
     try:
         futures = [pool.submit(_labelled, labels[i] if labels else "", fn, *t) for i, t in enumerate(tasks)]
-        return [f.result() for f in futures]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            if f.done() and f.exception() is not None:
+                f.result()  # the error that stopped the wait, whichever task raised it
+        results = [f.result() for f in futures]
+        finished = True
+        return results
     finally:
+        if not finished:
+            _stop_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start_worker(threads: int, parent_code: dict[str, str]) -> None:
-    """A worker's threads, and the source files the run had imported when it handed out the tasks: a worker's
-    checkpoints record them beside its own (fedrepro.provenance.inherit_loaded_code)."""
+def _stop_workers(pool) -> None:
+    """SIGTERM to every worker of ``pool`` (a ProcessPoolExecutor), their tasks unfinished. Python 3.14 has
+    ``terminate_workers``; before it, the executor's process table (the same attribute since Python 3.2) is the only
+    way to reach them: shutdown alone waits for the running tasks to end."""
+    if hasattr(pool, "terminate_workers"):
+        pool.terminate_workers()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
+
+
+def _start_worker(threads: int, parent_code: dict[str, str], parent: int) -> None:
+    """A worker's threads; the source files the run had imported when it handed out the tasks (a worker's checkpoints
+    record them beside its own, fedrepro.provenance.inherit_loaded_code); and, on Linux, a SIGTERM from the kernel
+    when its parent dies, so that a run killed by SIGKILL (a scheduler's last word) leaves no orphan training on
+    beside its resumed self. SIGTERM (from there or from :func:`map_in_processes`) ends a worker as an exception,
+    so that a file it was writing is removed, never left half-written (fedrepro.files.atomic_write)."""
+    import signal
+
     from fedrepro.provenance import inherit_loaded_code
 
     os.environ["FEDREPRO_THREADS"] = str(threads)
     inherit_loaded_code(parent_code)
+    signal.signal(signal.SIGTERM, _stop_worker)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _Stopped(SystemExit):
+    """SIGTERM in a worker: unwinds its task (closing what it had open), then ends the process (:func:`_labelled`);
+    between tasks, the exit is a quiet one."""
+
+
+def _stop_worker(signum, frame) -> None:
+    import signal
+
+    # a second SIGTERM (the executor sends one, map_in_processes another) must not cut the unwinding short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Stopped(128 + signum)
 
 
 def _labelled(label: str, fn: Callable[..., Any], *args: Any) -> Any:
     from fedrepro.progress import set_prefix
 
     set_prefix(label)
-    return fn(*args)
+    try:
+        return fn(*args)
+    except _Stopped as stop:  # the executor would report it as the task's error and take the next task
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.code)
