@@ -16,8 +16,16 @@ experiments run in full (``--full-limit`` seconds each; one that takes longer is
 of the whole paper scale takes ``seeds`` such runs (one if the kind is deterministic) -> CPU hours; the workflow runs
 them one thread each, ``--cores`` at a time.
 
+``--in-full`` times the listed experiments in full instead (a whole seed, up to ``--full-limit`` seconds). A
+FedHDP experiment's line is followed by the training FLOP of a round and of a seed (every method and every model set
+a Ditto method trains, ``fedhdp_round_flop``) and by the floor they set on this machine: the seed's FLOP at one
+thread's SGEMM peak (a 2048^3 product, measured at the start) times ``--cores``, and the fraction of that peak the
+measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP run trains its methods in two processes, as the
+workflow's rule does.
+
     python benchmarks/paper_scale.py                          # everything that is offline (hours)
     python benchmarks/paper_scale.py --only adaped.table2_fmnist adaped.table1_fmnist
+    FEDREPRO_THREADS=2 python benchmarks/paper_scale.py --only fedhdp.noniid_mnist --in-full --full-limit 7200
     python benchmarks/paper_scale.py --list                   # what it would run, and how
 """
 
@@ -49,7 +57,7 @@ def _eval_periods(p: dict) -> tuple[float, float]:
 #: kind -> (the parameter its cost grows with, the two values k1 < k2 it is run at, or a function of the params)
 FRACTION_KNOBS: dict[str, tuple[str, tuple[float, float] | Callable[[dict], tuple[float, float]]]] = {
     "adaped_fl_training": ("epochs", _eval_periods),
-    "fedhdp_training": ("rounds", (10, 20)),  # eval_every 10 rounds
+    "fedhdp_training": ("rounds", (10, 20)),  # eval_every 50: the slope leaves out a seed's 9 periodic evaluations
     "ppsgd_synthetic": ("niter", (10, 20)),
     "ppsgd_linear": ("epochs", (1, 2)),
     "ppsgd_cnn": ("epochs", (1, 2)),
@@ -57,8 +65,57 @@ FRACTION_KNOBS: dict[str, tuple[str, tuple[float, float] | Callable[[dict], tupl
 }
 
 
-def plan(only: list[str] | None) -> list[dict]:
-    """The offline paper-scale experiments and how each is timed."""
+def mlp_flop_per_example(dims: list[int]) -> int:
+    """FLOP of one SGD step of one example through an MLP of layer widths ``dims`` (input first), as the engine's
+    batched step computes it (fedrepro.learning.batched_mlp): the forward and the weight gradient of every layer
+    (2 in out each), the data gradient of every layer but the first (nothing needs the input's); biases, the
+    softmax and the ReLUs are left out (< 1%)."""
+    pairs = list(zip(dims[:-1], dims[1:]))
+    return sum(4 * i * o for i, o in pairs) + sum(2 * i * o for i, o in pairs[1:])
+
+
+def fedhdp_round_flop(params: dict, metrics: dict) -> dict | None:
+    """The training FLOP of one round of a FedHDP experiment (every method, every model set a Ditto method trains:
+    the global model's local copy and one personal set per lambda), from its parameters and the run's metrics
+    (clients per round, local steps, the model's parameter count); None where they do not say."""
+    model = params.get("model", {})
+    if model.get("name") != "mlp" or not {"clients_per_round", "local_steps", "n_params"} <= set(metrics):
+        return None
+    dims = [model["in_features"], *model.get("hidden", [])]
+    below = sum((i + 1) * o for i, o in zip(dims[:-1], dims[1:]))
+    classes = (metrics["n_params"] - below) // (dims[-1] + 1)  # the output layer's width, from the parameter count
+    per_example = mlp_flop_per_example([*dims, classes])
+    sets = 1 + len(params.get("lams") or [])
+    methods, B = len(params["methods"]), params["batch_size"]
+    K, steps = metrics["clients_per_round"], metrics["local_steps"]
+    per_round = methods * K * steps * sets * B * per_example
+    return {
+        "flop_per_round": per_round,
+        "flop_per_seed": per_round * params["rounds"],
+        "how": f"{methods} methods x {K} clients x {steps} steps x {sets} model sets x {B} examples x "
+        f"{per_example / 1e3:.1f} kFLOP",
+    }
+
+
+def sgemm_peak_gflops() -> float:
+    """One thread's SGEMM rate on a 2048^3 product, median of 5 (the machine's practical floor for these models)."""
+    import statistics
+
+    import torch
+
+    torch.set_num_threads(1)
+    a = torch.rand(2048, 2048)
+    torch.mm(a, a)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.mm(a, a)
+        times.append(time.perf_counter() - t0)
+    return 2 * 2048**3 / statistics.median(times) / 1e9
+
+
+def plan(only: list[str] | None, in_full: bool = False) -> list[dict]:
+    """The offline paper-scale experiments and how each is timed (``in_full``: every one in full)."""
     from fedrepro.config import load_global, load_paper, paper_seeds, resolve_experiment
     from fedrepro.data.sources import is_available
 
@@ -79,8 +136,9 @@ def plan(only: list[str] | None) -> list[dict]:
                 "partitions": list(exp.partitions),
                 # the experiment's own paper seeds where it sets them (the workflow's rule), else config.yaml's
                 "seeds": 1 if exp.deterministic else len(paper_seeds(cfg, entries[name], "paper")),
+                "params": json.loads(json.dumps(exp.params, default=str)) if exp.kind == "fedhdp_training" else None,
             }
-            if knob is not None and knob[0] in exp.params:
+            if knob is not None and knob[0] in exp.params and not in_full:
                 name, values = knob
                 values = values(exp.params) if callable(values) else values
                 entry.update(knob=name, paper_value=exp.params[name], fractions=list(values))
@@ -156,6 +214,8 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
             err.seek(0)
             stderr = err.read()
         exit_code = os.waitstatus_to_exitcode(status)
+        written = Path(tmp) / "metrics.json"
+        metrics = json.loads(written.read_text()).get("metrics", {}) if written.is_file() else {}
     wait4_mib = usage.ru_maxrss / 1024
     own = wait4_mib > floor_mib + 1  # above the inherited floor: the child's own peak
     return {
@@ -169,6 +229,7 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
         "loadavg_before": list(load_before),
         "loadavg_after": list(os.getloadavg()),
         "stderr_tail": stderr[-600:] if exit_code else "",
+        "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
     }
 
 
@@ -210,10 +271,13 @@ def main() -> None:
     ap.add_argument("--full-limit", type=float, default=1800.0, help="seconds a run timed in full may take")
     ap.add_argument("--cores", type=int, default=2, help="jobs run at a time by the workflow (wall = CPU / cores)")
     ap.add_argument("--list", action="store_true", help="print the plan and exit")
+    ap.add_argument(
+        "--in-full", action="store_true", help="time every listed experiment in full (up to --full-limit), no fit"
+    )
     ap.add_argument("--out", type=Path, default=HERE / "results" / "paper_scale.json")
     args = ap.parse_args()
 
-    entries = plan(args.only)
+    entries = plan(args.only, args.in_full)
     if args.list:
         for e in entries:
             how = f"{e['knob']} = {e['fractions']} of {e['paper_value']}" if "knob" in e else "in full"
@@ -221,8 +285,12 @@ def main() -> None:
         return
     ensure_partitions(sorted({p for e in entries for p in e["partitions"]}))
     results = []
+    peak = sgemm_peak_gflops() if any(e["params"] for e in entries) else None
+    if peak is not None:
+        print(f"one thread's SGEMM peak here: {peak:.1f} GFLOP/s (2048^3)", flush=True)
     for e in entries:
         r = measure(e, args.full_limit)
+        flop = fedhdp_round_flop(e["params"], r["runs"][-1]["metrics"]) if e["params"] else None
         results.append(r)
         total_h = r["per_seed_cpu_s"] * r["seeds"] / 3600
         print(
@@ -231,6 +299,19 @@ def main() -> None:
             f"{'' if r['ok'] else '  FAILED: ' + r['runs'][-1]['stderr_tail']}",
             flush=True,
         )
+        if flop is not None:
+            # the FLOP a seed's training needs against what the cores could do at the SGEMM peak: the floor no
+            # engine of these models goes below on this machine, and the fraction of it this run reached
+            floor_s = flop["flop_per_seed"] / (peak * 1e9 * args.cores)
+            wall_s = r["per_seed_cpu_s"] / args.cores
+            r.update(flop, sgemm_peak_gflops=peak, floor_wall_s=floor_s, floor_fraction=floor_s / wall_s)
+            print(
+                f"{'':34s} {flop['flop_per_round'] / 1e9:.0f} GFLOP a round ({flop['how']}), "
+                f"{flop['flop_per_seed'] / 1e12:.0f} TFLOP a seed: at the SGEMM peak on {args.cores} cores "
+                f">= {floor_s / 60:.1f} min; {wall_s / 60:.1f} min wall at {args.cores} cores (CPU-s / cores) is "
+                f"{100 * floor_s / wall_s:.0f}% of that peak",
+                flush=True,
+            )
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"results": results}, indent=1) + "\n")
     total = sum(r["per_seed_cpu_s"] * r["seeds"] for r in results if r["ok"]) / 3600

@@ -1,0 +1,39 @@
+"""benchmarks/paper_scale.py's FLOP count of a FedHDP round, against torch's own FLOP counter of the same step."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from paper_scale import fedhdp_round_flop, mlp_flop_per_example  # noqa: E402
+
+
+@pytest.mark.parametrize("dims", [[784, 50, 10], [784, 200, 200, 10], [60, 10]])
+def test_an_mlp_steps_flop_are_what_torch_counts(dims):
+    """Forward, weight gradients and the data gradients autograd forms (not the input's): torch's count of one SGD
+    step's products on B examples is B times the model's count (biases are not products)."""
+    layers = [torch.nn.Linear(i, o) for i, o in zip(dims[:-1], dims[1:])]
+    net = torch.nn.Sequential(*[m for layer in layers for m in (layer, torch.nn.ReLU())][:-1])
+    x, y = torch.rand(20, dims[0]), torch.randint(0, dims[-1], (20,))
+    with FlopCounterMode(display=False) as counter:
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+    assert counter.get_total_flops() == 20 * mlp_flop_per_example(dims)
+
+
+def test_a_fedhdp_round_counts_every_method_and_model_set():
+    params = {
+        "model": {"name": "mlp", "in_features": 784, "hidden": [50]},
+        "methods": dict.fromkeys("abcdefgh", {}),
+        "lams": [0.005, 0.05, 0.25],
+        "batch_size": 20,
+        "rounds": 500,
+    }
+    metrics = {"clients_per_round": 100, "local_steps": 50, "n_params": 39_760}
+    flop = fedhdp_round_flop(params, metrics)
+    assert flop["flop_per_round"] == 8 * 100 * 50 * 4 * 20 * 159_800
+    assert flop["flop_per_seed"] == 500 * flop["flop_per_round"]
+    assert fedhdp_round_flop({**params, "model": {"name": "lenet5"}}, metrics) is None
+    assert fedhdp_round_flop(params, {"local_steps": 50}) is None
