@@ -155,3 +155,31 @@ def test_a_run_stopped_by_sigterm_stops_its_workers_and_leaves_no_half_written_f
     finally:
         run.kill()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pid", "b.pid"]
+
+
+def test_a_worker_killed_from_outside_is_one_message_and_stops_the_others(monkeypatch, tmp_path):
+    """SIGKILL of one worker (the kernel's answer to an exhausted memory): a ResourceError naming it, its signal and
+    the rerun that resumes, within seconds, and the other worker (which would sleep 120 s) is gone."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from process_helpers import pid_then_sleep
+
+    from fedrepro.errors import ResourceError
+
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+    files = [tmp_path / "a.pid", tmp_path / "b.pid"]
+    workers = []
+
+    def kill_the_first_once_both_run() -> None:
+        workers.extend(_pid_from(f) for f in files)
+        os.kill(workers[0], signal.SIGKILL)
+
+    threading.Thread(target=kill_the_first_once_both_run, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(ResourceError, match=r"worker process \d+ of this run ended by signal 9 .* resumes"):
+        processes.map_in_processes(pid_then_sleep, [(str(f), 120) for f in files], 2)
+    assert time.monotonic() - t0 < 30
+    assert _gone(workers[1], within=10)

@@ -49,8 +49,10 @@ def map_in_processes(
     say first (fedrepro.progress.set_prefix), where the lines of the workers, which share the run's log, would not
     tell the tasks apart."""
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
 
+    from fedrepro.errors import ResourceError
     from fedrepro.provenance import loaded_code
 
     per_worker = max(1, job_threads() // workers)
@@ -63,17 +65,56 @@ def map_in_processes(
     finished = False
     try:
         futures = [pool.submit(_labelled, labels[i] if labels else "", fn, *t) for i, t in enumerate(tasks)]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        for f in futures:
-            if f.done() and f.exception() is not None:
-                f.result()  # the error that stopped the wait, whichever task raised it
-        results = [f.result() for f in futures]
+        while True:
+            running = wait(futures, timeout=1.0, return_when=FIRST_EXCEPTION)[1]
+            failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+            if failed is not None or not running:
+                break
+            _raise_if_a_worker_ended(pool)  # the pool itself can miss it until another task ends (Python 3.11)
+        try:
+            results = [(failed or f).result() for f in futures]  # a failed task's error first, whichever it is
+        except BrokenProcessPool:
+            _raise_if_a_worker_ended(pool)
+            raise ResourceError(_ENDED.format(who="a worker process of this run", how="")) from None
         finished = True
         return results
     finally:
         if not finished:
             _stop_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+_ENDED = (
+    "{who} ended{how} before its task finished (killed for lack of memory, or by another process?): the other "
+    "workers were stopped; what finished and the round checkpoints are kept, so running the command again resumes"
+)
+
+
+def _raise_if_a_worker_ended(pool) -> None:
+    """A ResourceError naming the first worker of ``pool`` that has ended while tasks remain (its sentinel is ready
+    whether or not the pool has reaped it), with its signal or exit status where known."""
+    from multiprocessing.connection import wait as ready
+
+    from fedrepro.errors import ResourceError
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    ended = ready([p.sentinel for p in procs], timeout=0) if procs else []
+    for p in procs:
+        if p.sentinel in ended:
+            code = _exit_code(p)
+            how = "" if code is None else f" by signal {-code}" if code < 0 else f" with exit status {code}"
+            raise ResourceError(_ENDED.format(who=f"worker process {p.pid} of this run", how=how))
+
+
+def _exit_code(process, patience: float = 1.0) -> int | None:
+    """``process.exitcode`` of an ended process. The pool's own thread may have reaped it a moment before (our
+    waitpid then finds no child and reads None until that thread has stored the status), so wait for it briefly."""
+    import time
+
+    deadline = time.monotonic() + patience
+    while process.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process.exitcode
 
 
 def _stop_workers(pool) -> None:
