@@ -84,6 +84,26 @@ def test_a_resume_across_rebuilt_input_data_starts_over(tmp_path, capsys):
     assert "checkpoints made from other input data (partition mnist_m50): starting over" in out
 
 
+def test_a_resume_removes_the_files_a_killed_save_left_and_keeps_the_checkpoints(tmp_path):
+    """A SIGKILL during atomic_write leaves ``.NAME.xxxx.tmp`` beside the checkpoint (a forensic sweep's in its
+    subdirectory): the next attempt removes them and resumes from the checkpoints."""
+    from fedrepro.cli import _checkpoints_made_from
+
+    ckpt = tmp_path / ".checkpoints"
+    ckpt.mkdir()
+    a = provenance.input_digests({}, {})
+    _checkpoints_made_from(ckpt, a, ATTEMPT)
+    _saved(ckpt)
+    (ckpt / "sweep").mkdir()
+    (ckpt / "sweep" / "point.pt").write_text("state")
+    leftovers = [ckpt / ".round.pt.k2j4.tmp", ckpt / "sweep" / ".point.pt.x9q1.tmp"]
+    for f in leftovers:
+        f.write_text("half")
+    assert _checkpoints_made_from(ckpt, a, ATTEMPT) == [ATTEMPT]
+    assert not any(f.exists() for f in leftovers)
+    assert (ckpt / "round.pt").is_file() and (ckpt / "sweep" / "point.pt").is_file()
+
+
 def test_checkpoints_with_a_record_of_an_older_fedrepro_start_over(tmp_path, capsys):
     from fedrepro.cli import INPUTS_RECORD, _checkpoints_made_from
 

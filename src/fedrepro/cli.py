@@ -94,6 +94,11 @@ def _checkpoints_made_from(ckpt: Path, inputs: dict, attempt: dict) -> list[dict
     if why:
         print(f"[fedrepro] {ckpt}: checkpoints {why}: starting over", flush=True)
         shutil.rmtree(ckpt, ignore_errors=True)
+    elif ckpt.is_dir():
+        # a kill during a save leaves its temporary file (fedrepro.files.atomic_write; ~1 GB for a FedHDP seed);
+        # the checkpoint it would have replaced is intact, and the attempt that wrote it is over
+        for half_written in ckpt.rglob(".*.tmp"):
+            half_written.unlink(missing_ok=True)
     text = json.dumps({"inputs": inputs, "attempts": [*earlier, attempt]}, sort_keys=True)
     atomic_write(record, lambda p: p.write_text(text, encoding="utf-8"))
     return earlier
