@@ -50,6 +50,10 @@ OpenMP's default wait policy and under ``OMP_WAIT_POLICY=PASSIVE`` (idle threads
 sets unless the environment names a policy). Each as method-rounds per second, summed over its processes, and its
 ratio to the one-thread run.
 
+``--against SRC`` times this checkout's batched path against another commit's ``src`` in one run (other, this,
+this, other, for each ``--jobs``), with each one's GFLOP/s against the machine's one-thread SGEMM peak: the before
+and after of an engine change.
+
 ``--first-layer`` weighs the lever issue #42 named for a seed near the floor: the four model sets a Ditto method
 trains (the global-model copy and the 3 lambda sets) read the same minibatch, so their first layers (784 -> 50, ~99%
 of the FLOPs) could be one GEMM of width 200 instead of four of width 50, forward and in the fused SGD step. It times
@@ -231,6 +235,41 @@ def beside_busy(rounds: int, busy: int, src: Path | None, out: Path) -> None:
     print(f"wrote {out}")
 
 
+def against(other: Path, rounds: int, jobs_list: list[int], threads: int, out: Path) -> None:
+    """This checkout's batched path against ``other`` (another commit's ``src``), in one run: for each job count,
+    other, this, this, other (so a drift of the machine's speed weighs on both alike); the median s per
+    method-round of each and the achieved GFLOP/s of one process against the machine's one-thread SGEMM peak."""
+    import numpy as np
+    from paper_scale import mlp_flop_per_example, sgemm_peak_gflops
+
+    K, steps, sets, B = 100, 50, 4, 20  # one method-round of one(): FedHDP's global-model copy and 3 lambda sets
+    flop = K * steps * sets * B * mlp_flop_per_example([784, 50, 10])
+    peak = sgemm_peak_gflops()
+    print(f"one method-round: {flop / 1e9:.1f} GFLOP; one thread's SGEMM peak {peak:.1f} GFLOP/s", flush=True)
+    codes = {"other": other, "this": None}
+    results: list[dict] = []
+    for jobs in jobs_list:
+        runs: dict[str, list[dict]] = {"other": [], "this": []}
+        for name in ("other", "this", "this", "other"):
+            runs[name] += measure("batched", rounds, jobs, threads, codes[name])
+        medians = {}
+        for name, rs in runs.items():
+            per_round = [t for r in rs for t in r["rounds"]]
+            medians[name] = float(np.median(per_round))
+            loads = ", ".join(f"{r['load_before']:.2f}" for r in rs)
+            results.append({"code": name, "jobs": jobs, "threads": threads, "runs": rs})
+            print(
+                f"jobs={jobs} threads={threads} {name:5s} ({rs[0]['src']}): {medians[name]:.2f} s per method-round, "
+                f"{flop / medians[name] / 1e9:.1f} GFLOP/s a process ({100 * flop / medians[name] / 1e9 / peak:.0f}% "
+                f"of peak); rounds {', '.join(f'{t:.2f}' for t in per_round)}; load before {loads}",
+                flush=True,
+            )
+        print(f"jobs={jobs}: this / other = {medians['this'] / medians['other']:.2f}x the time", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"flop_per_method_round": flop, "sgemm_peak_gflops": peak, "runs": results}, indent=1))
+    print(f"wrote {out}")
+
+
 def first_layer(repeat: int = 30) -> dict:
     """The first layer of the 4 Ditto sets, per set and fused, on one thread (see the module's docstring)."""
     import numpy as np
@@ -306,6 +345,7 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=1, help="busy one-thread processes beside --beside-busy (default 1)")
     ap.add_argument("--first-layer", action="store_true", help="the 4 Ditto sets' first layer: per set vs fused")
     ap.add_argument("--blocks", type=float, nargs="+", metavar="MIB", help="client block sizes to time (0: none)")
+    ap.add_argument("--against", type=Path, metavar="SRC", help="this checkout vs SRC (another commit's src)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--block-mib", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -319,6 +359,9 @@ def main() -> None:
     if not (PARTITION / "manifest.json").is_file():
         build = f"python -m fedrepro data partition {PARTITION.name} --out {PARTITION}"
         raise SystemExit(f"{PARTITION} is missing: {build}")
+    if args.against:
+        against(args.against, args.rounds, args.jobs, args.threads, args.out.with_name("fedhdp_against.json"))
+        return
     if args.processes_vs_threads:
         processes_vs_threads(args.rounds, args.src, args.out)
         return

@@ -146,3 +146,104 @@ def test_engine_on_the_formulation_equals_the_loop(name):
     }[name]
     data = make_quadrants(n_clients=8, n_train=20, n_test=12)
     assert_batched_equals_loop(algorithm, data, lambda: MLP(64, 4, (16,)), clients_per_round=4)
+
+
+def _sets(model, params, n_sets: int = 4):
+    """``n_sets`` float64 parameter sets of the same clients, each perturbed differently."""
+    g = torch.Generator().manual_seed(7)
+    return [
+        {k: v + 0.1 * torch.randn(v.shape, generator=g, dtype=v.dtype) for k, v in params.items()}
+        for _ in range(n_sets)
+    ]
+
+
+def test_sets_side_by_side_step_as_each_set_alone():
+    """Ditto's sets laid side by side (the global-model copy with weight decay, a lambda shared by all clients
+    with and without decay: the one-pass pull to the anchor, per-client lambdas): one step of all of them, the first
+    layer as one GEMM, equals each set's own fused step in float64; so do slices of the laid-out clients' rows (a
+    client block), and the layout leaves the given sets untouched."""
+    model, params, x, y = clients(MLP(*SHAPES["two hidden layers"]))
+    lr = 0.3
+    anchor = {k: v[0] * 0.5 for k, v in params.items()}
+    uniform, mixed = torch.full((4,), 0.7, dtype=torch.float64), torch.tensor([0.0, 0.5, 2.0, 0.05]).double()
+    decays = [(0.01, None), (0.0, (uniform, anchor)), (0.01, (uniform, anchor)), (0.01, (mixed, anchor))]
+    sets = _sets(model, params)
+    before = [{k: v.clone() for k, v in p.items()} for p in sets]
+    laid = batched_mlp.side_by_side(model, sets)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(sets, before) for k in a)
+    rows = slice(1, 3)
+    block = [{k: v[rows] for k, v in p.items()} for p in laid]
+    lam_rows = [(wd, None if prox is None else (prox[0][rows], anchor)) for wd, prox in decays]
+    losses = batched_mlp.sgd_steps_side_by_side(model, block, x[rows], y[rows], lr, lam_rows)
+    assert losses is not None and len(losses) == 4
+    for s, (p, (wd, prox)) in enumerate(zip(before, decays)):
+        want, want_loss = batched_mlp.ce_grads(model, p, x, y, sgd=(lr, wd), prox=prox)
+        torch.testing.assert_close(losses[s], want_loss[rows], rtol=0, atol=1e-12)
+        for k in p:
+            torch.testing.assert_close(laid[s][k][rows], want[k][rows], rtol=0, atol=1e-12, msg=f"set {s} {k}")
+            torch.testing.assert_close(laid[s][k][0], p[k][0], rtol=0, atol=0)  # rows outside the block: untouched
+
+
+def test_sets_not_side_by_side_are_not_stepped_together():
+    """Sets whose first layers are separate tensors (or laid out in another order) are left to step alone."""
+    model, params, x, y = clients(MLP(*SHAPES["one hidden layer"]))
+    sets = _sets(model, params, 2)
+    decays = [(0.0, None), (0.0, None)]
+    assert batched_mlp.sgd_steps_side_by_side(model, sets, x, y, 0.1, decays) is None
+    laid = batched_mlp.side_by_side(model, sets)
+    assert batched_mlp.sgd_steps_side_by_side(model, laid[::-1], x, y, 0.1, decays) is None
+    assert batched_mlp.sgd_steps_side_by_side(model, laid, x, y, 0.1, decays) is not None
+
+
+def test_the_side_by_side_check_fails_where_the_shared_product_is_wrong(monkeypatch):
+    """The comparison above catches a first-layer step that takes one set's gradient for another's (the columns
+    of the shared gradient shifted by one set)."""
+    real = torch.Tensor.baddbmm_
+
+    def shifted(self, a, b, **kw):
+        return real(self, a.roll(a.shape[1] // 4, dims=1), b, **kw) if a.shape[1] == 4 * 7 else real(self, a, b, **kw)
+
+    monkeypatch.setattr(torch.Tensor, "baddbmm_", shifted)
+    with pytest.raises(AssertionError):
+        test_sets_side_by_side_step_as_each_set_alone()
+
+
+@pytest.mark.parametrize("name", ["dp_fedavg_adaptive", "fedhdp"])
+def test_dittos_sets_step_together_in_training_as_one_at_a_time(name, monkeypatch):
+    """The algorithms carrying Ditto's sets take their local steps side by side (every step of every round) and
+    train as with the sets stepping one at a time: the same history and models, to float32 rounding."""
+    import numpy as np
+
+    from fedrepro.learning.ditto import Ditto
+    from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
+    from fedrepro.papers.fedhdp.fedhdp import FedHDP
+
+    def make():
+        clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 1.0}
+        if name == "fedhdp":
+            return FedHDP(private=np.arange(8) % 4 != 1, r=0.5, noise_multiplier=0.5, clip=clip, lams=[0.1, 0.5])
+        return DPFedAvgAdaptive(noise_multiplier=0.5, clip=clip, lams=[0.1, 1.0], weight_decay=1e-3)
+
+    data = make_quadrants(n_clients=8, n_train=20, n_test=12)
+    kw = dict(rounds=3, batch_size=5, lr=0.2, tau=3, clients_per_round=4, seed=3, eval_every=1)
+    real, together = batched_mlp.sgd_steps_side_by_side, []
+
+    def counted(*a, **k):
+        losses = real(*a, **k)
+        together.append(losses is not None)
+        return losses
+
+    monkeypatch.setattr(batched_mlp, "sgd_steps_side_by_side", counted)
+    alg = make()
+    side = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
+    assert len(together) == 3 * 3 and all(together)
+    monkeypatch.setattr(Ditto, "_together", lambda self, st, net: False)
+    alg = make()
+    alone = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
+    assert len(together) == 9 and len({h["test_acc"] for h in side[0]}) > 1
+    for a, b in zip(side[0], alone[0]):
+        for k in a:
+            assert a[k] == pytest.approx(b[k], abs=1e-6), k
+    for a, b in zip(side[1]["personal"], alone[1]["personal"]):
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)

@@ -56,12 +56,13 @@ def logits(model: MLP, params: Params, x: Tensor) -> Tensor:
     return F.linear(h, params[w], params[b])
 
 
-def forward(model: MLP, params: Params, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """Logits (K, B, C) of stacked params for x (K, B, ...) and every layer's input (h_0 .. h_{L-1})."""
+def forward(model: MLP, params: Params, x: Tensor, start: int = 0) -> tuple[Tensor, list[Tensor]]:
+    """Logits (K, B, C) of stacked params for x (K, B, ...) and every layer's input (h_0 .. h_{L-1}). ``start``:
+    x is already h_{start-1} (the layers below it were computed elsewhere) and the inputs list starts there."""
     h = x.flatten(2)
     inputs = []
     layers = layer_names(model)
-    for i, (w, b) in enumerate(layers):
+    for i, (w, b) in enumerate(layers[start:], start):
         inputs.append(h)
         z = torch.baddbmm(params[b].unsqueeze(1), h, params[w].transpose(1, 2))
         h = z.clamp_min_(0) if i < len(layers) - 1 else z
@@ -88,8 +89,26 @@ def ce_grads(
     Otherwise the inputs are not modified."""
     if prox is not None and sgd is None:
         raise ValueError("prox needs sgd: the proximal term is part of the step")
-    K, B = y.shape
     out, inputs = forward(model, params, x)
+    result, losses, _ = _backward(model, params, out, inputs, y, sgd, prox, inplace)
+    return {k: result[k] for k in params}, losses
+
+
+def _backward(
+    model: MLP,
+    params: Params,
+    out: Tensor,
+    inputs: list[Tensor],
+    y: Tensor,
+    sgd: tuple[float, float] | None,
+    prox: tuple[Tensor, Params] | None,
+    inplace: bool,
+    stop: int = 0,
+) -> tuple[Params, Tensor, Tensor | None]:
+    """The backward pass from the logits ``out`` down to layer ``stop``: (each of those layers' gradients, or its
+    parameters after the step, the losses, and the gradient of z_{stop-1}: None for stop = 0). ``inputs[i]`` is
+    layer i's input h_{i-1}."""
+    K, B = y.shape
     log_q = torch.log_softmax(out, -1)
     losses = log_q.gather(-1, y[:, :, None]).mean((1, 2)).neg_()
     dz = log_q.exp_()
@@ -97,7 +116,7 @@ def ce_grads(
     dz.div_(B)
     result: Params = {}
     layers = layer_names(model)
-    for i in range(len(layers) - 1, -1, -1):
+    for i in range(len(layers) - 1, stop - 1, -1):
         w, b = layers[i]
         W, h = params[w], inputs[i]
         # the data gradient first: it reads W before the step overwrites or replaces it
@@ -109,7 +128,93 @@ def ce_grads(
             result[w] = _step(W, sgd, prox, w, inplace, product=(dz.transpose(1, 2), h))
             result[b] = _step(params[b], sgd, prox, b, inplace, grad=db)
         dz = dz_below
-    return {k: result[k] for k in params}, losses
+    return result, losses, dz
+
+
+def side_by_side(model: MLP, sets: list[Params]) -> list[Params]:
+    """Parameter sets of the same clients (stacked over the same K), their first layers' weights copied side by
+    side into one (K, S x out, in) tensor and their biases into one (K, S x out): set s holds rows s x out to
+    (s + 1) x out of each, as views, so :func:`sgd_steps_side_by_side` can take the layer of all S sets as one
+    GEMM. The other parameters are the sets' own; the given tensors are not modified."""
+    w, b = layer_names(model)[0]
+    n = sets[0][w].shape[1]
+    weights, biases = torch.cat([p[w] for p in sets], 1), torch.cat([p[b] for p in sets], 1)
+    cols = [slice(s * n, (s + 1) * n) for s in range(len(sets))]
+    return [{**p, w: weights[:, c], b: biases[:, c]} for p, c in zip(sets, cols)]
+
+
+def _as_one(tensors: list[Tensor]) -> Tensor | None:
+    """The tensors (views of the same shape and strides) as one view, concatenated along dim 1, where they lie
+    side by side in one storage as :func:`side_by_side` (and slices of its clients' rows) leaves them; else None."""
+    t0 = tensors[0]
+    step = t0.shape[1] * t0.stride(1)
+    for s, t in enumerate(tensors):
+        same = t.shape == t0.shape and t.stride() == t0.stride() and t.dtype == t0.dtype
+        if not (same and t.untyped_storage().data_ptr() == t0.untyped_storage().data_ptr()):
+            return None
+        if t.storage_offset() != t0.storage_offset() + s * step:
+            return None
+    return t0.as_strided((t0.shape[0], len(tensors) * t0.shape[1], *t0.shape[2:]), t0.stride())
+
+
+def sgd_steps_side_by_side(
+    model: MLP,
+    sets: list[Params],
+    x: Tensor,
+    y: Tensor,
+    lr: float,
+    decays: list[tuple[float, tuple[Tensor, Params] | None]],
+) -> list[Tensor] | None:
+    """One SGD step of each of S parameter sets of the same K clients on the same minibatch x (K, B, ...), y (K, B),
+    in place: set s as ``ce_grads(sgd=(lr, weight_decay_s), prox=prox_s, inplace=True)`` with ``decays[s] =
+    (weight_decay_s, prox_s)``, each set's losses returned. Their first layer (784 -> 50 of FedHDP's network: ~99%
+    of its FLOPs; Ditto's sets read the same minibatch) is taken as one GEMM of width S x out, forward and in the
+    step, where :func:`side_by_side` laid the sets out; otherwise nothing is done and None returned.
+
+    The same arithmetic as the sets' own steps, in another order: each set's decay and pull to its anchor,
+    ``p (1 - lr wd_s) - lr lam_s (p - anchor_s)``, is applied before the shared product subtracts ``lr g``
+    (tests: equal to the sets' own steps in float64)."""
+    layers = layer_names(model)
+    if len(layers) < 2:
+        return None
+    w1, b1 = layers[0]
+    weights, biases = _as_one([p[w1] for p in sets]), _as_one([p[b1] for p in sets])
+    if weights is None or biases is None:
+        return None
+    n = sets[0][w1].shape[1]
+    h0 = x.flatten(2)
+    h1 = torch.baddbmm(biases.unsqueeze(1), h0, weights.transpose(1, 2)).clamp_min_(0)  # (K, B, S x out)
+    dz1 = torch.empty_like(h1)
+    losses = []
+    for s, (p, (wd, prox)) in enumerate(zip(sets, decays)):
+        cols = slice(s * n, (s + 1) * n)
+        out, inputs = forward(model, p, h1[:, :, cols], start=1)
+        _, loss, dz = _backward(model, p, out, [h0, *inputs], y, (lr, wd), prox, inplace=True, stop=1)
+        dz1[:, :, cols] = dz
+        _step(p[b1], (lr, wd), prox, b1, True, grad=dz.sum(1))
+        _decay(p[w1], lr, wd, prox, w1)
+        losses.append(loss)
+    weights.baddbmm_(dz1.transpose(1, 2), h0, alpha=-lr)
+    return losses
+
+
+def _decay(p: Tensor, lr: float, wd: float, prox: tuple[Tensor, Params] | None, name: str) -> None:
+    """In place, the step's terms other than the loss gradient: ``p - lr (wd p + lam_k (p - anchor))``."""
+    if prox is None:
+        if wd:
+            p.mul_(1 - lr * wd)
+        return
+    lam, anchor = prox
+    a = anchor[name].unsqueeze(0)
+    if lam.numel() and bool(lam.min() == lam.max()):
+        lam0 = float(lam[0])
+        if wd:
+            p.mul_(1 - lr * (wd + lam0)).add_(a, alpha=lr * lam0)
+        else:
+            p.lerp_(a.expand_as(p), lr * lam0)  # one pass over the weights: p + lr lam (anchor - p)
+        return
+    lam = lam.to(p.dtype).reshape(-1, *([1] * (p.dim() - 1)))
+    p.mul_((1 - lr * wd) - lr * lam).addcmul_(lam, a, value=lr)
 
 
 def _step(
@@ -144,4 +249,4 @@ def _step(
     return descend(1.0).addcmul_(lam, a, value=lr)
 
 
-__all__ = ["ce_grads", "forward", "layer_names", "logits", "supports"]
+__all__ = ["ce_grads", "forward", "layer_names", "logits", "sgd_steps_side_by_side", "side_by_side", "supports"]

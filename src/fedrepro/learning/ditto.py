@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
+from fedrepro.learning import batched_mlp
 from fedrepro.learning.engine import client_sgd
 from fedrepro.learning.net import Net, Params, expand, param_bytes, put, rows_of, stack, take, write_rows
 
@@ -113,6 +114,35 @@ class Ditto:
             for v, lam in zip(st.working, st.lams)
         ]
 
+    def lay_beside(self, st: DittoState, net: Net, local: Params) -> Params:
+        """``local`` (this round's copies of the global model, one per selected client) with its first layer and the
+        personal sets' laid side by side (batched_mlp.side_by_side), where :meth:`step_with` can then step them
+        together: the MLP formulation, every selected client personalizing, eta_p = eta. Call after
+        :meth:`start_round`; use the returned copies."""
+        if not self._together(st, net):
+            return local
+        laid = batched_mlp.side_by_side(net.model, [local, *st.working])
+        st.working = laid[1:]
+        return laid[0]
+
+    def step_with(
+        self, st: DittoState, net: Net, local: Params, x: Tensor, y: Tensor, lr: float, weight_decay: float
+    ) -> Tensor | None:
+        """The global-model copies' local step (weight decay ``weight_decay``) and the personal step of every set, in
+        place, their shared first layer as one GEMM where :meth:`lay_beside` laid them out: the copies' losses.
+        None: nothing done (take the steps one set at a time)."""
+        if not self._together(st, net) or isinstance(lr, Tensor) or not isinstance(x, Tensor):
+            return None
+        decays = [(weight_decay, None)] + [(self.weight_decay, (lam, st.anchor)) for lam in st.lams]
+        losses = batched_mlp.sgd_steps_side_by_side(net.model, [local, *st.working], x, y, lr, decays)
+        return None if losses is None else losses[0]
+
+    def _together(self, st: DittoState, net: Net) -> bool:
+        """Whether the personal sets and the global-model copies can step together: the same clients, the same
+        learning rate, the MLP formulation."""
+        together = net.formulation is batched_mlp and net.vectorize and self.lr_scale == 1
+        return together and bool(st.working) and bool(st.active.all())
+
     def block(self, st: DittoState, rows: slice) -> DittoState:
         """The round's state of the selected clients at positions ``rows`` (:meth:`Algorithm.client_block`): views
         of the active ones' working models, so that :meth:`step` trains them in place."""
@@ -174,7 +204,21 @@ class DittoAlgorithmMixin:
     models the experiment evaluates. Needs ``self.ditto`` (a :class:`Ditto` or None), ``self.weight_decay``,
     ``self.state`` and a state with ``net``, ``local``, ``global_params``, ``n_clients`` and ``ditto``."""
 
+    def start_local_and_personal(
+        self, state, selected: Tensor, private: Tensor | None = None, active: Tensor | None = None
+    ) -> None:
+        """The round's start: a copy of the global model for each selected client and the personal models of the
+        active ones (:meth:`Ditto.start_round`), laid out so a local step can take them together."""
+        state.local = stack(state.global_params, len(selected))
+        if state.ditto is not None:
+            self.ditto.start_round(state.ditto, state.global_params, selected, private, active)
+            state.local = self.ditto.lay_beside(state.ditto, state.net, state.local)
+
     def local_step(self, state, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
+        if state.ditto is not None:
+            losses = self.ditto.step_with(state.ditto, state.net, state.local, x, y, lr, self.weight_decay)
+            if losses is not None:
+                return losses
         state.local, losses = client_sgd(state.net, state.local, x, y, lr, self.weight_decay, inplace=True)
         if state.ditto is not None:
             self.ditto.step(state.ditto, state.net, x, y, selected, lr)

@@ -25,7 +25,7 @@ from fedrepro.learning.adaptive_clip import AdaptiveClip
 from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, clip_per_client, gaussian_noise
 from fedrepro.learning.engine import Algorithm
-from fedrepro.learning.net import Net, Params, stack
+from fedrepro.learning.net import Net, Params
 
 
 @dataclass
@@ -69,9 +69,7 @@ class DPFedAvgAdaptive(DittoAlgorithmMixin, Algorithm):
         return self.state
 
     def start_round(self, state: DPFedAvgAdaptiveState, selected: Tensor) -> None:
-        state.local = stack(state.global_params, len(selected))
-        if state.ditto is not None:
-            self.ditto.start_round(state.ditto, state.global_params, selected, None)
+        self.start_local_and_personal(state, selected)
 
     def sync(self, state: DPFedAvgAdaptiveState, selected: Tensor) -> None:
         K = len(selected)

@@ -44,7 +44,7 @@ from fedrepro.learning.adaptive_clip import AdaptiveClip
 from fedrepro.learning.ditto import Ditto, DittoAlgorithmMixin, DittoState
 from fedrepro.learning.dp import client_norms, gaussian_noise
 from fedrepro.learning.engine import Algorithm
-from fedrepro.learning.net import Net, Params, expand, stack
+from fedrepro.learning.net import Net, Params, expand
 
 R0_POPULATIONS = ("all", "nonprivate")
 
@@ -121,11 +121,7 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
         return ~state.private[selected]
 
     def start_round(self, state: FedHDPState, selected: Tensor) -> None:
-        state.local = stack(state.global_params, len(selected))
-        if state.ditto is not None:
-            self.ditto.start_round(
-                state.ditto, state.global_params, selected, state.private, self._active(state, selected)
-            )
+        self.start_local_and_personal(state, selected, state.private, self._active(state, selected))
 
     def sync(self, state: FedHDPState, selected: Tensor) -> None:
         K = len(selected)
