@@ -52,7 +52,7 @@ ratio to the one-thread run.
 
 ``--against SRC`` times this checkout's batched path against another commit's ``src`` in one run (other, this,
 this, other, for each ``--jobs``), with each one's GFLOP/s against the machine's one-thread SGEMM peak: the before
-and after of an engine change.
+and after of an engine change (``--block-mib``: this checkout's client blocks; the other runs with its default).
 
 ``--first-layer`` weighs the lever issue #42 named for a seed near the floor: the four model sets a Ditto method
 trains (the global-model copy and the 3 lambda sets) read the same minibatch, so their first layers (784 -> 50, ~99%
@@ -235,10 +235,13 @@ def beside_busy(rounds: int, busy: int, src: Path | None, out: Path) -> None:
     print(f"wrote {out}")
 
 
-def against(other: Path, rounds: int, jobs_list: list[int], threads: int, out: Path) -> None:
+def against(
+    other: Path, rounds: int, jobs_list: list[int], threads: int, out: Path, block_mib: float | None = None
+) -> None:
     """This checkout's batched path against ``other`` (another commit's ``src``), in one run: for each job count,
     other, this, this, other (so a drift of the machine's speed weighs on both alike); the median s per
-    method-round of each and the achieved GFLOP/s of one process against the machine's one-thread SGEMM peak."""
+    method-round of each and the achieved GFLOP/s of one process against the machine's one-thread SGEMM peak.
+    ``block_mib``: this checkout's client blocks (None: its default; the other's are always its default)."""
     import numpy as np
     from paper_scale import mlp_flop_per_example, sgemm_peak_gflops
 
@@ -246,12 +249,12 @@ def against(other: Path, rounds: int, jobs_list: list[int], threads: int, out: P
     flop = K * steps * sets * B * mlp_flop_per_example([784, 50, 10])
     peak = sgemm_peak_gflops()
     print(f"one method-round: {flop / 1e9:.1f} GFLOP; one thread's SGEMM peak {peak:.1f} GFLOP/s", flush=True)
-    codes = {"other": other, "this": None}
+    codes, blocks = {"other": other, "this": None}, {"other": None, "this": block_mib}
     results: list[dict] = []
     for jobs in jobs_list:
         runs: dict[str, list[dict]] = {"other": [], "this": []}
         for name in ("other", "this", "this", "other"):
-            runs[name] += measure("batched", rounds, jobs, threads, codes[name])
+            runs[name] += measure("batched", rounds, jobs, threads, codes[name], block_mib=blocks[name])
         medians = {}
         for name, rs in runs.items():
             per_round = [t for r in rs for t in r["rounds"]]
@@ -347,7 +350,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=float, nargs="+", metavar="MIB", help="client block sizes to time (0: none)")
     ap.add_argument("--against", type=Path, metavar="SRC", help="this checkout vs SRC (another commit's src)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--block-mib", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--block-mib", type=float, help="with --against: this checkout's client blocks (MiB; 0: none)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(one(args.child, args.rounds, args.threads, args.block_mib)))
@@ -360,7 +363,8 @@ def main() -> None:
         build = f"python -m fedrepro data partition {PARTITION.name} --out {PARTITION}"
         raise SystemExit(f"{PARTITION} is missing: {build}")
     if args.against:
-        against(args.against, args.rounds, args.jobs, args.threads, args.out.with_name("fedhdp_against.json"))
+        out = args.out.with_name("fedhdp_against.json")
+        against(args.against, args.rounds, args.jobs, args.threads, out, args.block_mib)
         return
     if args.processes_vs_threads:
         processes_vs_threads(args.rounds, args.src, args.out)

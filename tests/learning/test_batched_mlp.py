@@ -237,7 +237,7 @@ def test_dittos_sets_step_together_in_training_as_one_at_a_time(name, monkeypatc
     alg = make()
     side = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
     assert len(together) == 3 * 3 and all(together)
-    monkeypatch.setattr(Ditto, "_together", lambda self, st, net: False)
+    monkeypatch.setattr(Ditto, "together", lambda self, st, net: False)
     alg = make()
     alone = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
     assert len(together) == 9 and len({h["test_acc"] for h in side[0]}) > 1

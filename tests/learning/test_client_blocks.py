@@ -48,13 +48,15 @@ CASES = {
     "fedavg_mlp": (FedAvg, vectors, lambda: MLP(12, 4, (16,)), {"clients_per_round": 5}, 1),
     "fedavg_lenet": (FedAvg, images, LeNet5, {}, 1),
     "perfedavg": (lambda: PerFedAvg(alpha=0.01), vectors, lambda: MLP(12, 4, (16,)), {}, 1),
-    "fedhdp": (lambda: fedhdp(0.5), vectors, lambda: MLP(12, 4, (16,)), {}, 3),
+    # Ditto's sets step alone in blocks where they cannot step side by side (gemm=False; r = 0: some selected
+    # clients do not personalize); side by side they take no blocks (test_no_blocks_where_dittos_sets_step_together)
+    "fedhdp": (lambda: fedhdp(0.5), vectors, lambda: MLP(12, 4, (16,)), {"gemm": False}, 3),
     "fedhdp_r0": (lambda: fedhdp(0.0), vectors, lambda: MLP(12, 4, (16,)), {}, 3),
     "dp_fedavg_adaptive": (
         lambda: DPFedAvgAdaptive(noise_multiplier=0.5, lams=[0.1]),
         vectors,
         lambda: MLP(12, 4, (16,)),
-        {},
+        {"gemm": False},
         2,
     ),
 }
@@ -106,6 +108,27 @@ def test_no_blocks_where_a_lambda_set_mixes_lambdas(monkeypatch):
     monkeypatch.setattr(engine, "_local_steps_in_blocks", lambda *a, **k: pytest.fail("blocks with mixed lambdas"))
     algorithm = fedhdp(0.5, lams=[(0.5, 0.05)])
     engine.train(algorithm, vectors(), lambda: MLP(12, 4, (16,)), batch_size=4, lr=0.1, rounds=1, block_bytes=1)
+
+
+def test_no_blocks_where_dittos_sets_step_together(monkeypatch):
+    """Side by side (the MLP formulation, every selected client personalizing) the sets' steps take all clients
+    at once; where a selected client does not personalize (r = 0) they step alone, in blocks."""
+    taken, original = [], engine._local_steps_in_blocks
+
+    def counted(*args, **kwargs):
+        taken.append(args[-1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_local_steps_in_blocks", counted)
+    kw = dict(batch_size=4, lr=0.1, rounds=2, tau=4, seed=3, block_bytes=two_clients_per_block(vectors_mlp) * 3)
+    engine.train(fedhdp(0.5), vectors(), vectors_mlp, **kw)
+    assert not taken
+    engine.train(fedhdp(0.0), vectors(), vectors_mlp, **kw)
+    assert taken and set(taken) == {2}
+
+
+def vectors_mlp():
+    return MLP(12, 4, (16,))
 
 
 class NoisyStep(FedAvg):

@@ -119,7 +119,7 @@ class Ditto:
         personal sets' laid side by side (batched_mlp.side_by_side), where :meth:`step_with` can then step them
         together: the MLP formulation, every selected client personalizing, eta_p = eta. Call after
         :meth:`start_round`; use the returned copies."""
-        if not self._together(st, net):
+        if not self.together(st, net):
             return local
         laid = batched_mlp.side_by_side(net.model, [local, *st.working])
         st.working = laid[1:]
@@ -131,13 +131,13 @@ class Ditto:
         """The global-model copies' local step (weight decay ``weight_decay``) and the personal step of every set, in
         place, their shared first layer as one GEMM where :meth:`lay_beside` laid them out: the copies' losses.
         None: nothing done (take the steps one set at a time)."""
-        if not self._together(st, net) or isinstance(lr, Tensor) or not isinstance(x, Tensor):
+        if not self.together(st, net) or isinstance(lr, Tensor) or not isinstance(x, Tensor):
             return None
         decays = [(weight_decay, None)] + [(self.weight_decay, (lam, st.anchor)) for lam in st.lams]
         losses = batched_mlp.sgd_steps_side_by_side(net.model, [local, *st.working], x, y, lr, decays)
         return None if losses is None else losses[0]
 
-    def _together(self, st: DittoState, net: Net) -> bool:
+    def together(self, st: DittoState, net: Net) -> bool:
         """Whether the personal sets and the global-model copies can step together: the same clients, the same
         learning rate, the MLP formulation."""
         together = net.formulation is batched_mlp and net.vectorize and self.lr_scale == 1
@@ -226,7 +226,12 @@ class DittoAlgorithmMixin:
 
     def block_bytes(self, state) -> int | None:
         """Local steps train each client alone and draw nothing at random: the global-model copy and the personal
-        models of a client, this many bytes (None with mixed lambdas, :meth:`Ditto.set_bytes`)."""
+        models of a client, this many bytes (None with mixed lambdas, :meth:`Ditto.set_bytes`). None too where the
+        sets step side by side (:meth:`Ditto.step_with`): their shared first-layer GEMM is fastest over all clients
+        (FedHDP's round on the 2-core AMD VM: 0.88-0.92x the time of the sets stepping alone in 16 MiB blocks, side
+        by side in those blocks 1.01-1.07x; benchmarks/RESULTS.md)."""
+        if state.ditto is not None and self.ditto.together(state.ditto, state.net):
+            return None
         own = param_bytes(state.global_params)
         sets = 0 if state.ditto is None else self.ditto.set_bytes(state.ditto)
         return None if sets is None else own + sets
