@@ -262,7 +262,8 @@ def against(
             loads = ", ".join(f"{r['load_before']:.2f}" for r in rs)
             results.append({"code": name, "jobs": jobs, "threads": threads, "runs": rs})
             print(
-                f"jobs={jobs} threads={threads} {name:5s} ({rs[0]['src']}): {medians[name]:.2f} s per method-round, "
+                f"jobs={jobs} threads={threads} {name:5s} ({_shown(rs[0]['src'])}): {medians[name]:.2f} s per "
+                "method-round, "
                 f"{flop / medians[name] / 1e9:.1f} GFLOP/s a process ({100 * flop / medians[name] / 1e9 / peak:.0f}% "
                 f"of peak); rounds {', '.join(f'{t:.2f}' for t in per_round)}; load before {loads}",
                 flush=True,
@@ -271,6 +272,12 @@ def against(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"flop_per_method_round": flop, "sgemm_peak_gflops": peak, "runs": results}, indent=1))
     print(f"wrote {out}")
+
+
+def _shown(src: str) -> str:
+    """A source directory as printed: relative to this checkout where it lies inside it (no machine's path)."""
+    path = Path(src)
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else src
 
 
 def first_layer(repeat: int = 30) -> dict:
