@@ -14,7 +14,9 @@ show for private clients).
 One :class:`Ditto` holds several personal-model sets at once, one per (lambda_private, lambda_nonprivate) pair:
 lambda does not change the global model, so one global run serves a whole lambda grid (each set sees exactly the
 updates it would see alone). The host algorithm calls :meth:`start_round`, :meth:`step` inside its local step and
-:meth:`finish_round` at synchronization; the engine keeps its single round loop.
+:meth:`finish_round` at synchronization; the engine keeps its single round loop. On the MLP formulation, where every
+selected client personalizes, the host's own local copies and the personal sets step together (:meth:`lay_beside`,
+:meth:`step_with`): they read the same minibatch, so their first layers take one GEMM.
 """
 
 from __future__ import annotations
@@ -228,7 +230,7 @@ class DittoAlgorithmMixin:
         """Local steps train each client alone and draw nothing at random: the global-model copy and the personal
         models of a client, this many bytes (None with mixed lambdas, :meth:`Ditto.set_bytes`). None too where the
         sets step side by side (:meth:`Ditto.step_with`): their shared first-layer GEMM is fastest over all clients
-        (FedHDP's round on the 2-core AMD VM: 0.88-0.92x the time of the sets stepping alone in 16 MiB blocks, side
+        (FedHDP's round on the 2-core AMD VM: 0.88-0.97x the time of the sets stepping alone in 16 MiB blocks, side
         by side in those blocks 1.01-1.07x; benchmarks/RESULTS.md)."""
         if state.ditto is not None and self.ditto.together(state.ditto, state.net):
             return None
