@@ -215,6 +215,7 @@ def verify(cfg: Mapping, replay_rounds: int | None = None, out=print) -> int:
                     f"ok   {exp_id} seed {pick.seed}: the first {replay_rounds} rounds of {result.compared} engine "
                     f"runs replay (relative difference: largest {result.max_relative_difference:.1e}, median "
                     f"{result.median_relative_difference:.1e}; {time.monotonic() - start:.0f} s)"
+                    + (f"; {result.other_cpu}: judged by the median only" if result.other_cpu else "")
                 )
     out(
         f"archive: {len(items)} runs of {len(groups)} experiments, {total / 2**20:.1f} MB of {budget['total']} MB; "

@@ -9,10 +9,14 @@ noise and the lr schedule of the first R rounds are the full run's.
 The run is judged as a whole, by two bounds (compare), measured with benchmarks/replay_drift.py on the five
 Intel-made seeds of adaped.table4_femnist_sample replayed on an AMD EPYC, and on adaped.table2_mnist's seed 0 replayed
 on its own CPU through other kernels (ATen's AVX2 path, MKL's compatible GEMM; benchmarks/RESULTS.md):
-- every loss within REPLAY_RTOL of the replayed one. float32 sums reorder across CPUs and BLAS builds, and an unstable
-  method amplifies that: pFedMe's round-2 loss (rising at lr 0.1) of seed 0 is 3.6e-4 off, its round 3 1.1e-3;
-  DP-AdaPeD's round 2 at epsilon 27.3 is 1.1e-3 off through the other kernels, while most losses agree to 1e-7. A
-  loss edited by more than ten times that drift fails here;
+- every loss within REPLAY_RTOL of the replayed one, where the run is replayed on the CPU model that made it. float32
+  sums reorder across CPUs and BLAS builds, and an unstable method amplifies that: pFedMe's round-2 loss (rising at
+  lr 0.1) of seed 0 is 3.6e-4 off, its round 3 1.1e-3; DP-AdaPeD's round 2 at epsilon 27.3 is 1.1e-3 off through the
+  other kernels, while most losses agree to 1e-7. A loss edited by more than ten times that drift fails here. On
+  another CPU model the bound is not applied (the losses are still compared and the largest difference printed):
+  adaped.table1_fmnist's five Intel-made seeds replayed on an AMD EPYC have pFedMe's losses up to 1.3e-1 off after
+  2 rounds (2e-3 already in round 1, an inner solver per step), every other method's within 1e-6, and a median of
+  at most 4.3e-8, where another seed's median is 1.3e-2 or more (benchmarks/replay_drift.py, benchmarks/RESULTS.md);
 - the median relative difference over all of them within REPLAY_MEDIAN_RTOL: at most 1.0e-6 for those seeds' 16
   losses of 2 rounds, where another seed's run has a median of 7.5e-4 or more (single losses as close as 2.5e-5:
   the round-1 losses all start near ln 10). A run that is not this code's, seed's and parameters' fails here even
@@ -74,6 +78,7 @@ class Replayed:
     max_relative_difference: float  # over every loss compared (for the record)
     median_relative_difference: float
     compared: int  # traces compared
+    other_cpu: str | None = None  # "made on X, replayed on Y" where the per-loss bound was not applied
 
 
 def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
@@ -82,7 +87,11 @@ def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
     if not archived:
         source = entry.dir / "history.parquet"
         raise FedreproError(f"{source}: no per-round trace ({TRACE}): {entry.experiment} cannot be replayed")
-    return compare(archived, replayed_traces(cfg, entry, rounds), rounds, entry.dir / "history.parquet")
+    from fedrepro.provenance import machine
+
+    made_on = (entry.manifest.get("made", {}).get("machine") or {}).get("cpu")
+    again = replayed_traces(cfg, entry, rounds)
+    return compare(archived, again, rounds, entry.dir / "history.parquet", made_on, machine()["cpu"])
 
 
 def replayed_traces(cfg: Mapping, entry: Entry, rounds: int) -> dict[tuple, np.ndarray]:
@@ -113,9 +122,18 @@ def relative_difference(archived: np.ndarray, replayed: np.ndarray) -> np.ndarra
     return np.where(same, 0.0, np.where(np.isnan(rel), np.inf, rel))
 
 
-def compare(archived: dict[tuple, np.ndarray], again: dict[tuple, np.ndarray], rounds: int, source) -> Replayed:
-    """Judge the replayed traces against the archived ones: each loss within REPLAY_RTOL, and their median relative
-    difference within REPLAY_MEDIAN_RTOL (module docstring)."""
+def compare(
+    archived: dict[tuple, np.ndarray],
+    again: dict[tuple, np.ndarray],
+    rounds: int,
+    source,
+    made_on: str | None = None,
+    here: str | None = None,
+) -> Replayed:
+    """Judge the replayed traces against the archived ones: each loss within REPLAY_RTOL (unless the run was made on
+    CPU model ``made_on`` and is replayed on another, ``here``), and their median relative difference within
+    REPLAY_MEDIAN_RTOL (module docstring)."""
+    other_cpu = f"made on {made_on}, replayed on {here}" if made_on and here and made_on != here else None
     problems, diffs = [], []
     for key, want in archived.items():
         label = ", ".join(f"{k}={v}" for k, v in key) or "the run"
@@ -130,7 +148,7 @@ def compare(archived: dict[tuple, np.ndarray], again: dict[tuple, np.ndarray], r
         a, b = want[:n], got[:n]
         rel = relative_difference(a, b)
         diffs.extend(rel.tolist())
-        if np.any(rel > REPLAY_RTOL):
+        if other_cpu is None and np.any(rel > REPLAY_RTOL):
             i = int(np.argmax(rel > REPLAY_RTOL))  # the first round off
             problems.append(
                 f"{source}: {label}: round {i + 1} train loss {a[i]:.7g} archived, {b[i]:.7g} replayed (relative "
@@ -144,4 +162,4 @@ def compare(archived: dict[tuple, np.ndarray], again: dict[tuple, np.ndarray], r
             f"{REPLAY_MEDIAN_RTOL:g}, where a float reordering moves few of them: not what this code makes from this "
             "experiment's parameters, inputs and seed"
         )
-    return Replayed(problems, max(diffs, default=0.0), median, len(archived))
+    return Replayed(problems, max(diffs, default=0.0), median, len(archived), other_cpu)
