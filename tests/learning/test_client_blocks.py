@@ -19,6 +19,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 PRIVATE = [True, False, True, True, False, False, True]  # 7 clients: blocks of 2 leave one of 1
 
 
+def vectors_mlp():
+    """The network the vectors' cases train."""
+    return MLP(12, 4, (16,))
+
+
 def vectors():
     return iid_vectors(7, 24, d=12, n_classes=4)
 
@@ -45,17 +50,17 @@ def fedhdp(r: float, lams=(0.1, 0.5)):
 
 
 CASES = {
-    "fedavg_mlp": (FedAvg, vectors, lambda: MLP(12, 4, (16,)), {"clients_per_round": 5}, 1),
+    "fedavg_mlp": (FedAvg, vectors, vectors_mlp, {"clients_per_round": 5}, 1),
     "fedavg_lenet": (FedAvg, images, LeNet5, {}, 1),
-    "perfedavg": (lambda: PerFedAvg(alpha=0.01), vectors, lambda: MLP(12, 4, (16,)), {}, 1),
+    "perfedavg": (lambda: PerFedAvg(alpha=0.01), vectors, vectors_mlp, {}, 1),
     # Ditto's sets step alone in blocks where they cannot step side by side (gemm=False; r = 0: some selected
     # clients do not personalize); side by side they take no blocks (test_no_blocks_where_dittos_sets_step_together)
-    "fedhdp": (lambda: fedhdp(0.5), vectors, lambda: MLP(12, 4, (16,)), {"gemm": False}, 3),
-    "fedhdp_r0": (lambda: fedhdp(0.0), vectors, lambda: MLP(12, 4, (16,)), {}, 3),
+    "fedhdp": (lambda: fedhdp(0.5), vectors, vectors_mlp, {"gemm": False}, 3),
+    "fedhdp_r0": (lambda: fedhdp(0.0), vectors, vectors_mlp, {}, 3),
     "dp_fedavg_adaptive": (
         lambda: DPFedAvgAdaptive(noise_multiplier=0.5, lams=[0.1]),
         vectors,
-        lambda: MLP(12, 4, (16,)),
+        vectors_mlp,
         {"gemm": False},
         2,
     ),
@@ -99,7 +104,7 @@ def test_a_block_that_is_not_merged_back_changes_the_history():
 def test_no_blocks_for_a_method_that_draws_noise_in_its_local_steps(monkeypatch):
     monkeypatch.setattr(engine, "_local_steps_in_blocks", lambda *a, **k: pytest.fail("blocks with per-step noise"))
     algorithm = FedAvg(dp={"clip": 0.5, "noise_multiplier": 1.0})
-    engine.train(algorithm, vectors(), lambda: MLP(12, 4, (16,)), batch_size=4, lr=0.1, rounds=1, block_bytes=1)
+    engine.train(algorithm, vectors(), vectors_mlp, batch_size=4, lr=0.1, rounds=1, block_bytes=1)
 
 
 def test_no_blocks_where_a_lambda_set_mixes_lambdas(monkeypatch):
@@ -107,7 +112,7 @@ def test_no_blocks_where_a_lambda_set_mixes_lambdas(monkeypatch):
     would take the one-lambda arithmetic (batched_mlp) that the round's step does not."""
     monkeypatch.setattr(engine, "_local_steps_in_blocks", lambda *a, **k: pytest.fail("blocks with mixed lambdas"))
     algorithm = fedhdp(0.5, lams=[(0.5, 0.05)])
-    engine.train(algorithm, vectors(), lambda: MLP(12, 4, (16,)), batch_size=4, lr=0.1, rounds=1, block_bytes=1)
+    engine.train(algorithm, vectors(), vectors_mlp, batch_size=4, lr=0.1, rounds=1, block_bytes=1)
 
 
 def test_no_blocks_where_dittos_sets_step_together(monkeypatch):
@@ -127,10 +132,6 @@ def test_no_blocks_where_dittos_sets_step_together(monkeypatch):
     assert taken and set(taken) == {2}
 
 
-def vectors_mlp():
-    return MLP(12, 4, (16,))
-
-
 class NoisyStep(FedAvg):
     """A subclass whose own local step draws noise: FedAvg's permission for blocks must not carry over to it."""
 
@@ -143,14 +144,8 @@ class NoisyStep(FedAvg):
 def test_a_subclass_that_overrides_the_local_step_gets_no_blocks(monkeypatch):
     assert not engine._blocks_declared_with_local_step(NoisyStep)
     assert engine._blocks_declared_with_local_step(FedAvg) and engine._blocks_declared_with_local_step(PerFedAvg)
-    together = run(NoisyStep, vectors(), lambda: MLP(12, 4, (16,)), 0)
-    assert (
-        run(NoisyStep, vectors(), lambda: MLP(12, 4, (16,)), two_clients_per_block(lambda: MLP(12, 4, (16,))))
-        == together
-    )
+    together = run(NoisyStep, vectors(), vectors_mlp, 0)
+    assert run(NoisyStep, vectors(), vectors_mlp, two_clients_per_block(vectors_mlp)) == together
 
     monkeypatch.setattr(engine, "_blocks_declared_with_local_step", lambda cls: True)  # without the rule: blocks
-    assert (
-        run(NoisyStep, vectors(), lambda: MLP(12, 4, (16,)), two_clients_per_block(lambda: MLP(12, 4, (16,))))
-        != together
-    )
+    assert run(NoisyStep, vectors(), vectors_mlp, two_clients_per_block(vectors_mlp)) != together
