@@ -54,6 +54,9 @@ ratio to the one-thread run.
 this, other, for each ``--jobs``), with each one's GFLOP/s against the machine's one-thread SGEMM peak: the before
 and after of an engine change (``--block-mib``: this checkout's client blocks; the other runs with its default).
 
+``--profile-step`` prints torch.profiler's table (self time) of 20 side-by-side local steps of Ditto's four sets,
+K = 100 clients, one thread (``batched_mlp.sgd_steps_side_by_side``, after 5 untimed): where a step's time goes.
+
 ``--first-layer`` weighs the lever issue #42 named for a seed near the floor: the four model sets a Ditto method
 trains (the global-model copy and the 3 lambda sets) read the same minibatch, so their first layers (784 -> 50, ~99%
 of the FLOPs) could be one GEMM of width 200 instead of four of width 50, forward and in the fused SGD step. It times
@@ -274,6 +277,30 @@ def against(
     print(f"wrote {out}")
 
 
+def profile_step(steps: int = 20) -> None:
+    """torch.profiler's self times over ``steps`` side-by-side steps of the four sets (module docstring)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from fedrepro.learning import batched_mlp
+    from fedrepro.learning.models import MLP
+
+    torch.set_num_threads(1)
+    model, K, gen = MLP(784, 10, (50,)), 100, torch.Generator().manual_seed(0)
+    base = {n: v.detach().expand(K, *v.shape).clone() for n, v in model.named_parameters()}
+    sets = batched_mlp.side_by_side(model, [{k: v.clone() for k, v in base.items()} for _ in range(4)])
+    x, y = torch.rand(K, 20, 784, generator=gen), torch.randint(0, 10, (K, 20), generator=gen)
+    anchor = {n: v.detach().clone() for n, v in model.named_parameters()}
+    decays = [(0.0, None)] + [(0.0, (torch.full((K,), 0.05), anchor))] * 3  # FedHDP: no weight decay
+    for _ in range(5):
+        batched_mlp.sgd_steps_side_by_side(model, sets, x, y, 0.01, decays)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            batched_mlp.sgd_steps_side_by_side(model, sets, x, y, 0.01, decays)
+    print(f"load {os.getloadavg()}")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+
+
 def _shown(src: str) -> str:
     """A source directory as printed: relative to this checkout where it lies inside it (no machine's path)."""
     path = Path(src)
@@ -356,11 +383,15 @@ def main() -> None:
     ap.add_argument("--first-layer", action="store_true", help="the 4 Ditto sets' first layer: per set vs fused")
     ap.add_argument("--blocks", type=float, nargs="+", metavar="MIB", help="client block sizes to time (0: none)")
     ap.add_argument("--against", type=Path, metavar="SRC", help="this checkout vs SRC (another commit's src)")
+    ap.add_argument("--profile-step", action="store_true", help="profile 20 side-by-side steps of the 4 sets")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--block-mib", type=float, help="with --against: this checkout's client blocks (MiB; 0: none)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(one(args.child, args.rounds, args.threads, args.block_mib)))
+        return
+    if args.profile_step:
+        profile_step()
         return
     if args.first_layer:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,10 @@ made and where it is replayed; then the same against every other archived seed's
 what a run attributed to the wrong seed would show).
 
     python benchmarks/replay_drift.py --experiment adaped.table4_femnist_sample [--rounds 2]
+    python benchmarks/replay_drift.py --experiment adaped.table1_fmnist --per-run 0
+
+``--per-run SEED`` prints instead, for that archived seed, each engine run's relative difference per round (which
+method drifts, and from which round).
 """
 
 from __future__ import annotations
@@ -29,13 +33,30 @@ def relative(a: dict, b: dict, rounds: int) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0)
 
 
+def per_run(cfg, entry, rounds: int) -> None:
+    """For one archived seed: each engine run's relative difference to its replay, round by round."""
+    archived, here = traces(read_history(entry.dir)), replayed_traces(cfg, entry, rounds)
+    made = (entry.manifest["made"].get("machine") or {}).get("cpu", "?")
+    print(f"{entry.experiment} seed {entry.seed}, made on {made}, replayed on {machine()['cpu']}\n")
+    print("| engine run | " + " | ".join(f"round {i + 1}" for i in range(rounds)) + " |")
+    print("|---|" + "---|" * rounds)
+    for key, want in archived.items():
+        d = relative_difference(want[:rounds], here[key][:rounds]) if key in here else []
+        label = ", ".join(f"{k}={v}" for k, v in key)
+        print(f"| {label} | " + " | ".join(f"{x:.1e}" for x in d) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--experiment", required=True, help="PAPER.NAME, an experiment the archive holds")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--per-run", type=int, metavar="SEED", help="each engine run's difference per round, one seed")
     args = ap.parse_args()
     cfg, r = load_global(), args.rounds
     group = [e for e in entries(cfg) if e.experiment == args.experiment]
+    if args.per_run is not None:
+        per_run(cfg, next(e for e in group if e.seed == args.per_run), r)
+        return
     archived = {e.seed: traces(read_history(e.dir)) for e in group}
     print(
         f"{args.experiment}: the first {r} rounds of {len(group)} archived seeds replayed on {machine()['cpu']}; "
