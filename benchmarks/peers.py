@@ -29,6 +29,10 @@ first thread count and that row carries the check.
 
 Frameworks (``--frameworks``), each run as ``python benchmarks/peers.py --worker FRAMEWORK --workload W --threads T``:
   fedrepro  ``fedrepro.learning.engine.train`` with ``FedAvg`` / ``DPFedAvgServer``: all clients in one batched step
+  fedrepro-mp  fedrepro's clients split over processes as pfl-mp splits them (FedAvg only; #42's "clients split
+            across processes"): ``torchrun --nproc-per-node T``, each process one thread running the engine's batched
+            ``FedAvg.local_step`` for its contiguous share of the clients, then one gloo all-reduce of their models'
+            sum. fedrepro itself does not train this way: the row measures what it would give
   loop      plain PyTorch: per round and client a fresh model loaded with the global state dict, a fresh
             ``torch.optim.SGD`` (``fl_setting.local_train``: DataLoader-free batching), then the mean of the state dicts
   pfl       pfl's simulation: ``FederatedAveraging`` on a ``SimulatedBackend``, ``PyTorchModel`` (local SGD from
@@ -45,8 +49,8 @@ Frameworks (``--frameworks``), each run as ``python benchmarks/peers.py --worker
   flower    Flower's Message API simulation (``run_simulation``, ``ServerApp`` + ``flwr.serverapp.strategy.FedAvg``,
             for DP wrapped in ``DifferentialPrivacyServerSideFixedClipping``, ``ClientApp`` running
             ``fl_setting.local_train``) on Ray, one SuperNode per client, one CPU and one torch thread per client
-``--threads T``: torch threads of fedrepro, loop, pfl and fedlab; processes of pfl-mp and Ray CPUs (concurrent
-clients) of Flower, one thread each.
+``--threads T``: torch threads of fedrepro, loop, pfl and fedlab; processes of pfl-mp and fedrepro-mp and Ray CPUs
+(concurrent clients) of Flower, one thread each.
 
 Timing: one warm-up round (the first, reported apart: torch's lazy imports and first-use set-up where the framework
 has not triggered them before, Ray actor start-up, pfl's first-round user evaluation) then ``--rounds`` timed rounds;
@@ -99,10 +103,18 @@ from fedrepro.learning.models import MLP, LeNet5  # noqa: E402
 HERE = Path(__file__).resolve().parent
 SEED = 0
 TEST_ROWS = 10  # per client: only fedrepro's final evaluation (untimed) reads them
-FRAMEWORKS = ("fedrepro", "loop", "pfl", "pfl-mp", "fedlab", "flower")
+FRAMEWORKS = ("fedrepro", "fedrepro-mp", "loop", "pfl", "pfl-mp", "fedlab", "flower")
+TORCHRUN = ("pfl-mp", "fedrepro-mp")  # launched as torchrun's processes of one thread each
 # the modules a framework's worker imports: missing -> "not installed"
 REQUIRES = {"pfl": ("pfl",), "pfl-mp": ("pfl",), "fedlab": ("fedlab",), "flower": ("flwr", "ray")}
-DISTRIBUTIONS = {"fedrepro": "fedrepro", "pfl": "pfl", "pfl-mp": "pfl", "fedlab": "fedlab", "flower": "flwr"}
+DISTRIBUTIONS = {
+    "fedrepro": "fedrepro",
+    "fedrepro-mp": "fedrepro",
+    "pfl": "pfl",
+    "pfl-mp": "pfl",
+    "fedlab": "fedlab",
+    "flower": "flwr",
+}
 
 
 @dataclass
@@ -288,6 +300,47 @@ def run_fedrepro(task: Task, threads: int):
         **({} if task.block_mib is None else {"block_bytes": int(task.block_mib * 2**20)}),
     )
     return start, stamps[:-1] + [algo.eval_start], algo.state.global_params
+
+
+def run_fedrepro_shards(task: Task, threads: int):
+    """fedrepro's FedAvg with the clients split over the processes torchrun started (as pfl-mp splits them): each
+    process runs the engine's batched local steps (``FedAvg.local_step``, the network as ``engine.train`` builds it)
+    for its contiguous share of the clients, one thread each, then one all-reduce of the sum of their models (gloo);
+    every process computes the same global model. FedAvg only (no DP)."""
+    import torch.distributed as dist
+
+    from fedrepro.learning import batched_cnn, engine
+    from fedrepro.learning.fedavg import FedAvg
+    from fedrepro.learning.net import Net
+
+    if task.dp is not None:
+        raise SystemExit("fedrepro-mp: FedAvg only, no DP")
+    dist.init_process_group("gloo")
+    shard = torch.arange(task.clients).tensor_split(dist.get_world_size())[dist.get_rank()]
+    engine.keep_freed_memory()
+    net = Net(task.model())
+    if net.formulation is batched_cnn:
+        net.chunk_size = batched_cnn.chunk_clients(net.model, task.workload.feature_shape, task.batch_size)
+    algo = FedAvg(weight_decay=task.weight_decay)
+    state = algo.init_state(net, task.clients, torch.Generator().manual_seed(SEED))
+    ends = []
+    dist.barrier()
+    start = time.perf_counter()
+    for r in range(task.rounds_total):
+        algo.start_round(state, shard)
+        for s in range(task.steps):
+            rows = torch.from_numpy(task.rows[r, s, shard.numpy()])  # (clients of this process, B)
+            algo.local_step(state, task.x[rows], task.y[rows], shard, task.lr)
+        names = list(state.local)
+        total = torch.cat([state.local[k].sum(0).reshape(-1) for k in names])
+        dist.all_reduce(total)
+        sizes = [state.global_params[k].numel() for k in names]
+        parts = total.div_(task.clients).split(sizes)
+        state.global_params = {k: v.view_as(state.global_params[k]) for k, v in zip(names, parts)}
+        state.local = None
+        ends.append(time.perf_counter())
+    dist.destroy_process_group()
+    return start, ends, state.global_params
 
 
 def run_loop(task: Task, threads: int):
@@ -546,7 +599,14 @@ def run_flower(task: Task, threads: int):
     return st[0], st[1:], sink["arrays"].to_torch_state_dict()
 
 
-RUNNERS = {"fedrepro": run_fedrepro, "loop": run_loop, "pfl": run_pfl, "fedlab": run_fedlab, "flower": run_flower}
+RUNNERS = {
+    "fedrepro": run_fedrepro,
+    "fedrepro-mp": run_fedrepro_shards,
+    "loop": run_loop,
+    "pfl": run_pfl,
+    "fedlab": run_fedlab,
+    "flower": run_flower,
+}
 
 
 def versions(framework: str) -> dict:
@@ -569,7 +629,7 @@ def worker(args) -> None:
     task = Task(args.data, dp)
     task.block_mib = args.block_mib
     start, ends, params = RUNNERS[args.worker](task, threads)
-    if int(os.environ.get("RANK", "0")) != 0:  # pfl-mp: rank 0 reports
+    if int(os.environ.get("RANK", "0")) != 0:  # pfl-mp, fedrepro-mp: rank 0 reports
         return
     out = Path(args.out)
     np.savez(out.with_suffix(".npz"), **{k: v.detach().cpu().numpy() for k, v in params.items()})
@@ -596,14 +656,14 @@ def launch(
 ) -> dict:
     """Run one framework's worker process(es); return its record (or ``{"status": why}`` when it failed)."""
     inner = "pfl" if framework == "pfl-mp" else framework
-    per_process = 1 if framework in ("pfl-mp", "flower") else threads
+    per_process = 1 if framework in (*TORCHRUN, "flower") else threads
     script = [str(Path(__file__).resolve()), "--worker", inner, "--workload", workload]
-    script += ["--threads", str(1 if framework == "pfl-mp" else threads), "--data", str(data_dir), "--out", str(out)]
+    script += ["--threads", str(1 if framework in TORCHRUN else threads), "--data", str(data_dir), "--out", str(out)]
     if dp is not None:
         script += ["--clip", str(dp["clip"]), "--noise-multiplier", str(dp["noise_multiplier"])]
     if framework == "fedrepro" and block_mib is not None:
         script += ["--block-mib", str(block_mib)]
-    if framework == "pfl-mp":
+    if framework in TORCHRUN:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--local-addr=127.0.0.1"]
         cmd += [f"--nproc-per-node={threads}", *script]
     else:
@@ -718,6 +778,8 @@ def main() -> None:
                         row = {"framework": fw, "workload": label, "threads": threads, "dp": dp}
                         if not installed(fw):
                             row["status"] = "not installed"
+                        elif fw == "fedrepro-mp" and dp is not None:
+                            row["status"] = "skipped: FedAvg only"
                         elif fw == "pfl-mp" and clients % threads:
                             row["status"] = f"skipped: {clients} clients over {threads} processes"
                         else:
