@@ -301,6 +301,28 @@ def test_standardize_uses_training_moments_only():
     torch.testing.assert_close(xt, (xp - std.shift) / std.divide)
 
 
+@pytest.mark.parametrize("preload", [True, False])
+def test_gather_is_the_rows_cast_and_scaled_bit_for_bit(preload):
+    """gather's row copy and one-pass cast-and-scale give the bits of indexing the rows and x.float() * (1 / 255),
+    the arithmetic the archived runs were made with, for every uint8 value; rows repeat and come in any order."""
+    rng = np.random.default_rng(0)
+    feats = np.arange(256 * 12, dtype=np.int64).reshape(-1, 12, 1) % 256  # every value, in every column
+    feats = np.concatenate([feats, rng.integers(0, 256, (40, 12, 1))]).astype(np.uint8)
+    n = len(feats)
+    blocks = [(feats[: n // 2], rng.integers(0, 5, n // 2)), (feats[n // 2 :], rng.integers(0, 5, n - n // 2))]
+    ds = from_arrays(blocks, [(feats[:3], np.zeros(3, np.int64))] * 2, n_classes=5)
+    data = ClientData(ds, feature_shape=(1, 12, 1), preload=preload)
+    rows = np.concatenate([rng.permutation(n), rng.integers(0, n, n)]).reshape(2, -1, 4)  # (clients, steps, B)
+    x, y = data.gather(rows)
+    reference = torch.from_numpy(ds.features[rows].astype(np.float32)) * (1 / 255)
+    assert x.shape == (*rows.shape, 1, 12, 1) and x.dtype == torch.float32
+    assert torch.equal(x.view(torch.int32), reference.reshape(x.shape).view(torch.int32))
+    assert torch.equal(y, torch.from_numpy(ds.labels[rows]))
+    # the same check fails for another arithmetic of the same value: dividing by 255 rounds some values differently
+    divided = torch.from_numpy(ds.features[rows].astype(np.float32)) / 255
+    assert not torch.equal(divided.reshape(x.shape).view(torch.int32), x.view(torch.int32))
+
+
 def test_resolve_device():
     from fedrepro.errors import ConfigError
 

@@ -127,17 +127,20 @@ class ClientData:
 
     def gather(self, rows: np.ndarray) -> tuple[Tensor, Tensor]:
         """Features (float32, ``rows.shape + feature_shape``) and labels (int64, ``rows.shape``) of ``rows``."""
-        idx = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(self.device)
+        idx = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(self.device).reshape(-1)
+        # index_select copies a row per index; indexing with a tensor (features[idx]) copies element by element,
+        # ~20x slower on CPU for MNIST's uint8 rows (2,000 rows: 1.6 ms against 0.08 ms on the 2-core VM)
         if self._features is not None:
-            x = self._features[idx]
+            x = self._features.index_select(0, idx)
         else:
-            x = torch.from_numpy(np.asarray(self.ds.features[rows])).to(self.device)
-        x = x.to(torch.float32)
-        if self._scale is not None:
-            x = x * self._scale
+            x = torch.from_numpy(np.asarray(self.ds.features[rows.reshape(-1)])).to(self.device)
+        if self._scale is not None:  # the cast to float32 and the scaling in one pass, bitwise x.float() * scale
+            x = torch.mul(x, self._scale, out=x.new_empty(x.shape, dtype=torch.float32))
+        else:
+            x = x.to(torch.float32)
         if self.divide != 1.0 or self.shift != 0.0:
             x = (x - self.shift) / self.divide
-        return x.reshape(*rows.shape, *self.feature_shape), self._labels[idx]
+        return x.reshape(*rows.shape, *self.feature_shape), self._labels.index_select(0, idx).reshape(rows.shape)
 
     def sample(
         self, clients: np.ndarray, batch_size: int, rng: np.random.Generator, split: str = "train"
