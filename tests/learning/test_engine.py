@@ -135,6 +135,31 @@ def test_fedavg_iid_tau1_equals_centralized_sgd():
     assert all(v.shape[0] == m and torch.equal(v[0], v[-1]) for v in deployed.values())
 
 
+def test_fedavg_steps_its_own_models_in_place_with_the_bits_of_a_copying_step():
+    """FedAvg's MLP step writes into the round's models (start_round's copies), and its numbers are those of the
+    step that leaves its input alone; the global model is untouched until the sync."""
+    torch.manual_seed(0)
+    m, B, lr, wd = 5, 4, 0.3, 1e-3
+    algo = FedAvg(weight_decay=wd)
+    net = engine.Net(MLP(5, 3, (8,)))
+    assert net.formulation is not None  # the fused MLP step, the one that can write in place
+    state = algo.init_state(net, m, torch.Generator())
+    everyone = torch.arange(m)
+    algo.start_round(state, everyone)
+    global_before = {k: v.clone() for k, v in state.global_params.items()}
+    for _ in range(3):
+        x, y = torch.randn(m, B, 5), torch.randint(0, 3, (m, B))
+        before = {k: v.clone() for k, v in state.local.items()}
+        storage = {k: v.data_ptr() for k, v in state.local.items()}
+        expected, expected_losses = engine.client_sgd(net, before, x, y, lr, wd)
+        losses = algo.local_step(state, x, y, everyone, lr)
+        assert {k: v.data_ptr() for k, v in state.local.items()} == storage
+        assert all(torch.equal(state.local[k], expected[k]) for k in expected) and torch.equal(losses, expected_losses)
+        assert all(torch.equal(before[k], v) for k, v in before.items())  # the copying step left its input alone
+        assert not all(torch.equal(before[k], state.local[k]) for k in before)  # and the step did move the models
+    assert all(torch.equal(state.global_params[k], v) for k, v in global_before.items())
+
+
 def test_fedavg_full_batch_train_equals_gradient_descent():
     """Through train(): batch = a client's whole (equal-size) data, tau = 1 -> full-batch GD on the union."""
     m, n, rounds, lr = 4, 12, 6, 0.5

@@ -53,8 +53,11 @@ class FedAvg(Algorithm):
         state.local = stack(state.global_params, len(selected))
 
     def local_step(self, state: FedAvgState, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
+        """One SGD step of the sampled clients' models. Without DP the step may write into ``state.local``'s tensors
+        (its own copies, made by :meth:`start_round`): the MLP's fused step then spares a copy of every model a step
+        (a subclass that keeps the round's starting models must copy them)."""
         if self.dp is None:
-            state.local, losses = client_sgd(state.net, state.local, x, y, lr, self.weight_decay)
+            state.local, losses = client_sgd(state.net, state.local, x, y, lr, self.weight_decay, inplace=True)
             return losses
         grads, losses = client_grads(state.net, state.local, x, y)
         state.local = sgd(state.local, self.dp(grads, state.generator), lr, self.weight_decay)
