@@ -55,7 +55,11 @@ def main() -> None:
     cfg, r = load_global(), args.rounds
     group = [e for e in entries(cfg) if e.experiment == args.experiment]
     if args.per_run is not None:
-        per_run(cfg, next(e for e in group if e.seed == args.per_run), r)
+        entry = next((e for e in group if e.seed == args.per_run), None)
+        if entry is None:
+            seeds = sorted(e.seed for e in group)
+            raise SystemExit(f"--per-run {args.per_run}: the archive holds no such seed of {args.experiment} ({seeds})")
+        per_run(cfg, entry, r)
         return
     archived = {e.seed: traces(read_history(e.dir)) for e in group}
     print(
