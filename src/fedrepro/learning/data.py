@@ -128,8 +128,8 @@ class ClientData:
     def gather(self, rows: np.ndarray) -> tuple[Tensor, Tensor]:
         """Features (float32, ``rows.shape + feature_shape``) and labels (int64, ``rows.shape``) of ``rows``."""
         idx = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(self.device).reshape(-1)
-        # index_select copies a row per index; indexing with a tensor (features[idx]) copies element by element,
-        # ~20x slower on CPU for MNIST's uint8 rows (2,000 rows: 1.6 ms against 0.08 ms on the 2-core VM)
+        # index_select copies a row per index; indexing with a tensor (features[idx]) copies element by element:
+        # the whole gather took 2.4-3.7x as long that way (benchmarks/minibatch_gather.py, benchmarks/RESULTS.md)
         if self._features is not None:
             x = self._features.index_select(0, idx)
         else:
