@@ -75,9 +75,12 @@ def mlp_flop_per_example(dims: list[int]) -> int:
 
 
 def fedhdp_round_flop(params: dict, metrics: dict) -> dict | None:
-    """The training FLOP of one round of a FedHDP experiment (every method, every model set a Ditto method trains:
-    the global model's local copy and one personal set per lambda), from its parameters and the run's metrics
-    (clients per round, local steps, the model's parameter count); None where they do not say."""
+    """The training FLOP of one round of a FedHDP experiment (every method the run trains, every model set a Ditto
+    method trains: the global model's local copy and one personal set per lambda), from its parameters and the run's
+    metrics (clients per round, local steps, the model's parameter count); None where they do not say. A method
+    whose training is another's (``shared_trainings``: DP-FedAvg beside a clipped HDP-FedAvg) is not trained."""
+    from fedrepro.papers.fedhdp.experiments.training import shared_trainings
+
     model = params.get("model", {})
     if model.get("name") != "mlp" or not {"clients_per_round", "local_steps", "n_params"} <= set(metrics):
         return None
@@ -86,7 +89,7 @@ def fedhdp_round_flop(params: dict, metrics: dict) -> dict | None:
     classes = (metrics["n_params"] - below) // (dims[-1] + 1)  # the output layer's width, from the parameter count
     per_example = mlp_flop_per_example([*dims, classes])
     sets = 1 + len(params.get("lams") or [])
-    methods, B = len(params["methods"]), params["batch_size"]
+    methods, B = len(params["methods"]) - len(shared_trainings(params)), params["batch_size"]
     K, steps = metrics["clients_per_round"], metrics["local_steps"]
     per_round = methods * K * steps * sets * B * per_example
     return {
@@ -265,6 +268,11 @@ def measure(entry: dict, full_limit: float) -> dict:
     }
 
 
+def _load(run: dict) -> str:
+    """The 1-minute load average before and after a timed run."""
+    return f"{run['loadavg_before'][0]:.2f} -> {run['loadavg_after'][0]:.2f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", nargs="+", help="experiment ids (default: every offline one)")
@@ -305,11 +313,14 @@ def main() -> None:
             floor_s = flop["flop_per_seed"] / (peak * 1e9 * args.cores)
             wall_s = r["per_seed_cpu_s"] / args.cores
             r.update(flop, sgemm_peak_gflops=peak, floor_wall_s=floor_s, floor_fraction=floor_s / wall_s)
+            # timed in full, the seed's own wall clock too: its processes can leave a core idle at the end
+            run = r["runs"][0]
+            measured = "" if "knob" in e else f"; measured wall {run['wall_s'] / 60:.1f} min (load {_load(run)})"
             print(
                 f"{'':34s} {flop['flop_per_round'] / 1e9:.0f} GFLOP a round ({flop['how']}), "
                 f"{flop['flop_per_seed'] / 1e12:.0f} TFLOP a seed: at the SGEMM peak on {args.cores} cores "
                 f">= {floor_s / 60:.1f} min; {wall_s / 60:.1f} min wall at {args.cores} cores (CPU-s / cores) is "
-                f"{100 * floor_s / wall_s:.0f}% of that peak",
+                f"{100 * floor_s / wall_s:.0f}% of that peak{measured}",
                 flush=True,
             )
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,17 +23,26 @@ def test_an_mlp_steps_flop_are_what_torch_counts(dims):
     assert counter.get_total_flops() == 20 * mlp_flop_per_example(dims)
 
 
-def test_a_fedhdp_round_counts_every_method_and_model_set():
+def test_a_fedhdp_round_counts_every_method_it_trains_and_model_set():
+    """Every method and model set, but a DP-FedAvg method beside a clipped HDP-FedAvg: its training is HDP-FedAvg's
+    (fedrepro.papers.fedhdp.experiments.training.shared_trainings)."""
+    methods = {"dp": {"algorithm": "dp_fedavg"}, "hdp": {"algorithm": "hdp_fedavg", "clip_nonprivate": True}}
+    methods |= {f"r{i}": {"algorithm": "fedhdp", "r": i / 10} for i in range(6)}
     params = {
         "model": {"name": "mlp", "in_features": 784, "hidden": [50]},
-        "methods": dict.fromkeys("abcdefgh", {}),
+        "methods": methods,
         "lams": [0.005, 0.05, 0.25],
         "batch_size": 20,
         "rounds": 500,
     }
     metrics = {"clients_per_round": 100, "local_steps": 50, "n_params": 39_760}
     flop = fedhdp_round_flop(params, metrics)
-    assert flop["flop_per_round"] == 8 * 100 * 50 * 4 * 20 * 159_800
+    assert flop["flop_per_round"] == 7 * 100 * 50 * 4 * 20 * 159_800
     assert flop["flop_per_seed"] == 500 * flop["flop_per_round"]
+    unclipped = {**methods, "hdp": {"algorithm": "hdp_fedavg"}}
+    assert (
+        fedhdp_round_flop({**params, "methods": unclipped}, metrics)["flop_per_round"]
+        == 8 * 100 * 50 * 4 * 20 * 159_800
+    )
     assert fedhdp_round_flop({**params, "model": {"name": "lenet5"}}, metrics) is None
     assert fedhdp_round_flop(params, {"local_steps": 50}) is None

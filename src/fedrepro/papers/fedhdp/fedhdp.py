@@ -60,6 +60,7 @@ class FedHDPState:
     clip: float  # S^t
     ditto: DittoState | None
     skipped: int = 0  # rounds that left the model unchanged (r = 0 and no non-private client)
+    no_private: int = 0  # rounds without a private client among those used (no noise drawn)
 
 
 class FedHDP(DittoAlgorithmMixin, Algorithm):
@@ -134,6 +135,7 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
         clipped = (priv | self.clip_nonprivate) & use
         S = state.clip
         update, norms = aggregate(deltas, priv, use, clipped, S, self.r, self.noise_multiplier, state.generator)
+        state.no_private += not bool((priv & use).any())
         if update is None:
             state.skipped += 1
         else:

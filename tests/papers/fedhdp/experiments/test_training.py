@@ -314,7 +314,11 @@ def test_a_replay_of_the_first_rounds_trains_its_methods_here(monkeypatch):
 
     monkeypatch.setenv("FEDREPRO_THREADS", "2")
     p, ctx = params(threads=None), RunContext("fedhdp.test", 0)
-    monkeypatch.setattr("fedrepro.processes.map_in_processes", lambda fn, tasks, workers: ["spawned"] * len(tasks))
+
+    def spawned(fn, tasks, workers):  # each task: {its method: what it trained}
+        return [{t[3]: "spawned"} for t in tasks]
+
+    monkeypatch.setattr("fedrepro.processes.map_in_processes", spawned)
     names = ["nonprivate_ditto", "fedhdp_r_0_1"]
     assert training._in_processes(p, ctx, 0, torch.device("cpu"), names) == dict.fromkeys(names, "spawned")
     with replay_rounds(2):
@@ -328,3 +332,70 @@ def test_the_personal_models_test_set_readings_are_kept_unless_switched_off(pdir
     p = params(methods={"fedhdp_r_0_1": {"algorithm": "fedhdp", "r": 0.1}}, checks={}, rounds=1)
     assert run(p, pdir).arrays["local_acc.x.fedhdp_r_0_1"] == 1
     assert "local_acc.x.fedhdp_r_0_1" not in run({**p, "local_readings": False}, pdir).arrays
+
+
+def _trainings(monkeypatch) -> list[str]:
+    """The names of the algorithms the engine trains from here on, in order."""
+    from fedrepro.learning import engine
+
+    names, train = [], engine.train
+    monkeypatch.setattr(engine, "train", lambda algo, *a, **kw: names.append(algo.name) or train(algo, *a, **kw))
+    return names
+
+
+CLIPPED = {
+    "dp_fedavg_ditto": {"algorithm": "dp_fedavg"},
+    "hdp_fedavg_ditto": {"algorithm": "hdp_fedavg", "clip_nonprivate": True},
+}
+
+
+def test_dp_fedavg_is_read_off_hdp_fedavgs_training_where_every_update_is_clipped(pdir, monkeypatch):
+    """HDP-FedAvg with every update clipped trains DP-FedAvg's model (exact arithmetic): the run trains it once and
+    reads DP-FedAvg's columns off it. They equal DP-FedAvg trained alone, by its own class, to float32 summation
+    order; its group columns stay its own (every client private). Unclipped, HDP-FedAvg is another training."""
+    names = _trainings(monkeypatch)
+    both = run(params(methods=CLIPPED, checks={}), pdir)
+    assert names == ["hdp_fedavg"]
+    alone = run(params(methods=CLIPPED, checks={}, only_methods=["dp_fedavg_ditto"]), pdir)
+    assert names == ["hdp_fedavg", "dp_fedavg_adaptive"]
+    for lam in ("lam0.005", "lam0.25"):
+        shared, own = both.metrics[lam]["dp_fedavg_ditto"], alone.metrics[lam]["dp_fedavg_ditto"]
+        assert set(shared) == set(own) == {"acc_g", "acc_g_p", "acc_g_p_var", "acc_l_p", "acc_l_p_var"}
+        assert shared == pytest.approx(own, rel=1e-6)
+        assert set(both.metrics[lam]["hdp_fedavg_ditto"]) == FULL
+    clip = both.metrics["final_clip"]
+    assert (
+        clip["dp_fedavg_ditto"]
+        == clip["hdp_fedavg_ditto"]
+        == pytest.approx(alone.metrics["final_clip"]["dp_fedavg_ditto"])
+    )
+    h = both.history
+    dp, hdp = h[h["method"] == "dp_fedavg_ditto"], h[h["method"] == "hdp_fedavg_ditto"]
+    assert len(dp) and dp.drop(columns="method").reset_index(drop=True).equals(
+        hdp.drop(columns="method").reset_index(drop=True)
+    )
+    for k in ("hidden.0.weight", "out.bias"):
+        assert np.array_equal(both.arrays[f"dp_fedavg_ditto.{k}"], both.arrays[f"hdp_fedavg_ditto.{k}"])
+        assert np.allclose(both.arrays[f"dp_fedavg_ditto.{k}"], alone.arrays[f"dp_fedavg_ditto.{k}"], atol=1e-6)
+    names.clear()
+    unclipped = {**CLIPPED, "hdp_fedavg_ditto": {"algorithm": "hdp_fedavg"}}
+    run(params(methods=unclipped, checks={}, local_readings=False), pdir)
+    assert names == ["dp_fedavg_adaptive", "hdp_fedavg"]
+
+
+def test_dp_fedavg_trains_itself_where_a_round_of_hdp_fedavg_had_no_private_client(tmp_path, monkeypatch, capsys):
+    """8 of 10 clients opt out and 2 train a round: some rounds sample no private client, where HDP-FedAvg draws no
+    noise and DP-FedAvg does. Its columns are then not HDP-FedAvg's: the run trains DP-FedAvg itself, exactly as
+    alone (read off HDP-FedAvg's training they would differ: its final clip is another)."""
+    opt = np.ones(M, bool)
+    opt[[0, 5]] = False
+    path = _write(tmp_path / "p", {"opt_out": opt})
+    names = _trainings(monkeypatch)
+    p = params(methods=CLIPPED, checks={}, sampling_rate=0.2, rounds=6, local_readings=False)
+    both = run(p, path)
+    assert names == ["hdp_fedavg", "dp_fedavg_adaptive"]
+    assert "dp_fedavg_ditto trained itself: " in capsys.readouterr().out
+    alone = run({**p, "only_methods": ["dp_fedavg_ditto"]}, path)
+    assert both.metrics["lam0.005"]["dp_fedavg_ditto"] == alone.metrics["lam0.005"]["dp_fedavg_ditto"]
+    clip = both.metrics["final_clip"]
+    assert clip["dp_fedavg_ditto"] == alone.metrics["final_clip"]["dp_fedavg_ditto"] != clip["hdp_fedavg_ditto"]

@@ -296,13 +296,15 @@ def train_methods(
     """Train every method; returns (metrics per lambda block and method, Table 3/4 metrics per method and lambda,
     history rows, each paper method's final global model as ``<method>.<parameter>`` arrays: 39,760 floats per
     method for the MNIST MLP, kept so that the global columns can be evaluated again under another reading of the
-    test sets without training). With the job's threads to spare the methods train in parallel processes
-    (:func:`_in_processes`); each trains alike alone or beside the others, and the results are taken in
-    ``methods``' order."""
+    test sets without training). A method whose training is another's (:func:`shared_trainings`) is not trained
+    again. With the job's threads to spare the methods train in parallel processes (:func:`_in_processes`); each
+    trains alike alone or beside the others, and the results are taken in ``methods``' order."""
     methods = trained(p)
-    done = _in_processes(p, ctx, schedule["seed"], data.device, list(methods)) or {
-        name: train_method(name, spec, p, ctx, data, factory, schedule, private, noise, counts)
-        for name, spec in methods.items()
+    own = [name for name in methods if name not in shared_trainings(p)]
+    done = _in_processes(p, ctx, schedule["seed"], data.device, own) or {
+        k: t
+        for name in own
+        for k, t in train_method(name, methods[name], p, ctx, data, factory, schedule, private, noise, counts).items()
     }
     lams = list(p["lams"])
     metrics: dict[str, Any] = {lam_key(lam): {} for lam in lams}
@@ -323,6 +325,22 @@ def train_methods(
     return metrics, per_method, rows, finals
 
 
+def shared_trainings(p: dict) -> dict[str, str]:
+    """{method: the method whose training it is} among the methods this run trains. A DP-FedAvg method is the
+    training of an HDP-FedAvg method that clips every update (``clip_nonprivate``, Alg. 2's reading): FedHDP at
+    r = 1 then makes DP-FedAvg's update in exact arithmetic (the private group's noise z S / N_p weighted by N_p / K
+    is z S / K; docs/notes/fedhdp.md §7.4) from the same minibatches, noise draws and clip bits, and the same Ditto
+    steps (one lambda for both groups). So the run trains HDP-FedAvg once and reads DP-FedAvg's columns (every
+    client private) off its models: on 2 cores a non-IID MNIST seed's 7 full-cost methods (r = 0 trains the ~5
+    opt-out clients of a round only) split 3 and 3 over its two processes, not 4 and 3. It holds only where every
+    round sampled a private client (else that round had no noise); :func:`train_method` counts those rounds and
+    trains the DP-FedAvg method itself where there was one. The derived rows equal DP-FedAvg trained alone (its own
+    class, ``only_methods``) up to float32 summation order (tests)."""
+    methods = trained(p)
+    source = next((n for n, s in methods.items() if s["algorithm"] == "hdp_fedavg" and s.get("clip_nonprivate")), None)
+    return {} if source is None else {n: source for n, s in methods.items() if s["algorithm"] == "dp_fedavg"}
+
+
 def train_method(
     name: str,
     spec: dict,
@@ -334,8 +352,9 @@ def train_method(
     private: np.ndarray,
     noise: Noise,
     counts: np.ndarray,
-) -> Trained:
-    """Train one method (from its round checkpoint, when one is kept) and measure it."""
+) -> dict[str, Trained]:
+    """Train one method (from its round checkpoint, when one is kept) and measure it: {name: its Trained}, and the
+    same for each method whose training it is (:func:`shared_trainings`)."""
     from fedrepro.learning.checkpoint import run_checkpointer
     from fedrepro.learning.engine import evaluate, replaying, train
     from fedrepro.progress import RoundProgress
@@ -362,19 +381,32 @@ def train_method(
         groups = (private, ("p", "np")) if release is not None else (np.zeros(m, bool), ("np",))
         per_lam = client_metrics(last["acc"], [last["acc"]] * len(lams), counts, *groups)
         clip = float(release.norm) if release is not None else None
-        return Trained(per_lam, [dict(h, method=name) for h in hist], {}, clip, None, before())
+        return {name: Trained(per_lam, [dict(h, method=name) for h in hist], {}, clip, None, before())}
     hist = train(algo, data, factory, **schedule, callback=RoundProgress(name), checkpoint=ckpt)
     models = algo.final_models()
-    finals = {f"{name}.{k}": v[0].detach().cpu().numpy() for k, v in models["global"].items()}
     acc_g = evaluate(algo.state.net, models["global"], data, "test")["acc"]
     acc_l = [evaluate(algo.state.net, v, data, "test")["acc"] for v in models["personal"]]
-    group_private, groups = method_groups(spec, private)
-    per_lam = client_metrics(acc_g, acc_l, counts, group_private, groups)
     # the personal models' accuracies under the other test-set readings, kept (the models are not); not in a replay
-    if p.get("local_readings") is not False and not replaying():
-        finals |= local_accuracies(algo.state.net, models["personal"], data.ds, data, name)
+    keep_local = p.get("local_readings") is not False and not replaying()
+    local = local_accuracies(algo.state.net, models["personal"], data.ds, data, name) if keep_local else {}
     skipped = int(getattr(algo.state, "skipped", 0))
-    return Trained(per_lam, [dict(h, method=name) for h in hist], finals, float(algo.state.clip), skipped, before())
+
+    def read_as(method: str) -> Trained:
+        """This training's columns as ``method``'s: its own, or those of a method whose training this is."""
+        finals = {f"{method}.{k}": v[0].detach().cpu().numpy() for k, v in models["global"].items()}
+        finals |= {k.removesuffix(name) + method: v for k, v in local.items()}
+        per_lam = client_metrics(acc_g, acc_l, counts, *method_groups(p["methods"][method], private))
+        rows = [dict(h, method=method) for h in hist]
+        return Trained(per_lam, rows, finals, float(algo.state.clip), skipped, before())
+
+    out = {name: read_as(name)}
+    for other in [n for n, source in shared_trainings(p).items() if source == name]:
+        if algo.state.no_private:  # HDP-FedAvg drew no noise in such a round, DP-FedAvg would have
+            print(f"[fedrepro] {other} trained itself: {algo.state.no_private} rounds of {name} had no private client")
+            out |= train_method(other, p["methods"][other], p, ctx, data, factory, schedule, private, noise, counts)
+        else:
+            out[other] = read_as(other)
+    return out
 
 
 def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str]) -> dict[str, Trained] | None:
@@ -392,10 +424,11 @@ def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str])
     if workers < 2 or p["threads"] is not None or device.type != "cpu" or outside or replaying():
         return None
     print(f"[fedrepro] {ctx.exp_id}: {len(names)} methods in {workers} processes", flush=True)
-    return dict(zip(names, map_in_processes(_method_in_worker, [(p, ctx, seed, n) for n in names], workers)))
+    done = map_in_processes(_method_in_worker, [(p, ctx, seed, n) for n in names], workers)
+    return {k: t for part in done for k, t in part.items()}
 
 
-def _method_in_worker(p: dict, ctx: RunContext, seed: int, name: str) -> Trained:
+def _method_in_worker(p: dict, ctx: RunContext, seed: int, name: str) -> dict[str, Trained]:
     ds, data, factory, _, opt_out = _setup(p, ctx)
     schedule, K, _ = schedule_of(p, ds, seed, data.device)
     noise = noise_of(p, K, ds.n_clients, ctx.exp_id)
