@@ -16,7 +16,12 @@ experiments run in full (``--full-limit`` seconds each; one that takes longer is
 of the whole paper scale takes ``seeds`` such runs (one if the kind is deterministic) -> CPU hours; the workflow runs
 them one thread each, ``--cores`` at a time.
 
-``--in-full`` times the listed experiments in full instead (a whole seed, up to ``--full-limit`` seconds). A
+``--in-full`` times the listed experiments in full instead (a whole seed, up to ``--full-limit`` seconds); then each
+line also gives the run's own wall clock, which CPU-s / cores understates where a run's processes leave a core idle
+(a FedHDP seed's methods, split over two processes, end unevenly). ``--set KEY=VALUE`` runs every listed experiment
+with that parameter changed (e.g. ``rounds=50``: a tenth of a FedHDP seed, every method and both processes);
+``--src DIR`` runs another checkout's code (the ``src`` of a worktree of an older commit), so that two commands,
+alternated, give a change's before and after on one machine. A
 FedHDP experiment's line is followed by the training FLOP of a round and of a seed (every method and every model set
 a Ditto method trains, ``fedhdp_round_flop``) and by the floor they set on this machine: the seed's FLOP at one
 thread's SGEMM peak (a 2048^3 product, measured at the start) times ``--cores``, and the fraction of that peak the
@@ -26,6 +31,8 @@ workflow's rule does.
     python benchmarks/paper_scale.py                          # everything that is offline (hours)
     python benchmarks/paper_scale.py --only adaped.table2_fmnist adaped.table1_fmnist
     FEDREPRO_THREADS=2 python benchmarks/paper_scale.py --only fedhdp.noniid_mnist --in-full --full-limit 7200
+    FEDREPRO_THREADS=2 python benchmarks/paper_scale.py --only fedhdp.noniid_mnist --in-full --set rounds=50 \
+        [--src /tmp/before/src]
     python benchmarks/paper_scale.py --list                   # what it would run, and how
 """
 
@@ -41,6 +48,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -172,7 +181,7 @@ def ensure_partitions(names: list[str]) -> None:
             )
 
 
-def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
+def timed_run(exp_id: str, overrides: dict, limit: float, src: Path | None = None) -> dict:
     """One seed-0 paper-scale run in a child process: wall and CPU seconds, peak RSS, load before and after.
 
     Peak RSS: on Linux the child's ``ru_maxrss`` from ``os.wait4`` is at least this process's own peak at the
@@ -202,7 +211,8 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
         floor_mib, polled_mib = vm_hwm_mib() or 0.0, 0.0
         start = time.perf_counter()
         with open(Path(tmp) / "stderr.txt", "w+") as err:
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+            env = os.environ | ({"PYTHONPATH": str(src.resolve())} if src else {})
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env=env)
             timed_out = False
             while True:  # reap it ourselves: os.wait4 gives this child's own CPU time and peak RSS
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -236,9 +246,9 @@ def timed_run(exp_id: str, overrides: dict, limit: float) -> dict:
     }
 
 
-def measure(entry: dict, full_limit: float) -> dict:
+def measure(entry: dict, full_limit: float, overrides: dict, src: Path | None = None) -> dict:
     if "knob" not in entry:
-        run = timed_run(entry["id"], {}, full_limit)
+        run = timed_run(entry["id"], overrides, full_limit, src)
         per_seed = run["cpu_s"]
         model = "timed in full" + (f" (stopped at {full_limit:.0f} s: a lower bound)" if run["timed_out"] else "")
         return {
@@ -250,7 +260,7 @@ def measure(entry: dict, full_limit: float) -> dict:
             "ok": run["exit_code"] == 0 or run["timed_out"],
         }
     k1, k2 = entry["fractions"]
-    runs = [timed_run(entry["id"], {entry["knob"]: k}, full_limit) for k in (k1, k2)]
+    runs = [timed_run(entry["id"], overrides | {entry["knob"]: k}, full_limit, src) for k in (k1, k2)]
     t1, t2 = runs[0]["cpu_s"], runs[1]["cpu_s"]
     b = (t2 - t1) / (k2 - k1)
     a = t1 - b * k1
@@ -282,8 +292,18 @@ def main() -> None:
     ap.add_argument(
         "--in-full", action="store_true", help="time every listed experiment in full (up to --full-limit), no fit"
     )
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a parameter of every run (YAML)")
+    ap.add_argument("--src", type=Path, help="run this fedrepro source directory instead (an older commit's)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "paper_scale.json")
     args = ap.parse_args()
+    overrides = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            ap.error(f"--set {item}: expected KEY=VALUE")
+        overrides[key] = yaml.safe_load(value)
+    if args.src and not (args.src / "fedrepro").is_dir():
+        ap.error(f"--src {args.src}: no fedrepro package there (give a checkout's src directory)")
 
     entries = plan(args.only, args.in_full)
     if args.list:
@@ -293,14 +313,22 @@ def main() -> None:
         return
     ensure_partitions(sorted({p for e in entries for p in e["partitions"]}))
     results = []
-    peak = sgemm_peak_gflops() if any(e["params"] for e in entries) else None
+    # the FLOP are this checkout's count: not printed for another checkout's code
+    peak = sgemm_peak_gflops() if any(e["params"] for e in entries) and not args.src else None
     if peak is not None:
         print(f"one thread's SGEMM peak here: {peak:.1f} GFLOP/s (2048^3)", flush=True)
     for e in entries:
-        r = measure(e, args.full_limit)
-        flop = fedhdp_round_flop(e["params"], r["runs"][-1]["metrics"]) if e["params"] else None
+        r = measure(e, args.full_limit, overrides, args.src)
+        params = e["params"] and e["params"] | overrides
+        flop = fedhdp_round_flop(params, r["runs"][-1]["metrics"]) if params and peak is not None else None
         results.append(r)
         total_h = r["per_seed_cpu_s"] * r["seeds"] / 3600
+        if "knob" not in e:
+            run = r["runs"][0]
+            r["model"] += f"; measured wall {run['wall_s'] / 60:.1f} min, load {_load(run)}"
+        if overrides or args.src:  # what the line's "seed" is not
+            changed = ", ".join(f"{k}={v}" for k, v in overrides.items())
+            r["model"] += "".join([f"; with {changed}" if changed else "", f"; code of {args.src}" if args.src else ""])
         print(
             f"{r['id']:34s} {r['per_seed_cpu_s']:9.0f} CPU-s per seed{'+' if r['lower_bound'] else ' '} "
             f"x{r['seeds']} = {total_h:7.2f} CPU-h  [{r['model']}]"
@@ -313,14 +341,11 @@ def main() -> None:
             floor_s = flop["flop_per_seed"] / (peak * 1e9 * args.cores)
             wall_s = r["per_seed_cpu_s"] / args.cores
             r.update(flop, sgemm_peak_gflops=peak, floor_wall_s=floor_s, floor_fraction=floor_s / wall_s)
-            # timed in full, the seed's own wall clock too: its processes can leave a core idle at the end
-            run = r["runs"][0]
-            measured = "" if "knob" in e else f"; measured wall {run['wall_s'] / 60:.1f} min (load {_load(run)})"
             print(
                 f"{'':34s} {flop['flop_per_round'] / 1e9:.0f} GFLOP a round ({flop['how']}), "
                 f"{flop['flop_per_seed'] / 1e12:.0f} TFLOP a seed: at the SGEMM peak on {args.cores} cores "
                 f">= {floor_s / 60:.1f} min; {wall_s / 60:.1f} min wall at {args.cores} cores (CPU-s / cores) is "
-                f"{100 * floor_s / wall_s:.0f}% of that peak{measured}",
+                f"{100 * floor_s / wall_s:.0f}% of that peak",
                 flush=True,
             )
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -332,6 +357,8 @@ def main() -> None:
     out = {
         "benchmark": "paper-scale CPU time per offline experiment (one seed, measured or extrapolated)",
         "command": " ".join(sys.argv),
+        "overrides": overrides,
+        "src": str(args.src) if args.src else None,
         "machine": machine(1),
         "results": results,
         "total_cpu_h": total,
