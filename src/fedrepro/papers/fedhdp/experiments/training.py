@@ -157,7 +157,9 @@ SCHEMA = {
         # are kept (and runs made before this option keep their parameter digest); false in the quick wiring checks
         "local_readings": {"type": "boolean"},
         # train only these methods (names of ``methods``): one method's rerun, a forensic reading of a few methods,
-        # or a table split into jobs; checks and differences that name another method are left out (null: all)
+        # or a table split into jobs; checks and differences that name another method are left out (null: all).
+        # A DP-FedAvg method alone trains by its own class: its columns read off a clipped HDP-FedAvg's training in a
+        # run of both (shared_trainings) equal it to float32 summation order
         "only_methods": {**ONLY_METHODS, "type": ["array", "null"], "default": None},
     },
 }
@@ -331,11 +333,10 @@ def shared_trainings(p: dict) -> dict[str, str]:
     r = 1 then makes DP-FedAvg's update in exact arithmetic (the private group's noise z S / N_p weighted by N_p / K
     is z S / K; docs/notes/fedhdp.md §7.4) from the same minibatches, noise draws and clip bits, and the same Ditto
     steps (one lambda for both groups). So the run trains HDP-FedAvg once and reads DP-FedAvg's columns (every
-    client private) off its models: on 2 cores a non-IID MNIST seed's 7 full-cost methods (r = 0 trains the ~5
-    opt-out clients of a round only) split 3 and 3 over its two processes, not 4 and 3. It holds only where every
-    round sampled a private client (else that round had no noise); :func:`train_method` counts those rounds and
-    trains the DP-FedAvg method itself where there was one. The derived rows equal DP-FedAvg trained alone (its own
-    class, ``only_methods``) up to float32 summation order (tests)."""
+    client private) off its models: a non-IID MNIST seed trains 7 methods, not 8, over its two processes. It holds
+    only where every round sampled a private client (else that round had no noise); :func:`train_method` counts
+    those rounds and trains the DP-FedAvg method itself where there was one. The derived rows equal DP-FedAvg
+    trained alone (its own class, ``only_methods``) up to float32 summation order (tests)."""
     methods = trained(p)
     source = next((n for n, s in methods.items() if s["algorithm"] == "hdp_fedavg" and s.get("clip_nonprivate")), None)
     return {} if source is None else {n: source for n, s in methods.items() if s["algorithm"] == "dp_fedavg"}
