@@ -5,7 +5,8 @@ Not a test. One round = the training of one method for one round at paper scale:
 ``results/data/mnist_fedhdp_noniid`` (build it first: ``python -m fedrepro data partition mnist_fedhdp_noniid --out
 results/data/mnist_fedhdp_noniid``), 50 local steps of batch 20 of the 784-50-10 network for the global-model copy
 and for each of Ditto's 3 lambda sets, then the server's aggregation (FedHDP with r = 0.01, adaptive clipping,
-noise). A paper-scale seed is 8 methods x 500 such rounds plus 10 evaluations.
+noise). A paper-scale seed is 7 trained methods x 500 such rounds plus 10 evaluations (its eighth, DP-FedAvg, is
+read off HDP-FedAvg's training: ``fedrepro.papers.fedhdp.experiments.training.shared_trainings``).
 
 Paths (``--paths``):
   vmap       the per-client step under ``torch.vmap`` (``gemm=False``: the engine before the MLP formulation)
