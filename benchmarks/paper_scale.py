@@ -49,8 +49,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -296,12 +294,13 @@ def main() -> None:
     ap.add_argument("--src", type=Path, help="run this fedrepro source directory instead (an older commit's)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "paper_scale.json")
     args = ap.parse_args()
-    overrides = {}
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            ap.error(f"--set {item}: expected KEY=VALUE")
-        overrides[key] = yaml.safe_load(value)
+    from fedrepro.config import deep_merge, parse_overrides
+    from fedrepro.errors import ConfigError
+
+    try:
+        overrides = parse_overrides(args.set)  # as `python -m fedrepro run --set` reads them
+    except ConfigError as exc:
+        ap.error(str(exc))
     if args.src and not (args.src / "fedrepro").is_dir():
         ap.error(f"--src {args.src}: no fedrepro package there (give a checkout's src directory)")
 
@@ -319,7 +318,7 @@ def main() -> None:
         print(f"one thread's SGEMM peak here: {peak:.1f} GFLOP/s (2048^3)", flush=True)
     for e in entries:
         r = measure(e, args.full_limit, overrides, args.src)
-        params = e["params"] and e["params"] | overrides
+        params = e["params"] and deep_merge(e["params"], overrides)
         flop = fedhdp_round_flop(params, r["runs"][-1]["metrics"]) if params and peak is not None else None
         results.append(r)
         total_h = r["per_seed_cpu_s"] * r["seeds"] / 3600
@@ -327,7 +326,7 @@ def main() -> None:
             run = r["runs"][0]
             r["model"] += f"; measured wall {run['wall_s'] / 60:.1f} min, load {_load(run)}"
         if overrides or args.src:  # what the line's "seed" is not
-            changed = ", ".join(f"{k}={v}" for k, v in overrides.items())
+            changed = ", ".join(args.set)
             r["model"] += "".join([f"; with {changed}" if changed else "", f"; code of {args.src}" if args.src else ""])
         print(
             f"{r['id']:34s} {r['per_seed_cpu_s']:9.0f} CPU-s per seed{'+' if r['lower_bound'] else ' '} "

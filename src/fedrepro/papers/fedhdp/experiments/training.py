@@ -301,8 +301,8 @@ def train_methods(
     test sets without training). A method whose training is another's (:func:`shared_trainings`) is not trained
     again. With the job's threads to spare the methods train in parallel processes (:func:`_in_processes`); each
     trains alike alone or beside the others, and the results are taken in ``methods``' order."""
-    methods = trained(p)
-    own = [name for name in methods if name not in shared_trainings(p)]
+    methods, shared = trained(p), shared_trainings(p)
+    own = [name for name in methods if name not in shared]
     done = _in_processes(p, ctx, schedule["seed"], data.device, own) or {
         k: t
         for name in own
