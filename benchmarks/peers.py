@@ -309,18 +309,15 @@ def run_fedrepro_shards(task: Task, threads: int):
     every process computes the same global model. FedAvg only (no DP)."""
     import torch.distributed as dist
 
-    from fedrepro.learning import batched_cnn, engine
+    from fedrepro.learning import engine
     from fedrepro.learning.fedavg import FedAvg
-    from fedrepro.learning.net import Net
 
     if task.dp is not None:
         raise SystemExit("fedrepro-mp: FedAvg only, no DP")
     dist.init_process_group("gloo")
     shard = torch.arange(task.clients).tensor_split(dist.get_world_size())[dist.get_rank()]
     engine.keep_freed_memory()
-    net = Net(task.model())
-    if net.formulation is batched_cnn:
-        net.chunk_size = batched_cnn.chunk_clients(net.model, task.workload.feature_shape, task.batch_size)
+    net = engine.training_net(task.model(), task.workload.feature_shape, task.batch_size)
     algo = FedAvg(weight_decay=task.weight_decay)
     state = algo.init_state(net, task.clients, torch.Generator().manual_seed(SEED))
     ends = []

@@ -200,21 +200,7 @@ def sgd_steps_side_by_side(
 
 def _decay(p: Tensor, lr: float, wd: float, prox: tuple[Tensor, Params] | None, name: str) -> None:
     """In place, the step's terms other than the loss gradient: ``p - lr (wd p + lam_k (p - anchor))``."""
-    if prox is None:
-        if wd:
-            p.mul_(1 - lr * wd)
-        return
-    lam, anchor = prox
-    a = anchor[name].unsqueeze(0)
-    if lam.numel() and bool(lam.min() == lam.max()):
-        lam0 = float(lam[0])
-        if wd:
-            p.mul_(1 - lr * (wd + lam0)).add_(a, alpha=lr * lam0)
-        else:
-            p.lerp_(a.expand_as(p), lr * lam0)  # one pass over the weights: p + lr lam (anchor - p)
-        return
-    lam = lam.to(p.dtype).reshape(-1, *([1] * (p.dim() - 1)))
-    p.mul_((1 - lr * wd) - lr * lam).addcmul_(lam, a, value=lr)
+    _step(p, (lr, wd), prox, name, inplace=True)
 
 
 def _step(
@@ -227,15 +213,18 @@ def _step(
     grad: Tensor | None = None,
 ) -> Tensor:
     """``p - lr (g + wd p + lam_k (p - anchor))`` with the loss gradient g given as ``grad`` or as the batched
-    product ``product[0] @ product[1]``, formed inside ``baddbmm_`` and never written out. One lambda for every
-    client (FedHDP's lambda_p = lambda_np) keeps the decay a scalar, folded into the product's beta."""
+    product ``product[0] @ product[1]``, formed inside ``baddbmm_`` and never written out; with neither, g = 0 (the
+    decay and the pull alone, :func:`_decay`). One lambda for every client (FedHDP's lambda_p = lambda_np) keeps the
+    decay a scalar, folded into the product's beta."""
     lr, wd = sgd
     t = p if inplace else p.clone()
 
     def descend(beta: float) -> Tensor:  # beta t - lr g, in t
         if product is not None:
             return t.baddbmm_(*product, beta=beta, alpha=-lr)
-        return t.mul_(beta).sub_(grad, alpha=lr)
+        if grad is not None:
+            return t.mul_(beta).sub_(grad, alpha=lr)
+        return t if beta == 1 else t.mul_(beta)
 
     if prox is None:
         return descend(1 - lr * wd)
@@ -243,6 +232,8 @@ def _step(
     a = anchor[name].unsqueeze(0)
     if lam.numel() and bool(lam.min() == lam.max()):
         lam0 = float(lam[0])
+        if product is None and grad is None and not wd:
+            return t.lerp_(a.expand_as(t), lr * lam0)  # one pass over the weights: t + lr lam (anchor - t)
         return descend(1 - lr * (wd + lam0)).add_(a, alpha=lr * lam0)
     lam = lam.to(p.dtype).reshape(-1, *([1] * (p.dim() - 1)))
     t.mul_((1 - lr * wd) - lr * lam)

@@ -458,6 +458,23 @@ def _template(model: nn.Module | Callable[[], nn.Module], seed: int, device: tor
         return model().to(device)
 
 
+def training_net(
+    model: nn.Module,
+    feature_shape: tuple[int, ...],
+    rows_per_step: int,
+    vectorize: bool = True,
+    chunk_size: int | None = None,
+    gemm: bool | None = None,
+) -> Net:
+    """The :class:`Net` :func:`train` steps ``model`` with: ``chunk_size`` clients per vmapped call, by default all
+    of them, or for the batched CNN formulation as many as :func:`batched_cnn.chunk_clients` allows for a step of
+    ``rows_per_step`` examples of ``feature_shape``."""
+    net = Net(model, vectorize=vectorize, chunk_size=chunk_size, gemm=gemm)
+    if chunk_size is None and vectorize and net.formulation is batched_cnn:
+        net.chunk_size = batched_cnn.chunk_clients(net.model, feature_shape, rows_per_step)
+    return net
+
+
 def resolve_device(name: str) -> str:
     """A config's device: "auto" -> "cuda" when torch sees a GPU, else "cpu"; "cuda" without a GPU is an error."""
     from fedrepro.errors import ConfigError
@@ -619,11 +636,14 @@ def train(
     if device.type == "cpu":
         keep_freed_memory()
     with _deterministic(deterministic):
-        net = Net(_template(model, seed, device), vectorize=vectorize, chunk_size=chunk_size, gemm=gemm)
-        if chunk_size is None and vectorize and net.formulation is batched_cnn:
-            net.chunk_size = batched_cnn.chunk_clients(
-                net.model, data.feature_shape, batch_size * algorithm.batches_per_step
-            )
+        net = training_net(
+            _template(model, seed, device),
+            data.feature_shape,
+            batch_size * algorithm.batches_per_step,
+            vectorize=vectorize,
+            chunk_size=chunk_size,
+            gemm=gemm,
+        )
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
         round_losses: list[float] = []  # each round's train_loss since the last evaluation
@@ -745,4 +765,5 @@ __all__ = [
     "sends_messages",
     "summarize",
     "train",
+    "training_net",
 ]
