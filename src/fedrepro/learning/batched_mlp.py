@@ -26,6 +26,8 @@ in float64, and the engine's histories with and without this path).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -198,6 +200,137 @@ def sgd_steps_side_by_side(
     return losses
 
 
+#: a set's stored first layer is rescaled into its true values once its scale falls below this (Packed.scale)
+REBASE = 2.0**-14
+#: columns are packed only where the widest selected client's support is at most this fraction of the inputs
+PACK_MAX = 0.8
+
+
+@dataclass
+class Packed:
+    """The first layer of S parameter sets laid side by side (:func:`side_by_side`), each client's input columns
+    permuted so that its support, the inputs its training examples can make nonzero, comes first (:func:`pack_columns`).
+    Set s's true weights are ``scale[s] * stored + shift[s] * anchor_s``, in client k's column order ``perm[k]``:
+    Ditto's pull to the anchor and a weight decay scale the whole layer, so they are kept as two numbers instead of a
+    pass over the weights at every step. A step forms its products over the first ``width`` columns only: outside a
+    client's support its inputs are zero, so its loss gradient is too (FedHDP's MNIST clients: about half of the 784
+    pixels)."""
+
+    weights: Tensor  # (K, S x out, F): the sets' first-layer weights, as side_by_side laid them out
+    perm: Tensor  # (K, F): client k's columns in this order
+    width: int  # every client's support lies in perm[:, :width]
+    scale: list[float]
+    shift: list[float]
+    anchors: list[Tensor | None]  # set s's anchor (out, F), in the inputs' own order, once a step pulled to one
+
+
+def pack_columns(model: MLP, sets: list[Params], support: Tensor) -> Packed | None:
+    """The first layers of ``sets`` (laid out by :func:`side_by_side`) packed in place by their clients' supports
+    (``support``: (K, F) bool, the inputs each client's examples can make nonzero): step them with
+    :func:`sgd_steps_packed` and read them again after :func:`unpack_columns`. None (nothing done) where the layers are
+    not laid side by side, or where the widest support, rounded up to 16 columns, exceeds :data:`PACK_MAX` of the
+    inputs (too little to leave out)."""
+    w1, _ = layer_names(model)[0]
+    weights = _as_one([p[w1] for p in sets])
+    if weights is None or support.shape != (weights.shape[0], weights.shape[2]):
+        return None
+    F_in = weights.shape[2]
+    widest = int(support.sum(1).max()) if support.numel() else 0
+    width = min(F_in, -(-widest // 16) * 16)
+    if width > PACK_MAX * F_in:
+        return None
+    perm = torch.argsort((~support).to(torch.uint8), dim=1, stable=True)  # the support first, each in input order
+    weights.copy_(torch.gather(weights, 2, perm[:, None, :].expand_as(weights)))
+    n = len(sets)
+    return Packed(weights, perm, width, [1.0] * n, [0.0] * n, [None] * n)
+
+
+def unpack_columns(packed: Packed) -> None:
+    """In place: the packed first layers back in the inputs' order and at their true values (the sets' own
+    tensors, views of ``packed.weights``, hold them again)."""
+    W = packed.weights
+    n = W.shape[1] // len(packed.scale)
+    inverse = torch.argsort(packed.perm, dim=1)
+    true = torch.gather(W, 2, inverse[:, None, :].expand_as(W))
+    for s, (c, e, a) in enumerate(zip(packed.scale, packed.shift, packed.anchors)):
+        rows = true[:, s * n : (s + 1) * n]
+        if c != 1:
+            rows.mul_(c)
+        if e:
+            rows.add_(a, alpha=e)
+    W.copy_(true)
+
+
+def sgd_steps_packed(
+    model: MLP,
+    sets: list[Params],
+    packed: Packed,
+    x: Tensor,
+    y: Tensor,
+    lr: float,
+    decays: list[tuple[float, tuple[Tensor, Params] | None]],
+) -> list[Tensor]:
+    """:func:`sgd_steps_side_by_side` on first layers packed by :func:`pack_columns`: the same step in real
+    arithmetic, its first-layer products over the clients' supports only. Set s's true first layer W_s = c_s V_s +
+    e_s A_s (V_s stored, A_s its anchor): its pre-activation is c_s (x V_s^T) + e_s (x A_s^T) + b_s, and the step
+    ``W_s (1 - lr (wd_s + lam_s)) + lr lam_s A_s - lr g`` is c_s' = (1 - lr (wd_s + lam_s)) c_s, e_s' = (1 - lr
+    (wd_s + lam_s)) e_s + lr lam_s and V_s - (lr / c_s') g, so only the loss gradient g touches the weights (one
+    product for all sets). One lambda for every client of a set (a scalar decay). Each set's losses returned."""
+    w1, b1 = layer_names(model)[0]
+    K, B = y.shape
+    n = sets[0][w1].shape[1]
+    h0 = x.flatten(2)
+    xc = torch.gather(h0, 2, packed.perm[:, None, : packed.width].expand(K, B, packed.width))
+    W = packed.weights[:, :, : packed.width]
+    z1 = torch.bmm(xc, W.transpose(1, 2))  # (K, B, S x out): every set's x V_s^T
+    dz1 = torch.empty_like(z1)
+    through_anchor: dict[int, Tensor] = {}  # id of an anchor -> x A^T
+    losses = []
+    for s, (p, (wd, prox)) in enumerate(zip(sets, decays)):
+        cols = slice(s * n, (s + 1) * n)
+        c, e = packed.scale[s], packed.shift[s]
+        lam = 0.0
+        if prox is not None:
+            lam = _one_lambda(prox[0])
+            anchor = prox[1][w1]
+            if packed.anchors[s] is None:
+                packed.anchors[s] = anchor
+            elif packed.anchors[s] is not anchor:
+                raise ValueError(f"set {s}: its anchor changed within the round its columns were packed for")
+        h = z1[:, :, cols]
+        if c != 1:
+            h.mul_(c)
+        if e:
+            a = packed.anchors[s]
+            if id(a) not in through_anchor:
+                through_anchor[id(a)] = torch.matmul(h0, a.t())
+            h.add_(through_anchor[id(a)], alpha=e)
+        h = h.add_(p[b1].unsqueeze(1)).clamp_min_(0)
+        out, inputs = forward(model, p, h, start=1)
+        _, loss, dz = _backward(model, p, out, [h0, *inputs], y, (lr, wd), prox, inplace=True, stop=1)
+        _step(p[b1], (lr, wd), prox, b1, True, grad=dz.sum(1))
+        beta = 1 - lr * (wd + lam)
+        c, e = beta * c, beta * e + lr * lam
+        if abs(c) < REBASE:  # the stored weights rescaled to their true values before the product adds to them
+            stored = packed.weights[:, cols]
+            stored.mul_(c)
+            if e:
+                a = packed.anchors[s]
+                stored.add_(a[:, packed.perm].transpose(0, 1), alpha=e)
+            c, e = 1.0, 0.0
+        dz1[:, :, cols] = dz if c == 1 else dz / c
+        packed.scale[s], packed.shift[s] = c, e
+        losses.append(loss)
+    W.baddbmm_(dz1.transpose(1, 2), xc, alpha=-lr)
+    return losses
+
+
+def _one_lambda(lam: Tensor) -> float:
+    if not (lam.numel() and bool(lam.min() == lam.max())):
+        raise ValueError("packed columns need one lambda for every client of a set")
+    return float(lam[0])
+
+
 def _decay(p: Tensor, lr: float, wd: float, prox: tuple[Tensor, Params] | None, name: str) -> None:
     """In place, the step's terms other than the loss gradient: ``p - lr (wd p + lam_k (p - anchor))``."""
     _step(p, (lr, wd), prox, name, inplace=True)
@@ -240,4 +373,16 @@ def _step(
     return descend(1.0).addcmul_(lam, a, value=lr)
 
 
-__all__ = ["ce_grads", "forward", "layer_names", "logits", "sgd_steps_side_by_side", "side_by_side", "supports"]
+__all__ = [
+    "Packed",
+    "ce_grads",
+    "forward",
+    "layer_names",
+    "logits",
+    "pack_columns",
+    "sgd_steps_packed",
+    "sgd_steps_side_by_side",
+    "side_by_side",
+    "supports",
+    "unpack_columns",
+]

@@ -20,6 +20,7 @@ replacement only for a client with fewer than B rows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -141,6 +142,20 @@ class ClientData:
         if self.divide != 1.0 or self.shift != 0.0:
             x = (x - self.shift) / self.divide
         return x.reshape(*rows.shape, *self.feature_shape), self._labels.index_select(0, idx).reshape(rows.shape)
+
+    def nonzero_features(self, split: str = "train", max_rows: int = 1 << 16) -> Tensor:
+        """(n_clients, prod(feature_shape)) bool: the features that some example of the client's ``split`` makes
+        nonzero (after the scaling and standardization :meth:`gather` applies). A client's minibatches are zero in
+        every other feature, so a step can leave those inputs out (:func:`fedrepro.learning.batched_mlp.pack_columns`).
+        Gathered about ``max_rows`` examples at a time."""
+        rows, mask = self.ds.padded_rows(split, pad=0)
+        out = torch.zeros(self.n_clients, math.prod(self.feature_shape), dtype=torch.bool, device=self.device)
+        step = max(1, max_rows // max(1, rows.shape[1]))
+        for a in range(0, self.n_clients, step):
+            x, _ = self.gather(rows[a : a + step])
+            real = torch.from_numpy(mask[a : a + step]).to(self.device)
+            out[a : a + step] = ((x.flatten(2) != 0) & real[:, :, None]).any(1)
+        return out
 
     def sample(
         self, clients: np.ndarray, batch_size: int, rng: np.random.Generator, split: str = "train"

@@ -42,6 +42,7 @@ class DittoState:
     lams: list[Tensor] = field(default_factory=list)  # per set, (n_active,) lambda of each active client
     working: list[Params] = field(default_factory=list)  # per set, the active clients' v_j during the round
     working_idx: Tensor | None = None  # the client ids of ``working``'s rows
+    packed: batched_mlp.Packed | None = None  # the round's first layers packed by the clients' input supports
 
 
 class Ditto:
@@ -125,7 +126,17 @@ class Ditto:
             return local
         laid = batched_mlp.side_by_side(net.model, [local, *st.working])
         st.working = laid[1:]
+        support = net.input_support()
+        if support is not None and all(bool(lam.min() == lam.max()) for lam in st.lams):
+            st.packed = batched_mlp.pack_columns(net.model, laid, support[st.working_idx])
         return laid[0]
+
+    def unpack(self, st: DittoState) -> None:
+        """The round's models readable again where :meth:`lay_beside` packed their first layers by the clients'
+        input supports (batched_mlp.pack_columns): before anything reads them but :meth:`step_with`."""
+        if st.packed is not None:
+            batched_mlp.unpack_columns(st.packed)
+            st.packed = None
 
     def step_with(
         self, st: DittoState, net: Net, local: Params, x: Tensor, y: Tensor, lr: float, weight_decay: float
@@ -134,8 +145,11 @@ class Ditto:
         place, their shared first layer as one GEMM where :meth:`lay_beside` laid them out: the copies' losses.
         None: nothing done (take the steps one set at a time)."""
         if not self.together(st, net) or isinstance(lr, Tensor) or not isinstance(x, Tensor):
+            self.unpack(st)
             return None
         decays = [(weight_decay, None)] + [(self.weight_decay, (lam, st.anchor)) for lam in st.lams]
+        if st.packed is not None:
+            return batched_mlp.sgd_steps_packed(net.model, [local, *st.working], st.packed, x, y, lr, decays)[0]
         losses = batched_mlp.sgd_steps_side_by_side(net.model, [local, *st.working], x, y, lr, decays)
         return None if losses is None else losses[0]
 
@@ -184,6 +198,8 @@ class Ditto:
         return len(st.working) * param_bytes(st.anchor)
 
     def finish_round(self, st: DittoState) -> None:
+        if st.packed is not None:
+            raise RuntimeError("Ditto.finish_round: the round's models are still packed (call unpack first)")
         if st.working:
             for v_all, v in zip(st.personal, st.working):
                 put(v_all, st.working_idx, v)
@@ -215,6 +231,12 @@ class DittoAlgorithmMixin:
         if state.ditto is not None:
             self.ditto.start_round(state.ditto, state.global_params, selected, private, active)
             state.local = self.ditto.lay_beside(state.ditto, state.net, state.local)
+
+    def local_models(self, state) -> Params:
+        """This round's copies of the global model after the local steps (the host's sync reads them here)."""
+        if state.ditto is not None:
+            self.ditto.unpack(state.ditto)
+        return state.local
 
     def local_step(self, state, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
         if state.ditto is not None:

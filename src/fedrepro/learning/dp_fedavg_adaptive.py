@@ -73,7 +73,7 @@ class DPFedAvgAdaptive(DittoAlgorithmMixin, Algorithm):
 
     def sync(self, state: DPFedAvgAdaptiveState, selected: Tensor) -> None:
         K = len(selected)
-        deltas = {k: v - state.global_params[k] for k, v in state.local.items()}
+        deltas = {k: v - state.global_params[k] for k, v in self.local_models(state).items()}
         state.local = None
         if state.ditto is not None:
             self.ditto.finish_round(state.ditto)

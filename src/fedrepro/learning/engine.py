@@ -588,6 +588,7 @@ def train(
     evaluated: Callable[[dict[str, np.ndarray]], None] | None = None,
     release: MessageRelease | None = None,
     block_bytes: int | None = None,
+    input_support: bool = True,
 ) -> list[dict]:
     """Run ``algorithm`` and return its history: one dict per evaluation (every ``eval_every`` rounds and after
     the last) with round, iteration, epoch, lr, train_loss (mean over the clients' local steps since the previous
@@ -610,7 +611,9 @@ def train(
     counts a sampling rate of K of all m clients). ``block_bytes``: on CPU, a method that allows it
     (:meth:`Algorithm.block_bytes`) takes its selected clients through a period's local steps in blocks of about
     this many bytes of parameters (default :data:`BLOCK_BYTES`; 0: all clients step together); the result is the
-    same.
+    same. ``input_support``: on the batched MLP formulation, a method may leave out of its first layer's products the
+    inputs that none of a client's training examples makes nonzero (``Net.input_support``; Ditto's side-by-side step,
+    :func:`batched_mlp.pack_columns`); the result is the same up to float32 summation order.
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
@@ -644,6 +647,8 @@ def train(
             chunk_size=chunk_size,
             gemm=gemm,
         )
+        if input_support and net.vectorize and net.formulation is batched_mlp:
+            net.support_source = functools.partial(data.nonzero_features, "train")
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
         round_losses: list[float] = []  # each round's train_loss since the last evaluation

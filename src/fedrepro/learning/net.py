@@ -37,7 +37,11 @@ class Net:
     ``loss(logits (B, n_classes), y) -> scalar``: the protocol's training loss of one client's minibatch, which
     :meth:`loss` and the engine's steps (``client_grads``, ``client_sgd``) differentiate; default (None) the mean
     cross-entropy of integer labels. A protocol with another loss (PPSGD's squared loss) sets it; the hand-written
-    formulations compute only the cross-entropy, so they are off then."""
+    formulations compute only the cross-entropy, so they are off then.
+
+    ``support_source``: a zero-argument callable giving each client's input support, the (n_clients, features) bool
+    of the inputs its training examples can make nonzero (the engine sets it to
+    :meth:`~fedrepro.learning.data.ClientData.nonzero_features`); :meth:`input_support` asks it once."""
 
     def __init__(
         self,
@@ -65,6 +69,14 @@ class Net:
             )
         self.gemm = gemm
         self.formulation = formulation if gemm else None
+        self.support_source: Callable[[], Tensor] | None = None
+        self._support: Tensor | None = None
+
+    def input_support(self) -> Tensor | None:
+        """Each client's input support (``support_source``, asked once), or None where no source is set."""
+        if self._support is None and self.support_source is not None:
+            self._support = self.support_source()
+        return self._support
 
     def params(self) -> Params:
         """A detached copy of the template's parameters (one client, no client axis)."""

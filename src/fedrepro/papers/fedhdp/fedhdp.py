@@ -126,7 +126,8 @@ class FedHDP(DittoAlgorithmMixin, Algorithm):
 
     def sync(self, state: FedHDPState, selected: Tensor) -> None:
         K = len(selected)
-        deltas = {k: v - w for (k, v), w in zip(state.local.items(), expand(state.global_params, K).values())}
+        local = self.local_models(state)
+        deltas = {k: v - w for (k, v), w in zip(local.items(), expand(state.global_params, K).values())}
         state.local = None
         if state.ditto is not None:
             self.ditto.finish_round(state.ditto)
