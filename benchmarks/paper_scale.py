@@ -23,9 +23,9 @@ with that parameter changed (e.g. ``rounds=50``: a tenth of a FedHDP seed, every
 ``--src DIR`` runs another checkout's code (the ``src`` of a worktree of an older commit), so that two commands,
 alternated, give a change's before and after on one machine. A
 FedHDP experiment's line is followed by the training FLOP of a round and of a seed (every method and every model set
-a Ditto method trains, ``fedhdp_round_flop``) and by the floor they set on this machine: the seed's FLOP at one
-thread's SGEMM peak (a 2048^3 product, measured at the start) times ``--cores``, and the fraction of that peak the
-measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP run trains its methods in two processes, as the
+a Ditto method trains, the first layer over the inputs its packed columns take, ``fedhdp_round_flop``) and by the
+floor they set on this machine: the seed's FLOP at one thread's SGEMM peak (a 2048^3 product, measured at the start)
+times ``--cores``, and the fraction of that peak the measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP run trains its methods in two processes, as the
 workflow's rule does.
 
     python benchmarks/paper_scale.py                          # everything that is offline (hours)
@@ -81,12 +81,16 @@ def mlp_flop_per_example(dims: list[int]) -> int:
     return sum(4 * i * o for i, o in pairs) + sum(2 * i * o for i, o in pairs[1:])
 
 
-def fedhdp_round_flop(params: dict, metrics: dict) -> dict | None:
+def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0) -> dict | None:
     """The training FLOP of one round of a FedHDP experiment (every method the run trains, every model set a Ditto
     method trains: the global model's local copy and one personal set per lambda), from its parameters and the run's
-    metrics (clients per round, local steps, the model's parameter count); None where they do not say. A method
-    whose training is another's (``shared_trainings``: DP-FedAvg beside a clipped HDP-FedAvg) is not trained."""
-    from fedrepro.papers.fedhdp.experiments.training import shared_trainings
+    metrics (clients per round, local steps, the model's parameter count, the opt-out clients); None where they do
+    not say. A method whose training is another's (``shared_trainings``: DP-FedAvg beside a clipped HDP-FedAvg) is
+    not trained. ``width``: the mean fraction of the first layer's inputs that a step's products take where the sets
+    step side by side on packed columns (:func:`packed_width`; fedrepro.learning.batched_mlp.pack_columns); 1: every
+    input. FedHDP at r = 0 personalizes only its opt-out clients, so its sets step one at a time over every input:
+    the local copies of all K clients, the personal sets of the K n_opt_out / n_clients expected opt-out ones."""
+    from fedrepro.papers.fedhdp.experiments.training import shared_trainings, trained
 
     model = params.get("model", {})
     if model.get("name") != "mlp" or not {"clients_per_round", "local_steps", "n_params"} <= set(metrics):
@@ -95,16 +99,55 @@ def fedhdp_round_flop(params: dict, metrics: dict) -> dict | None:
     below = sum((i + 1) * o for i, o in zip(dims[:-1], dims[1:]))
     classes = (metrics["n_params"] - below) // (dims[-1] + 1)  # the output layer's width, from the parameter count
     per_example = mlp_flop_per_example([*dims, classes])
-    sets = 1 + len(params.get("lams") or [])
-    methods, B = len(params["methods"]) - len(shared_trainings(params)), params["batch_size"]
-    K, steps = metrics["clients_per_round"], metrics["local_steps"]
-    per_round = methods * K * steps * sets * B * per_example
-    return {
-        "flop_per_round": per_round,
-        "flop_per_seed": per_round * params["rounds"],
-        "how": f"{methods} methods x {K} clients x {steps} steps x {sets} model sets x {B} examples x "
-        f"{per_example / 1e3:.1f} kFLOP",
-    }
+    first = 4 * dims[0] * (dims + [classes])[1]  # the first layer's forward and weight gradient
+    packed = per_example - (1 - width) * first if len(dims) > 1 else per_example
+    lams = len(params.get("lams") or [])
+    K, steps, B = metrics["clients_per_round"], metrics["local_steps"], params["batch_size"]
+    opt_out = metrics.get("n_opt_out", 0) / metrics["n_clients"] if metrics.get("n_clients") else 0.0
+    shared = shared_trainings(params)
+    methods = [s for n, s in trained(params).items() if n not in shared]
+    alone = [
+        s for s in methods if s["algorithm"] == "fedhdp" and s.get("r") == 0 and s.get("r0_population") != "nonprivate"
+    ]
+    together = len(methods) - len(alone)
+    per_round = (
+        together * K * steps * (1 + lams) * B * packed + len(alone) * K * steps * (1 + lams * opt_out) * B * per_example
+    )
+    how = (
+        f"{together} methods x {K} clients x {steps} steps x {1 + lams} model sets x {B} examples x "
+        f"{packed / 1e3:.1f} kFLOP"
+    )
+    if width < 1:
+        how += f" (the first layer over {100 * width:.1f}% of its inputs)"
+    if alone:
+        how += (
+            f" + {len(alone)} at r = 0 x {K} clients x {steps} steps x (1 + {lams} x {opt_out:.3f} opt-out) "
+            f"model sets x {B} examples x {per_example / 1e3:.1f} kFLOP"
+        )
+    return {"flop_per_round": per_round, "flop_per_seed": per_round * params["rounds"], "how": how}
+
+
+def packed_width(partition: str, K: int, draws: int = 2000) -> float:
+    """The expected fraction of the first layer's inputs a packed step takes (batched_mlp.pack_columns) on
+    ``partition``'s clients, ``K`` a round: the widest support among K clients drawn at random, rounded up to 16
+    columns, averaged over ``draws`` rounds (1 where that exceeds PACK_MAX: the columns are not packed)."""
+    import numpy as np
+
+    from fedrepro import paths
+    from fedrepro.config import load_global
+    from fedrepro.data import fedformat
+    from fedrepro.learning.batched_mlp import PACK_MAX
+    from fedrepro.learning.data import ClientData
+
+    data = ClientData(fedformat.load(paths.partition_dir(load_global(), partition)))
+    sizes = data.nonzero_features("train").sum(1).numpy()
+    n_in = math.prod(data.feature_shape)
+    rng = np.random.default_rng(0)
+    fractions = []
+    for _ in range(draws):
+        width = min(n_in, -(-int(sizes[rng.choice(len(sizes), K, replace=False)].max()) // 16) * 16)
+        fractions.append(1.0 if width > PACK_MAX * n_in else width / n_in)
+    return float(np.mean(fractions))
 
 
 def sgemm_peak_gflops() -> float:
@@ -319,7 +362,15 @@ def main() -> None:
     for e in entries:
         r = measure(e, args.full_limit, overrides, args.src)
         params = e["params"] and deep_merge(e["params"], overrides)
-        flop = fedhdp_round_flop(params, r["runs"][-1]["metrics"]) if params and peak is not None else None
+        flop = None
+        if params and peak is not None:
+            metrics = r["runs"][-1]["metrics"]
+            width = (
+                packed_width(params["partition"], metrics["clients_per_round"])
+                if "clients_per_round" in metrics
+                else 1.0
+            )
+            flop = fedhdp_round_flop(params, metrics, width)
         results.append(r)
         total_h = r["per_seed_cpu_s"] * r["seeds"] / 3600
         if "knob" not in e:
@@ -335,8 +386,8 @@ def main() -> None:
             flush=True,
         )
         if flop is not None:
-            # the FLOP a seed's training needs against what the cores could do at the SGEMM peak: the floor no
-            # engine of these models goes below on this machine, and the fraction of it this run reached
+            # the FLOP a seed's training computes against what the cores could do at the SGEMM peak: the floor of
+            # this engine's arithmetic on this machine, and the fraction of it this run reached
             floor_s = flop["flop_per_seed"] / (peak * 1e9 * args.cores)
             wall_s = r["per_seed_cpu_s"] / args.cores
             r.update(flop, sgemm_peak_gflops=peak, floor_wall_s=floor_s, floor_fraction=floor_s / wall_s)

@@ -25,7 +25,8 @@ def test_an_mlp_steps_flop_are_what_torch_counts(dims):
 
 def test_a_fedhdp_round_counts_every_method_it_trains_and_model_set():
     """Every method and model set, but a DP-FedAvg method beside a clipped HDP-FedAvg: its training is HDP-FedAvg's
-    (fedrepro.papers.fedhdp.experiments.training.shared_trainings)."""
+    (fedrepro.papers.fedhdp.experiments.training.shared_trainings); FedHDP at r = 0 (here r0) trains the personal
+    sets of its opt-out clients only, none in metrics that do not name them."""
     methods = {"dp": {"algorithm": "dp_fedavg"}, "hdp": {"algorithm": "hdp_fedavg", "clip_nonprivate": True}}
     methods |= {f"r{i}": {"algorithm": "fedhdp", "r": i / 10} for i in range(6)}
     params = {
@@ -37,12 +38,29 @@ def test_a_fedhdp_round_counts_every_method_it_trains_and_model_set():
     }
     metrics = {"clients_per_round": 100, "local_steps": 50, "n_params": 39_760}
     flop = fedhdp_round_flop(params, metrics)
-    assert flop["flop_per_round"] == 7 * 100 * 50 * 4 * 20 * 159_800
+    assert flop["flop_per_round"] == (6 * 4 + 1) * 100 * 50 * 20 * 159_800
     assert flop["flop_per_seed"] == 500 * flop["flop_per_round"]
     unclipped = {**methods, "hdp": {"algorithm": "hdp_fedavg"}}
     assert (
         fedhdp_round_flop({**params, "methods": unclipped}, metrics)["flop_per_round"]
-        == 8 * 100 * 50 * 4 * 20 * 159_800
+        == (7 * 4 + 1) * 100 * 50 * 20 * 159_800
     )
+    opt_out = {**metrics, "n_clients": 2000, "n_opt_out": 100}  # 5 %: 3 lambda sets for 5 of 100 clients at r = 0
+    assert fedhdp_round_flop(params, opt_out)["flop_per_round"] == pytest.approx(
+        (6 * 4 + 1 + 3 * 0.05) * 100 * 50 * 20 * 159_800
+    )
+
+
+def test_a_packed_first_layer_counts_the_inputs_its_products_take():
+    """At width 0.5 the first layer's forward and weight gradient (4 x 784 x 50 a example) count half; the rest of
+    the step, and FedHDP at r = 0 (its sets step one at a time, over every input), in full."""
+    methods = {"hdp": {"algorithm": "hdp_fedavg"}, "r0": {"algorithm": "fedhdp", "r": 0.0}}
+    params = {"model": {"name": "mlp", "in_features": 784, "hidden": [50]}, "methods": methods, "lams": [0.1]}
+    params |= {"batch_size": 20, "rounds": 500}
+    metrics = {"clients_per_round": 100, "local_steps": 50, "n_params": 39_760}
+    flop = fedhdp_round_flop(params, metrics, width=0.5)
+    packed = 159_800 - 2 * 784 * 50
+    assert flop["flop_per_round"] == 100 * 50 * 20 * (2 * packed + 1 * 159_800)
+    assert "over 50.0% of its inputs" in flop["how"]
     assert fedhdp_round_flop({**params, "model": {"name": "lenet5"}}, metrics) is None
     assert fedhdp_round_flop(params, {"local_steps": 50}) is None
