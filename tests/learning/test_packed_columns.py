@@ -123,11 +123,13 @@ def sparse_images(n_clients: int = 8, n_train: int = 20, n_test: int = 12, seed:
     return from_arrays([block(c, n_train) for c in classes], [block(c, n_test) for c in classes], n_classes=4)
 
 
-@pytest.mark.parametrize("name", ["dp_fedavg_adaptive", "fedhdp", "fedhdp mixed lambdas"])
+@pytest.mark.parametrize("name", ["dp_fedavg_adaptive", "fedhdp", "fedhdp mixed lambdas", "fedhdp r = 0"])
 def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     """DP-FedAvg (adaptive clip, weight decay) and FedHDP with Ditto's sets step on packed columns at every step of
     every round (with one lambda a set) and train as with the engine's ``input_support`` off: the same history and
-    models, to float32 rounding. With a set's lambdas differing between clients the columns are not packed."""
+    models, to float32 rounding. With a set's lambdas differing between clients the columns are not packed, nor
+    where the sets cannot step together (FedHDP at r = 0 personalizes only its opt-out clients: packing the global
+    model's copies alone was no faster than their dense step in client blocks, benchmarks/RESULTS.md)."""
     from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
     from fedrepro.papers.fedhdp.fedhdp import FedHDP
 
@@ -135,7 +137,8 @@ def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
         clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 1.0}
         if name.startswith("fedhdp"):
             lams = [0.1, (0.5, 0.05)] if "mixed" in name else [0.1, 0.5]
-            return FedHDP(private=np.arange(8) % 4 != 1, r=0.5, noise_multiplier=0.5, clip=clip, lams=lams)
+            r = 0.0 if "r = 0" in name else 0.5
+            return FedHDP(private=np.arange(8) % 4 != 1, r=r, noise_multiplier=0.5, clip=clip, lams=lams)
         return DPFedAvgAdaptive(noise_multiplier=0.5, clip=clip, lams=[0.1, 1.0], weight_decay=1e-3)
 
     data = sparse_images()
@@ -149,10 +152,11 @@ def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     monkeypatch.setattr(batched_mlp, "sgd_steps_packed", counted)
     alg = make()
     packed = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
-    assert len(calls) == (0 if "mixed" in name else 3 * 3)
+    unpacked = "mixed" in name or "r = 0" in name
+    assert len(calls) == (0 if unpacked else 3 * 3)
     alg = make()
     plain = engine.train(alg, data, lambda: MLP(64, 4, (16,)), input_support=False, **kw), alg.final_models()
-    assert len(calls) == (0 if "mixed" in name else 9) and len({h["test_acc"] for h in packed[0]}) > 1
+    assert len(calls) == (0 if unpacked else 9) and len({h["test_acc"] for h in packed[0]}) > 1
     for a, b in zip(packed[0], plain[0]):
         for k in a:
             assert a[k] == pytest.approx(b[k], abs=1e-6), k
@@ -172,3 +176,16 @@ def test_client_data_gives_each_clients_nonzero_inputs():
         x, _ = data.gather(rows[k][mask[k]])
         torch.testing.assert_close(support[k], (x.flatten(1) != 0).any(0))
         assert int(support[k].sum()) == 32
+
+
+def test_a_host_that_reads_its_copies_without_unpacking_them_is_stopped(monkeypatch):
+    """The local copies are unpacked where the host reads them (DittoAlgorithmMixin.local_models); a host that read
+    ``state.local`` directly would read packed columns, and Ditto.finish_round stops it."""
+    from fedrepro.learning.ditto import DittoAlgorithmMixin
+    from fedrepro.papers.fedhdp.fedhdp import FedHDP
+
+    monkeypatch.setattr(DittoAlgorithmMixin, "local_models", lambda self, state: state.local)
+    clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 1.0}
+    alg = FedHDP(private=np.arange(8) % 4 != 1, r=0.5, noise_multiplier=0.5, clip=clip, lams=[0.1, 0.5])
+    with pytest.raises(RuntimeError, match="still packed"):
+        engine.train(alg, sparse_images(), lambda: MLP(64, 4, (16,)), rounds=1, batch_size=5, lr=0.2, tau=3, seed=3)

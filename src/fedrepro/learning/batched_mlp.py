@@ -20,6 +20,10 @@ The SGD step (``sgd=(lr, weight_decay)``) folds the weight gradient into the pro
 never written out. ``prox=(lam, anchor)`` adds Ditto's proximal term lam_k (W - anchor) to the gradient of client
 k (Li et al. 2021; FedHDP Alg. 2): ``W (1 - lr (wd + lam_k)) + lr lam_k anchor`` before the product.
 
+Ditto's sets step side by side (:func:`side_by_side`, :func:`sgd_steps_side_by_side`), and, where a client's
+inputs are zero outside its support (MNIST's pixels), on first layers packed by the clients' supports
+(:func:`pack_columns`, :func:`sgd_steps_packed`, :func:`unpack_columns`).
+
 The numbers differ from the module's by float32 summation order only (tests: gradients and steps against autograd
 in float64, and the engine's histories with and without this path).
 """

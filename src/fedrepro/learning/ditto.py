@@ -16,7 +16,11 @@ lambda does not change the global model, so one global run serves a whole lambda
 updates it would see alone). The host algorithm calls :meth:`start_round`, :meth:`step` inside its local step and
 :meth:`finish_round` at synchronization; the engine keeps its single round loop. On the MLP formulation, where every
 selected client personalizes, the host's own local copies and the personal sets step together (:meth:`lay_beside`,
-:meth:`step_with`): they read the same minibatch, so their first layers take one GEMM.
+:meth:`step_with`): they read the same minibatch, so their first layers take one GEMM. Where the engine gives the
+clients' input supports (``Net.input_support``) and each set has one lambda for all clients, those first layers are
+packed for the round by the clients' supports (batched_mlp.pack_columns): the products leave out the inputs a
+client's examples never make nonzero. The host reads its local copies through
+:meth:`DittoAlgorithmMixin.local_models`, which unpacks them.
 """
 
 from __future__ import annotations
