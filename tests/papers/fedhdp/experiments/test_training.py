@@ -304,6 +304,32 @@ def test_with_threads_to_spare_the_methods_train_in_processes_of_their_own_alike
     assert again.resumed and again.before_s > 0
 
 
+def test_the_processes_take_fedhdp_at_r_0_last(pdir, tmp_path, monkeypatch):
+    """FedHDP at r = 0 (clients drawn from all) personalizes only its opt-out clients, about half a method's time:
+    the workers take it last, whatever its place in ``methods``, so that no long method starts alone at the end."""
+    from kinds import call_kind
+
+    import fedrepro.processes
+    from fedrepro.experiments import RunContext
+
+    order = []
+
+    class Taken(Exception):
+        pass
+
+    def taken(fn, tasks, workers, labels=None):
+        order.extend(t[-1] for t in tasks)
+        raise Taken  # the order is all this test needs
+
+    monkeypatch.setattr(fedrepro.processes, "map_in_processes", taken)
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+    methods = {"fedhdp_r_0": {"algorithm": "fedhdp", "r": 0.0}, **params()["methods"]}
+    ctx = RunContext("fedhdp.test", 0, partitions={"p": pdir}, checkpoint_dir=tmp_path)
+    with pytest.raises(Taken):
+        call_kind("fedhdp_training", params(threads=None, methods=methods), np.random.default_rng(0), ctx)
+    assert order == ["nonprivate_ditto", "dp_fedavg_ditto", "hdp_fedavg_ditto", "fedhdp_r_0_1", "fedhdp_r_0"]
+
+
 def test_a_replay_of_the_first_rounds_trains_its_methods_here(monkeypatch):
     """The replay's round limit is this process's: with threads to spare, a replay still trains every method here."""
     import torch

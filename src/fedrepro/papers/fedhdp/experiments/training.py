@@ -425,8 +425,15 @@ def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str])
     if workers < 2 or p["threads"] is not None or device.type != "cpu" or outside or replaying():
         return None
     print(f"[fedrepro] {ctx.exp_id}: {len(names)} methods in {workers} processes", flush=True)
-    done = map_in_processes(_method_in_worker, [(p, ctx, seed, n) for n in names], workers)
+    # the shortest last, so that no long method starts alone at the end: FedHDP at r = 0 (its clients drawn from
+    # all) personalizes only the opt-out ones and takes about half a method's time on non-IID MNIST
+    order = sorted(names, key=lambda n: _personalizes_opt_out_only(p["methods"][n]))
+    done = map_in_processes(_method_in_worker, [(p, ctx, seed, n) for n in order], workers)
     return {k: t for part in done for k, t in part.items()}
+
+
+def _personalizes_opt_out_only(spec: dict) -> bool:
+    return spec["algorithm"] == "fedhdp" and spec.get("r") == 0 and spec.get("r0_population", "all") == "all"
 
 
 def _method_in_worker(p: dict, ctx: RunContext, seed: int, name: str) -> dict[str, Trained]:
