@@ -25,8 +25,8 @@ alternated, give a change's before and after on one machine. A
 FedHDP experiment's line is followed by the training FLOP of a round and of a seed (every method and every model set
 a Ditto method trains, the first layer over the inputs its packed columns take, ``fedhdp_round_flop``) and by the
 floor they set on this machine: the seed's FLOP at one thread's SGEMM peak (a 2048^3 product, measured at the start)
-times ``--cores``, and the fraction of that peak the measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP run trains its methods in two processes, as the
-workflow's rule does.
+times ``--cores``, and the fraction of that peak the measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP
+run trains its methods in two processes, as the workflow's rule does.
 
     python benchmarks/paper_scale.py                          # everything that is offline (hours)
     python benchmarks/paper_scale.py --only adaped.table2_fmnist adaped.table1_fmnist
