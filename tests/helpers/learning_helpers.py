@@ -58,6 +58,31 @@ def assert_batched_equals_loop(algorithm, data, model, rounds: int = 4, tol: flo
             assert a[k] == pytest.approx(b[k], abs=tol), k
 
 
+def ditto_host(name: str, lams=(0.1, 0.5), r: float = 0.5):
+    """A host of Ditto's personal sets on 8 clients for the side-by-side tests: FedHDP (``name`` "fedhdp", 1 of 4
+    clients opting out, merge weight ``r``, ``lams``) or DP-FedAvg with adaptive clipping and weight decay."""
+    from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
+    from fedrepro.papers.fedhdp.fedhdp import FedHDP
+
+    clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 1.0}
+    if name == "fedhdp":
+        return FedHDP(private=np.arange(8) % 4 != 1, r=r, noise_multiplier=0.5, clip=clip, lams=list(lams))
+    return DPFedAvgAdaptive(noise_multiplier=0.5, clip=clip, lams=[0.1, 1.0], weight_decay=1e-3)
+
+
+def assert_trained_alike(a: tuple, b: tuple) -> None:
+    """Two trainings, each (history, final_models()), give the same history to 1e-6 and personal models to float32
+    rounding."""
+    import pytest
+
+    for ha, hb in zip(a[0], b[0]):
+        for k in ha:
+            assert ha[k] == pytest.approx(hb[k], abs=1e-6), k
+    for pa, pb in zip(a[1]["personal"], b[1]["personal"]):
+        for k in pa:
+            torch.testing.assert_close(pa[k], pb[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
 def kink_margin(model: ConvNet | MLP, params: dict, x: torch.Tensor) -> float:
     """How far every client's forward (float64) is from a kink of the loss it differentiates: the smallest |input|
     of a ReLU and, in a max-pool window whose largest input is positive, the gap to its second largest. params

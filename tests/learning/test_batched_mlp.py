@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from learning_helpers import assert_batched_equals_loop, make_quadrants
+from learning_helpers import assert_batched_equals_loop, assert_trained_alike, ditto_host, make_quadrants
 from torch.func import functional_call, grad_and_value
 from torch.nn import functional as F
 
@@ -212,17 +212,7 @@ def test_the_side_by_side_check_fails_where_the_shared_product_is_wrong(monkeypa
 def test_dittos_sets_step_together_in_training_as_one_at_a_time(name, monkeypatch):
     """The algorithms carrying Ditto's sets take their local steps side by side (every step of every round) and
     train as with the sets stepping one at a time: the same history and models, to float32 rounding."""
-    import numpy as np
-
     from fedrepro.learning.ditto import Ditto
-    from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
-    from fedrepro.papers.fedhdp.fedhdp import FedHDP
-
-    def make():
-        clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 1.0}
-        if name == "fedhdp":
-            return FedHDP(private=np.arange(8) % 4 != 1, r=0.5, noise_multiplier=0.5, clip=clip, lams=[0.1, 0.5])
-        return DPFedAvgAdaptive(noise_multiplier=0.5, clip=clip, lams=[0.1, 1.0], weight_decay=1e-3)
 
     data = make_quadrants(n_clients=8, n_train=20, n_test=12)
     kw = dict(rounds=3, batch_size=5, lr=0.2, tau=3, clients_per_round=4, seed=3, eval_every=1)
@@ -234,16 +224,11 @@ def test_dittos_sets_step_together_in_training_as_one_at_a_time(name, monkeypatc
         return losses
 
     monkeypatch.setattr(batched_mlp, "sgd_steps_side_by_side", counted)
-    alg = make()
+    alg = ditto_host(name)
     side = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
     assert len(together) == 3 * 3 and all(together)
     monkeypatch.setattr(Ditto, "together", lambda self, st, net: False)
-    alg = make()
+    alg = ditto_host(name)
     alone = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
     assert len(together) == 9 and len({h["test_acc"] for h in side[0]}) > 1
-    for a, b in zip(side[0], alone[0]):
-        for k in a:
-            assert a[k] == pytest.approx(b[k], abs=1e-6), k
-    for a, b in zip(side[1]["personal"], alone[1]["personal"]):
-        for k in a:
-            torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert_trained_alike(side, alone)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from learning_helpers import from_arrays
+from learning_helpers import assert_trained_alike, ditto_host, from_arrays
 
 from fedrepro.learning import batched_mlp, engine
 from fedrepro.learning.models import MLP
@@ -130,16 +130,10 @@ def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     models, to float32 rounding. With a set's lambdas differing between clients the columns are not packed, nor
     where the sets cannot step together (FedHDP at r = 0 personalizes only its opt-out clients: packing the global
     model's copies alone was no faster than their dense step in client blocks, benchmarks/RESULTS.md)."""
-    from fedrepro.learning.dp_fedavg_adaptive import DPFedAvgAdaptive
-    from fedrepro.papers.fedhdp.fedhdp import FedHDP
 
     def make():
-        clip = {"init": 0.5, "quantile": 0.5, "lr": 0.2, "count_std": 1.0}
-        if name.startswith("fedhdp"):
-            lams = [0.1, (0.5, 0.05)] if "mixed" in name else [0.1, 0.5]
-            r = 0.0 if "r = 0" in name else 0.5
-            return FedHDP(private=np.arange(8) % 4 != 1, r=r, noise_multiplier=0.5, clip=clip, lams=lams)
-        return DPFedAvgAdaptive(noise_multiplier=0.5, clip=clip, lams=[0.1, 1.0], weight_decay=1e-3)
+        lams = [0.1, (0.5, 0.05)] if "mixed" in name else [0.1, 0.5]
+        return ditto_host(name.split()[0], lams=lams, r=0.0 if "r = 0" in name else 0.5)
 
     data = sparse_images()
     kw = dict(rounds=3, batch_size=5, lr=0.2, tau=3, clients_per_round=4, seed=3, eval_every=1)
@@ -157,12 +151,7 @@ def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     alg = make()
     plain = engine.train(alg, data, lambda: MLP(64, 4, (16,)), input_support=False, **kw), alg.final_models()
     assert len(calls) == (0 if unpacked else 9) and len({h["test_acc"] for h in packed[0]}) > 1
-    for a, b in zip(packed[0], plain[0]):
-        for k in a:
-            assert a[k] == pytest.approx(b[k], abs=1e-6), k
-    for a, b in zip(packed[1]["personal"], plain[1]["personal"]):
-        for k in a:
-            torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert_trained_alike(packed, plain)
 
 
 def test_client_data_gives_each_clients_nonzero_inputs():
