@@ -90,7 +90,7 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0) -> dict |
     step side by side on packed columns (:func:`packed_width`; fedrepro.learning.batched_mlp.pack_columns); 1: every
     input. FedHDP at r = 0 personalizes only its opt-out clients, so its sets step one at a time over every input:
     the local copies of all K clients, the personal sets of the K n_opt_out / n_clients expected opt-out ones."""
-    from fedrepro.papers.fedhdp.experiments.training import shared_trainings, trained
+    from fedrepro.papers.fedhdp.experiments.training import personalizes_opt_out_only, shared_trainings, trained
 
     model = params.get("model", {})
     if model.get("name") != "mlp" or not {"clients_per_round", "local_steps", "n_params"} <= set(metrics):
@@ -106,9 +106,7 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0) -> dict |
     opt_out = metrics.get("n_opt_out", 0) / metrics["n_clients"] if metrics.get("n_clients") else 0.0
     shared = shared_trainings(params)
     methods = [s for n, s in trained(params).items() if n not in shared]
-    alone = [
-        s for s in methods if s["algorithm"] == "fedhdp" and s.get("r") == 0 and s.get("r0_population") != "nonprivate"
-    ]
+    alone = [s for s in methods if personalizes_opt_out_only(s)]
     together = len(methods) - len(alone)
     per_round = (
         together * K * steps * (1 + lams) * B * packed + len(alone) * K * steps * (1 + lams * opt_out) * B * per_example

@@ -198,7 +198,7 @@ def sgd_steps_side_by_side(
         _, loss, dz = _backward(model, p, out, [h0, *inputs], y, (lr, wd), prox, inplace=True, stop=1)
         dz1[:, :, cols] = dz
         _step(p[b1], (lr, wd), prox, b1, True, grad=dz.sum(1))
-        _decay(p[w1], lr, wd, prox, w1)
+        _step(p[w1], (lr, wd), prox, w1, True)  # the decay and the pull; the shared product below adds - lr g
         losses.append(loss)
     weights.baddbmm_(dz1.transpose(1, 2), h0, alpha=-lr)
     return losses
@@ -295,7 +295,9 @@ def sgd_steps_packed(
         c, e = packed.scale[s], packed.shift[s]
         lam = 0.0
         if prox is not None:
-            lam = _one_lambda(prox[0])
+            lam = one_lambda(prox[0])
+            if lam is None:
+                raise ValueError("packed columns need one lambda for every client of a set")
             anchor = prox[1][w1]
             if packed.anchors[s] is None:
                 packed.anchors[s] = anchor
@@ -329,15 +331,10 @@ def sgd_steps_packed(
     return losses
 
 
-def _one_lambda(lam: Tensor) -> float:
-    if not (lam.numel() and bool(lam.min() == lam.max())):
-        raise ValueError("packed columns need one lambda for every client of a set")
-    return float(lam[0])
-
-
-def _decay(p: Tensor, lr: float, wd: float, prox: tuple[Tensor, Params] | None, name: str) -> None:
-    """In place, the step's terms other than the loss gradient: ``p - lr (wd p + lam_k (p - anchor))``."""
-    _step(p, (lr, wd), prox, name, inplace=True)
+def one_lambda(lam: Tensor) -> float | None:
+    """The lambda every client of ``lam`` (K,) shares: the step's decay is then a scalar; None where they differ
+    (or there are none)."""
+    return float(lam[0]) if lam.numel() and bool(lam.min() == lam.max()) else None
 
 
 def _step(
@@ -351,7 +348,7 @@ def _step(
 ) -> Tensor:
     """``p - lr (g + wd p + lam_k (p - anchor))`` with the loss gradient g given as ``grad`` or as the batched
     product ``product[0] @ product[1]``, formed inside ``baddbmm_`` and never written out; with neither, g = 0 (the
-    decay and the pull alone, :func:`_decay`). One lambda for every client (FedHDP's lambda_p = lambda_np) keeps the
+    decay and the pull alone). One lambda for every client (FedHDP's lambda_p = lambda_np) keeps the
     decay a scalar, folded into the product's beta."""
     lr, wd = sgd
     t = p if inplace else p.clone()
@@ -367,8 +364,8 @@ def _step(
         return descend(1 - lr * wd)
     lam, anchor = prox
     a = anchor[name].unsqueeze(0)
-    if lam.numel() and bool(lam.min() == lam.max()):
-        lam0 = float(lam[0])
+    lam0 = one_lambda(lam)
+    if lam0 is not None:
         if product is None and grad is None and not wd:
             return t.lerp_(a.expand_as(t), lr * lam0)  # one pass over the weights: t + lr lam (anchor - t)
         return descend(1 - lr * (wd + lam0)).add_(a, alpha=lr * lam0)
@@ -383,6 +380,7 @@ __all__ = [
     "forward",
     "layer_names",
     "logits",
+    "one_lambda",
     "pack_columns",
     "sgd_steps_packed",
     "sgd_steps_side_by_side",

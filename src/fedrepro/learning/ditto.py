@@ -131,7 +131,7 @@ class Ditto:
         laid = batched_mlp.side_by_side(net.model, [local, *st.working])
         st.working = laid[1:]
         support = net.input_support()
-        if support is not None and all(bool(lam.min() == lam.max()) for lam in st.lams):
+        if support is not None and all(batched_mlp.one_lambda(lam) is not None for lam in st.lams):
             st.packed = batched_mlp.pack_columns(net.model, laid, support[st.working_idx])
         return laid[0]
 
@@ -197,7 +197,7 @@ class Ditto:
         change the last bit of the models."""
         if not st.working:
             return 0
-        if any(bool(lam.min() != lam.max()) for lam in st.lams if len(lam)):
+        if any(batched_mlp.one_lambda(lam) is None for lam in st.lams if len(lam)):
             return None
         return len(st.working) * param_bytes(st.anchor)
 

@@ -427,12 +427,14 @@ def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str])
     print(f"[fedrepro] {ctx.exp_id}: {len(names)} methods in {workers} processes", flush=True)
     # the shortest last, so that no long method starts alone at the end: FedHDP at r = 0 (its clients drawn from
     # all) personalizes only the opt-out ones and takes about half a method's time on non-IID MNIST
-    order = sorted(names, key=lambda n: _personalizes_opt_out_only(p["methods"][n]))
+    order = sorted(names, key=lambda n: personalizes_opt_out_only(p["methods"][n]))
     done = map_in_processes(_method_in_worker, [(p, ctx, seed, n) for n in order], workers)
     return {k: t for part in done for k, t in part.items()}
 
 
-def _personalizes_opt_out_only(spec: dict) -> bool:
+def personalizes_opt_out_only(spec: dict) -> bool:
+    """Whether a method is FedHDP at r = 0 with its clients drawn from all: only the opt-out ones personalize, so its
+    personal sets step for a few clients, one set at a time."""
     return spec["algorithm"] == "fedhdp" and spec.get("r") == 0 and spec.get("r0_population", "all") == "all"
 
 
