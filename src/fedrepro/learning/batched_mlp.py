@@ -115,7 +115,8 @@ def _backward(
     parameters after the step, the losses, and the gradient of z_{stop-1}: None for stop = 0). ``inputs[i]`` is
     layer i's input h_{i-1}."""
     K, B = y.shape
-    log_q = torch.log_softmax(out, -1)
+    # over dim 1 of the (K, C, B) view: PyTorch's CPU kernel over a last dim of a few classes runs ~4x slower
+    log_q = torch.log_softmax(out.transpose(1, 2), 1).transpose(1, 2)
     losses = log_q.gather(-1, y[:, :, None]).mean((1, 2)).neg_()
     dz = log_q.exp_()
     dz.scatter_add_(-1, y[:, :, None], dz.new_full((1, 1, 1), -1.0).expand(K, B, 1))
