@@ -40,8 +40,10 @@ def decays_for(anchor, lam: float = 0.7):
     return [(0.01, None), (0.0, (uniform, anchor)), (0.01, (uniform, anchor)), (0.0, (uniform * 0.1, anchor))]
 
 
-def run_both(support_used=None, lr: float = 0.3, lam: float = 0.7):
-    """The same STEPS steps side by side and on packed columns: (losses, sets) of each."""
+def run_both(support_used=None, lr: float = 0.3, lam: float = 0.7, looked_up=None):
+    """The same STEPS steps side by side and on packed columns: (losses, sets) of each. ``looked_up(step)``: the
+    packed steps look x A^T up in the anchor's products of each client's training rows (every minibatch's rows, in
+    order), at the minibatch's positions ``looked_up(step)`` (K, B)."""
     model, sets, support, xs, ys, anchor = sparse_clients()
     decays = decays_for(anchor, lam)
     copy = lambda: [{k: v.clone() for k, v in p.items()} for p in sets]  # noqa: E731 (the steps write in place)
@@ -49,10 +51,13 @@ def run_both(support_used=None, lr: float = 0.3, lam: float = 0.7):
     packed_sets = batched_mlp.side_by_side(model, copy())
     packed = batched_mlp.pack_columns(model, packed_sets, support if support_used is None else support_used)
     assert packed is not None and packed.width == 16
+    if looked_up is not None:
+        batched_mlp.look_up_rows(model, packed, torch.cat(xs, 1), anchor)
     out_plain, out_packed = [], []
-    for x, y in zip(xs, ys):
+    for step, (x, y) in enumerate(zip(xs, ys)):
+        rows = None if looked_up is None else looked_up(step)
         out_plain.append(batched_mlp.sgd_steps_side_by_side(model, plain, x, y, lr, decays))
-        out_packed.append(batched_mlp.sgd_steps_packed(model, packed_sets, packed, x, y, lr, decays))
+        out_packed.append(batched_mlp.sgd_steps_packed(model, packed_sets, packed, x, y, lr, decays, rows))
     batched_mlp.unpack_columns(packed)
     return (out_plain, plain), (out_packed, packed_sets), packed
 
@@ -81,6 +86,24 @@ def test_packed_steps_rescale_a_set_whose_scale_runs_low(monkeypatch):
     plain, packed, p = run_both(lr=0.5, lam=1.5)
     assert p.scale[1] == 1.0 and p.shift[1] == 0.0  # rescaled at the last step (0.25 < 0.5)
     assert_same(plain, packed)
+
+
+def minibatch_positions(step: int, shift: int = 0) -> torch.Tensor:
+    """Each client's rows of minibatch ``step`` among all STEPS minibatches' rows (``shift``: off by that many)."""
+    return (torch.arange(step * B, (step + 1) * B) + shift).expand(K, B) % (STEPS * B)
+
+
+def test_packed_steps_that_look_the_anchors_products_up_equal_the_side_by_side_steps():
+    """The packed inputs and x A^T looked up in the clients' training rows (batched_mlp.look_up_rows), as Ditto
+    does once a round, in place of a gather and a GEMM at each step: the same steps in float64. Looked up one row
+    off, they differ."""
+    plain, packed, _ = run_both(looked_up=minibatch_positions)
+    assert_same(plain, packed)
+    _, off, _ = run_both(looked_up=lambda step: minibatch_positions(step, shift=1))
+    with pytest.raises(AssertionError):
+        assert_same(plain, off)
+    with pytest.raises(ValueError, match="one per minibatch example"):
+        run_both(looked_up=lambda step: minibatch_positions(step)[:, :-1])
 
 
 def test_the_packed_comparison_fails_where_a_support_leaves_out_an_input_a_client_uses():
@@ -140,17 +163,17 @@ def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     real, calls = batched_mlp.sgd_steps_packed, []
 
     def counted(*a, **k):
-        calls.append(1)
+        calls.append(a[7] is not None)  # the step looked the anchor's products up (given its rows)
         return real(*a, **k)
 
     monkeypatch.setattr(batched_mlp, "sgd_steps_packed", counted)
     alg = make()
     packed = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
     unpacked = "mixed" in name or "r = 0" in name
-    assert len(calls) == (0 if unpacked else 3 * 3)
+    assert calls == ([] if unpacked else [True] * 3 * 3)
     alg = make()
     plain = engine.train(alg, data, lambda: MLP(64, 4, (16,)), input_support=False, **kw), alg.final_models()
-    assert len(calls) == (0 if unpacked else 9) and len({h["test_acc"] for h in packed[0]}) > 1
+    assert len(calls) == (0 if unpacked else 9) and len({h["test_acc"] for h in packed[0]}) > 1  # none without
     assert_trained_alike(packed, plain)
 
 
@@ -165,6 +188,38 @@ def test_client_data_gives_each_clients_nonzero_inputs():
         x, _ = data.gather(rows[k][mask[k]])
         torch.testing.assert_close(support[k], (x.flatten(1) != 0).any(0))
         assert int(support[k].sum()) == 32
+
+
+@pytest.mark.parametrize("block_bytes", [0, 1])
+def test_each_local_step_sees_the_rows_of_its_minibatch(block_bytes):
+    """``Net.minibatch_rows`` (what Ditto looks the anchor's products up by) holds, during each local step, the
+    dataset rows whose features and labels the step was given, with every client at once and a client at a time
+    (client blocks); outside the steps it is None. ClientData.positions places them in client_rows."""
+    from fedrepro.learning.data import ClientData
+    from fedrepro.learning.fedavg import FedAvg
+
+    data = ClientData(sparse_images())
+    seen = []
+
+    class Probe(FedAvg):
+        def local_step(self, state, x, y, selected, lr):
+            rows = state.net.minibatch_rows
+            gx, gy = data.gather(rows)
+            assert torch.equal(gx, x) and torch.equal(gy, y)
+            on_rows = data.client_rows(selected.numpy())[np.arange(len(rows))[:, None], data.positions(rows)]
+            assert (on_rows == rows).all()
+            seen.append(rows.shape)
+            return super().local_step(state, x, y, selected, lr)
+
+        def sync(self, state, selected):
+            assert state.net.minibatch_rows is None
+            super().sync(state, selected)
+
+        block_bytes = lambda self, state: 1  # noqa: E731 (a client a block, where the engine is given blocks)
+
+    kw = dict(rounds=2, batch_size=5, lr=0.2, tau=3, clients_per_round=4, seed=3, block_bytes=block_bytes)
+    engine.train(Probe(), data, lambda: MLP(64, 4, (16,)), **kw)
+    assert seen == ([(4, 5)] * 6 if block_bytes == 0 else [(1, 5)] * 24)
 
 
 def test_a_host_that_reads_its_copies_without_unpacking_them_is_stopped(monkeypatch):

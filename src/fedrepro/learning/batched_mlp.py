@@ -227,6 +227,11 @@ class Packed:
     scale: list[float]
     shift: list[float]
     anchors: list[Tensor | None]  # set s's anchor (out, F), in the inputs' own order, once a step pulled to one
+    # each client's R training rows, packed (K, R, width), and an anchor A (out, F) with their products x A^T
+    # (K, R, out) (:func:`look_up_rows`): a step given its minibatch's ``rows`` takes its inputs and their x A^T
+    # from these instead of gathering the packed columns and forming x A^T, where a set's anchor is that A
+    inputs_rows: Tensor | None = None
+    anchor_rows: tuple[Tensor, Tensor] | None = None
 
 
 def pack_columns(model: MLP, sets: list[Params], support: Tensor) -> Packed | None:
@@ -274,18 +279,26 @@ def sgd_steps_packed(
     y: Tensor,
     lr: float,
     decays: list[tuple[float, tuple[Tensor, Params] | None]],
+    rows: Tensor | None = None,
 ) -> list[Tensor]:
     """:func:`sgd_steps_side_by_side` on first layers packed by :func:`pack_columns`: the same step in real
     arithmetic, its first-layer products over the clients' supports only. Set s's true first layer W_s = c_s V_s +
     e_s A_s (V_s stored, A_s its anchor): its pre-activation is c_s (x V_s^T) + e_s (x A_s^T) + b_s, and the step
     ``W_s (1 - lr (wd_s + lam_s)) + lr lam_s A_s - lr g`` is c_s' = (1 - lr (wd_s + lam_s)) c_s, e_s' = (1 - lr
     (wd_s + lam_s)) e_s + lr lam_s and V_s - (lr / c_s') g, so only the loss gradient g touches the weights (one
-    product for all sets). One lambda for every client of a set (a scalar decay). Each set's losses returned."""
+    product for all sets). One lambda for every client of a set (a scalar decay). ``rows`` (K, B): the minibatch's
+    rows among the clients' training rows of :func:`look_up_rows`, whose packed inputs and x A^T the step then looks
+    up. Each set's losses returned."""
     w1, b1 = layer_names(model)[0]
     K, B = y.shape
+    if rows is not None and rows.shape != (K, B):
+        raise ValueError(f"rows {tuple(rows.shape)}: one per minibatch example, {(K, B)}")
     n = sets[0][w1].shape[1]
     h0 = x.flatten(2)
-    xc = torch.gather(h0, 2, packed.perm[:, None, : packed.width].expand(K, B, packed.width))
+    if rows is not None and packed.inputs_rows is not None:
+        xc = _looked_up(packed.inputs_rows, rows)
+    else:
+        xc = torch.gather(h0, 2, packed.perm[:, None, : packed.width].expand(K, B, packed.width))
     W = packed.weights[:, :, : packed.width]
     z1 = torch.bmm(xc, W.transpose(1, 2))  # (K, B, S x out): every set's x V_s^T
     dz1 = torch.empty_like(z1)
@@ -310,7 +323,7 @@ def sgd_steps_packed(
         if e:
             a = packed.anchors[s]
             if id(a) not in through_anchor:
-                through_anchor[id(a)] = torch.matmul(h0, a.t())
+                through_anchor[id(a)] = _through_anchor(packed, a, h0, rows)
             h.add_(through_anchor[id(a)], alpha=e)
         h = h.add_(p[b1].unsqueeze(1)).clamp_min_(0)
         out, inputs = forward(model, p, h, start=1)
@@ -330,6 +343,34 @@ def sgd_steps_packed(
         losses.append(loss)
     W.baddbmm_(dz1.transpose(1, 2), xc, alpha=-lr)
     return losses
+
+
+def look_up_rows(model: MLP, packed: Packed, x: Tensor, anchor: Params | None = None) -> None:
+    """Let :func:`sgd_steps_packed` look its minibatches up in each client's training rows x (K, R, ...) instead of
+    computing from them at every step: their inputs in the packed column order (the columns a step takes) and, with
+    ``anchor`` (one parameter set; a set whose anchor it is), their product with its first layer, x A^T. Once a
+    round: the clients' R rows are a few times a step's B (FedHDP's MNIST clients: ~27 rows, B = 20, 50 steps)."""
+    h = x.flatten(2)
+    K, R, _ = h.shape
+    packed.inputs_rows = torch.gather(h, 2, packed.perm[:, None, : packed.width].expand(K, R, packed.width))
+    if anchor is not None:
+        a = anchor[layer_names(model)[0][0]]
+        packed.anchor_rows = a, torch.matmul(h, a.t())
+
+
+def _looked_up(table: Tensor, rows: Tensor) -> Tensor:
+    """``table[k, rows[k, b]]`` for every k and b: (K, B, d) of a (K, R, d) table, as whole-row copies."""
+    K, R, d = table.shape
+    flat = (rows + torch.arange(K, device=rows.device)[:, None] * R).reshape(-1)
+    return table.reshape(K * R, d).index_select(0, flat).reshape(*rows.shape, d)
+
+
+def _through_anchor(packed: Packed, a: Tensor, h0: Tensor, rows: Tensor | None) -> Tensor:
+    """x A^T (K, B, out) of the minibatch h0 (K, B, F): looked up where ``packed.anchor_rows`` holds A's products
+    of the clients' training rows and ``rows`` says which, else one GEMM."""
+    if rows is None or packed.anchor_rows is None or packed.anchor_rows[0] is not a:
+        return torch.matmul(h0, a.t())
+    return _looked_up(packed.anchor_rows[1], rows)
 
 
 def one_lambda(lam: Tensor) -> float | None:
@@ -381,6 +422,7 @@ __all__ = [
     "forward",
     "layer_names",
     "logits",
+    "look_up_rows",
     "one_lambda",
     "pack_columns",
     "sgd_steps_packed",

@@ -157,6 +157,16 @@ class ClientData:
             out[a : a + step] = ((x.flatten(2) != 0) & real[:, :, None]).any(1)
         return out
 
+    def client_rows(self, clients: np.ndarray, split: str = "train") -> np.ndarray:
+        """(len(clients), R) each client's rows of ``split`` in order, padded with its first row to the most any
+        of them holds (R): row ``r`` of client ``c`` sits at column :meth:`positions` (r)."""
+        rows, mask = self.ds.padded_rows(split, np.asarray(clients, dtype=np.int64), pad=0)
+        return np.where(mask, rows, rows[:, :1])
+
+    def positions(self, rows: np.ndarray, split: str = "train") -> np.ndarray:
+        """Each of ``rows``' column in its client's :meth:`client_rows` of ``split``."""
+        return rows - self.ds.offsets(split)[self.ds.client_id[rows]]
+
     def sample(
         self, clients: np.ndarray, batch_size: int, rng: np.random.Generator, split: str = "train"
     ) -> tuple[Tensor, Tensor]:

@@ -133,6 +133,9 @@ class Ditto:
         support = net.input_support()
         if support is not None and all(batched_mlp.one_lambda(lam) is not None for lam in st.lams):
             st.packed = batched_mlp.pack_columns(net.model, laid, support[st.working_idx])
+        if st.packed is not None and net.train_data is not None:  # steps look their minibatches up: step_with
+            x, _ = net.train_data.gather(net.train_data.client_rows(st.working_idx.cpu().numpy()))
+            batched_mlp.look_up_rows(net.model, st.packed, x, st.anchor)
         return laid[0]
 
     def unpack(self, st: DittoState) -> None:
@@ -153,7 +156,11 @@ class Ditto:
             return None
         decays = [(weight_decay, None)] + [(self.weight_decay, (lam, st.anchor)) for lam in st.lams]
         if st.packed is not None:
-            return batched_mlp.sgd_steps_packed(net.model, [local, *st.working], st.packed, x, y, lr, decays)[0]
+            rows = None
+            if st.packed.inputs_rows is not None and net.minibatch_rows is not None:
+                rows = torch.from_numpy(net.train_data.positions(net.minibatch_rows)).to(x.device)
+            sets = [local, *st.working]
+            return batched_mlp.sgd_steps_packed(net.model, sets, st.packed, x, y, lr, decays, rows)[0]
         losses = batched_mlp.sgd_steps_side_by_side(net.model, [local, *st.working], x, y, lr, decays)
         return None if losses is None else losses[0]
 

@@ -540,6 +540,7 @@ def _blocks_declared_with_local_step(cls: type) -> bool:
 def _local_steps_in_blocks(
     algorithm: Algorithm,
     state: Any,
+    net: Net,
     data: ClientData,
     sel_np: np.ndarray,
     selected: Tensor,
@@ -557,7 +558,8 @@ def _local_steps_in_blocks(
         sub = algorithm.client_block(state, part)
         for s, step_lr in enumerate(lrs):
             x, y = data.gather(rows[s][part])
-            parts[s].append(algorithm.local_step(sub, x, y, selected[part], step_lr))
+            with net.drawing(rows[s][part]):
+                parts[s].append(algorithm.local_step(sub, x, y, selected[part], step_lr))
         algorithm.merge_client_block(state, sub, part)
     return [torch.cat(p).mean() for p in parts]
 
@@ -648,7 +650,7 @@ def train(
             gemm=gemm,
         )
         if input_support and net.vectorize and net.formulation is batched_mlp:
-            net.support_source = functools.partial(data.nonzero_features, "train")
+            net.train_data = data
         state = algorithm.init_state(net, m, generator)
         t, loss_sum, loss_n, start = 0, 0.0, 0, 1
         round_losses: list[float] = []  # each round's train_loss since the last evaluation
@@ -685,13 +687,15 @@ def train(
                 block = _block_clients(algorithm, state, block_budget)
                 if block is not None and len(sel_np) > block:
                     losses = _local_steps_in_blocks(
-                        algorithm, state, data, sel_np, selected, lrs, rows_per_step, rng, block
+                        algorithm, state, net, data, sel_np, selected, lrs, rows_per_step, rng, block
                     )
                 else:
                     losses = []
                     for step_lr in lrs:
-                        x, y = data.sample(sel_np, rows_per_step, rng)  # (K, B, ...) and (K, B)
-                        losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
+                        rows = data.sample_rows(sel_np, rows_per_step, rng)
+                        x, y = data.gather(rows)  # (K, B, ...) and (K, B)
+                        with net.drawing(rows):
+                            losses.append(algorithm.local_step(state, x, y, selected, step_lr).mean())
                         if len(rest_np):
                             xu, yu = data.sample(rest_np, rows_per_step, rng)
                             algorithm.unsampled_step(state, xu, yu, rest, step_lr)

@@ -8,9 +8,11 @@ apart from the engine so that checkpoints (which rebuild a Net rather than save 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
@@ -18,6 +20,9 @@ from torch.nn import functional as F
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from fedrepro.learning import batched_cnn, batched_mlp
+
+if TYPE_CHECKING:
+    from fedrepro.learning.data import ClientData
 
 Params = dict[str, Tensor]
 
@@ -39,9 +44,10 @@ class Net:
     cross-entropy of integer labels. A protocol with another loss (PPSGD's squared loss) sets it; the hand-written
     formulations compute only the cross-entropy, so they are off then.
 
-    ``support_source``: a zero-argument callable giving each client's input support, the (n_clients, features) bool
-    of the inputs its training examples can make nonzero (the engine sets it to
-    :meth:`~fedrepro.learning.data.ClientData.nonzero_features`); :meth:`input_support` asks it once."""
+    ``train_data``: the clients' training data (a :class:`~fedrepro.learning.data.ClientData`), where a formulation
+    may take something from it ahead of the steps; the engine sets it on the batched MLP formulation
+    (``engine.train(input_support=True)``). :meth:`input_support` then gives each client's input support, and during
+    each local step ``minibatch_rows`` holds the dataset rows of the step's minibatch (:meth:`drawing`)."""
 
     def __init__(
         self,
@@ -69,14 +75,27 @@ class Net:
             )
         self.gemm = gemm
         self.formulation = formulation if gemm else None
-        self.support_source: Callable[[], Tensor] | None = None
+        self.train_data: ClientData | None = None
+        self.minibatch_rows: np.ndarray | None = None
         self._support: Tensor | None = None
 
     def input_support(self) -> Tensor | None:
-        """Each client's input support (``support_source``, asked once), or None where no source is set."""
-        if self._support is None and self.support_source is not None:
-            self._support = self.support_source()
+        """Each client's input support, the (n_clients, features) bool of the inputs its training examples can make
+        nonzero (``train_data``'s :meth:`~fedrepro.learning.data.ClientData.nonzero_features`, asked once), or None
+        where the net has no ``train_data``."""
+        if self._support is None and self.train_data is not None:
+            self._support = self.train_data.nonzero_features("train")
         return self._support
+
+    @contextmanager
+    def drawing(self, rows: np.ndarray) -> Iterator[None]:
+        """``minibatch_rows`` set to ``rows`` (K, B), the dataset rows of the minibatch the local step inside trains
+        on, and back to None after it: what the engine wraps each local step in."""
+        self.minibatch_rows = rows
+        try:
+            yield
+        finally:
+            self.minibatch_rows = None
 
     def params(self) -> Params:
         """A detached copy of the template's parameters (one client, no client axis)."""
