@@ -93,15 +93,35 @@ def minibatch_positions(step: int, shift: int = 0) -> torch.Tensor:
     return (torch.arange(step * B, (step + 1) * B) + shift).expand(K, B) % (STEPS * B)
 
 
-def test_packed_steps_that_look_the_anchors_products_up_equal_the_side_by_side_steps():
+@pytest.mark.parametrize("dual", [False, True], ids=["weights", "rows' coefficients"])
+@pytest.mark.parametrize("rebase", [False, True], ids=["", "rescaled"])
+def test_packed_steps_that_look_their_rows_up_equal_the_side_by_side_steps(dual, rebase, monkeypatch):
     """The packed inputs and x A^T looked up in the clients' training rows (batched_mlp.look_up_rows), as Ditto
-    does once a round, in place of a gather and a GEMM at each step: the same steps in float64. Looked up one row
-    off, they differ."""
-    plain, packed, _ = run_both(looked_up=minibatch_positions)
+    does once a round, in place of a gather and a GEMM at each step; and with the weights' changes kept as the rows'
+    coefficients (batched_mlp.Dual, here 30 rows against a width of 16), with a set rescaled mid-round too: the same
+    steps in float64. Looked up one row off, they differ."""
+    monkeypatch.setattr(batched_mlp, "DUAL_MAX", 2.0 if dual else 0.0)
+    kw = dict(lr=0.5, lam=1.5) if rebase else {}
+    if rebase:
+        monkeypatch.setattr(batched_mlp, "REBASE", 0.5)
+    plain, packed, p = run_both(looked_up=minibatch_positions, **kw)
+    assert (p.dual is None) and (p.scale[1] == 1.0 if rebase else p.scale[1] < 1)  # unpacked; rescaled or not
     assert_same(plain, packed)
-    _, off, _ = run_both(looked_up=lambda step: minibatch_positions(step, shift=1))
+    _, off, _ = run_both(looked_up=lambda step: minibatch_positions(step, shift=1), **kw)
     with pytest.raises(AssertionError):
         assert_same(plain, off)
+
+
+def test_rows_kept_as_coefficients_only_where_they_are_few_against_the_width(monkeypatch):
+    model, sets, support, xs, ys, anchor = sparse_clients()
+    for dual_max, kept in [(30 / 16, True), (29 / 16, False)]:  # 30 rows, a width of 16
+        monkeypatch.setattr(batched_mlp, "DUAL_MAX", dual_max)
+        packed = batched_mlp.pack_columns(model, batched_mlp.side_by_side(model, sets), support)
+        batched_mlp.look_up_rows(model, packed, torch.cat(xs, 1), anchor)
+        assert (packed.dual is not None) == kept
+
+
+def test_packed_steps_given_rows_of_another_shape_are_stopped():
     with pytest.raises(ValueError, match="one per minibatch example"):
         run_both(looked_up=lambda step: minibatch_positions(step)[:, :-1])
 
@@ -146,7 +166,10 @@ def sparse_images(n_clients: int = 8, n_train: int = 20, n_test: int = 12, seed:
     return from_arrays([block(c, n_train) for c in classes], [block(c, n_test) for c in classes], n_classes=4)
 
 
-@pytest.mark.parametrize("name", ["dp_fedavg_adaptive", "fedhdp", "fedhdp mixed lambdas", "fedhdp r = 0"])
+@pytest.mark.parametrize(
+    "name",
+    ["dp_fedavg_adaptive", "fedhdp", "fedhdp rows", "dp_fedavg_adaptive rows", "fedhdp mixed lambdas", "fedhdp r = 0"],
+)
 def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     """DP-FedAvg (adaptive clip, weight decay) and FedHDP with Ditto's sets step on packed columns at every step of
     every round (with one lambda a set) and train as with the engine's ``input_support`` off: the same history and
@@ -161,16 +184,18 @@ def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     data = sparse_images()
     kw = dict(rounds=3, batch_size=5, lr=0.2, tau=3, clients_per_round=4, seed=3, eval_every=1)
     real, calls = batched_mlp.sgd_steps_packed, []
+    rows = "rows" in name  # the weights' changes kept as coefficients of the clients' 20 rows (a width of 32)
+    monkeypatch.setattr(batched_mlp, "DUAL_MAX", 1.0 if rows else 0.5)
 
     def counted(*a, **k):
-        calls.append(a[7] is not None)  # the step looked the anchor's products up (given its rows)
+        calls.append((a[7] is not None, a[2].dual is not None))  # the step was given its rows; it kept the dual
         return real(*a, **k)
 
     monkeypatch.setattr(batched_mlp, "sgd_steps_packed", counted)
     alg = make()
     packed = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
     unpacked = "mixed" in name or "r = 0" in name
-    assert calls == ([] if unpacked else [True] * 3 * 3)
+    assert calls == ([] if unpacked else [(True, rows)] * 3 * 3)
     alg = make()
     plain = engine.train(alg, data, lambda: MLP(64, 4, (16,)), input_support=False, **kw), alg.final_models()
     assert len(calls) == (0 if unpacked else 9) and len({h["test_acc"] for h in packed[0]}) > 1  # none without

@@ -22,7 +22,10 @@ k (Li et al. 2021; FedHDP Alg. 2): ``W (1 - lr (wd + lam_k)) + lr lam_k anchor``
 
 Ditto's sets step side by side (:func:`side_by_side`, :func:`sgd_steps_side_by_side`), and, where a client's
 inputs are zero outside its support (MNIST's pixels), on first layers packed by the clients' supports
-(:func:`pack_columns`, :func:`sgd_steps_packed`, :func:`unpack_columns`).
+(:func:`pack_columns`, :func:`sgd_steps_packed`, :func:`unpack_columns`). Where each client has few training rows
+against the packed width (FedHDP's MNIST clients: ~27 rows, ~460 columns), a round's changes to the first layer are
+kept as coefficients of those rows (:class:`Dual`, :func:`look_up_rows`): a minibatch's rows are some of them, so
+its products are read off their products with the round's starting weights and with each other.
 
 The numbers differ from the module's by float32 summation order only (tests: gradients and steps against autograd
 in float64, and the engine's histories with and without this path).
@@ -209,6 +212,8 @@ def sgd_steps_side_by_side(
 REBASE = 2.0**-14
 #: columns are packed only where the widest selected client's support is at most this fraction of the inputs
 PACK_MAX = 0.8
+#: a packed step's products take the clients' training rows (Dual) where there are at most this fraction of its width
+DUAL_MAX = 0.5
 
 
 @dataclass
@@ -232,6 +237,21 @@ class Packed:
     # from these instead of gathering the packed columns and forming x A^T, where a set's anchor is that A
     inputs_rows: Tensor | None = None
     anchor_rows: tuple[Tensor, Tensor] | None = None
+    dual: Dual | None = None  # the weights' changes kept as coefficients of the clients' rows (look_up_rows)
+
+
+@dataclass
+class Dual:
+    """Stored first-layer weights of the round kept as V = V0 - C^T X (:func:`look_up_rows`): V0 the stored weights
+    when the round's steps began (left unchanged until :func:`unpack_columns`), X (K, R, width) each client's R
+    training rows in packed column order (``Packed.inputs_rows``), C (K, R, S x out) the coefficients the steps add
+    to. A step's loss gradient dz^T x changes V only in the span of its minibatch's rows, which are rows of X, so it
+    adds lr dz (/ c) to those rows' coefficients; its inputs' products are x V^T = x V0^T - (x X^T) C, read off
+    ``base`` = X V0^T and ``gram`` = X X^T. A step then takes products over the R rows instead of the width."""
+
+    gram: Tensor  # (K, R, R): X X^T
+    base: Tensor  # (K, R, S x out): X V0^T
+    coef: Tensor  # (K, R, S x out): C
 
 
 def pack_columns(model: MLP, sets: list[Params], support: Tensor) -> Packed | None:
@@ -259,6 +279,9 @@ def unpack_columns(packed: Packed) -> None:
     """In place: the packed first layers back in the inputs' order and at their true values (the sets' own
     tensors, views of ``packed.weights``, hold them again)."""
     W = packed.weights
+    if packed.dual is not None:  # V = V0 - C^T X
+        W[:, :, : packed.width].baddbmm_(packed.dual.coef.transpose(1, 2), packed.inputs_rows, alpha=-1)
+        packed.dual = None
     n = W.shape[1] // len(packed.scale)
     inverse = torch.argsort(packed.perm, dim=1)
     true = torch.gather(W, 2, inverse[:, None, :].expand_as(W))
@@ -295,12 +318,16 @@ def sgd_steps_packed(
         raise ValueError(f"rows {tuple(rows.shape)}: one per minibatch example, {(K, B)}")
     n = sets[0][w1].shape[1]
     h0 = x.flatten(2)
-    if rows is not None and packed.inputs_rows is not None:
-        xc = _looked_up(packed.inputs_rows, rows)
-    else:
-        xc = torch.gather(h0, 2, packed.perm[:, None, : packed.width].expand(K, B, packed.width))
+    dual = packed.dual if rows is not None else None
     W = packed.weights[:, :, : packed.width]
-    z1 = torch.bmm(xc, W.transpose(1, 2))  # (K, B, S x out): every set's x V_s^T
+    if dual is not None:  # every set's x V_s^T = x V0^T - (x X^T) C
+        z1 = torch.baddbmm(_looked_up(dual.base, rows), _looked_up(dual.gram, rows), dual.coef, beta=1, alpha=-1)
+    else:
+        if rows is not None and packed.inputs_rows is not None:
+            xc = _looked_up(packed.inputs_rows, rows)
+        else:
+            xc = torch.gather(h0, 2, packed.perm[:, None, : packed.width].expand(K, B, packed.width))
+        z1 = torch.bmm(xc, W.transpose(1, 2))  # (K, B, S x out): every set's x V_s^T
     dz1 = torch.empty_like(z1)
     through_anchor: dict[int, Tensor] = {}  # id of an anchor -> x A^T
     losses = []
@@ -332,30 +359,54 @@ def sgd_steps_packed(
         beta = 1 - lr * (wd + lam)
         c, e = beta * c, beta * e + lr * lam
         if abs(c) < REBASE:  # the stored weights rescaled to their true values before the product adds to them
-            stored = packed.weights[:, cols]
-            stored.mul_(c)
-            if e:
-                a = packed.anchors[s]
-                stored.add_(a[:, packed.perm].transpose(0, 1), alpha=e)
+            _rebase(packed, s, cols, c, e)
             c, e = 1.0, 0.0
         dz1[:, :, cols] = dz if c == 1 else dz / c
         packed.scale[s], packed.shift[s] = c, e
         losses.append(loss)
-    W.baddbmm_(dz1.transpose(1, 2), xc, alpha=-lr)
+    if dual is not None:  # the minibatch's rows' coefficients, lr dz / c each (a row drawn twice adds both)
+        R, width = dual.coef.shape[1:]
+        flat = (rows + torch.arange(K, device=rows.device)[:, None] * R).reshape(-1)
+        dual.coef.view(K * R, width).index_add_(0, flat, dz1.reshape(K * B, width), alpha=lr)
+    else:
+        W.baddbmm_(dz1.transpose(1, 2), xc, alpha=-lr)
     return losses
+
+
+def _rebase(packed: Packed, s: int, cols: slice, c: float, e: float) -> None:
+    """Set s's stored weights V <- c V + e A (its true weights: then c = 1, e = 0); with :class:`Dual` rows, V0 and
+    its products X V0^T take the same step and the coefficients the scale."""
+    stored = packed.weights[:, cols]
+    stored.mul_(c)
+    a = packed.anchors[s]
+    if e:
+        stored.add_(a[:, packed.perm].transpose(0, 1), alpha=e)
+    if packed.dual is not None:
+        base = packed.dual.base[:, :, cols].mul_(c)
+        if e:
+            if packed.anchor_rows is None or packed.anchor_rows[0] is not a:
+                raise ValueError(f"set {s}: rows kept as coefficients need the anchor's products of the rows")
+            base.add_(packed.anchor_rows[1], alpha=e)
+        packed.dual.coef[:, :, cols].mul_(c)
 
 
 def look_up_rows(model: MLP, packed: Packed, x: Tensor, anchor: Params | None = None) -> None:
     """Let :func:`sgd_steps_packed` look its minibatches up in each client's training rows x (K, R, ...) instead of
     computing from them at every step: their inputs in the packed column order (the columns a step takes) and, with
     ``anchor`` (one parameter set; a set whose anchor it is), their product with its first layer, x A^T. Once a
-    round: the clients' R rows are a few times a step's B (FedHDP's MNIST clients: ~27 rows, B = 20, 50 steps)."""
+    round: the clients' R rows are a few times a step's B (FedHDP's MNIST clients: ~27 rows, B = 20, 50 steps).
+    Where R is at most :data:`DUAL_MAX` of the packed width, the stored weights' changes are kept as coefficients of
+    the rows (:class:`Dual`): a step's products then take R columns, not the width (nor a pass over the weights)."""
     h = x.flatten(2)
     K, R, _ = h.shape
     packed.inputs_rows = torch.gather(h, 2, packed.perm[:, None, : packed.width].expand(K, R, packed.width))
     if anchor is not None:
         a = anchor[layer_names(model)[0][0]]
         packed.anchor_rows = a, torch.matmul(h, a.t())
+    if R <= DUAL_MAX * packed.width and packed.scale == [1.0] * len(packed.scale):
+        X = packed.inputs_rows
+        base = torch.bmm(X, packed.weights[:, :, : packed.width].transpose(1, 2))
+        packed.dual = Dual(torch.bmm(X, X.transpose(1, 2)), base, torch.zeros_like(base))
 
 
 def _looked_up(table: Tensor, rows: Tensor) -> Tensor:
@@ -417,6 +468,7 @@ def _step(
 
 
 __all__ = [
+    "Dual",
     "Packed",
     "ce_grads",
     "forward",

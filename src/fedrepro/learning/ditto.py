@@ -19,8 +19,10 @@ selected client personalizes, the host's own local copies and the personal sets 
 :meth:`step_with`): they read the same minibatch, so their first layers take one GEMM. Where the engine gives the
 clients' input supports (``Net.input_support``) and each set has one lambda for all clients, those first layers are
 packed for the round by the clients' supports (batched_mlp.pack_columns): the products leave out the inputs a
-client's examples never make nonzero. The host reads its local copies through
-:meth:`DittoAlgorithmMixin.local_models`, which unpacks them.
+client's examples never make nonzero. With the training data on the net (``Net.train_data``), the steps then look
+each minibatch up in the clients' training rows, taken once a round, and keep the round's changes to the first
+layers as coefficients of those rows where they are few (batched_mlp.look_up_rows). The host reads its local copies
+through :meth:`DittoAlgorithmMixin.local_models`, which unpacks them.
 """
 
 from __future__ import annotations
