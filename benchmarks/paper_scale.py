@@ -21,12 +21,12 @@ line also gives the run's own wall clock, which CPU-s / cores understates where 
 (a FedHDP seed's methods, split over two processes, end unevenly). ``--set KEY=VALUE`` runs every listed experiment
 with that parameter changed (e.g. ``rounds=50``: a tenth of a FedHDP seed, every method and both processes);
 ``--src DIR`` runs another checkout's code (the ``src`` of a worktree of an older commit), so that two commands,
-alternated, give a change's before and after on one machine. A
-FedHDP experiment's line is followed by the training FLOP of a round and of a seed (every method and every model set
-a Ditto method trains, the first layer over the inputs its packed columns take, ``fedhdp_round_flop``) and by the
-floor they set on this machine: the seed's FLOP at one thread's SGEMM peak (a 2048^3 product, measured at the start)
-times ``--cores``, and the fraction of that peak the measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP
-run trains its methods in two processes, as the workflow's rule does.
+alternated, give a change's before and after on one machine. A FedHDP experiment's line is followed by the training
+FLOP of a round and of a seed (every method and every model set a Ditto method trains, the first layer over the
+inputs its packed columns take or over the rows it keeps as coefficients, ``fedhdp_round_flop``) and by the floor
+they set on this machine: the seed's FLOP at one thread's SGEMM peak (a 2048^3 product, measured at the start) times
+``--cores``, and the fraction of that peak the measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP run trains
+its methods in two processes, as the workflow's rule does.
 
     python benchmarks/paper_scale.py                          # everything that is offline (hours)
     python benchmarks/paper_scale.py --only adaped.table2_fmnist adaped.table1_fmnist
@@ -81,15 +81,21 @@ def mlp_flop_per_example(dims: list[int]) -> int:
     return sum(4 * i * o for i, o in pairs) + sum(2 * i * o for i, o in pairs[1:])
 
 
-def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0) -> dict | None:
+def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0, rows: float | None = None) -> dict | None:
     """The training FLOP of one round of a FedHDP experiment (every method the run trains, every model set a Ditto
     method trains: the global model's local copy and one personal set per lambda), from its parameters and the run's
     metrics (clients per round, local steps, the model's parameter count, the opt-out clients); None where they do
     not say. A method whose training is another's (``shared_trainings``: DP-FedAvg beside a clipped HDP-FedAvg) is
     not trained. ``width``: the mean fraction of the first layer's inputs that a step's products take where the sets
     step side by side on packed columns (:func:`packed_width`; fedrepro.learning.batched_mlp.pack_columns); 1: every
-    input. FedHDP at r = 0 personalizes only its opt-out clients, so its sets step one at a time over every input:
-    the local copies of all K clients, the personal sets of the K n_opt_out / n_clients expected opt-out ones."""
+    input. ``rows``: where the packed sets keep a round's changes to their first layers as coefficients of the
+    clients' training rows (batched_mlp.Dual), the expected number of rows R a round holds for each client
+    (:func:`packed_shape`): a step's first-layer products then take R columns (2 R out a example and set, the
+    coefficients' update is no product), and a round adds, per client, the rows' products with the starting weights
+    and the materialized change (4 R width out a set), their Gram matrix (2 R^2 width) and their products with the
+    anchor (2 R in out). FedHDP at r = 0 personalizes only its opt-out clients, so its sets step one at a time over
+    every input: the local copies of all K clients, the personal sets of the K n_opt_out / n_clients expected opt-out
+    ones."""
     from fedrepro.papers.fedhdp.experiments.training import personalizes_opt_out_only, shared_trainings, trained
 
     model = params.get("model", {})
@@ -99,24 +105,34 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0) -> dict |
     below = sum((i + 1) * o for i, o in zip(dims[:-1], dims[1:]))
     classes = (metrics["n_params"] - below) // (dims[-1] + 1)  # the output layer's width, from the parameter count
     per_example = mlp_flop_per_example([*dims, classes])
-    first = 4 * dims[0] * (dims + [classes])[1]  # the first layer's forward and weight gradient
+    out1 = (dims + [classes])[1]
+    first = 4 * dims[0] * out1  # the first layer's forward and weight gradient
     packed = per_example - (1 - width) * first if len(dims) > 1 else per_example
     lams = len(params.get("lams") or [])
     K, steps, B = metrics["clients_per_round"], metrics["local_steps"], params["batch_size"]
+    once = 0.0  # a round's products of each client's rows (batched_mlp.look_up_rows, unpack_columns)
+    if rows is not None and len(dims) > 1:
+        packed = per_example - first + 2 * rows * out1
+        columns = width * dims[0]
+        once = (1 + lams) * 4 * rows * columns * out1 + 2 * rows**2 * columns + 2 * rows * dims[0] * out1
     opt_out = metrics.get("n_opt_out", 0) / metrics["n_clients"] if metrics.get("n_clients") else 0.0
     shared = shared_trainings(params)
     methods = [s for n, s in trained(params).items() if n not in shared]
     alone = [s for s in methods if personalizes_opt_out_only(s)]
     together = len(methods) - len(alone)
     per_round = (
-        together * K * steps * (1 + lams) * B * packed + len(alone) * K * steps * (1 + lams * opt_out) * B * per_example
+        together * K * (steps * (1 + lams) * B * packed + once)
+        + len(alone) * K * steps * (1 + lams * opt_out) * B * per_example
     )
     how = (
-        f"{together} methods x {K} clients x {steps} steps x {1 + lams} model sets x {B} examples x "
+        f"{together} methods x {K} clients x ({steps} steps x {1 + lams} model sets x {B} examples x "
         f"{packed / 1e3:.1f} kFLOP"
     )
-    if width < 1:
-        how += f" (the first layer over {100 * width:.1f}% of its inputs)"
+    if rows is not None:
+        how += f" (the first layer over the {rows:.1f} rows of a client, {100 * width:.1f}% of its inputs packed)"
+        how += f" + {once / 1e6:.1f} MFLOP a round of its rows' products)"
+    else:
+        how += ")" if width == 1 else f" (the first layer over {100 * width:.1f}% of its inputs))"
     if alone:
         how += (
             f" + {len(alone)} at r = 0 x {K} clients x {steps} steps x (1 + {lams} x {opt_out:.3f} opt-out) "
@@ -125,27 +141,33 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0) -> dict |
     return {"flop_per_round": per_round, "flop_per_seed": per_round * params["rounds"], "how": how}
 
 
-def packed_width(partition: str, K: int, draws: int = 2000) -> float:
-    """The expected fraction of the first layer's inputs a packed step takes (batched_mlp.pack_columns) on
-    ``partition``'s clients, ``K`` a round: the widest support among K clients drawn at random, rounded up to 16
-    columns, averaged over ``draws`` rounds (1 where that exceeds PACK_MAX: the columns are not packed)."""
+def packed_shape(partition: str, K: int, draws: int = 2000) -> tuple[float, float | None]:
+    """What a packed step takes (batched_mlp.pack_columns, look_up_rows) on ``partition``'s clients, ``K`` a round,
+    averaged over ``draws`` rounds of K clients drawn at random: the fraction of the first layer's inputs (the widest
+    support among them, rounded up to 16 columns; 1 where that exceeds PACK_MAX: the columns are not packed), and the
+    rows R a round holds for each client (the most training rows among them) where every round keeps its changes as
+    the rows' coefficients (R at most DUAL_MAX of the packed width), else None."""
     import numpy as np
 
     from fedrepro import paths
     from fedrepro.config import load_global
     from fedrepro.data import fedformat
-    from fedrepro.learning.batched_mlp import PACK_MAX
+    from fedrepro.learning.batched_mlp import DUAL_MAX, PACK_MAX
     from fedrepro.learning.data import ClientData
 
     data = ClientData(fedformat.load(paths.partition_dir(load_global(), partition)))
-    sizes = data.nonzero_features("train").sum(1).numpy()
+    sizes, counts = data.nonzero_features("train").sum(1).numpy(), data.counts("train")
     n_in = math.prod(data.feature_shape)
     rng = np.random.default_rng(0)
-    fractions = []
+    fractions, rows = [], []
     for _ in range(draws):
-        width = min(n_in, -(-int(sizes[rng.choice(len(sizes), K, replace=False)].max()) // 16) * 16)
-        fractions.append(1.0 if width > PACK_MAX * n_in else width / n_in)
-    return float(np.mean(fractions))
+        chosen = rng.choice(len(sizes), K, replace=False)
+        width = min(n_in, -(-int(sizes[chosen].max()) // 16) * 16)
+        packs = width <= PACK_MAX * n_in
+        fractions.append(width / n_in if packs else 1.0)
+        R = int(counts[chosen].max())
+        rows.append(R if packs and R <= DUAL_MAX * width else None)
+    return float(np.mean(fractions)), None if None in rows else float(np.mean(rows))
 
 
 def sgemm_peak_gflops() -> float:
@@ -363,12 +385,12 @@ def main() -> None:
         flop = None
         if params and peak is not None:
             metrics = r["runs"][-1]["metrics"]
-            width = (
-                packed_width(params["partition"], metrics["clients_per_round"])
+            width, rows = (
+                packed_shape(params["partition"], metrics["clients_per_round"])
                 if "clients_per_round" in metrics
-                else 1.0
+                else (1.0, None)
             )
-            flop = fedhdp_round_flop(params, metrics, width)
+            flop = fedhdp_round_flop(params, metrics, width, rows)
         results.append(r)
         total_h = r["per_seed_cpu_s"] * r["seeds"] / 3600
         if "knob" not in e:
