@@ -93,9 +93,9 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0, rows: flo
     (:func:`packed_shape`): a step's first-layer products then take R columns (2 R out a example and set, the
     coefficients' update is no product), and a round adds, per client, the rows' products with the starting weights
     and the materialized change (4 R width out a set), their Gram matrix (2 R^2 width) and their products with the
-    anchor (2 R in out). FedHDP at r = 0 personalizes only its opt-out clients, so its sets step one at a time over
-    every input: the local copies of all K clients, the personal sets of the K n_opt_out / n_clients expected opt-out
-    ones."""
+    anchor (2 R in out). FedHDP at r = 0 personalizes only its opt-out clients: the local copies of all K clients
+    step packed alone (as above, one set and no anchor), the personal sets of the K n_opt_out / n_clients expected
+    opt-out ones one at a time over every input."""
     from fedrepro.papers.fedhdp.experiments.training import personalizes_opt_out_only, shared_trainings, trained
 
     model = params.get("model", {})
@@ -110,19 +110,21 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0, rows: flo
     packed = per_example - (1 - width) * first if len(dims) > 1 else per_example
     lams = len(params.get("lams") or [])
     K, steps, B = metrics["clients_per_round"], metrics["local_steps"], params["batch_size"]
-    once = 0.0  # a round's products of each client's rows (batched_mlp.look_up_rows, unpack_columns)
+    once = lambda sets, anchor: 0.0  # noqa: E731 (a round's products of each client's rows, per client)
     if rows is not None and len(dims) > 1:
         packed = per_example - first + 2 * rows * out1
         columns = width * dims[0]
-        once = (1 + lams) * 4 * rows * columns * out1 + 2 * rows**2 * columns + 2 * rows * dims[0] * out1
+
+        def once(sets: int, anchor: bool) -> float:  # batched_mlp.look_up_rows, unpack_columns
+            return sets * 4 * rows * columns * out1 + 2 * rows**2 * columns + anchor * 2 * rows * dims[0] * out1
+
     opt_out = metrics.get("n_opt_out", 0) / metrics["n_clients"] if metrics.get("n_clients") else 0.0
     shared = shared_trainings(params)
     methods = [s for n, s in trained(params).items() if n not in shared]
     alone = [s for s in methods if personalizes_opt_out_only(s)]
     together = len(methods) - len(alone)
-    per_round = (
-        together * K * (steps * (1 + lams) * B * packed + once)
-        + len(alone) * K * steps * (1 + lams * opt_out) * B * per_example
+    per_round = together * K * (steps * (1 + lams) * B * packed + once(1 + lams, True)) + len(alone) * K * (
+        steps * B * (packed + lams * opt_out * per_example) + once(1, False)
     )
     how = (
         f"{together} methods x {K} clients x ({steps} steps x {1 + lams} model sets x {B} examples x "
@@ -130,13 +132,14 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0, rows: flo
     )
     if rows is not None:
         how += f" (the first layer over the {rows:.1f} rows of a client, {100 * width:.1f}% of its inputs packed)"
-        how += f" + {once / 1e6:.1f} MFLOP a round of its rows' products)"
+        how += f" + {once(1 + lams, True) / 1e6:.1f} MFLOP a round of its rows' products)"
     else:
         how += ")" if width == 1 else f" (the first layer over {100 * width:.1f}% of its inputs))"
     if alone:
         how += (
-            f" + {len(alone)} at r = 0 x {K} clients x {steps} steps x (1 + {lams} x {opt_out:.3f} opt-out) "
-            f"model sets x {B} examples x {per_example / 1e3:.1f} kFLOP"
+            f" + {len(alone)} at r = 0 x {K} clients x ({steps} steps x {B} examples x ({packed / 1e3:.1f} kFLOP "
+            f"the global model's copy + {lams} x {opt_out:.3f} opt-out x {per_example / 1e3:.1f} kFLOP the "
+            f"personal sets) + {once(1, False) / 1e6:.1f} MFLOP a round)"
         )
     return {"flop_per_round": per_round, "flop_per_seed": per_round * params["rounds"], "how": how}
 

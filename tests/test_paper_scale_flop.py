@@ -53,14 +53,15 @@ def test_a_fedhdp_round_counts_every_method_it_trains_and_model_set():
 
 def test_a_packed_first_layer_counts_the_inputs_its_products_take():
     """At width 0.5 the first layer's forward and weight gradient (4 x 784 x 50 a example) count half; the rest of
-    the step, and FedHDP at r = 0 (its sets step one at a time, over every input), in full."""
+    the step in full. FedHDP at r = 0 packs its global model's copies alone (here without opt-out clients: no
+    personal sets)."""
     methods = {"hdp": {"algorithm": "hdp_fedavg"}, "r0": {"algorithm": "fedhdp", "r": 0.0}}
     params = {"model": {"name": "mlp", "in_features": 784, "hidden": [50]}, "methods": methods, "lams": [0.1]}
     params |= {"batch_size": 20, "rounds": 500}
     metrics = {"clients_per_round": 100, "local_steps": 50, "n_params": 39_760}
     flop = fedhdp_round_flop(params, metrics, width=0.5)
     packed = 159_800 - 2 * 784 * 50
-    assert flop["flop_per_round"] == 100 * 50 * 20 * (2 * packed + 1 * 159_800)
+    assert flop["flop_per_round"] == 100 * 50 * 20 * (2 * packed + 1 * packed)
     assert "over 50.0% of its inputs" in flop["how"]
     assert fedhdp_round_flop({**params, "model": {"name": "lenet5"}}, metrics) is None
     assert fedhdp_round_flop(params, {"local_steps": 50}) is None
@@ -70,7 +71,8 @@ def test_rows_kept_as_coefficients_count_their_products_over_the_rows():
     """With R = 27 rows a client kept as coefficients (batched_mlp.Dual) on 50% of 784 inputs: the first layer's
     forward takes 2 x 27 x 50 a example and set and its weight gradient none; a round adds per client the rows'
     products with the starting weights and the change (4 x 27 x 392 x 50 a set), their Gram matrix (2 x 27^2 x 392)
-    and their products with the anchor (2 x 27 x 784 x 50). FedHDP at r = 0 in full, as before."""
+    and their products with the anchor (2 x 27 x 784 x 50). FedHDP at r = 0 the same for its one set (the global
+    model's copies), without the anchor."""
     methods = {"hdp": {"algorithm": "hdp_fedavg"}, "r0": {"algorithm": "fedhdp", "r": 0.0}}
     params = {"model": {"name": "mlp", "in_features": 784, "hidden": [50]}, "methods": methods, "lams": [0.1]}
     params |= {"batch_size": 20, "rounds": 500}
@@ -78,6 +80,7 @@ def test_rows_kept_as_coefficients_count_their_products_over_the_rows():
     flop = fedhdp_round_flop(params, metrics, width=0.5, rows=27.0)
     step = 159_800 - 4 * 784 * 50 + 2 * 27 * 50
     once = 2 * 4 * 27 * 392 * 50 + 2 * 27**2 * 392 + 2 * 27 * 784 * 50
-    assert flop["flop_per_round"] == pytest.approx(100 * (50 * 2 * 20 * step + once) + 100 * 50 * 20 * 159_800)
+    alone = 4 * 27 * 392 * 50 + 2 * 27**2 * 392
+    assert flop["flop_per_round"] == pytest.approx(100 * (50 * 2 * 20 * step + once) + 100 * (50 * 20 * step + alone))
     assert "over the 27.0 rows of a client" in flop["how"]
     assert flop["flop_per_round"] < fedhdp_round_flop(params, metrics, width=0.5)["flop_per_round"]

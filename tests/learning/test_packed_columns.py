@@ -168,14 +168,23 @@ def sparse_images(n_clients: int = 8, n_train: int = 20, n_test: int = 12, seed:
 
 @pytest.mark.parametrize(
     "name",
-    ["dp_fedavg_adaptive", "fedhdp", "fedhdp rows", "dp_fedavg_adaptive rows", "fedhdp mixed lambdas", "fedhdp r = 0"],
+    [
+        "dp_fedavg_adaptive",
+        "fedhdp",
+        "fedhdp rows",
+        "dp_fedavg_adaptive rows",
+        "fedhdp mixed lambdas",
+        "fedhdp r = 0",
+        "fedhdp r = 0 rows",
+    ],
 )
 def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     """DP-FedAvg (adaptive clip, weight decay) and FedHDP with Ditto's sets step on packed columns at every step of
     every round (with one lambda a set) and train as with the engine's ``input_support`` off: the same history and
-    models, to float32 rounding. With a set's lambdas differing between clients the columns are not packed, nor
-    where the sets cannot step together (FedHDP at r = 0 personalizes only its opt-out clients: packing the global
-    model's copies alone was no faster than their dense step in client blocks, benchmarks/RESULTS.md)."""
+    models, to float32 rounding; with "rows", their changes kept as the rows' coefficients. With a set's lambdas
+    differing between clients the columns are not packed. Where the sets cannot step together (FedHDP at r = 0
+    personalizes only its opt-out clients) the global model's copies are packed alone and the personal sets step on
+    their own."""
 
     def make():
         lams = [0.1, (0.5, 0.05)] if "mixed" in name else [0.1, 0.5]
@@ -187,15 +196,15 @@ def test_dittos_hosts_train_on_packed_columns_as_without(name, monkeypatch):
     rows = "rows" in name  # the weights' changes kept as coefficients of the clients' 20 rows (a width of 32)
     monkeypatch.setattr(batched_mlp, "DUAL_MAX", 1.0 if rows else 0.5)
 
-    def counted(*a, **k):
-        calls.append((a[7] is not None, a[2].dual is not None))  # the step was given its rows; it kept the dual
+    def counted(*a, **k):  # how many sets; the step was given its rows; it kept the dual
+        calls.append((len(a[1]), a[7] is not None, a[2].dual is not None))
         return real(*a, **k)
 
     monkeypatch.setattr(batched_mlp, "sgd_steps_packed", counted)
     alg = make()
     packed = engine.train(alg, data, lambda: MLP(64, 4, (16,)), **kw), alg.final_models()
-    unpacked = "mixed" in name or "r = 0" in name
-    assert calls == ([] if unpacked else [(True, rows)] * 3 * 3)
+    unpacked = "mixed" in name
+    assert calls == ([] if unpacked else [(1 if "r = 0" in name else 3, True, rows)] * 3 * 3)
     alg = make()
     plain = engine.train(alg, data, lambda: MLP(64, 4, (16,)), input_support=False, **kw), alg.final_models()
     assert len(calls) == (0 if unpacked else 9) and len({h["test_acc"] for h in packed[0]}) > 1  # none without

@@ -21,8 +21,10 @@ clients' input supports (``Net.input_support``) and each set has one lambda for 
 packed for the round by the clients' supports (batched_mlp.pack_columns): the products leave out the inputs a
 client's examples never make nonzero. With the training data on the net (``Net.train_data``), the steps then look
 each minibatch up in the clients' training rows, taken once a round, and keep the round's changes to the first
-layers as coefficients of those rows where they are few (batched_mlp.look_up_rows). The host reads its local copies
-through :meth:`DittoAlgorithmMixin.local_models`, which unpacks them.
+layers as coefficients of those rows where they are few (batched_mlp.look_up_rows). Where the sets cannot step
+together (FedHDP at r = 0 personalizes only its opt-out clients), the host's copies are packed alone and the personal
+sets step on their own. The host reads its local copies through :meth:`DittoAlgorithmMixin.local_models`, which
+unpacks them.
 """
 
 from __future__ import annotations
@@ -123,22 +125,27 @@ class Ditto:
             for v, lam in zip(st.working, st.lams)
         ]
 
-    def lay_beside(self, st: DittoState, net: Net, local: Params) -> Params:
-        """``local`` (this round's copies of the global model, one per selected client) with its first layer and the
-        personal sets' laid side by side (batched_mlp.side_by_side), where :meth:`step_with` can then step them
-        together: the MLP formulation, every selected client personalizing, eta_p = eta. Call after
-        :meth:`start_round`; use the returned copies."""
-        if not self.together(st, net):
+    def lay_beside(self, st: DittoState, net: Net, local: Params, selected: Tensor) -> Params:
+        """``local`` (this round's copies of the global model, one per ``selected`` client) with its first layer and
+        the personal sets' laid side by side (batched_mlp.side_by_side), where :meth:`step_with` can then step them
+        together: the MLP formulation, every selected client personalizing, eta_p = eta. Where the engine gives the
+        clients' input supports, their first layers are packed by them for the round (with one lambda a set); where
+        the sets cannot step together, the copies' first layer alone (FedHDP at r = 0: only its opt-out clients
+        personalize). Call after :meth:`start_round`; use the returned copies."""
+        together = self.together(st, net)
+        batched = net.formulation is batched_mlp and net.vectorize
+        support = net.input_support() if batched else None
+        if not together and support is None:
             return local
-        laid = batched_mlp.side_by_side(net.model, [local, *st.working])
-        st.working = laid[1:]
-        support = net.input_support()
-        if support is not None and all(batched_mlp.one_lambda(lam) is not None for lam in st.lams):
-            st.packed = batched_mlp.pack_columns(net.model, laid, support[st.working_idx])
+        laid = batched_mlp.side_by_side(net.model, [local, *st.working] if together else [local])
+        if together:
+            st.working = laid[1:]
+        if support is not None and all(batched_mlp.one_lambda(lam) is not None for lam in st.lams if together):
+            st.packed = batched_mlp.pack_columns(net.model, laid, support[selected])
         if st.packed is not None and net.train_data is not None:  # steps look their minibatches up: step_with
-            x, _ = net.train_data.gather(net.train_data.client_rows(st.working_idx.cpu().numpy()))
-            batched_mlp.look_up_rows(net.model, st.packed, x, st.anchor)
-        return laid[0]
+            x, _ = net.train_data.gather(net.train_data.client_rows(selected.cpu().numpy()))
+            batched_mlp.look_up_rows(net.model, st.packed, x, st.anchor if together else None)
+        return laid[0] if together or st.packed is not None else local
 
     def unpack(self, st: DittoState) -> None:
         """The round's models readable again where :meth:`lay_beside` packed their first layers by the clients'
@@ -148,23 +155,37 @@ class Ditto:
             st.packed = None
 
     def step_with(
-        self, st: DittoState, net: Net, local: Params, x: Tensor, y: Tensor, lr: float, weight_decay: float
+        self,
+        st: DittoState,
+        net: Net,
+        local: Params,
+        x: Tensor,
+        y: Tensor,
+        selected: Tensor,
+        lr: float,
+        weight_decay: float,
     ) -> Tensor | None:
         """The global-model copies' local step (weight decay ``weight_decay``) and the personal step of every set, in
         place, their shared first layer as one GEMM where :meth:`lay_beside` laid them out: the copies' losses.
-        None: nothing done (take the steps one set at a time)."""
-        if not self.together(st, net) or isinstance(lr, Tensor) or not isinstance(x, Tensor):
+        Where it packed the copies alone, their packed step and the personal sets' own steps (:meth:`step`). None:
+        nothing done (take the steps one set at a time)."""
+        together = self.together(st, net)
+        if not (together or st.packed is not None) or isinstance(lr, Tensor) or not isinstance(x, Tensor):
             self.unpack(st)
             return None
-        decays = [(weight_decay, None)] + [(self.weight_decay, (lam, st.anchor)) for lam in st.lams]
-        if st.packed is not None:
-            rows = None
-            if st.packed.inputs_rows is not None and net.minibatch_rows is not None:
-                rows = torch.from_numpy(net.train_data.positions(net.minibatch_rows)).to(x.device)
-            sets = [local, *st.working]
-            return batched_mlp.sgd_steps_packed(net.model, sets, st.packed, x, y, lr, decays, rows)[0]
-        losses = batched_mlp.sgd_steps_side_by_side(net.model, [local, *st.working], x, y, lr, decays)
-        return None if losses is None else losses[0]
+        own = [(lam, st.anchor) for lam in st.lams] if together else []
+        decays = [(weight_decay, None)] + [(self.weight_decay, prox) for prox in own]
+        sets = [local, *st.working] if together else [local]
+        if st.packed is None:
+            losses = batched_mlp.sgd_steps_side_by_side(net.model, sets, x, y, lr, decays)
+            return None if losses is None else losses[0]
+        rows = None
+        if st.packed.inputs_rows is not None and net.minibatch_rows is not None:
+            rows = torch.from_numpy(net.train_data.positions(net.minibatch_rows)).to(x.device)
+        losses = batched_mlp.sgd_steps_packed(net.model, sets, st.packed, x, y, lr, decays, rows)[0]
+        if not together:
+            self.step(st, net, x, y, selected, lr)
+        return losses
 
     def together(self, st: DittoState, net: Net) -> bool:
         """Whether the personal sets and the global-model copies can step together: the same clients, the same
@@ -243,7 +264,7 @@ class DittoAlgorithmMixin:
         state.local = stack(state.global_params, len(selected))
         if state.ditto is not None:
             self.ditto.start_round(state.ditto, state.global_params, selected, private, active)
-            state.local = self.ditto.lay_beside(state.ditto, state.net, state.local)
+            state.local = self.ditto.lay_beside(state.ditto, state.net, state.local, selected)
 
     def local_models(self, state) -> Params:
         """This round's copies of the global model after the local steps (the host's sync reads them here)."""
@@ -253,7 +274,7 @@ class DittoAlgorithmMixin:
 
     def local_step(self, state, x: Tensor, y: Tensor, selected: Tensor, lr: float) -> Tensor:
         if state.ditto is not None:
-            losses = self.ditto.step_with(state.ditto, state.net, state.local, x, y, lr, self.weight_decay)
+            losses = self.ditto.step_with(state.ditto, state.net, state.local, x, y, selected, lr, self.weight_decay)
             if losses is not None:
                 return losses
         state.local, losses = client_sgd(state.net, state.local, x, y, lr, self.weight_decay, inplace=True)
@@ -266,8 +287,9 @@ class DittoAlgorithmMixin:
         models of a client, this many bytes (None with mixed lambdas, :meth:`Ditto.set_bytes`). None too where the
         sets step side by side (:meth:`Ditto.step_with`): their shared first-layer GEMM is fastest over all clients
         (FedHDP's round on the 2-core AMD VM: 0.88-0.97x the time of the sets stepping alone in 16 MiB blocks, side
-        by side in those blocks 1.01-1.07x; benchmarks/RESULTS.md)."""
-        if state.ditto is not None and self.ditto.together(state.ditto, state.net):
+        by side in those blocks 1.01-1.07x; benchmarks/RESULTS.md), and where the copies' first layer is packed for
+        the round (:meth:`Ditto.lay_beside`)."""
+        if state.ditto is not None and (self.ditto.together(state.ditto, state.net) or state.ditto.packed is not None):
             return None
         own = param_bytes(state.global_params)
         sets = 0 if state.ditto is None else self.ditto.set_bytes(state.ditto)
