@@ -121,9 +121,12 @@ def test_rows_kept_as_coefficients_only_where_they_are_few_against_the_width(mon
         assert (packed.dual is not None) == kept
 
 
-def test_packed_steps_given_rows_of_another_shape_are_stopped():
+def test_packed_steps_given_rows_of_another_shape_or_none_where_they_need_them_are_stopped(monkeypatch):
     with pytest.raises(ValueError, match="one per minibatch example"):
         run_both(looked_up=lambda step: minibatch_positions(step)[:, :-1])
+    monkeypatch.setattr(batched_mlp, "DUAL_MAX", 2.0)  # the changes kept as the rows' coefficients
+    with pytest.raises(ValueError, match="a step needs its rows"):
+        run_both(looked_up=lambda step: None)
 
 
 def test_the_packed_comparison_fails_where_a_support_leaves_out_an_input_a_client_uses():

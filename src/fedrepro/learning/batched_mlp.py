@@ -316,9 +316,11 @@ def sgd_steps_packed(
     K, B = y.shape
     if rows is not None and rows.shape != (K, B):
         raise ValueError(f"rows {tuple(rows.shape)}: one per minibatch example, {(K, B)}")
+    dual = packed.dual
+    if dual is not None and rows is None:
+        raise ValueError("the round's changes are kept as coefficients of the clients' rows: a step needs its rows")
     n = sets[0][w1].shape[1]
     h0 = x.flatten(2)
-    dual = packed.dual if rows is not None else None
     W = packed.weights[:, :, : packed.width]
     if dual is not None:  # every set's x V_s^T = x V0^T - (x X^T) C
         z1 = torch.baddbmm(_looked_up(dual.base, rows), _looked_up(dual.gram, rows), dual.coef, beta=1, alpha=-1)
@@ -366,8 +368,7 @@ def sgd_steps_packed(
         losses.append(loss)
     if dual is not None:  # the minibatch's rows' coefficients, lr dz / c each (a row drawn twice adds both)
         R, width = dual.coef.shape[1:]
-        flat = (rows + torch.arange(K, device=rows.device)[:, None] * R).reshape(-1)
-        dual.coef.view(K * R, width).index_add_(0, flat, dz1.reshape(K * B, width), alpha=lr)
+        dual.coef.view(K * R, width).index_add_(0, _flat(rows, R), dz1.reshape(K * B, width), alpha=lr)
     else:
         W.baddbmm_(dz1.transpose(1, 2), xc, alpha=-lr)
     return losses
@@ -412,8 +413,12 @@ def look_up_rows(model: MLP, packed: Packed, x: Tensor, anchor: Params | None = 
 def _looked_up(table: Tensor, rows: Tensor) -> Tensor:
     """``table[k, rows[k, b]]`` for every k and b: (K, B, d) of a (K, R, d) table, as whole-row copies."""
     K, R, d = table.shape
-    flat = (rows + torch.arange(K, device=rows.device)[:, None] * R).reshape(-1)
-    return table.reshape(K * R, d).index_select(0, flat).reshape(*rows.shape, d)
+    return table.reshape(K * R, d).index_select(0, _flat(rows, R)).reshape(*rows.shape, d)
+
+
+def _flat(rows: Tensor, R: int) -> Tensor:
+    """Client k's row ``rows[k, b]`` of R as a row of the (K x R, ...) table, for every k and b, flattened."""
+    return (rows + torch.arange(len(rows), device=rows.device)[:, None] * R).reshape(-1)
 
 
 def _through_anchor(packed: Packed, a: Tensor, h0: Tensor, rows: Tensor | None) -> Tensor:

@@ -613,9 +613,11 @@ def train(
     counts a sampling rate of K of all m clients). ``block_bytes``: on CPU, a method that allows it
     (:meth:`Algorithm.block_bytes`) takes its selected clients through a period's local steps in blocks of about
     this many bytes of parameters (default :data:`BLOCK_BYTES`; 0: all clients step together); the result is the
-    same. ``input_support``: on the batched MLP formulation, a method may leave out of its first layer's products the
-    inputs that none of a client's training examples makes nonzero (``Net.input_support``; Ditto's side-by-side step,
-    :func:`batched_mlp.pack_columns`); the result is the same up to float32 summation order.
+    same. ``input_support``: on the batched MLP formulation, the net holds the training data (``Net.train_data``): a
+    method may leave out of its first layer's products the inputs that none of a client's training examples makes
+    nonzero (``Net.input_support``; Ditto's side-by-side step, :func:`batched_mlp.pack_columns`), and take its
+    minibatches' products from the clients' training rows (``Net.minibatch_rows``, :func:`batched_mlp.look_up_rows`);
+    the result is the same up to float32 summation order.
     """
     device = torch.device(device)
     if not isinstance(data, ClientData):
