@@ -52,8 +52,10 @@ sets unless the environment names a policy). Each as method-rounds per second, s
 ratio to the one-thread run.
 
 ``--against SRC`` times this checkout's batched path against another commit's ``src`` in one run (other, this,
-this, other, for each ``--jobs``), with each one's GFLOP/s against the machine's one-thread SGEMM peak: the before
-and after of an engine change (``--block-mib``: this checkout's client blocks; the other runs with its default).
+this, other, for each ``--jobs``), with each one's rate of the dense step's FLOP (every input of the first layer, at
+every step: the engine now computes less, so a rate above the SGEMM peak means only that) against the machine's
+one-thread SGEMM peak: the before and after of an engine change (``--block-mib``: this checkout's client blocks; the
+other runs with its default).
 
 ``--profile-step`` prints torch.profiler's table (self time) of 20 side-by-side local steps of Ditto's four sets,
 K = 100 clients, one thread (``batched_mlp.sgd_steps_side_by_side``, after 5 untimed): where a step's time goes.
@@ -252,7 +254,10 @@ def against(
     K, steps, sets, B = 100, 50, 4, 20  # one method-round of one(): FedHDP's global-model copy and 3 lambda sets
     flop = K * steps * sets * B * mlp_flop_per_example([784, 50, 10])
     peak = sgemm_peak_gflops()
-    print(f"one method-round: {flop / 1e9:.1f} GFLOP; one thread's SGEMM peak {peak:.1f} GFLOP/s", flush=True)
+    print(
+        f"one method-round: {flop / 1e9:.1f} GFLOP of the dense step; one thread's SGEMM peak {peak:.1f} GFLOP/s",
+        flush=True,
+    )
     codes, blocks = {"other": other, "this": None}, {"other": None, "this": block_mib}
     results: list[dict] = []
     for jobs in jobs_list:
@@ -268,8 +273,9 @@ def against(
             print(
                 f"jobs={jobs} threads={threads} {name:5s} ({_shown(rs[0]['src'])}): {medians[name]:.2f} s per "
                 "method-round, "
-                f"{flop / medians[name] / 1e9:.1f} GFLOP/s a process ({100 * flop / medians[name] / 1e9 / peak:.0f}% "
-                f"of peak); rounds {', '.join(f'{t:.2f}' for t in per_round)}; load before {loads}",
+                f"{flop / medians[name] / 1e9:.1f} dense GFLOP/s a process "
+                f"({100 * flop / medians[name] / 1e9 / peak:.0f}% of peak); "
+                f"rounds {', '.join(f'{t:.2f}' for t in per_round)}; load before {loads}",
                 flush=True,
             )
         print(f"jobs={jobs}: this / other = {medians['this'] / medians['other']:.2f}x the time", flush=True)
