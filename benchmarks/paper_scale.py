@@ -110,13 +110,15 @@ def fedhdp_round_flop(params: dict, metrics: dict, width: float = 1.0, rows: flo
     packed = per_example - (1 - width) * first if len(dims) > 1 else per_example
     lams = len(params.get("lams") or [])
     K, steps, B = metrics["clients_per_round"], metrics["local_steps"], params["batch_size"]
-    once = lambda sets, anchor: 0.0  # noqa: E731 (a round's products of each client's rows, per client)
-    if rows is not None and len(dims) > 1:
+    by_rows = rows is not None and len(dims) > 1
+    if by_rows:
         packed = per_example - first + 2 * rows * out1
-        columns = width * dims[0]
+    columns = width * dims[0]
 
-        def once(sets: int, anchor: bool) -> float:  # batched_mlp.look_up_rows, unpack_columns
-            return sets * 4 * rows * columns * out1 + 2 * rows**2 * columns + anchor * 2 * rows * dims[0] * out1
+    def once(sets: int, anchor: bool) -> float:  # a round's products of a client's rows: look_up_rows, unpack_columns
+        if not by_rows:
+            return 0.0
+        return sets * 4 * rows * columns * out1 + 2 * rows**2 * columns + anchor * 2 * rows * dims[0] * out1
 
     opt_out = metrics.get("n_opt_out", 0) / metrics["n_clients"] if metrics.get("n_clients") else 0.0
     shared = shared_trainings(params)

@@ -137,15 +137,15 @@ class Ditto:
         support = net.input_support() if batched else None
         if not together and support is None:
             return local
-        laid = batched_mlp.side_by_side(net.model, [local, *st.working] if together else [local])
-        if together:
-            st.working = laid[1:]
+        # alone, the copies (this round's own tensors) are packed where they lie: one set is side by side already
+        laid = batched_mlp.side_by_side(net.model, [local, *st.working]) if together else [local]
+        st.working = laid[1:] if together else st.working
         if support is not None and all(batched_mlp.one_lambda(lam) is not None for lam in st.lams if together):
             st.packed = batched_mlp.pack_columns(net.model, laid, support[selected])
         if st.packed is not None and net.train_data is not None:  # steps look their minibatches up: step_with
             x, _ = net.train_data.gather(net.train_data.client_rows(selected.cpu().numpy()))
             batched_mlp.look_up_rows(net.model, st.packed, x, st.anchor if together else None)
-        return laid[0] if together or st.packed is not None else local
+        return laid[0]
 
     def unpack(self, st: DittoState) -> None:
         """The round's models readable again where :meth:`lay_beside` packed their first layers by the clients'
