@@ -31,6 +31,20 @@ def vectorize(p: dict) -> bool:
     return p["engine"] == "batched"
 
 
+def training_workers(p: dict, device, n_trainings: int, outside: bool) -> int:
+    """How many processes a run's independent trainings (a table's methods, epsilons and lr grids; FedHDP's methods)
+    take: one per training up to the job's threads (fedrepro.processes: FEDREPRO_THREADS, its threads shared among
+    them); 1, here in turn, where ``params.threads`` is set (the run's own thread count), the device is a GPU (one,
+    shared), a method comes from outside the package (``outside``: its class is registered in this process only), or
+    the run is a replay of its first rounds (the limit is this process's)."""
+    from fedrepro.learning.engine import replaying
+    from fedrepro.processes import workers_for
+
+    if p["threads"] is not None or device.type != "cpu" or outside or replaying():
+        return 1
+    return workers_for(n_trainings)
+
+
 def training_setup(p: dict, ctx: RunContext):
     """What every training kind starts from: torch threads (params.threads, when null FEDREPRO_THREADS, else 1), the
     partition, its ClientData on params.device (auto: a GPU when torch sees one; feature_shape, e.g. LEAF's flat 784

@@ -194,3 +194,64 @@ def test_a_diverged_lr_is_never_picked(rule):
     runs = [(0.3, [{"test_acc": nan, "train_loss": nan}]), (0.1, [{"test_acc": 0.5, "train_loss": 1.0}])]
     assert _pick(runs, rule)[0] == 0.1
     assert _pick(runs[::-1], rule)[0] == 0.1
+
+
+def test_with_threads_to_spare_the_trainings_run_in_processes_of_their_own_alike(
+    partition_dir, tmp_path, monkeypatch, capsys
+):
+    """FEDREPRO_THREADS=2 and params.threads unset: the run's trainings (a method at an epsilon and an lr of its
+    grid, each) run in two spawned processes (none in this one) with the results of one process training them in
+    turn, the history in the same order; a second run resumes each training from the checkpoints the workers wrote."""
+    import numpy as np
+    from kinds import call_kind
+
+    import fedrepro.papers.adaped.experiments.fl_training as fl
+    from fedrepro.experiments import RunContext
+    from fedrepro.runio import RunClock
+
+    p = params(
+        privacy={"epsilons": [2.0, 20.0], "delta": 1e-5, "clip": 0.5},
+        methods={
+            "fedavg": {"algorithm": "fedavg", "lr": [0.05, 0.2]},
+            "dp_adaped": {"algorithm": "adaped", "lr": 0.2, "private": True},
+        },
+        checks={"curve": ["dp_adaped"]},
+        checkpoint_every=3,
+    )
+    serial = run(p, partition_dir)
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("a training ran in the run's own process")
+
+    monkeypatch.setattr(fl, "_train", not_here)  # the spawned workers import their own
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+
+    def parallel(clock):
+        ctx = RunContext("adaped.test", 0, partitions={"p": partition_dir}, checkpoint_dir=tmp_path, clock=clock)
+        return call_kind("adaped_fl_training", {**p, "threads": None}, np.random.default_rng(0), ctx)
+
+    first = parallel(RunClock())
+    assert "4 trainings in 2 processes" in capsys.readouterr().out
+    assert first.metrics == serial.metrics and first.history.equals(serial.history)
+    assert first.checks == serial.checks
+    again = RunClock()
+    parallel(again)
+    assert again.resumed and again.before_s > 0
+
+
+def test_a_method_from_outside_trains_here(partition_dir, monkeypatch):
+    """A method whose algorithm is not one of the kind's (registered by compare in this process only) keeps every
+    training of the run in this process, threads to spare or not; so does params.threads set."""
+    import torch
+
+    import fedrepro.papers.adaped.experiments.fl_training as fl
+    from fedrepro.experiments import RunContext
+
+    monkeypatch.setenv("FEDREPRO_THREADS", "2")
+    monkeypatch.setattr("fedrepro.processes.map_in_processes", lambda fn, tasks, workers: ["spawned"] * len(tasks))
+    ours = [fl._Training("fedavg", {}, lr, f"fedavg lr={lr}") for lr in (0.1, 0.2)]
+    theirs = [*ours, fl._Training("mine", {}, 0.1, "mine lr=0.1")]
+    ctx, cpu = RunContext("adaped.test", 0), torch.device("cpu")
+    assert fl._in_processes({"threads": None}, ctx, 0, cpu, ours) == ["spawned", "spawned"]
+    assert fl._in_processes({"threads": None}, ctx, 0, cpu, theirs) is None
+    assert fl._in_processes({"threads": 2}, ctx, 0, cpu, ours) is None

@@ -27,6 +27,7 @@ minimum is strictly inside the run and psi ends above it, Sec. 4 Results on DP-A
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from fedrepro.experiments.method_slot import MethodSlot
 from fedrepro.experiments.only_methods import ONLY_METHODS
 from fedrepro.experiments.params import DELTA, INT1, NONNEG, POSITIVE, POSITIVE_LIST
 from fedrepro.learning import algorithms
-from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, vectorize
+from fedrepro.learning.setup import SETUP_PROPERTIES, training_setup, training_workers, vectorize
 from fedrepro.papers.adaped.fl_privacy import NOISE_FROM, TERMS, plan_noise
 from fedrepro.progress import RoundProgress
 
@@ -310,8 +311,7 @@ METHOD_SLOT = MethodSlot(
     method_slot=METHOD_SLOT,
 )
 def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> RunOutput:
-    from fedrepro.learning.checkpoint import run_checkpointer
-    from fedrepro.learning.engine import Diverged, n_rounds, train
+    from fedrepro.learning.engine import n_rounds
     from fedrepro.learning.models import n_params
 
     _validate(p, ctx)
@@ -319,34 +319,17 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
     m = ds.n_clients
     K = max(1, round(p["sampling_rate"] * m))
     seed = int(rng.integers(2**31))  # one seed per run, shared by every method: same init and data order
-    wd = p["weight_decay"]
-    median_train = float(np.median(ds.counts("train")))
-    # "vary the batch size so that each epoch consists of 60 iterations" (Sec. 4): B = ceil(median n_i / iters)
-    batch = max(1, int(np.ceil(median_train / p["iters_per_epoch"]))) if p["batch_size"] == "auto" else p["batch_size"]
-    iters = p["iters_per_epoch"] or max(1, int(np.ceil(median_train / batch)))
-    schedule = dict(
-        batch_size=batch,
-        epochs=p["epochs"],
-        tau=p["tau"],
-        clients_per_round=K,
-        lr_decay=p["lr_decay"],
-        iters_per_epoch=iters,
-        seed=seed,
-        eval_every=p["eval_every"],
-        device=data.device,
-        vectorize=vectorize(p),
-    )
+    schedule = _schedule(p, ds, data.device, seed)
+    batch, iters = schedule["batch_size"], schedule["iters_per_epoch"]
     rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
     priv = p["privacy"]
 
-    metrics: dict[str, dict] = {"acc": {}, "acc_weighted": {}, "lr": {}, "final_train_loss": {}}
-    rows, selected = [], {}
+    settings = []  # (method, epsilon's key, its noise plan, the trainings of its lr grid)
     for name, spec in only_methods.trained(p).items():
         grid = spec["lr"] if isinstance(spec["lr"], list) else [spec["lr"]]
-        options = dict(spec["options"])
-        settings = [(None, None)]
+        noises = [(None, None)]
         if spec["private"]:
-            settings = [
+            noises = [
                 (
                     eps_key(e),
                     plan_noise(
@@ -362,59 +345,60 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
                 )
                 for e in priv["epsilons"]
             ]
-        for key, plan in settings:
-            extra = plan.mechanism(_accounted_as(spec)) if plan else {}
-            runs, diverged = [], []
-            for lr in grid:
-                algo = build_algorithm(spec["algorithm"], options | extra, wd)
-                label = f"{name}{'' if key is None else ' ' + key} lr={lr:g}"
-                try:
-                    hist_lr = train(
-                        algo,
-                        data,
-                        factory,
-                        lr=lr,
-                        **schedule,
-                        callback=RoundProgress(label),
-                        checkpoint=run_checkpointer(
-                            ctx.checkpoint_dir, ctx.exp_id, p, seed, label, p["checkpoint_every"], ctx.clock
-                        ),
-                    )
-                except Diverged as exc:  # a method from outside went non-finite at this lr: the lr is dropped
-                    if len(grid) == 1 or len(diverged) + 1 == len(grid):
-                        raise  # every lr of the grid diverged: the row fails
-                    diverged.append(lr)
-                    print(f"[fedrepro] {label}: diverged ({exc}); this lr is dropped from the grid", flush=True)
-                    continue
-                runs.append((lr, hist_lr))
-            if diverged:
-                _put(metrics, "lr_dropped", name, key, float(len(diverged)))
-            lr, hist = _pick(runs, p["select"])
-            for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
-                rows += [
-                    dict(
-                        h,
-                        method=name,
-                        lr_grid=lr_run,
-                        selected=lr_run == lr,
-                        **({"epsilon": plan.epsilon} if plan else {}),
-                    )
-                    for h in hist_run
-                ]
-            last = hist[-1]
-            psi0 = getattr(algo, "psi0", None)
-            selected.setdefault(name, {})[key] = (hist, psi0, plan.epsilon if plan else 0.0)
-            for metric, value in (
-                ("acc", 100.0 * last["test_acc"]),
-                ("acc_weighted", 100.0 * last["test_acc_weighted"]),
-                ("lr", lr),
-                ("final_train_loss", last["train_loss"]),
-            ):
-                _put(metrics, metric, name, key, value)
-            if "psi" in last:
-                _put(metrics, "psi", name, key, last["psi"])
-            if plan:
-                _put(metrics, "noise", name, key, plan.record())
+        for key, plan in noises:
+            options = dict(spec["options"]) | (plan.mechanism(_accounted_as(spec)) if plan else {})
+            label = f"{name}{'' if key is None else ' ' + key}"
+            grid_runs = [_Training(spec["algorithm"], options, lr, f"{label} lr={lr:g}") for lr in grid]
+            settings.append((name, key, plan, grid_runs))
+    trainings = [t for *_, grid_runs in settings for t in grid_runs]
+    done = _in_processes(p, ctx, seed, data.device, trainings)
+    if done is None:  # here, in turn: lazily, so that a setting whose every lr diverged stops the run at once
+        done = (_train(t, p, ctx, data, factory, schedule, seed) for t in trainings)
+    outcomes = iter(done)
+
+    metrics: dict[str, dict] = {"acc": {}, "acc_weighted": {}, "lr": {}, "final_train_loss": {}}
+    rows, selected = [], {}
+    for name, key, plan, grid_runs in settings:
+        runs, diverged = [], []
+        for t in grid_runs:
+            outcome = next(outcomes)
+            psi0, failure = outcome.psi0, outcome.failure
+            if ctx.clock is not None:  # a worker's resumed checkpoint: the run's compute includes it
+                ctx.clock.resumed_from(outcome.before_s)
+            if failure is not None:  # a method from outside went non-finite at this lr: the lr is dropped
+                if len(grid_runs) == 1 or len(diverged) + 1 == len(grid_runs):
+                    raise failure  # every lr of the grid diverged: the row fails
+                diverged.append(t.lr)
+                print(f"[fedrepro] {t.label}: diverged ({failure}); this lr is dropped from the grid", flush=True)
+                continue
+            runs.append((t.lr, outcome.history))
+        if diverged:
+            _put(metrics, "lr_dropped", name, key, float(len(diverged)))
+        lr, hist = _pick(runs, p["select"])
+        for lr_run, hist_run in runs:  # every grid point; `selected` marks the chosen lr's rows
+            rows += [
+                dict(
+                    h,
+                    method=name,
+                    lr_grid=lr_run,
+                    selected=lr_run == lr,
+                    **({"epsilon": plan.epsilon} if plan else {}),
+                )
+                for h in hist_run
+            ]
+        last = hist[-1]
+        selected.setdefault(name, {})[key] = (hist, psi0, plan.epsilon if plan else 0.0)
+        for metric, value in (
+            ("acc", 100.0 * last["test_acc"]),
+            ("acc_weighted", 100.0 * last["test_acc_weighted"]),
+            ("lr", lr),
+            ("final_train_loss", last["train_loss"]),
+        ):
+            _put(metrics, metric, name, key, value)
+        if "psi" in last:
+            _put(metrics, "psi", name, key, last["psi"])
+        if plan:
+            _put(metrics, "noise", name, key, plan.record())
     metrics["n_clients"], metrics["clients_per_round"], metrics["rounds"] = m, K, rounds
     metrics["iters_per_epoch"], metrics["batch_size"] = iters, batch
     metrics["n_params"] = n_params(factory())
@@ -444,6 +428,82 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
         accountant=accountant,
         undefined_ok=("final_train_loss.*", "lr_dropped.*"),
     )
+
+
+@dataclass(frozen=True)
+class _Training:
+    """One training of a run: a method's algorithm with its options (an epsilon's noise mechanism among them) at one
+    lr of its grid; ``label`` names it in the progress lines and its checkpoints."""
+
+    algorithm: str
+    options: dict
+    lr: float
+    label: str
+
+
+def _schedule(p: dict, ds, device, seed: int) -> dict:
+    """engine.train's schedule, the same for every training of the run."""
+    median_train = float(np.median(ds.counts("train")))
+    # "vary the batch size so that each epoch consists of 60 iterations" (Sec. 4): B = ceil(median n_i / iters)
+    batch = max(1, int(np.ceil(median_train / p["iters_per_epoch"]))) if p["batch_size"] == "auto" else p["batch_size"]
+    return dict(
+        batch_size=batch,
+        epochs=p["epochs"],
+        tau=p["tau"],
+        clients_per_round=max(1, round(p["sampling_rate"] * ds.n_clients)),
+        lr_decay=p["lr_decay"],
+        iters_per_epoch=p["iters_per_epoch"] or max(1, int(np.ceil(median_train / batch))),
+        seed=seed,
+        eval_every=p["eval_every"],
+        device=device,
+        vectorize=vectorize(p),
+    )
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one training gives the run: its history, or the Diverged error where a method from outside went
+    non-finite at this lr; the algorithm's psi^0 (AdaPeD's; None for the others); and the compute of earlier attempts
+    its checkpoint carried (RunClock.before_s, from a worker's copy of the run's clock too)."""
+
+    history: list[dict] | None
+    failure: Exception | None
+    psi0: float | None
+    before_s: float
+
+
+def _train(t: _Training, p: dict, ctx: RunContext, data, factory, schedule: dict, seed: int) -> _Outcome:
+    from fedrepro.learning.checkpoint import run_checkpointer
+    from fedrepro.learning.engine import Diverged, train
+
+    algo = build_algorithm(t.algorithm, t.options, p["weight_decay"])
+    ckpt = run_checkpointer(ctx.checkpoint_dir, ctx.exp_id, p, seed, t.label, p["checkpoint_every"], ctx.clock)
+    hist, failure = None, None
+    try:
+        hist = train(algo, data, factory, lr=t.lr, **schedule, callback=RoundProgress(t.label), checkpoint=ckpt)
+    except Diverged as exc:
+        failure = exc
+    before = ctx.clock.before_s if ctx.clock is not None else 0.0
+    return _Outcome(hist, failure, getattr(algo, "psi0", None), before)
+
+
+def _in_processes(p: dict, ctx: RunContext, seed: int, device, trainings: list[_Training]) -> list | None:
+    """The trainings' outcomes (as :func:`_train`'s), trained in parallel processes, one per training up to the
+    job's threads, each from the run's inputs set up again in its process; None where they train here in turn
+    (fedrepro.learning.setup.training_workers says when)."""
+    from fedrepro.processes import map_in_processes
+
+    outside = any(t.algorithm not in ALGORITHMS for t in trainings)
+    workers = training_workers(p, device, len(trainings), outside)
+    if workers < 2:
+        return None
+    print(f"[fedrepro] {ctx.exp_id}: {len(trainings)} trainings in {workers} processes", flush=True)
+    return map_in_processes(_training_in_worker, [(p, ctx, seed, t) for t in trainings], workers)
+
+
+def _training_in_worker(p: dict, ctx: RunContext, seed: int, t: _Training):
+    ds, data, factory, _ = training_setup(p, ctx)
+    return _train(t, p, ctx, data, factory, _schedule(p, ds, data.device, seed), seed)
 
 
 def _put(metrics: dict, metric: str, method: str, key: str | None, value: Any) -> None:

@@ -412,17 +412,15 @@ def train_method(
 
 def _in_processes(p: dict, ctx: RunContext, seed: int, device, names: list[str]) -> dict[str, Trained] | None:
     """The methods trained in parallel processes, one per method up to the job's threads (fedrepro.processes), each
-    from the run's inputs set up again in its process; None where they train here in turn: one thread or one method,
-    ``params.threads`` set (the run's own thread count), a GPU (one device, shared), a method from outside the
-    package (its class is registered in this process only), or a replay of the first rounds (the limit is this
-    process's). Each worker's copy of the run's clock measures from the run's start (perf_counter is the system's
-    monotonic clock), so its checkpoints carry the run's compute."""
-    from fedrepro.learning.engine import replaying
-    from fedrepro.processes import map_in_processes, workers_for
+    from the run's inputs set up again in its process; None where they train here in turn (one thread or one method,
+    and what fedrepro.learning.setup.training_workers says). Each worker's copy of the run's clock measures from the
+    run's start (perf_counter is the system's monotonic clock), so its checkpoints carry the run's compute."""
+    from fedrepro.learning.setup import training_workers
+    from fedrepro.processes import map_in_processes
 
-    workers = workers_for(len(names))
     outside = any(p["methods"][n]["algorithm"] not in ALGORITHMS for n in names)
-    if workers < 2 or p["threads"] is not None or device.type != "cpu" or outside or replaying():
+    workers = training_workers(p, device, len(names), outside)
+    if workers < 2:
         return None
     print(f"[fedrepro] {ctx.exp_id}: {len(names)} methods in {workers} processes", flush=True)
     # the shortest last, so that no long method starts alone at the end: FedHDP at r = 0 (its clients drawn from
