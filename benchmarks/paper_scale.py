@@ -26,7 +26,8 @@ FLOP of a round and of a seed (every method and every model set a Ditto method t
 inputs its packed columns take or over the rows it keeps as coefficients, ``fedhdp_round_flop``) and by the floor
 they set on this machine: the seed's FLOP at one thread's SGEMM peak (a 2048^3 product, measured at the start) times
 ``--cores``, and the fraction of that peak the measured seed reached. With ``FEDREPRO_THREADS=2`` a FedHDP run trains
-its methods in two processes, as the workflow's rule does.
+its methods in two processes, an AdaPeD table run its trainings (method, epsilon, lr), as the workflow's rule does
+when it gives a job two threads.
 
     python benchmarks/paper_scale.py                          # everything that is offline (hours)
     python benchmarks/paper_scale.py --only adaped.table2_fmnist adaped.table1_fmnist

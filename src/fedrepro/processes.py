@@ -1,4 +1,5 @@
-"""Independent pieces of one run (a forensic sweep's points, a training's methods) in parallel processes.
+"""Independent pieces of one run (a forensic sweep's points, a training's methods, an AdaPeD table's trainings) in
+parallel processes.
 
 A job's threads (FEDREPRO_THREADS, which the workflow sets from a rule's ``threads:``) can go to torch inside one
 process or to several processes of fewer threads each. The small models of these papers (FedHDP's 784-50-10 MLP:

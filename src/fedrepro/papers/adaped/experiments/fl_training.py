@@ -4,6 +4,8 @@ One run trains every configured method on the same partition, model architecture
 batched engine (fedrepro.learning.engine.train) and records, per method, the final test accuracy of the deployed
 models (mean over clients, %), the learning rate used, and the per-evaluation history (test accuracy, training
 loss, and AdaPeD's psi: the trajectories behind the paper's psi statements).
+Its trainings (a method at an epsilon and an lr of its grid, each) are independent: a job with threads to spare runs
+them in one-thread processes (fedrepro.learning.setup.training_workers says when), with the numbers of one process.
 
 Private methods (``private: true``: DP-FedAvg with local-step noise (``fedavg``) or server-side noise
 (``dp_fedavg_server``), DP-AdaPeD, DP-AdaPeD with unsampled client iterations) are trained
