@@ -92,6 +92,8 @@ def test_resources_are_the_cost_with_margins_and_floors():
     )
     assert plan.paper_resources(doc, "big") == {"runtime": math.ceil(36000 * 1.5 / 60), "mem_mb": 6000, "gpu": 1}
     assert plan.paper_resources(doc, "big", threads=2)["runtime"] == math.ceil(18000 * 1.5 / 60)
+    # two threads may be two one-thread processes, each at the run's one-process peak
+    assert plan.paper_resources(doc, "big", threads=2)["mem_mb"] == 2 * 6000
     assert plan.paper_resources(doc, "small") == {"runtime": 30, "mem_mb": 1000, "gpu": 0}
 
 

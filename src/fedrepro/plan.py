@@ -120,12 +120,15 @@ def cost(doc: Mapping, exp_id: str) -> Cost | None:
 
 def paper_resources(doc: Mapping, exp_id: str, threads: int = 1) -> dict:
     """runtime (minutes) and mem_mb of one paper-scale run from its cost, with compute.yaml's margins and floors,
-    and gpu (1 where a GPU is worth requesting); {} when there is no entry."""
+    and gpu (1 where a GPU is worth requesting); {} when there is no entry. A run of ``threads`` threads may train
+    in as many one-thread processes (fedrepro.processes: FedHDP's methods, an AdaPeD table's trainings, a sweep's
+    points), each holding the run's data and its own training: its memory is one process's peak (``peak_mb``)
+    that many times, more than a kind that keeps one process needs."""
     c = cost(doc, exp_id)
     if c is None:
         return {}
     runtime = math.ceil(c.cpu_s / max(1, threads) * doc["margin"]["runtime"] / 60)
-    mem = math.ceil(c.peak_mb * doc["margin"]["memory"])
+    mem = math.ceil(c.peak_mb * max(1, threads) * doc["margin"]["memory"])
     return {
         "runtime": max(doc["min_runtime"], runtime),
         "mem_mb": max(doc["min_mem_mb"], mem),
