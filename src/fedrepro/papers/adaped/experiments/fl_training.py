@@ -319,10 +319,9 @@ def adaped_fl_training(p: dict, rng: np.random.Generator, ctx: RunContext) -> Ru
     _validate(p, ctx)
     ds, data, factory, model_kw = training_setup(p, ctx)
     m = ds.n_clients
-    K = max(1, round(p["sampling_rate"] * m))
     seed = int(rng.integers(2**31))  # one seed per run, shared by every method: same init and data order
     schedule = _schedule(p, ds, data.device, seed)
-    batch, iters = schedule["batch_size"], schedule["iters_per_epoch"]
+    K, batch, iters = schedule["clients_per_round"], schedule["batch_size"], schedule["iters_per_epoch"]
     rounds = n_rounds(p["epochs"], iters, p["tau"])  # the engine's count: the accountant composes exactly these
     priv = p["privacy"]
 
