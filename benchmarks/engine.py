@@ -13,13 +13,18 @@ What it measures, in this order:
    round: every matrix product and convolution the round executes, forward and backward, 2 FLOPs per
    multiply-add; the data's own gradient is not computed, so not counted; ReLU, pooling, the loss, the SGD update
    and the sampling are not counted (they are not FLOP-bound). For FedAvg with LeNet5 this is 1.517 MFLOP per image
-   (fwd 0.563 + bwd 0.954), 15.2 GFLOP per round; it is the same on both paths (checked and recorded).
-3. **Rounds**: for each algorithm, thread count and path (batched engine, loop): one warm-up round, then
+   (fwd 0.563 + bwd 0.954), 15.2 GFLOP per round; it is the same on both paths (checked and recorded). The
+   compiled kernel's products (fedrepro.learning.native_cnn) are not PyTorch ops: the counter counts the PyTorch
+   formulation of the same step.
+3. **Rounds**: for each algorithm, thread count and path (``engine``: the batched engine, with the compiled CNN
+   kernel where it applies; ``torch``: the batched engine with the PyTorch formulation of that step instead;
+   ``loop``: the per-client loop): one warm-up round, then
    ``--rounds`` timed rounds of training (evaluation excluded), measured ``--repeat`` times interleaved; the best
    and the median measurement are kept, each with ``os.getloadavg()`` before and after. Achieved GFLOP/s = FLOPs of
    a round / s per round; the ratio to the peak at the same thread count; engine / loop at equal threads.
-4. ``--profile``: torch.profiler of one batched FedAvg round (1 thread), per op: self time, FLOPs and GFLOP/s,
-   and the bound the GEMMs alone would give (what remains when every other op took no time).
+4. ``--profile``: torch.profiler of one batched FedAvg round (1 thread) in the PyTorch formulation (the compiled
+   kernel is one opaque call to the profiler), per op: self time, FLOPs and GFLOP/s, and the bound the GEMMs alone
+   would give (what remains when every other op took no time).
 
 Timings on a shared machine: ``--quiet-load L`` (default 0.5) waits up to ``--wait`` seconds before each
 measurement for the 1-minute load average to fall below L, and records what it was either way.
@@ -33,6 +38,7 @@ measurement for the 1-minute load average to fall below L, and records what it w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -47,7 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fl_setting as S  # noqa: E402  (the setting's data and machine record, shared with fedavg_frameworks.py)
 
-from fedrepro.learning import engine  # noqa: E402
+from fedrepro.learning import engine, native_cnn  # noqa: E402
 from fedrepro.learning.data import ClientData  # noqa: E402
 from fedrepro.learning.fedavg import FedAvg  # noqa: E402
 from fedrepro.learning.models import LeNet5  # noqa: E402
@@ -55,7 +61,9 @@ from fedrepro.papers.adaped.adaped import AdaPeD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ALGORITHMS = {"fedavg": FedAvg, "adaped": AdaPeD}
-PATHS = {"engine": True, "loop": False}  # path -> vectorize
+# path -> vectorize; "torch": the batched engine with the PyTorch formulation of the CNN's fused step instead of the
+# compiled kernel (fedrepro.learning.native_cnn), which "engine" takes where it applies
+PATHS = {"engine": True, "torch": True, "loop": False}
 
 
 def sgemm_gflops(threads: int, device: str = "cpu", n: int = 2048, repeat: int = 10) -> float:
@@ -146,10 +154,18 @@ def train(
 
 
 def round_flops(algorithm: str, data: ClientData, **kw) -> dict[str, int]:
-    """FLOPs of one round's local steps on each path (FlopCounterMode)."""
-    return {
-        path: train(algorithm, data, vectorize=vec, rounds=1, count=True, **kw).flops for path, vec in PATHS.items()
-    }
+    """FLOPs of one round's local steps on each path (FlopCounterMode). The compiled kernel's products are not
+    PyTorch ops, so the counter cannot see them: the engine path counts the PyTorch formulation of the same step."""
+    with native_cnn.disabled():
+        flops = {
+            path: train(algorithm, data, vectorize=vec, rounds=1, count=True, **kw).flops for path, vec in PATHS.items()
+        }
+    return flops
+
+
+def path_kernel(path: str):
+    """The context a path's rounds run in: the PyTorch formulation for ``torch``."""
+    return native_cnn.disabled() if path == "torch" else contextlib.nullcontext()
 
 
 def time_rounds(algorithm: str, data: ClientData, *, vectorize: bool, rounds: int, device: str, **kw) -> dict:
@@ -231,7 +247,7 @@ def profile_round(
 
 def print_profile(p: dict) -> None:
     print(
-        f"profile of one batched FedAvg round (1 thread): {p['self_ms_total']:.0f} ms self time, "
+        f"profile of one batched FedAvg round (1 thread, PyTorch formulation): {p['self_ms_total']:.0f} ms self time, "
         f"{p['gflop']:.2f} GFLOP -> {p['achieved_gflop_per_s']:.1f} GFLOP/s; GEMM ops {p['gemm_ms']:.0f} ms "
         f"({p['gemm_only_gflop_per_s']:.1f} GFLOP/s), everything else {p['other_ms']:.0f} ms"
     )
@@ -298,7 +314,8 @@ def main() -> None:
                 for path in args.paths:
                     torch.set_num_threads(threads)
                     before = wait_for_quiet(args.quiet_load, args.wait)
-                    r = time_rounds(algorithm, data, vectorize=PATHS[path], rounds=args.rounds, **kw)
+                    with path_kernel(path):
+                        r = time_rounds(algorithm, data, vectorize=PATHS[path], rounds=args.rounds, **kw)
                     after = list(os.getloadavg())
                     rate = flops[algorithm][path] / r["s_per_round"] / 1e9
                     results.append(
@@ -389,7 +406,8 @@ def main() -> None:
     if args.profile:
         torch.set_num_threads(1)
         load = wait_for_quiet(args.quiet_load, args.wait)
-        out["profile"] = {**profile_round(data, **kw), "loadavg_before": load}
+        with native_cnn.disabled():
+            out["profile"] = {**profile_round(data, **kw), "loadavg_before": load}
         print_profile(out["profile"])
     out["wall_s"] = time.perf_counter() - wall0
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -403,6 +421,12 @@ def main() -> None:
                     f"loop {c['loop']['best_s_per_round']:.3f} s/round ({c['loop']['best_gflop_per_s']:.1f} "
                     f"GFLOP/s) -> engine/loop {c['engine_over_loop_best']:.2f}x (CPU time: "
                     f"{c['engine_over_loop_cpu']:.2f}x)"
+                )
+            if {"engine", "torch"} <= c.keys():
+                print(
+                    f"{a} threads={t}: the PyTorch formulation {c['torch']['best_s_per_round']:.3f} s/round "
+                    f"({c['torch']['best_gflop_per_s']:.1f} GFLOP/s) -> engine/torch "
+                    f"{c['torch']['best_s_per_round'] / c['engine']['best_s_per_round']:.2f}x"
                 )
     print(f"wrote {args.out} ({out['wall_s']:.0f} s)")
 

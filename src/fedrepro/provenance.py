@@ -86,10 +86,11 @@ def _digest(path: Path) -> str:
 
 @functools.cache
 def code_files() -> dict[str, str]:
-    """The source of the package this runs from, file by file: relative path -> sha256 (first 16 hex digits) of
-    every ``.py`` file under ``src/fedrepro``. Unlike :func:`code_version` it changes with what the code computes
+    """The source of the package this runs from, file by file: relative path -> sha256 (first 16 hex digits) of every
+    ``.py`` and ``.c`` file under ``src/fedrepro``. Unlike :func:`code_version` it changes with what the code computes
     and with nothing else (not with README or config edits, which parameters and inputs already cover)."""
-    return {p.relative_to(_PACKAGE).as_posix(): _digest(p) for p in sorted(_PACKAGE.rglob("*.py"))}
+    files = [*_PACKAGE.rglob("*.py"), *_PACKAGE.rglob("*.c")]
+    return {p.relative_to(_PACKAGE).as_posix(): _digest(p) for p in sorted(files)}
 
 
 def loaded_code() -> dict[str, str]:
@@ -104,9 +105,10 @@ def loaded_code() -> dict[str, str]:
             continue
         path = Path(name).resolve()
         if path.suffix == ".py" and path.is_relative_to(_PACKAGE):
-            rel = path.relative_to(_PACKAGE).as_posix()
-            if rel not in _LOADED and path.is_file():
-                _LOADED[rel] = _digest(path)
+            for file in (path, path.with_suffix(".c")):  # a module's compiled kernel (learning/native_cnn.c)
+                rel = file.relative_to(_PACKAGE).as_posix()
+                if rel not in _LOADED and file.is_file():
+                    _LOADED[rel] = _digest(file)
     return dict(sorted(_LOADED.items()))
 
 
@@ -163,11 +165,12 @@ def _cpu_model() -> str:
 
 
 def machine() -> dict[str, Any]:
-    """The machine a run ran on, as its metrics.json records it (and the archive's manifest shows): CPU model,
-    logical CPUs and those this process may use, torch's thread count, the GPUs torch sees (only when torch was
-    already imported: never imported for this), the platform and the 1/5/15-minute load average at the time of
-    the call (a busy machine explains a slow run)."""
+    """The machine a run ran on, as its metrics.json records it (and the archive's manifest shows): CPU model, logical
+    CPUs and those this process may use, torch's thread count, the batched CNN's kernel (native or torch, where the
+    engine was imported), the GPUs torch sees (only when torch was already imported: never imported for this), the
+    platform and the 1/5/15-minute load average at the time of the call (a busy machine explains a slow run)."""
     torch = sys.modules.get("torch")
+    native = sys.modules.get("fedrepro.learning.native_cnn")
     gpus: list[str] = []
     if torch is not None and torch.cuda.is_available():
         gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -180,6 +183,8 @@ def machine() -> dict[str, Any]:
         "logical_cpus": os.cpu_count(),
         "cpus_allowed": allowed,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
+        # which kernel the batched CNN's SGD steps ran (fedrepro.learning.native_cnn), where the engine was loaded
+        "cnn_kernel": native.kernel() if native is not None else None,
         "gpus": gpus,
         "platform": platform.platform(),
         "load_avg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,

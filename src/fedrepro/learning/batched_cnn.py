@@ -43,6 +43,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from fedrepro.learning import native_cnn
 from fedrepro.learning.models import ConvNet
 
 Params = dict[str, Tensor]
@@ -73,20 +74,6 @@ class Workspace:
         return buf[:n].view(shape)
 
 
-def geometry(model: ConvNet, feature_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Per convolution: (C, H, W) of its input after padding, (Ho, Wo) of its output, (Hp, Wp) after pooling."""
-    C, H, W = feature_shape
-    out = []
-    for name in model.conv_layers:
-        conv = getattr(model, name)
-        (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
-        H, W = H + 2 * ph, W + 2 * pw
-        Ho, Wo = H - kh + 1, W - kw + 1
-        out.append((C, H, W, Ho, Wo, Ho // model.pool, Wo // model.pool))
-        C, H, W = conv.out_channels, Ho // model.pool, Wo // model.pool
-    return out
-
-
 def forward(model: ConvNet, params: Params, x: Tensor, alloc: Alloc = _fresh) -> tuple[Tensor, list[Tensor]]:
     """Logits (K, B, n_classes) of K clients, ``params`` name -> (K, *shape), x (K, B, *feature_shape); and what
     :func:`backward` needs: per convolution its columns, pooling indices and output (K, O, Hp, Wp, B), then the
@@ -96,7 +83,7 @@ def forward(model: ConvNet, params: Params, x: Tensor, alloc: Alloc = _fresh) ->
     h.copy_(x.permute(0, 2, 3, 4, 1))  # (K, C, H, W, B)
     saved: list[Tensor] = []
     p = model.pool
-    for i, (name, (C, _, _, Ho, Wo, Hp, Wp)) in enumerate(zip(model.conv_layers, geometry(model, x.shape[2:]))):
+    for i, (name, (C, _, _, Ho, Wo, Hp, Wp)) in enumerate(zip(model.conv_layers, model.geometry(x.shape[2:]))):
         conv = getattr(model, name)
         (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
         if ph or pw:
@@ -144,7 +131,7 @@ def backward(
         torch.sum(g, 2, out=grads[f"{name}.bias"])
         g = torch.bmm(params[f"{name}.weight"].transpose(1, 2), g).mul_(a > 0)  # a: a ReLU's output
     p = model.pool
-    for i, (C, H, W, Ho, Wo, Hp, Wp) in reversed(list(enumerate(geometry(model, feature_shape)))):
+    for i, (C, H, W, Ho, Wo, Hp, Wp) in reversed(list(enumerate(model.geometry(feature_shape)))):
         name = model.conv_layers[i]
         conv = getattr(model, name)
         (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
@@ -194,7 +181,12 @@ def ce_grads(
 
     ``sgd=(lr, weight_decay)``: return the parameters after one SGD step instead of the gradients,
     ``p - lr (g + weight_decay p)`` with the arithmetic of :func:`fedrepro.learning.net.sgd`, done chunk by chunk
-    while the chunk's gradients are in cache."""
+    while the chunk's gradients are in cache.
+
+    Where the compiled kernel applies (:func:`fedrepro.learning.native_cnn.usable`: float32 on the CPU, unpadded
+    convolutions) and no ``chunk`` is asked for, the step runs there instead, each client's network in its cache."""
+    if chunk is None and native_cnn.usable(model, params, x, y):
+        return native_cnn.ce_grads(model, params, x, y, sgd)
     K, B = y.shape
     feature_shape = tuple(x.shape[2:])
     chunk = chunk or chunk_clients(model, feature_shape, B)
@@ -341,7 +333,7 @@ def chunk_clients(model: ConvNet, feature_shape: tuple[int, ...], rows: int) -> 
 
 def _kernel_areas(model: ConvNet, feature_shape: tuple[int, ...]):
     areas = [math.prod(getattr(model, n).kernel_size) for n in model.conv_layers]
-    return zip(geometry(model, feature_shape), areas)
+    return zip(model.geometry(feature_shape), areas)
 
 
 __all__ = [
@@ -351,7 +343,6 @@ __all__ = [
     "ce_grads",
     "chunk_clients",
     "forward",
-    "geometry",
     "logits",
     "supports",
 ]

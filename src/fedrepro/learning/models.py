@@ -46,6 +46,20 @@ class ConvNet(nn.Module):
             x = F.relu(getattr(self, name)(x))
         return getattr(self, self.fc_layers[-1])(x)
 
+    def geometry(self, feature_shape: Sequence[int]) -> list[tuple[int, ...]]:
+        """Per convolution: (C, H, W) of its input after padding, (Ho, Wo) of its output, (Hp, Wp) after pooling
+        (the hand-written formulations' shapes: fedrepro.learning.batched_cnn, native_cnn)."""
+        C, H, W = feature_shape
+        out = []
+        for name in self.conv_layers:
+            conv = getattr(self, name)
+            (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
+            H, W = H + 2 * ph, W + 2 * pw
+            Ho, Wo = H - kh + 1, W - kw + 1
+            out.append((C, H, W, Ho, Wo, Ho // self.pool, Wo // self.pool))
+            C, H, W = conv.out_channels, Ho // self.pool, Wo // self.pool
+        return out
+
 
 class LeNet5(ConvNet):
     """The paper's 5-layer CNN (MNIST/FEMNIST: 1x28x28; CIFAR-10: ``in_channels=3, input_hw=32``)."""

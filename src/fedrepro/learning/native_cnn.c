@@ -1,0 +1,540 @@
+/* fedrepro.learning.native_cnn's kernel: one SGD step (or the gradient) of a ConvNet's mean cross-entropy for each
+ * of K clients on its own minibatch, the whole network of one client in its cache (convolutions without im2col,
+ * 2x2-style max-pool with the first maximal element, ReLU, fully connected layers). Layout of one client's
+ * activations: batch-last, (C, H, W, B), so that a row of a convolution's output is Wo * B contiguous lanes.
+ * Plain C with GCC's vector extensions (16 floats; the compiler splits them where the CPU's vectors are shorter). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define VW 16
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+
+static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf vsplat(float s) { return (vf){0} + s; }
+typedef float vf8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float vf4 __attribute__((vector_size(4 * sizeof(float))));
+/* the sum of the lanes as a tree of halves (lane by lane in order would be 16 dependent additions) */
+static inline float hsum(vf v) {
+    const vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+                  + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+/* conv geometry, per layer: C H W O k Ho Wo Hp Wp */
+enum { GC, GH, GW, GO, GK, GHO, GWO, GHP, GWP, NG };
+
+/* ---------------------------------------------------------------- forward of one convolution, rows of lanes */
+#define ALWAYS static inline __attribute__((always_inline))
+
+ALWAYS void conv_fwd_block(const float *in, const int *g, int B, const float *w, const float *bias, float *z, int o0,
+                           const int nb) {
+    const int C = g[GC], H = g[GH], W = g[GW], k = g[GK], Ho = g[GHO], L = g[GWO] * B, ckk = C * k * k;
+    (void)H;
+    for (int i = 0; i < Ho; i++) {
+        int v = 0;
+        for (; v + VW <= L; v += VW) {
+            vf acc[8];
+            for (int o = 0; o < nb; o++) acc[o] = vsplat(bias[o0 + o]);
+            for (int c = 0; c < C; c++)
+                for (int r = 0; r < k; r++)
+                    for (int s = 0; s < k; s++) {
+                        vf xv = vload(in + ((c * H + i + r) * W + s) * B + v);
+                        const float *wp = w + (o0 * C + c) * k * k + r * k + s;
+                        for (int o = 0; o < nb; o++) acc[o] += wp[o * ckk] * xv;
+                    }
+            for (int o = 0; o < nb; o++) vstore(z + ((o0 + o) * Ho + i) * L + v, acc[o]);
+        }
+        for (; v < L; v++) {
+            float acc[8];
+            for (int o = 0; o < nb; o++) acc[o] = bias[o0 + o];
+            for (int c = 0; c < C; c++)
+                for (int r = 0; r < k; r++)
+                    for (int s = 0; s < k; s++) {
+                        float xs = in[((c * H + i + r) * W + s) * B + v];
+                        const float *wp = w + (o0 * C + c) * k * k + r * k + s;
+                        for (int o = 0; o < nb; o++) acc[o] += wp[o * ckk] * xs;
+                    }
+            for (int o = 0; o < nb; o++) z[((o0 + o) * Ho + i) * L + v] = acc[o];
+        }
+    }
+}
+
+static void conv_fwd(const float *in, const int *g, int B, const float *w, const float *bias, float *z) {
+    for (int o0 = 0; o0 < g[GO]; o0 += 8) {
+        switch (g[GO] - o0 < 8 ? g[GO] - o0 : 8) {
+            case 8: conv_fwd_block(in, g, B, w, bias, z, o0, 8); break;
+            case 7: conv_fwd_block(in, g, B, w, bias, z, o0, 7); break;
+            case 6: conv_fwd_block(in, g, B, w, bias, z, o0, 6); break;
+            case 5: conv_fwd_block(in, g, B, w, bias, z, o0, 5); break;
+            case 4: conv_fwd_block(in, g, B, w, bias, z, o0, 4); break;
+            case 3: conv_fwd_block(in, g, B, w, bias, z, o0, 3); break;
+            case 2: conv_fwd_block(in, g, B, w, bias, z, o0, 2); break;
+            default: conv_fwd_block(in, g, B, w, bias, z, o0, 1); break;
+        }
+    }
+}
+
+typedef int vi __attribute__((vector_size(VW * sizeof(int))));
+static inline vf vselect(vi take, vf a, vf b) { return (vf)(((vi)a & take) | ((vi)b & ~take)); }
+
+/* one window row of lanes: m, ix <- the window's first maximal element and its position (a NaN wins), then ReLU */
+static inline void pool_lanes(const float *z0, int Wo, int B, int p, float *hp, float *ix) {
+    vf m = vload(z0), id = vsplat(0.f);
+    for (int di = 0; di < p; di++)
+        for (int dj = di ? 0 : 1; dj < p; dj++) {
+            const vf v = vload(z0 + (di * Wo + dj) * B);
+            const vi take = (v > m) | (v != v);
+            m = vselect(take, v, m);
+            id = vselect(take, vsplat((float)(di * p + dj)), id);
+        }
+    vstore(hp, vselect((m > 0.f) | (m != m), m, vsplat(0.f)));
+    vstore(ix, id);
+}
+
+/* max-pool (p x p, stride p) then ReLU; idx: the window's position of the first maximal element (a NaN wins), as
+ * the float d = di p + dj. Lanes: 16 images at a time, the last 16 overlapping the previous (the update is
+ * idempotent); fewer than 16 images one by one. */
+static void pool_relu(const float *z, const int *g, int B, int p, float *h, float *idx) {
+    const int O = g[GO], Ho = g[GHO], Wo = g[GWO], Hp = g[GHP], Wp = g[GWP];
+    for (int o = 0; o < O; o++)
+        for (int ip = 0; ip < Hp; ip++)
+            for (int jp = 0; jp < Wp; jp++) {
+                const float *z0 = z + ((o * Ho + p * ip) * Wo + p * jp) * B;
+                const int at = ((o * Hp + ip) * Wp + jp) * B;
+                if (B >= VW) {
+                    for (int b = 0; b + VW <= B; b += VW) pool_lanes(z0 + b, Wo, B, p, h + at + b, idx + at + b);
+                    if (B % VW) pool_lanes(z0 + B - VW, Wo, B, p, h + at + B - VW, idx + at + B - VW);
+                    continue;
+                }
+                for (int b = 0; b < B; b++) {
+                    float m = z0[b], id = 0.f;
+                    for (int d = 1; d < p * p; d++) {
+                        const float v = z0[((d / p) * Wo + d % p) * B + b];
+                        if (v > m || v != v) { m = v; id = (float)d; }
+                    }
+                    h[at + b] = (m > 0.f || m != m) ? m : 0.f;
+                    idx[at + b] = id;
+                }
+            }
+}
+
+/* the pooling's adjoint: dz (O Ho Wo B) gets each window's gradient at its maximal element, zero elsewhere (rows
+ * and columns no window covers included); lanes as in pool_relu */
+static inline void unpool_lanes(const float *gp, const float *ix, int Wo, int B, int p, float *d0) {
+    const vf gv = vload(gp), iv = vload(ix);
+    for (int di = 0; di < p; di++)
+        for (int dj = 0; dj < p; dj++)
+            vstore(d0 + (di * Wo + dj) * B, vselect(iv == (float)(di * p + dj), gv, vsplat(0.f)));
+}
+
+static void unpool(const float *g, const float *idx, const int *cg, int B, int p, float *dz) {
+    const int O = cg[GO], Ho = cg[GHO], Wo = cg[GWO], Hp = cg[GHP], Wp = cg[GWP];
+    if (Ho != p * Hp || Wo != p * Wp) memset(dz, 0, sizeof(float) * O * Ho * Wo * B);
+    for (int o = 0; o < O; o++)
+        for (int ip = 0; ip < Hp; ip++)
+            for (int jp = 0; jp < Wp; jp++) {
+                const int at = ((o * Hp + ip) * Wp + jp) * B;
+                float *d0 = dz + ((o * Ho + p * ip) * Wo + p * jp) * B;
+                if (B >= VW) {
+                    for (int b = 0; b + VW <= B; b += VW) unpool_lanes(g + at + b, idx + at + b, Wo, B, p, d0 + b);
+                    if (B % VW) unpool_lanes(g + at + B - VW, idx + at + B - VW, Wo, B, p, d0 + B - VW);
+                    continue;
+                }
+                for (int d = 0; d < p * p; d++) {
+                    float *dd = d0 + ((d / p) * Wo + d % p) * B;
+                    for (int b = 0; b < B; b++) dd[b] = idx[at + b] == (float)d ? g[at + b] : 0.f;
+                }
+            }
+}
+
+/* ---------------------------------------------------------------- backward of one convolution */
+/* dW[o][c][r][s0 .. s0 + sb] for o in o0 .. o0 + nb: each dz row loaded once for sb kernel columns */
+ALWAYS void conv_wgrad_block(const float *in, const int *g, int B, const float *dz, float *dw, int o0, const int nb,
+                             int c, int r, int s0, const int sb) {
+    const int C = g[GC], H = g[GH], W = g[GW], k = g[GK], Ho = g[GHO], L = g[GWO] * B;
+    (void)H;
+    vf acc[6][3];
+    float tail[6][3];
+    for (int o = 0; o < nb; o++)
+        for (int s = 0; s < sb; s++) { acc[o][s] = vsplat(0.f); tail[o][s] = 0.f; }
+    for (int i = 0; i < Ho; i++) {
+        const float *xr = in + ((c * H + i + r) * W + s0) * B;
+        const float *dr = dz + (o0 * Ho + i) * L;
+        int v = 0;
+        for (; v + VW <= L; v += VW) {
+            vf d[6];
+            for (int o = 0; o < nb; o++) {
+                d[o] = vload(dr + o * Ho * L + v);
+                __asm__("" : "+v"(d[o])); /* kept in a register for the sb columns, not loaded again for each */
+            }
+            for (int s = 0; s < sb; s++) {
+                const vf xv = vload(xr + s * B + v);
+                for (int o = 0; o < nb; o++) acc[o][s] += d[o] * xv;
+            }
+        }
+        for (; v < L; v++)
+            for (int s = 0; s < sb; s++)
+                for (int o = 0; o < nb; o++) tail[o][s] += dr[o * Ho * L + v] * xr[s * B + v];
+    }
+    for (int o = 0; o < nb; o++)
+        for (int s = 0; s < sb; s++) dw[(((o0 + o) * C + c) * k + r) * k + s0 + s] = hsum(acc[o][s]) + tail[o][s];
+}
+
+#define WGRAD_SB(NB)                                                                          \
+    switch (sb) {                                                                             \
+        case 3: conv_wgrad_block(in, g, B, dz, dw, o0, NB, c, r, s0, 3); break;              \
+        case 2: conv_wgrad_block(in, g, B, dz, dw, o0, NB, c, r, s0, 2); break;              \
+        default: conv_wgrad_block(in, g, B, dz, dw, o0, NB, c, r, s0, 1); break;             \
+    }
+
+static void conv_wgrad(const float *in, const int *g, int B, const float *dz, float *dw, float *db) {
+    const int O = g[GO], C = g[GC], k = g[GK], n = g[GHO] * g[GWO] * B;
+    for (int o0 = 0; o0 < O; o0 += 6)
+        for (int c = 0; c < C; c++)
+            for (int r = 0; r < k; r++)
+                for (int s0 = 0; s0 < k; s0 += 3) {
+                    const int sb = k - s0 < 3 ? k - s0 : 3;
+                    switch (O - o0 < 6 ? O - o0 : 6) {
+                        case 6: WGRAD_SB(6) break;
+                        case 5: WGRAD_SB(5) break;
+                        case 4: WGRAD_SB(4) break;
+                        case 3: WGRAD_SB(3) break;
+                        case 2: WGRAD_SB(2) break;
+                        default: WGRAD_SB(1) break;
+                    }
+                }
+    for (int o = 0; o < O; o++) {
+        vf acc = vsplat(0.f);
+        float t = 0.f;
+        const float *d = dz + o * n;
+        int v = 0;
+        for (; v + VW <= n; v += VW) acc += vload(d + v);
+        for (; v < n; v++) t += d[v];
+        db[o] = hsum(acc) + t;
+    }
+}
+
+/* dh (C H W B) += the convolution's adjoint applied to dz, output channels o0 .. o0 + nb */
+ALWAYS void conv_dgrad_block(const int *g, int B, const float *w, const float *dz, float *dh, int o0, const int nb) {
+    const int C = g[GC], H = g[GH], W = g[GW], k = g[GK], Ho = g[GHO], L = g[GWO] * B, ckk = C * k * k;
+    (void)H;
+    for (int i = 0; i < Ho; i++) {
+        int v = 0;
+        for (; v + VW <= L; v += VW) {
+            vf d[16];
+            for (int o = 0; o < nb; o++) d[o] = vload(dz + ((o0 + o) * Ho + i) * L + v);
+            for (int c = 0; c < C; c++)
+                for (int r = 0; r < k; r++)
+                    for (int s = 0; s < k; s++) {
+                        const float *wp = w + (o0 * C + c) * k * k + r * k + s;
+                        vf acc = wp[0] * d[0];
+                        for (int o = 1; o < nb; o++) acc += wp[o * ckk] * d[o];
+                        float *t = dh + ((c * H + i + r) * W + s) * B + v;
+                        vstore(t, vload(t) + acc);
+                    }
+        }
+        for (; v < L; v++)
+            for (int c = 0; c < C; c++)
+                for (int r = 0; r < k; r++)
+                    for (int s = 0; s < k; s++) {
+                        const float *wp = w + (o0 * C + c) * k * k + r * k + s;
+                        float acc = 0.f;
+                        for (int o = 0; o < nb; o++) acc += wp[o * ckk] * dz[((o0 + o) * Ho + i) * L + v];
+                        dh[((c * H + i + r) * W + s) * B + v] += acc;
+                    }
+    }
+}
+
+static void conv_dgrad(const int *g, int B, const float *w, const float *dz, float *dh) {
+    memset(dh, 0, sizeof(float) * g[GC] * g[GH] * g[GW] * B);
+    for (int o0 = 0; o0 < g[GO]; o0 += 16) {
+        int nb = g[GO] - o0 < 16 ? g[GO] - o0 : 16;
+        if (nb == 16) conv_dgrad_block(g, B, w, dz, dh, o0, 16);
+        else if (nb == 6) conv_dgrad_block(g, B, w, dz, dh, o0, 6);
+        else conv_dgrad_block(g, B, w, dz, dh, o0, nb);
+    }
+}
+
+/* ---------------------------------------------------------------- fully connected layers, (features, B) */
+/* C[m][:] = sum_k A[m][k] Bm[k][:] (rows of C and Bm contiguous, lanes along them; blocks of 8 rows) */
+ALWAYS void axpy_block(int N, int Kd, const float *A, const float *Bm, float *C, const int mb) {
+    int n = 0;
+    for (; n + VW <= N; n += VW) {
+        vf acc[8];
+        for (int i = 0; i < mb; i++) acc[i] = vsplat(0.f);
+        for (int k = 0; k < Kd; k++) {
+            const vf b = vload(Bm + k * N + n);
+            for (int i = 0; i < mb; i++) acc[i] += A[i * Kd + k] * b;
+        }
+        for (int i = 0; i < mb; i++) vstore(C + i * N + n, acc[i]);
+    }
+    for (; n < N; n++)
+        for (int i = 0; i < mb; i++) {
+            float s = 0.f;
+            for (int k = 0; k < Kd; k++) s += A[i * Kd + k] * Bm[k * N + n];
+            C[i * N + n] = s;
+        }
+}
+
+static void gemm_nn(int M, int N, int Kd, const float *A, const float *Bm, float *C) {
+    for (int m = 0; m < M; m += 8) {
+        switch (M - m < 8 ? M - m : 8) {
+            case 8: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 8); break;
+            case 7: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 7); break;
+            case 6: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 6); break;
+            case 5: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 5); break;
+            case 4: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 4); break;
+            case 3: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 3); break;
+            case 2: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 2); break;
+            default: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 1); break;
+        }
+    }
+}
+
+/* out[o][b0 .. b0 + 16] for o in o0 .. o0 + nb: a row of W broadcast against 16 images of a (n_in, B) */
+ALWAYS void fc_lanes(const float *a, int n_in, int B, const float *w, float *out, int o0, int b0, const int nb) {
+    vf acc[8];
+    for (int o = 0; o < nb; o++) acc[o] = vsplat(0.f);
+    for (int i = 0; i < n_in; i++) {
+        const vf av = vload(a + i * B + b0);
+        for (int o = 0; o < nb; o++) acc[o] += w[(o0 + o) * n_in + i] * av;
+    }
+    for (int o = 0; o < nb; o++) vstore(out + (o0 + o) * B + b0, acc[o]);
+}
+
+static void fc_block(const float *a, int n_in, int B, const float *w, float *out, int o0, int b0, int nb) {
+    switch (nb) {
+        case 8: fc_lanes(a, n_in, B, w, out, o0, b0, 8); break;
+        case 7: fc_lanes(a, n_in, B, w, out, o0, b0, 7); break;
+        case 6: fc_lanes(a, n_in, B, w, out, o0, b0, 6); break;
+        case 5: fc_lanes(a, n_in, B, w, out, o0, b0, 5); break;
+        case 4: fc_lanes(a, n_in, B, w, out, o0, b0, 4); break;
+        case 3: fc_lanes(a, n_in, B, w, out, o0, b0, 3); break;
+        case 2: fc_lanes(a, n_in, B, w, out, o0, b0, 2); break;
+        default: fc_lanes(a, n_in, B, w, out, o0, b0, 1); break;
+    }
+}
+
+/* out (n_out, B) = W a, a (n_in, B): 16 images a vector, the last 16 overlapping (the same values written twice);
+ * fewer than 16 images one by one */
+static void fc_product(const float *a, int n_in, int n_out, int B, const float *w, float *out) {
+    if (B < VW) {
+        for (int o = 0; o < n_out; o++)
+            for (int b = 0; b < B; b++) {
+                float s = 0.f;
+                for (int i = 0; i < n_in; i++) s += w[o * n_in + i] * a[i * B + b];
+                out[o * B + b] = s;
+            }
+        return;
+    }
+    for (int o0 = 0; o0 < n_out; o0 += 8) {
+        const int nb = n_out - o0 < 8 ? n_out - o0 : 8;
+        for (int b0 = 0; b0 + VW <= B; b0 += VW) fc_block(a, n_in, B, w, out, o0, b0, nb);
+        if (B % VW) fc_block(a, n_in, B, w, out, o0, B - VW, nb);
+    }
+}
+
+static void transpose(int R, int Cn, const float *src, float *dst) {
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < Cn; j++) dst[j * R + i] = src[i * Cn + j];
+}
+
+/* out (n_out, B) = W a + bias, then the ReLU where relu; a (n_in, B) */
+static void fc_fwd(const float *a, int n_in, int n_out, int B, const float *w, const float *bias, float *out,
+                   int relu) {
+    fc_product(a, n_in, n_out, B, w, out);
+    for (int o = 0; o < n_out; o++) {
+        float *row = out + o * B;
+        for (int b = 0; b < B; b++) row[b] += bias[o];
+        if (relu)
+            for (int b = 0; b < B; b++) row[b] = (row[b] > 0.f || row[b] != row[b]) ? row[b] : 0.f;
+    }
+}
+
+/* dW = g a^T, db = sum_b g, and (da != NULL) da = (W^T g) * (a > 0); s1, s2: scratch of max(n_in, n_out) * B */
+static void fc_bwd(const float *a, int n_in, int n_out, int B, const float *w, const float *g, float *dw, float *db,
+                   float *da, float *s1, float *s2) {
+    transpose(n_in, B, a, s1);         /* a^T (B, n_in) */
+    gemm_nn(n_out, n_in, B, g, s1, dw); /* rows of dW as lanes */
+    for (int o = 0; o < n_out; o++) {
+        float s = 0.f;
+        for (int b = 0; b < B; b++) s += g[o * B + b];
+        db[o] = s;
+    }
+    if (!da) return;
+    transpose(n_out, B, g, s1);          /* g^T (B, n_out) */
+    gemm_nn(B, n_in, n_out, s1, w, s2); /* (W^T g)^T (B, n_in) */
+    transpose(B, n_in, s2, da);
+    for (int j = 0; j < n_in * B; j++) da[j] *= (float)(a[j] > 0.f);
+}
+
+/* ---------------------------------------------------------------- the step */
+static int64_t param_count(int n_conv, const int *cg, int n_fc, const int *fg, int64_t *sizes) {
+    int64_t total = 0;
+    int t = 0;
+    for (int l = 0; l < n_conv; l++) {
+        const int *g = cg + l * NG;
+        sizes[t++] = (int64_t)g[GO] * g[GC] * g[GK] * g[GK];
+        sizes[t++] = g[GO];
+    }
+    for (int j = 0; j < n_fc; j++) {
+        sizes[t++] = (int64_t)fg[2 * j] * fg[2 * j + 1];
+        sizes[t++] = fg[2 * j + 1];
+    }
+    for (int i = 0; i < t; i++) total += sizes[i];
+    return total;
+}
+
+#define MAXT 64
+
+/* out = p - lr (g + wd p), rounded as PyTorch's foreach ops round it (fedrepro.learning.net.sgd): each product and
+ * sum on its own, not fused */
+__attribute__((optimize("fp-contract=off"))) static void sgd_update(int64_t n, const float *p, const float *g,
+                                                                      float *out, float lr, float wd) {
+    for (int64_t j = 0; j < n; j++) {
+        float s = p[j] * wd;
+        s += g[j];
+        s *= lr;
+        out[j] = p[j] - s;
+    }
+}
+
+int64_t convnet_workspace_floats(int B, int n_conv, const int *cg, int n_fc, const int *fg) {
+    int64_t sizes[MAXT], n = param_count(n_conv, cg, n_fc, fg, sizes);
+    int64_t big = 0, feat = 0;
+    n += (int64_t)cg[GC] * cg[GH] * cg[GW] * B; /* the input, batch-last */
+    for (int l = 0; l < n_conv; l++) {
+        const int *g = cg + l * NG;
+        int64_t zs = (int64_t)g[GO] * g[GHO] * g[GWO] * B, hs = (int64_t)g[GO] * g[GHP] * g[GWP] * B;
+        int64_t ins = (int64_t)g[GC] * g[GH] * g[GW] * B;
+        n += zs + 2 * hs;
+        if (zs > big) big = zs;
+        if (ins > big) big = ins;
+    }
+    for (int j = 0; j < n_fc; j++) {
+        n += (int64_t)fg[2 * j + 1] * B;
+        if (fg[2 * j] > feat) feat = fg[2 * j];
+        if (fg[2 * j + 1] > feat) feat = fg[2 * j + 1];
+    }
+    return n + 2 * big + 4 * feat * B + 64;
+}
+
+/* K clients, each B rows. params[t] / out[t]: (K, *shape) of parameter t in the order conv weights and biases, then
+ * fc weights and biases. x (K, B, C, H, W), y (K, B). sgd: out = p - lr (g + wd p); else out = g. ws: one client's
+ * workspace (convnet_workspace_floats). Returns 0, or 1 + the client whose label is out of range. */
+int convnet_step(int K, int B, int n_conv, const int *cg, int n_fc, const int *fg, int pool, float *const *params,
+                 float *const *out, const float *x, const int64_t *y, float *losses, float lr, float wd, int sgd,
+                 float *ws) {
+    int64_t sizes[MAXT];
+    const int64_t n_params = param_count(n_conv, cg, n_fc, fg, sizes);
+    const int T = 2 * (n_conv + n_fc);
+    const int C0 = cg[GC], H0 = cg[GH], W0 = cg[GW], n_cls = fg[2 * n_fc - 1];
+    int64_t big = 0, feat = 0;
+    for (int l = 0; l < n_conv; l++) {
+        const int *g = cg + l * NG;
+        int64_t zs = (int64_t)g[GO] * g[GHO] * g[GWO] * B, ins = (int64_t)g[GC] * g[GH] * g[GW] * B;
+        if (zs > big) big = zs;
+        if (ins > big) big = ins;
+    }
+    for (int j = 0; j < n_fc; j++) {
+        if (fg[2 * j] > feat) feat = fg[2 * j];
+        if (fg[2 * j + 1] > feat) feat = fg[2 * j + 1];
+    }
+    /* carve the workspace */
+    float *p = ws;
+    float *grad = p; p += n_params;
+    float *in0 = p; p += (int64_t)C0 * H0 * W0 * B;
+    float *z[8], *h[8];
+    float *idx[8];
+    for (int l = 0; l < n_conv; l++) {
+        const int *g = cg + l * NG;
+        int64_t hs = (int64_t)g[GO] * g[GHP] * g[GWP] * B;
+        z[l] = p; p += (int64_t)g[GO] * g[GHO] * g[GWO] * B;
+        h[l] = p; p += hs;
+        idx[l] = p; p += hs;
+    }
+    float *a[16];
+    for (int j = 0; j < n_fc; j++) { a[j] = p; p += (int64_t)fg[2 * j + 1] * B; }
+    float *dz = p; p += big;
+    float *dh = p; p += big;
+    float *ga = p; p += feat * B;
+    float *gb = p; p += feat * B;
+    float *at = p; p += feat * B;
+    float *at2 = p; p += feat * B;
+
+    for (int kc = 0; kc < K; kc++) {
+        const float *P[MAXT];
+        float *G[MAXT];
+        {
+            float *gp = grad;
+            for (int t = 0; t < T; t++) { P[t] = params[t] + kc * sizes[t]; G[t] = gp; gp += sizes[t]; }
+        }
+        const int64_t *yk = y + (int64_t)kc * B;
+        for (int b = 0; b < B; b++)
+            if (yk[b] < 0 || yk[b] >= n_cls) return 1 + kc;
+        /* input, batch-last */
+        const float *xk = x + (int64_t)kc * B * C0 * H0 * W0;
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < C0 * H0 * W0; j++) in0[j * B + b] = xk[b * C0 * H0 * W0 + j];
+        /* forward */
+        const float *cur = in0;
+        for (int l = 0; l < n_conv; l++) {
+            const int *g = cg + l * NG;
+            conv_fwd(cur, g, B, P[2 * l], P[2 * l + 1], z[l]);
+            pool_relu(z[l], g, B, pool, h[l], idx[l]);
+            cur = h[l];
+        }
+        const float *fin = cur;
+        for (int j = 0; j < n_fc; j++) {
+            const int t = 2 * (n_conv + j);
+            fc_fwd(j ? a[j - 1] : fin, fg[2 * j], fg[2 * j + 1], B, P[t], P[t + 1], a[j], j < n_fc - 1);
+        }
+        /* cross-entropy and its gradient */
+        const float *lg = a[n_fc - 1];
+        float lsum = 0.f;
+        for (int b = 0; b < B; b++) {
+            float m = -INFINITY;
+            for (int c = 0; c < n_cls; c++) m = lg[c * B + b] > m ? lg[c * B + b] : m;
+            float s = 0.f;
+            for (int c = 0; c < n_cls; c++) s += expf(lg[c * B + b] - m);
+            const float lse = m + logf(s);
+            for (int c = 0; c < n_cls; c++)
+                ga[c * B + b] = (expf(lg[c * B + b] - lse) - (float)(c == yk[b])) / (float)B;
+            lsum += lse - lg[yk[b] * B + b];
+        }
+        losses[kc] = lsum / (float)B;
+        /* backward through the fully connected layers */
+        float *g = ga, *gn = gb;
+        for (int j = n_fc - 1; j >= 0; j--) {
+            const int t = 2 * (n_conv + j);
+            const float *ain = j ? a[j - 1] : fin;
+            const int want = j > 0 || n_conv > 0;
+            fc_bwd(ain, fg[2 * j], fg[2 * j + 1], B, P[t], g, G[t], G[t + 1], want ? gn : 0, at, at2);
+            float *tmp = g; g = gn; gn = tmp;
+        }
+        /* g: the gradient at the last pooled output (already through its ReLU) */
+        for (int l = n_conv - 1; l >= 0; l--) {
+            const int *cgl = cg + l * NG;
+            unpool(g, idx[l], cgl, B, pool, dz);
+            const float *lin = l ? h[l - 1] : in0;
+            conv_wgrad(lin, cgl, B, dz, G[2 * l], G[2 * l + 1]);
+            if (l == 0) break;
+            conv_dgrad(cgl, B, P[2 * l], dz, dh);
+            const int64_t n = (int64_t)cgl[GC] * cgl[GH] * cgl[GW] * B;
+            for (int64_t j = 0; j < n; j++) dh[j] *= (float)(lin[j] > 0.f);
+            g = dh; /* read once by the next layer's unpooling, before its own dgrad writes dh again */
+        }
+        for (int t = 0; t < T; t++) {
+            float *o = out[t] + kc * sizes[t];
+            const float *pp = P[t], *gg = G[t];
+            if (sgd)
+                sgd_update(sizes[t], pp, gg, o, lr, wd);
+            else
+                memcpy(o, gg, sizeof(float) * sizes[t]);
+        }
+    }
+    return 0;
+}

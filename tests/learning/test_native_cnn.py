@@ -1,0 +1,157 @@
+"""The batched CNN's compiled SGD step (fedrepro.learning.native_cnn): the same gradients, losses and SGD step as
+the module in float64 (to float32 rounding), at any thread count the same bits, a named error for a bad label, and
+the PyTorch formulation where the kernel cannot be built."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+from torch.func import functional_call, grad_and_value
+from torch.nn import functional as F
+
+from fedrepro.learning import batched_cnn, native_cnn
+from fedrepro.learning.models import Cifar100CNN, LeNet5
+from fedrepro.papers.fedhdp.cnn import FedHDPCNN
+
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler here"),
+]
+
+MODELS = {  # name: (model, feature shape, images per client)
+    "lenet5": (LeNet5, (1, 28, 28), 20),  # 16 images a vector, the last 16 overlapping
+    "lenet5_b4": (LeNet5, (1, 28, 28), 4),  # fewer images than a vector: pooled one by one
+    "cifar10_cnn": (lambda: LeNet5(3, 10, 32), (3, 32, 32), 16),
+    "cifar100_cnn": (Cifar100CNN, (3, 32, 32), 3),  # 64 filters: several blocks of output channels
+    "odd": (lambda: LeNet5(1, 7, 31), (1, 31, 31), 5),  # pooling drops a row and a column
+}
+
+
+def clients(model, shape, k: int, b: int, seed: int = 0):
+    """Float32 parameters of ``k`` clients near ``model``'s, images with a flat region (pooling ties), labels."""
+    g = torch.Generator().manual_seed(seed)
+    params = {n: v.detach() + 0.05 * torch.randn(k, *v.shape, generator=g) for n, v in model.named_parameters()}
+    x = torch.rand(k, b, *shape, generator=g)
+    x[:, :, :, : shape[1] // 3] = 0.0
+    y = torch.randint(0, getattr(model, model.fc_layers[-1]).out_features, (k, b), generator=g)
+    return params, x, y
+
+
+def module_float64(model, params, x, y):
+    """vmap(grad_and_value(cross-entropy)) of the module in float64: the reference."""
+    model = model.double()
+    p64 = {n: v.double() for n, v in params.items()}
+    return torch.vmap(grad_and_value(lambda p, xb, yb: F.cross_entropy(functional_call(model, p, (xb,)), yb)))(
+        p64, x.double(), y
+    )
+
+
+def assert_native_equals_module(model, params, x, y):
+    grads, losses = native_cnn.ce_grads(model, params, x, y)
+    ref, ref_losses = module_float64(model, params, x, y)
+    torch.testing.assert_close(losses.double(), ref_losses, rtol=1e-5, atol=1e-6)
+    for name, g in ref.items():
+        named = lambda m, name=name: f"{name}: {m}"  # noqa: E731
+        torch.testing.assert_close(grads[name].double(), g, rtol=1e-4, atol=1e-6, msg=named)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_gradients_equal_the_module(name):
+    factory, shape, b = MODELS[name]
+    torch.manual_seed(0)  # the weights too: another draw can put a pooling window's two largest within rounding
+    model = factory()
+    params, x, y = clients(model, shape, k=3, b=b)
+    assert native_cnn.usable(model, params, x, y)
+    assert_native_equals_module(model, params, x, y)
+
+
+def test_the_comparison_fails_on_other_labels():
+    """The check above can fail: the gradients of the labels shifted by one class are not the module's."""
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=2, b=20)
+    grads, _ = native_cnn.ce_grads(model, params, x, (y + 1) % 10)
+    ref, _ = module_float64(model, params, x, y)
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(grads["fc3.bias"].double(), ref["fc3.bias"], rtol=1e-4, atol=1e-6)
+
+
+def test_sgd_step_is_the_gradient_then_sgd():
+    """``sgd=(lr, weight_decay)`` rounds as the engine's sgd does: p - lr (g + wd p), bit for bit."""
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=4, b=20)
+    stepped, losses = native_cnn.ce_grads(model, params, x, y, sgd=(0.05, 1e-3))
+    grads, grad_losses = native_cnn.ce_grads(model, params, x, y)
+    for name, p in params.items():
+        assert torch.equal(stepped[name], p - 0.05 * (grads[name] + 1e-3 * p)), name
+    assert torch.equal(losses, grad_losses)
+
+
+def test_threads_split_the_clients_not_the_result():
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=7, b=20)
+    one = native_cnn.ce_grads(model, params, x, y, sgd=(0.1, 0.0))
+    torch.set_num_threads(2)
+    two = native_cnn.ce_grads(model, params, x, y, sgd=(0.1, 0.0))
+    assert all(torch.equal(one[0][k], two[0][k]) for k in params) and torch.equal(one[1], two[1])
+
+
+def test_engine_step_takes_the_kernel():
+    """batched_cnn.ce_grads on float32 CPU tensors is the kernel's; float64, padded models and disabled() stay in
+    PyTorch."""
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=3, b=20)
+    a, b = batched_cnn.ce_grads(model, params, x, y), native_cnn.ce_grads(model, params, x, y)
+    assert all(torch.equal(a[0][k], b[0][k]) for k in params)
+    assert not native_cnn.usable(model, {k: v.double() for k, v in params.items()}, x.double(), y)
+    padded = FedHDPCNN()
+    assert not native_cnn.usable(padded, dict(padded.named_parameters()), x, y)
+    with native_cnn.disabled():
+        assert not native_cnn.usable(model, params, x, y)
+        c = batched_cnn.ce_grads(model, params, x, y)  # PyTorch's formulation: another float32 summation order
+    assert native_cnn.usable(model, params, x, y)
+    assert not all(torch.equal(a[0][k], c[0][k]) for k in params)
+    for k in params:
+        torch.testing.assert_close(a[0][k], c[0][k], rtol=1e-4, atol=1e-6)
+
+
+def test_a_label_out_of_range_is_named():
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=3, b=20)
+    y[2, 5] = 10
+    with pytest.raises(IndexError, match=r"client 2 of the step has a label outside 0\.\.9"):
+        native_cnn.ce_grads(model, params, x, y)
+
+
+@pytest.fixture
+def fresh_state(monkeypatch, tmp_path):
+    """No library loaded yet and an empty cache; the process's own state back afterwards."""
+    monkeypatch.setattr(native_cnn, "_state", {})
+    monkeypatch.setenv("FEDREPRO_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_disabled_or_unbuildable_falls_back_to_torch(fresh_state, monkeypatch):
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=2, b=4)
+    monkeypatch.setenv("FEDREPRO_NATIVE", "0")
+    assert native_cnn.kernel() == "torch (FEDREPRO_NATIVE=0)" and not native_cnn.usable(model, params, x, y)
+    grads, _ = batched_cnn.ce_grads(model, params, x, y)  # PyTorch's formulation
+    ref, _ = module_float64(model, params, x, y)
+    torch.testing.assert_close(grads["conv1.weight"].double(), ref["conv1.weight"], rtol=1e-4, atol=1e-6)
+
+    monkeypatch.setattr(native_cnn, "_state", {})
+    monkeypatch.setenv("FEDREPRO_NATIVE", "1")
+    monkeypatch.setenv("CC", "false")  # a "compiler" that fails
+    assert native_cnn.kernel().startswith("torch (false could not build native_cnn.c")
+    assert list(fresh_state.iterdir()) == []  # no partial library left behind
+
+
+def test_builds_into_the_cache_once(fresh_state):
+    assert native_cnn.kernel().startswith("native (native_cnn.c ")
+    (built,) = fresh_state.glob("native_cnn-*.so")
+    stamp = built.stat().st_mtime_ns
+    native_cnn._state.clear()
+    assert native_cnn.library() is not None and built.stat().st_mtime_ns == stamp  # loaded, not built again
