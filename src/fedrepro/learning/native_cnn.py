@@ -39,6 +39,8 @@ from fedrepro.learning.models import ConvNet
 SOURCE = Path(__file__).with_name("native_cnn.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
 _MAX_CONV, _MAX_FC = 8, 16  # the kernel's arrays of layers
+#: Chunks of a step's clients per thread (each thread takes the next chunk when it finishes one)
+CHUNKS_PER_THREAD = 4
 
 _lock = threading.Lock()
 _state: dict = {}  # "lib": the loaded library or None, "kernel": what kernel() says
@@ -191,16 +193,22 @@ def ce_grads(
         return rc and rc + a
 
     threads = min(torch.get_num_threads(), K)
-    bounds = [K * i // threads for i in range(threads + 1)]
     if threads == 1:
         rcs = [run(0, 0, K)]
     else:
+        # chunks of clients taken in turn, so that a thread whose core another process shares takes fewer
+        size = -(-K // (CHUNKS_PER_THREAD * threads))
+        starts = iter(range(0, K, size))  # next() holds the GIL: each chunk is taken once
+
+        def work(i: int) -> int:
+            return next((rc for a in starts if (rc := run(i, a, min(a + size, K)))), 0)
+
         with _lock:
             if _pool.get("pid") != os.getpid() or _pool["size"] < threads - 1:
                 executor = ThreadPoolExecutor(threads - 1, thread_name_prefix="fedrepro-cnn")
                 _pool.update(executor=executor, pid=os.getpid(), size=threads - 1)
-        futures = [_pool["executor"].submit(run, i, bounds[i], bounds[i + 1]) for i in range(1, threads)]
-        rcs = [run(0, bounds[0], bounds[1]), *(f.result() for f in futures)]
+        futures = [_pool["executor"].submit(work, i) for i in range(1, threads)]
+        rcs = [work(0), *(f.result() for f in futures)]
     bad = next((rc for rc in rcs if rc), 0)
     if bad:
         n_classes = getattr(model, model.fc_layers[-1]).out_features
