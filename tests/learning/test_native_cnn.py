@@ -148,6 +148,12 @@ def test_disabled_or_unbuildable_falls_back_to_torch(fresh_state, monkeypatch):
     assert native_cnn.kernel().startswith("torch (false could not build native_cnn.c")
     assert list(fresh_state.iterdir()) == []  # no partial library left behind
 
+    monkeypatch.setattr(native_cnn, "_state", {})
+    monkeypatch.delenv("CC")
+    monkeypatch.setenv("FEDREPRO_CACHE", str(fresh_state / "a-file" / "cache"))
+    (fresh_state / "a-file").write_text("")  # the cache cannot be made
+    assert native_cnn.kernel().startswith("torch (building or loading") and "FEDREPRO_CACHE" in native_cnn.kernel()
+
 
 def test_builds_into_the_cache_once(fresh_state):
     assert native_cnn.kernel().startswith("native (native_cnn.c ")

@@ -78,16 +78,19 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
         b"\0".join(x.encode() for x in (SOURCE.read_text(), compiler, " ".join(FLAGS), _cpu_identity()))
     ).hexdigest()[:16]
     target = _cache_dir() / f"native_cnn-{key}.so"
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-        os.close(fd)
-        run = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=600)
-        if run.returncode != 0:
-            os.unlink(tmp)
-            return None, f"torch ({cc} could not build {SOURCE.name}: {run.stderr.strip()[-400:]})"
-        os.replace(tmp, target)  # atomic: processes building at once each write their own file
-    lib = ctypes.CDLL(str(target))
+    try:
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+            os.close(fd)
+            run = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=600)
+            if run.returncode != 0:
+                os.unlink(tmp)
+                return None, f"torch ({cc} could not build {SOURCE.name}: {run.stderr.strip()[-400:]})"
+            os.replace(tmp, target)  # atomic: processes building at once each write their own file
+        lib = ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError) as e:  # an unwritable cache, a library that does not load
+        return None, f"torch (building or loading {target} failed: {e}; set FEDREPRO_CACHE to a writable directory)"
     lib.convnet_step.restype = ctypes.c_int
     lib.convnet_step.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     lib.convnet_step.argtypes += [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
