@@ -2,23 +2,43 @@
  * of K clients on its own minibatch, the whole network of one client in its cache (convolutions without im2col,
  * 2x2-style max-pool with the first maximal element, ReLU, fully connected layers). Layout of one client's
  * activations: batch-last, (C, H, W, B), so that a row of a convolution's output is Wo * B contiguous lanes.
- * Plain C with GCC's vector extensions (16 floats; the compiler splits them where the CPU's vectors are shorter). */
+ * Plain C with GCC's vector extensions (VW floats a vector). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+/* lanes of a vector: a register's width where the compiler targets AVX-512, else 8 (AVX2's; older CPUs split them) */
+#ifdef __AVX512F__
 #define VW 16
+#else
+#define VW 8
+#endif
 typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+/* register blocks: output channels x kernel columns of a weight gradient, output channels of a data gradient (32
+ * vector registers with AVX-512, 16 without) */
+#ifdef __AVX512F__
+#define WG_OB 6
+#define WG_SB 3
+#define DG_OB 16
+#else
+#define WG_OB 4
+#define WG_SB 2
+#define DG_OB 12
+#endif
 
 static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
 static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
 static inline vf vsplat(float s) { return (vf){0} + s; }
 typedef float vf8 __attribute__((vector_size(8 * sizeof(float))));
 typedef float vf4 __attribute__((vector_size(4 * sizeof(float))));
-/* the sum of the lanes as a tree of halves (lane by lane in order would be 16 dependent additions) */
+/* the sum of the lanes as a tree of halves (lane by lane in order would be VW dependent additions) */
 static inline float hsum(vf v) {
+#if VW == 16
     const vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
                   + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+    const vf8 a = v;
+#endif
     const vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
@@ -95,8 +115,8 @@ static inline void pool_lanes(const float *z0, int Wo, int B, int p, float *hp, 
 }
 
 /* max-pool (p x p, stride p) then ReLU; idx: the window's position of the first maximal element (a NaN wins), as
- * the float d = di p + dj. Lanes: 16 images at a time, the last 16 overlapping the previous (the update is
- * idempotent); fewer than 16 images one by one. */
+ * the float d = di p + dj. Lanes: VW images at a time, the last VW overlapping the previous (the update is
+ * idempotent); fewer than VW images one by one. */
 static void pool_relu(const float *z, const int *g, int B, int p, float *h, float *idx) {
     const int O = g[GO], Ho = g[GHO], Wo = g[GWO], Hp = g[GHP], Wp = g[GWP];
     for (int o = 0; o < O; o++)
@@ -168,7 +188,9 @@ ALWAYS void conv_wgrad_block(const float *in, const int *g, int B, const float *
             vf d[6];
             for (int o = 0; o < nb; o++) {
                 d[o] = vload(dr + o * Ho * L + v);
+#if defined(__x86_64__) && (VW == 16 && defined(__AVX512F__) || VW == 8 && defined(__AVX__))
                 __asm__("" : "+v"(d[o])); /* kept in a register for the sb columns, not loaded again for each */
+#endif
             }
             for (int s = 0; s < sb; s++) {
                 const vf xv = vload(xr + s * B + v);
@@ -192,12 +214,12 @@ ALWAYS void conv_wgrad_block(const float *in, const int *g, int B, const float *
 
 static void conv_wgrad(const float *in, const int *g, int B, const float *dz, float *dw, float *db) {
     const int O = g[GO], C = g[GC], k = g[GK], n = g[GHO] * g[GWO] * B;
-    for (int o0 = 0; o0 < O; o0 += 6)
+    for (int o0 = 0; o0 < O; o0 += WG_OB)
         for (int c = 0; c < C; c++)
             for (int r = 0; r < k; r++)
-                for (int s0 = 0; s0 < k; s0 += 3) {
-                    const int sb = k - s0 < 3 ? k - s0 : 3;
-                    switch (O - o0 < 6 ? O - o0 : 6) {
+                for (int s0 = 0; s0 < k; s0 += WG_SB) {
+                    const int sb = k - s0 < WG_SB ? k - s0 : WG_SB;
+                    switch (O - o0 < WG_OB ? O - o0 : WG_OB) {
                         case 6: WGRAD_SB(6) break;
                         case 5: WGRAD_SB(5) break;
                         case 4: WGRAD_SB(4) break;
@@ -224,7 +246,7 @@ ALWAYS void conv_dgrad_block(const int *g, int B, const float *w, const float *d
     for (int i = 0; i < Ho; i++) {
         int v = 0;
         for (; v + VW <= L; v += VW) {
-            vf d[16];
+            vf d[DG_OB];
             for (int o = 0; o < nb; o++) d[o] = vload(dz + ((o0 + o) * Ho + i) * L + v);
             for (int c = 0; c < C; c++)
                 for (int r = 0; r < k; r++)
@@ -250,9 +272,9 @@ ALWAYS void conv_dgrad_block(const int *g, int B, const float *w, const float *d
 
 static void conv_dgrad(const int *g, int B, const float *w, const float *dz, float *dh) {
     memset(dh, 0, sizeof(float) * g[GC] * g[GH] * g[GW] * B);
-    for (int o0 = 0; o0 < g[GO]; o0 += 16) {
-        int nb = g[GO] - o0 < 16 ? g[GO] - o0 : 16;
-        if (nb == 16) conv_dgrad_block(g, B, w, dz, dh, o0, 16);
+    for (int o0 = 0; o0 < g[GO]; o0 += DG_OB) {
+        int nb = g[GO] - o0 < DG_OB ? g[GO] - o0 : DG_OB;
+        if (nb == DG_OB) conv_dgrad_block(g, B, w, dz, dh, o0, DG_OB);
         else if (nb == 6) conv_dgrad_block(g, B, w, dz, dh, o0, 6);
         else conv_dgrad_block(g, B, w, dz, dh, o0, nb);
     }
@@ -294,7 +316,7 @@ static void gemm_nn(int M, int N, int Kd, const float *A, const float *Bm, float
     }
 }
 
-/* out[o][b0 .. b0 + 16] for o in o0 .. o0 + nb: a row of W broadcast against 16 images of a (n_in, B) */
+/* out[o][b0 .. b0 + VW] for o in o0 .. o0 + nb: a row of W broadcast against VW images of a (n_in, B) */
 ALWAYS void fc_lanes(const float *a, int n_in, int B, const float *w, float *out, int o0, int b0, const int nb) {
     vf acc[8];
     for (int o = 0; o < nb; o++) acc[o] = vsplat(0.f);
@@ -318,8 +340,8 @@ static void fc_block(const float *a, int n_in, int B, const float *w, float *out
     }
 }
 
-/* out (n_out, B) = W a, a (n_in, B): 16 images a vector, the last 16 overlapping (the same values written twice);
- * fewer than 16 images one by one */
+/* out (n_out, B) = W a, a (n_in, B): VW images a vector, the last VW overlapping (the same values written twice);
+ * fewer than VW images one by one */
 static void fc_product(const float *a, int n_in, int n_out, int B, const float *w, float *out) {
     if (B < VW) {
         for (int o = 0; o < n_out; o++)
