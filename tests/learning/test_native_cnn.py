@@ -5,7 +5,9 @@ the PyTorch formulation where the kernel cannot be built."""
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,3 +163,26 @@ def test_builds_into_the_cache_once(fresh_state):
     stamp = built.stat().st_mtime_ns
     native_cnn._state.clear()
     assert native_cnn.library() is not None and built.stat().st_mtime_ns == stamp  # loaded, not built again
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        line = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        return set()
+    return set(line.split(":", 1)[1].split())
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 targets")
+@pytest.mark.parametrize("march", ["x86-64-v3", "x86-64"])  # AVX2's 16 registers and 8-lane vectors; SSE2's
+def test_builds_for_other_cpus_compute_the_same(fresh_state, monkeypatch, march):
+    """The kernel's vector width and register blocks follow the target (-march=native here): the narrower targets a
+    CPU without AVX-512 gets compute the same function."""
+    if march == "x86-64-v3" and not {"avx2", "fma", "bmi2"} <= _cpu_flags():
+        pytest.skip("this CPU cannot run an AVX2 build")
+    monkeypatch.setattr(native_cnn, "FLAGS", ("-O3", f"-march={march}", "-fPIC", "-shared"))
+    assert f"-march={march}" in native_cnn.kernel()
+    torch.manual_seed(0)
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=3, b=20)
+    assert_native_equals_module(model, params, x, y)
