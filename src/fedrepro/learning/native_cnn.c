@@ -49,6 +49,20 @@ enum { GC, GH, GW, GO, GK, GHO, GWO, GHP, GWP, NG };
 /* ---------------------------------------------------------------- forward of one convolution, rows of lanes */
 #define ALWAYS static inline __attribute__((always_inline))
 
+/* CALL(k) with k the constant equal to n (1 to 8): a block's loops over its k rows unroll and its accumulators stay in
+ * registers */
+#define WITH_CONSTANT_UP_TO_8(n, CALL) \
+    switch (n) {                       \
+        case 8: CALL(8); break;        \
+        case 7: CALL(7); break;        \
+        case 6: CALL(6); break;        \
+        case 5: CALL(5); break;        \
+        case 4: CALL(4); break;        \
+        case 3: CALL(3); break;        \
+        case 2: CALL(2); break;        \
+        default: CALL(1); break;       \
+    }
+
 ALWAYS void conv_fwd_block(const float *in, const int *g, int B, const float *w, const float *bias, float *z, int o0,
                            const int nb) {
     const int C = g[GC], H = g[GH], W = g[GW], k = g[GK], Ho = g[GHO], L = g[GWO] * B, ckk = C * k * k;
@@ -84,16 +98,9 @@ ALWAYS void conv_fwd_block(const float *in, const int *g, int B, const float *w,
 
 static void conv_fwd(const float *in, const int *g, int B, const float *w, const float *bias, float *z) {
     for (int o0 = 0; o0 < g[GO]; o0 += 8) {
-        switch (g[GO] - o0 < 8 ? g[GO] - o0 : 8) {
-            case 8: conv_fwd_block(in, g, B, w, bias, z, o0, 8); break;
-            case 7: conv_fwd_block(in, g, B, w, bias, z, o0, 7); break;
-            case 6: conv_fwd_block(in, g, B, w, bias, z, o0, 6); break;
-            case 5: conv_fwd_block(in, g, B, w, bias, z, o0, 5); break;
-            case 4: conv_fwd_block(in, g, B, w, bias, z, o0, 4); break;
-            case 3: conv_fwd_block(in, g, B, w, bias, z, o0, 3); break;
-            case 2: conv_fwd_block(in, g, B, w, bias, z, o0, 2); break;
-            default: conv_fwd_block(in, g, B, w, bias, z, o0, 1); break;
-        }
+#define FWD(NB) conv_fwd_block(in, g, B, w, bias, z, o0, NB)
+        WITH_CONSTANT_UP_TO_8(g[GO] - o0 < 8 ? g[GO] - o0 : 8, FWD)
+#undef FWD
     }
 }
 
@@ -303,16 +310,9 @@ ALWAYS void axpy_block(int N, int Kd, const float *A, const float *Bm, float *C,
 
 static void gemm_nn(int M, int N, int Kd, const float *A, const float *Bm, float *C) {
     for (int m = 0; m < M; m += 8) {
-        switch (M - m < 8 ? M - m : 8) {
-            case 8: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 8); break;
-            case 7: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 7); break;
-            case 6: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 6); break;
-            case 5: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 5); break;
-            case 4: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 4); break;
-            case 3: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 3); break;
-            case 2: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 2); break;
-            default: axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, 1); break;
-        }
+#define AXPY(NB) axpy_block(N, Kd, A + m * Kd, Bm, C + m * N, NB)
+        WITH_CONSTANT_UP_TO_8(M - m < 8 ? M - m : 8, AXPY)
+#undef AXPY
     }
 }
 
@@ -328,16 +328,9 @@ ALWAYS void fc_lanes(const float *a, int n_in, int B, const float *w, float *out
 }
 
 static void fc_block(const float *a, int n_in, int B, const float *w, float *out, int o0, int b0, int nb) {
-    switch (nb) {
-        case 8: fc_lanes(a, n_in, B, w, out, o0, b0, 8); break;
-        case 7: fc_lanes(a, n_in, B, w, out, o0, b0, 7); break;
-        case 6: fc_lanes(a, n_in, B, w, out, o0, b0, 6); break;
-        case 5: fc_lanes(a, n_in, B, w, out, o0, b0, 5); break;
-        case 4: fc_lanes(a, n_in, B, w, out, o0, b0, 4); break;
-        case 3: fc_lanes(a, n_in, B, w, out, o0, b0, 3); break;
-        case 2: fc_lanes(a, n_in, B, w, out, o0, b0, 2); break;
-        default: fc_lanes(a, n_in, B, w, out, o0, b0, 1); break;
-    }
+#define LANES(NB) fc_lanes(a, n_in, B, w, out, o0, b0, NB)
+    WITH_CONSTANT_UP_TO_8(nb, LANES)
+#undef LANES
 }
 
 /* out (n_out, B) = W a, a (n_in, B): VW images a vector, the last VW overlapping (the same values written twice);
@@ -424,23 +417,28 @@ __attribute__((optimize("fp-contract=off"))) static void sgd_update(int64_t n, c
     }
 }
 
+/* the largest activation of a convolution (input or output, B images) and the widest fully connected layer */
+static void extents(int B, int n_conv, const int *cg, int n_fc, const int *fg, int64_t *big, int64_t *feat) {
+    *big = *feat = 0;
+    for (int l = 0; l < n_conv; l++) {
+        const int *g = cg + l * NG;
+        const int64_t zs = (int64_t)g[GO] * g[GHO] * g[GWO] * B, ins = (int64_t)g[GC] * g[GH] * g[GW] * B;
+        if (zs > *big) *big = zs;
+        if (ins > *big) *big = ins;
+    }
+    for (int j = 0; j < 2 * n_fc; j++)
+        if (fg[j] > *feat) *feat = fg[j];
+}
+
 int64_t convnet_workspace_floats(int B, int n_conv, const int *cg, int n_fc, const int *fg) {
-    int64_t sizes[MAXT], n = param_count(n_conv, cg, n_fc, fg, sizes);
-    int64_t big = 0, feat = 0;
+    int64_t sizes[MAXT], n = param_count(n_conv, cg, n_fc, fg, sizes), big, feat;
+    extents(B, n_conv, cg, n_fc, fg, &big, &feat);
     n += (int64_t)cg[GC] * cg[GH] * cg[GW] * B; /* the input, batch-last */
     for (int l = 0; l < n_conv; l++) {
         const int *g = cg + l * NG;
-        int64_t zs = (int64_t)g[GO] * g[GHO] * g[GWO] * B, hs = (int64_t)g[GO] * g[GHP] * g[GWP] * B;
-        int64_t ins = (int64_t)g[GC] * g[GH] * g[GW] * B;
-        n += zs + 2 * hs;
-        if (zs > big) big = zs;
-        if (ins > big) big = ins;
+        n += (int64_t)g[GO] * g[GHO] * g[GWO] * B + 2 * (int64_t)g[GO] * g[GHP] * g[GWP] * B;
     }
-    for (int j = 0; j < n_fc; j++) {
-        n += (int64_t)fg[2 * j + 1] * B;
-        if (fg[2 * j] > feat) feat = fg[2 * j];
-        if (fg[2 * j + 1] > feat) feat = fg[2 * j + 1];
-    }
+    for (int j = 0; j < n_fc; j++) n += (int64_t)fg[2 * j + 1] * B;
     return n + 2 * big + 4 * feat * B + 64;
 }
 
@@ -454,17 +452,8 @@ int convnet_step(int K, int B, int n_conv, const int *cg, int n_fc, const int *f
     const int64_t n_params = param_count(n_conv, cg, n_fc, fg, sizes);
     const int T = 2 * (n_conv + n_fc);
     const int C0 = cg[GC], H0 = cg[GH], W0 = cg[GW], n_cls = fg[2 * n_fc - 1];
-    int64_t big = 0, feat = 0;
-    for (int l = 0; l < n_conv; l++) {
-        const int *g = cg + l * NG;
-        int64_t zs = (int64_t)g[GO] * g[GHO] * g[GWO] * B, ins = (int64_t)g[GC] * g[GH] * g[GW] * B;
-        if (zs > big) big = zs;
-        if (ins > big) big = ins;
-    }
-    for (int j = 0; j < n_fc; j++) {
-        if (fg[2 * j] > feat) feat = fg[2 * j];
-        if (fg[2 * j + 1] > feat) feat = fg[2 * j + 1];
-    }
+    int64_t big, feat;
+    extents(B, n_conv, cg, n_fc, fg, &big, &feat);
     /* carve the workspace */
     float *p = ws;
     float *grad = p; p += n_params;
