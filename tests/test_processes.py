@@ -183,3 +183,26 @@ def test_a_worker_killed_from_outside_is_one_message_and_stops_the_others(monkey
         processes.map_in_processes(pid_then_sleep, [(str(f), 120) for f in files], 2)
     assert time.monotonic() - t0 < 30
     assert _gone(workers[1], within=10)
+
+
+def test_of_workers_that_ended_the_one_named_is_the_cause_not_one_the_pool_stopped_after_it():
+    """The pool SIGTERMs its other workers once one dies: the message names the dead one, by its signal, whichever
+    comes first in the pool's table (the rehearsal that found this had the stopped worker first)."""
+    import os
+    import time
+    from multiprocessing import get_context
+    from types import SimpleNamespace
+
+    from fedrepro.errors import ResourceError
+
+    ctx = get_context("spawn")
+    stopped = ctx.Process(target=os._exit, args=(128 + 15,))
+    killed = ctx.Process(target=time.sleep, args=(60,))
+    for p in (stopped, killed):
+        p.start()
+    killed.kill()
+    for p in (stopped, killed):
+        p.join(30)
+    pool = SimpleNamespace(_processes={stopped.pid: stopped, killed.pid: killed})
+    with pytest.raises(ResourceError, match=rf"worker process {killed.pid} of this run ended by signal 9 "):
+        processes._raise_if_a_worker_ended(pool)

@@ -92,19 +92,27 @@ _ENDED = (
 
 
 def _raise_if_a_worker_ended(pool) -> None:
-    """A ResourceError naming the first worker of ``pool`` that has ended while tasks remain (its sentinel is ready
-    whether or not the pool has reaped it), with its signal or exit status where known."""
+    """A ResourceError naming a worker of ``pool`` that has ended while tasks remain (its sentinel is ready whether
+    or not the pool has reaped it), with its signal or exit status where known. Once one worker dies the pool
+    SIGTERMs the others (Python 3.9+), so by the time this looks several may have ended: the one named is one that
+    was not stopped that way, the cause rather than its consequence."""
     from multiprocessing.connection import wait as ready
 
     from fedrepro.errors import ResourceError
 
     procs = list((getattr(pool, "_processes", None) or {}).values())
     ended = ready([p.sentinel for p in procs], timeout=0) if procs else []
-    for p in procs:
-        if p.sentinel in ended:
-            code = _exit_code(p)
-            how = "" if code is None else f" by signal {-code}" if code < 0 else f" with exit status {code}"
-            raise ResourceError(_ENDED.format(who=f"worker process {p.pid} of this run", how=how))
+    codes = [(p, _exit_code(p)) for p in procs if p.sentinel in ended]
+    if not codes:
+        return
+    p, code = next(((p, c) for p, c in codes if c not in _STOPPED_BY_SIGTERM), codes[0])
+    how = "" if code is None else f" by signal {-code}" if code < 0 else f" with exit status {code}"
+    raise ResourceError(_ENDED.format(who=f"worker process {p.pid} of this run", how=how))
+
+
+# how a worker that was sent SIGTERM ends: unwound by _stop_worker (128 + 15), or killed by it before its handler was
+# installed (-15)
+_STOPPED_BY_SIGTERM = (128 + 15, -15)
 
 
 def _exit_code(process, patience: float = 1.0) -> int | None:
