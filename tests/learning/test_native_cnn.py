@@ -119,6 +119,91 @@ def test_engine_step_takes_the_kernel():
         torch.testing.assert_close(a[0][k], c[0][k], rtol=1e-4, atol=1e-6)
 
 
+def distilled(logits_fn, model, teacher):
+    """An AdaPeD-style loss of one client through ``logits_fn``: its cross-entropy plus a KL term to fixed teacher
+    logits (the gradient reaches the logits through a loss the kernel does not compute itself)."""
+
+    def loss(p, xb, yb, tb):
+        out = logits_fn(model, p, xb)
+        return F.cross_entropy(out, yb) + F.kl_div(
+            F.log_softmax(out, -1), F.log_softmax(tb, -1), reduction="batchmean", log_target=True
+        )
+
+    return loss
+
+
+def counted(fn, calls: list):
+    """``fn``, appending its name to ``calls`` at each call."""
+
+    def call(*args):
+        calls.append(fn.__name__)
+        return fn(*args)
+
+    return call
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_logits_under_vmap_take_the_kernel_and_equal_the_module(name, monkeypatch):
+    """``batched_cnn.logits`` (the path of AdaPeD, pFedMe, QuPeD and FML) under vmap(grad) runs its forward and
+    backward in the kernel, and the gradient of a loss the kernel does not know equals the module's in float64."""
+    factory, shape, b = MODELS[name]
+    torch.manual_seed(0)
+    model = factory()
+    params, x, y = clients(model, shape, k=3, b=b)
+    teacher = torch.randn(3, b, getattr(model, model.fc_layers[-1]).out_features)
+    calls = []
+    for fn in ("forward", "backward"):
+        monkeypatch.setattr(native_cnn, fn, counted(getattr(native_cnn, fn), calls))
+    got = torch.vmap(grad_and_value(distilled(batched_cnn.logits, model, teacher)))(params, x, y, teacher)
+    assert calls == ["forward", "backward"]  # every client in one call each
+    module = lambda m, p, xb: functional_call(m, p, (xb,))  # noqa: E731
+    p64 = {n: v.double() for n, v in params.items()}
+    ref = torch.vmap(grad_and_value(distilled(module, model.double(), teacher.double())))(
+        p64, x.double(), y, teacher.double()
+    )
+    torch.testing.assert_close(got[1].double(), ref[1], rtol=1e-5, atol=1e-6)
+    for k in ref[0]:
+        torch.testing.assert_close(got[0][k].double(), ref[0][k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_the_logits_comparison_fails_on_another_clients_saved_activations():
+    """The check above can fail: a backward given the activations its forward saved for the next client (the saved
+    rows taken in another order) returns other gradients than the module's."""
+    torch.manual_seed(0)
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=3, b=20)
+    logits, saved = native_cnn.forward(model, params, x)
+    dlogits = torch.randn_like(logits)
+    right = native_cnn.backward(model, params, saved, dlogits, (1, 28, 28))
+    wrong = native_cnn.backward(model, params, saved.roll(1, 0), dlogits, (1, 28, 28))
+    ref = torch.vmap(lambda p, xb, d: torch.func.vjp(lambda q: functional_call(model, q, (xb,)), p)[1](d)[0])(
+        params, x, dlogits
+    )
+    torch.testing.assert_close(right["conv1.weight"], ref["conv1.weight"], rtol=1e-4, atol=1e-5)
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(wrong["conv1.weight"], ref["conv1.weight"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_logits_path_at_one_and_two_threads_the_same_bits_and_shared_data():
+    """Forward and backward split the clients over threads without changing a bit; data shared by every client
+    (unmapped under vmap) and one client's plain autograd take the kernel too."""
+    torch.manual_seed(0)
+    model = LeNet5()
+    params, x, y = clients(model, (1, 28, 28), k=7, b=20)
+    teacher = torch.randn(7, 20, 10)
+    loss = distilled(batched_cnn.logits, model, teacher)
+    one = torch.vmap(grad_and_value(loss))(params, x, y, teacher)
+    torch.set_num_threads(2)
+    two = torch.vmap(grad_and_value(loss))(params, x, y, teacher)
+    assert torch.equal(one[1], two[1]) and all(torch.equal(one[0][k], two[0][k]) for k in params)
+    torch.set_num_threads(1)
+    shared = torch.vmap(grad_and_value(loss), in_dims=(0, None, 0, 0))(params, x[0], y, teacher)
+    alone = {k: v[1].clone().requires_grad_(True) for k, v in params.items()}
+    loss(alone, x[0], y[1], teacher[1]).backward()
+    for k in params:
+        torch.testing.assert_close(alone[k].grad, shared[0][k][1], rtol=1e-5, atol=1e-7)
+
+
 def test_a_label_out_of_range_is_named():
     model = LeNet5()
     params, x, y = clients(model, (1, 28, 28), k=3, b=20)

@@ -29,6 +29,8 @@ Two entry points share :func:`forward` and :func:`backward`:
   :func:`backward`. Algorithms with their own losses (AdaPeD, pFedMe, QuPeD, FML) call it through ``Net.logits``
   under ``vmap`` with ``grad`` / ``vjp`` unchanged. First derivatives only: differentiating the gradient again
   raises.
+Where the compiled kernel applies (:mod:`fedrepro.learning.native_cnn`: float32 on the CPU, unpadded convolutions)
+both entry points run there instead: the fused step, and the logits' forward and backward.
 
 The numbers differ from ``F.conv2d``'s by float32 summation order only (tests: forward and gradients against the
 module in float64, and the engine's histories of every algorithm with and without ``vmap``).
@@ -232,32 +234,48 @@ def _leading(batch: int, t: Tensor, dim: int | None) -> Tensor:
     return t.expand(batch, *t.shape) if dim is None else t.movedim(dim, 0)
 
 
+def _forward(model: ConvNet, native: bool, params: Params, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """:func:`forward`, or its compiled kernel's (``native``: what it saves is one tensor)."""
+    if native:
+        logits, saved = native_cnn.forward(model, params, x)
+        return logits, [saved]
+    return forward(model, params, x)
+
+
+def _backward(
+    model: ConvNet, native: bool, params: Params, saved: list[Tensor], dlogits: Tensor, feature_shape: tuple[int, ...]
+) -> Params:
+    if native:
+        return native_cnn.backward(model, params, saved[0], dlogits, feature_shape)
+    return backward(model, params, saved, dlogits, feature_shape)
+
+
 class _Logits(torch.autograd.Function):
-    """One client's logits (under ``vmap``: every mapped client's, by :func:`forward`); the extra outputs are
-    what the backward needs, not differentiable."""
+    """One client's logits (under ``vmap``: every mapped client's, by :func:`forward` or, ``native``, by the
+    compiled kernel's); the extra outputs are what the backward needs, not differentiable."""
 
     @staticmethod
-    def forward(model: ConvNet, names: tuple[str, ...], x: Tensor, *params: Tensor) -> tuple[Tensor, ...]:
-        logits, saved = forward(model, {k: t.unsqueeze(0) for k, t in zip(names, params)}, x.unsqueeze(0))
+    def forward(model: ConvNet, names: tuple[str, ...], native: bool, x: Tensor, *params: Tensor) -> tuple[Tensor, ...]:
+        logits, saved = _forward(model, native, {k: t.unsqueeze(0) for k, t in zip(names, params)}, x.unsqueeze(0))
         return logits[0], *(s[0] for s in saved)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        model, names, x, *params = inputs
-        ctx.model, ctx.names, ctx.feature_shape = model, names, tuple(x.shape[1:])
+        model, names, native, x, *params = inputs
+        ctx.model, ctx.names, ctx.native, ctx.feature_shape = model, names, native, tuple(x.shape[1:])
         ctx.mark_non_differentiable(*output[1:])
         ctx.save_for_backward(*params, *output[1:])
 
     @staticmethod
     def backward(ctx, dlogits: Tensor, *_) -> tuple[Tensor | None, ...]:
-        grads = _ParamGrads.apply(ctx.model, ctx.names, ctx.feature_shape, dlogits, *ctx.saved_tensors)
-        return None, None, None, *grads
+        grads = _ParamGrads.apply(ctx.model, ctx.names, ctx.native, ctx.feature_shape, dlogits, *ctx.saved_tensors)
+        return None, None, None, None, *grads
 
     @staticmethod
-    def vmap(info, in_dims, model, names, x, *params):
+    def vmap(info, in_dims, model, names, native, x, *params):
         n = info.batch_size
-        p = {k: _leading(n, t, d) for k, t, d in zip(names, params, in_dims[3:])}
-        logits, saved = forward(model, p, _leading(n, x, in_dims[2]).contiguous())
+        p = {k: _leading(n, t, d) for k, t, d in zip(names, params, in_dims[4:])}
+        logits, saved = _forward(model, native, p, _leading(n, x, in_dims[3]).contiguous())
         return (logits, *saved), (0,) * (1 + len(saved))
 
 
@@ -265,10 +283,10 @@ class _ParamGrads(torch.autograd.Function):
     """:func:`backward` of one client (under ``vmap``: of every mapped client at once)."""
 
     @staticmethod
-    def forward(model, names, feature_shape, dlogits, *tensors):
+    def forward(model, names, native, feature_shape, dlogits, *tensors):
         params = {k: t.unsqueeze(0) for k, t in zip(names, tensors)}
         saved = [t.unsqueeze(0) for t in tensors[len(names) :]]
-        grads = backward(model, params, saved, dlogits.unsqueeze(0), feature_shape)
+        grads = _backward(model, native, params, saved, dlogits.unsqueeze(0), feature_shape)
         return tuple(grads[k][0] for k in names)
 
     @staticmethod
@@ -283,18 +301,21 @@ class _ParamGrads(torch.autograd.Function):
         )
 
     @staticmethod
-    def vmap(info, in_dims, model, names, feature_shape, dlogits, *tensors):
+    def vmap(info, in_dims, model, names, native, feature_shape, dlogits, *tensors):
         n, k = info.batch_size, len(names)
-        mapped = [_leading(n, t, d) for t, d in zip(tensors, in_dims[4:])]
+        mapped = [_leading(n, t, d) for t, d in zip(tensors, in_dims[5:])]
         params = dict(zip(names, mapped[:k]))
-        grads = backward(model, params, mapped[k:], _leading(n, dlogits, in_dims[3]), feature_shape)
+        grads = _backward(model, native, params, mapped[k:], _leading(n, dlogits, in_dims[4]), feature_shape)
         return tuple(grads[name] for name in names), (0,) * k
 
 
 def logits(model: ConvNet, params: Params, x: Tensor) -> Tensor:
     """``functional_call(model, params, (x,))`` for one client, x (B, C, H, W) -> (B, n_classes); under ``vmap``
-    batched over the mapped clients, with ``grad`` / ``vjp`` to the parameters (not to ``x``)."""
-    return _Logits.apply(model, tuple(params), x, *params.values())[0]
+    batched over the mapped clients, with ``grad`` / ``vjp`` to the parameters (not to ``x``). Forward and backward
+    run in the compiled kernel where it applies (:func:`fedrepro.learning.native_cnn.usable`), decided here once for
+    both."""
+    native = native_cnn.usable(model, params, x)
+    return _Logits.apply(model, tuple(params), native, x, *params.values())[0]
 
 
 def supports(model: nn.Module) -> bool:

@@ -430,16 +430,120 @@ static void extents(int B, int n_conv, const int *cg, int n_fc, const int *fg, i
         if (fg[j] > *feat) *feat = fg[j];
 }
 
-int64_t convnet_workspace_floats(int B, int n_conv, const int *cg, int n_fc, const int *fg) {
-    int64_t sizes[MAXT], n = param_count(n_conv, cg, n_fc, fg, sizes), big, feat;
-    extents(B, n_conv, cg, n_fc, fg, &big, &feat);
-    n += (int64_t)cg[GC] * cg[GH] * cg[GW] * B; /* the input, batch-last */
-    for (int l = 0; l < n_conv; l++) {
-        const int *g = cg + l * NG;
-        n += (int64_t)g[GO] * g[GHO] * g[GWO] * B + 2 * (int64_t)g[GO] * g[GHP] * g[GWP] * B;
+/* One network: its geometry, B images a client. */
+typedef struct {
+    int B, n_conv, n_fc, pool;
+    const int *cg, *fg;
+    int64_t sizes[MAXT]; /* floats of each parameter, conv weights and biases then fc weights and biases */
+    int64_t n_params, big, feat, n_saved;
+} Net;
+
+/* What a client's backward reads from its forward, batch-last: the input, each convolution's pooled output and
+ * its pooling positions, each fully connected layer's output (the last: the logits). */
+typedef struct {
+    float *in0, *h[8], *idx[8], *a[16];
+} Saved;
+
+/* A client's scratch: a convolution's output before pooling (forward) or its gradient (backward), a data gradient,
+ * and four fully connected layers' worth. */
+typedef struct {
+    float *zd, *dh, *ga, *gb, *at, *at2;
+} Scratch;
+
+static float *carve_saved(const Net *n, float *p, Saved *s) {
+    const int B = n->B;
+    s->in0 = p; p += (int64_t)n->cg[GC] * n->cg[GH] * n->cg[GW] * B;
+    for (int l = 0; l < n->n_conv; l++) {
+        const int *g = n->cg + l * NG;
+        const int64_t hs = (int64_t)g[GO] * g[GHP] * g[GWP] * B;
+        s->h[l] = p; p += hs;
+        s->idx[l] = p; p += hs;
     }
-    for (int j = 0; j < n_fc; j++) n += (int64_t)fg[2 * j + 1] * B;
-    return n + 2 * big + 4 * feat * B + 64;
+    for (int j = 0; j < n->n_fc; j++) { s->a[j] = p; p += (int64_t)n->fg[2 * j + 1] * B; }
+    return p;
+}
+
+static float *carve_scratch(const Net *n, float *p, Scratch *w) {
+    const int64_t fb = n->feat * n->B;
+    w->zd = p; p += n->big;
+    w->dh = p; p += n->big;
+    w->ga = p; p += fb;
+    w->gb = p; p += fb;
+    w->at = p; p += fb;
+    w->at2 = p; p += fb;
+    return p;
+}
+
+static Net net_of(int B, int n_conv, const int *cg, int n_fc, const int *fg, int pool) {
+    Net n = {.B = B, .n_conv = n_conv, .n_fc = n_fc, .pool = pool, .cg = cg, .fg = fg};
+    n.n_params = param_count(n_conv, cg, n_fc, fg, n.sizes);
+    extents(B, n_conv, cg, n_fc, fg, &n.big, &n.feat);
+    n.n_saved = (int64_t)cg[GC] * cg[GH] * cg[GW] * B; /* carve_saved's layout */
+    for (int l = 0; l < n_conv; l++) n.n_saved += 2 * (int64_t)cg[l * NG + GO] * cg[l * NG + GHP] * cg[l * NG + GWP] * B;
+    for (int j = 0; j < n_fc; j++) n.n_saved += (int64_t)fg[2 * j + 1] * B;
+    return n;
+}
+
+static int n_classes(const Net *n) { return n->fg[2 * n->n_fc - 1]; }
+
+/* the client's parameters (P) and gradients (G) of client kc in tensors of K clients */
+static void client_tensors(const Net *n, float *const *all, int kc, float **each) {
+    for (int t = 0; t < 2 * (n->n_conv + n->n_fc); t++) each[t] = all[t] + kc * n->sizes[t];
+}
+
+/* one client's forward: its input xk (B, C, H, W) into s, the logits at s->a[n_fc - 1] (n_classes, B) */
+static void client_forward(const Net *n, float *const *P, const float *xk, const Saved *s, float *zbuf) {
+    const int B = n->B, m = n->cg[GC] * n->cg[GH] * n->cg[GW];
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < m; j++) s->in0[j * B + b] = xk[b * m + j];
+    const float *cur = s->in0;
+    for (int l = 0; l < n->n_conv; l++) {
+        const int *g = n->cg + l * NG;
+        conv_fwd(cur, g, B, P[2 * l], P[2 * l + 1], zbuf);
+        pool_relu(zbuf, g, B, n->pool, s->h[l], s->idx[l]);
+        cur = s->h[l];
+    }
+    for (int j = 0; j < n->n_fc; j++) {
+        const int t = 2 * (n->n_conv + j);
+        fc_fwd(j ? s->a[j - 1] : cur, n->fg[2 * j], n->fg[2 * j + 1], B, P[t], P[t + 1], s->a[j], j < n->n_fc - 1);
+    }
+}
+
+/* one client's backward from the logits' gradient in w->ga (n_classes, B): every parameter's gradient into G */
+static void client_backward(const Net *n, float *const *P, const Saved *s, float *const *G, Scratch *w) {
+    const int B = n->B, n_conv = n->n_conv;
+    const float *fin = n_conv ? s->h[n_conv - 1] : s->in0;
+    float *g = w->ga, *gn = w->gb;
+    for (int j = n->n_fc - 1; j >= 0; j--) {
+        const int t = 2 * (n_conv + j);
+        const float *ain = j ? s->a[j - 1] : fin;
+        const int want = j > 0 || n_conv > 0;
+        fc_bwd(ain, n->fg[2 * j], n->fg[2 * j + 1], B, P[t], g, G[t], G[t + 1], want ? gn : 0, w->at, w->at2);
+        float *tmp = g; g = gn; gn = tmp;
+    }
+    /* g: the gradient at the last pooled output (already through its ReLU) */
+    for (int l = n_conv - 1; l >= 0; l--) {
+        const int *cgl = n->cg + l * NG;
+        unpool(g, s->idx[l], cgl, B, n->pool, w->zd);
+        const float *lin = l ? s->h[l - 1] : s->in0;
+        conv_wgrad(lin, cgl, B, w->zd, G[2 * l], G[2 * l + 1]);
+        if (l == 0) break;
+        conv_dgrad(cgl, B, P[2 * l], w->zd, w->dh);
+        const int64_t m = (int64_t)cgl[GC] * cgl[GH] * cgl[GW] * B;
+        for (int64_t j = 0; j < m; j++) w->dh[j] *= (float)(lin[j] > 0.f);
+        g = w->dh; /* read once by the next layer's unpooling, before its own dgrad writes dh again */
+    }
+}
+
+/* floats of what one client's forward keeps for its backward (convnet_forward's ``saved``, a client's row) */
+int64_t convnet_saved_floats(int B, int n_conv, const int *cg, int n_fc, const int *fg) {
+    return net_of(B, n_conv, cg, n_fc, fg, 1).n_saved;
+}
+
+/* floats of one thread's workspace (any of the entry points below) */
+int64_t convnet_workspace_floats(int B, int n_conv, const int *cg, int n_fc, const int *fg) {
+    const Net n = net_of(B, n_conv, cg, n_fc, fg, 1);
+    return n.n_params + n.n_saved + 2 * n.big + 4 * n.feat * B + 64;
 }
 
 /* K clients, each B rows. params[t] / out[t]: (K, *shape) of parameter t in the order conv weights and biases, then
@@ -448,104 +552,80 @@ int64_t convnet_workspace_floats(int B, int n_conv, const int *cg, int n_fc, con
 int convnet_step(int K, int B, int n_conv, const int *cg, int n_fc, const int *fg, int pool, float *const *params,
                  float *const *out, const float *x, const int64_t *y, float *losses, float lr, float wd, int sgd,
                  float *ws) {
-    int64_t sizes[MAXT];
-    const int64_t n_params = param_count(n_conv, cg, n_fc, fg, sizes);
-    const int T = 2 * (n_conv + n_fc);
-    const int C0 = cg[GC], H0 = cg[GH], W0 = cg[GW], n_cls = fg[2 * n_fc - 1];
-    int64_t big, feat;
-    extents(B, n_conv, cg, n_fc, fg, &big, &feat);
-    /* carve the workspace */
-    float *p = ws;
-    float *grad = p; p += n_params;
-    float *in0 = p; p += (int64_t)C0 * H0 * W0 * B;
-    float *z[8], *h[8];
-    float *idx[8];
-    for (int l = 0; l < n_conv; l++) {
-        const int *g = cg + l * NG;
-        int64_t hs = (int64_t)g[GO] * g[GHP] * g[GWP] * B;
-        z[l] = p; p += (int64_t)g[GO] * g[GHO] * g[GWO] * B;
-        h[l] = p; p += hs;
-        idx[l] = p; p += hs;
-    }
-    float *a[16];
-    for (int j = 0; j < n_fc; j++) { a[j] = p; p += (int64_t)fg[2 * j + 1] * B; }
-    float *dz = p; p += big;
-    float *dh = p; p += big;
-    float *ga = p; p += feat * B;
-    float *gb = p; p += feat * B;
-    float *at = p; p += feat * B;
-    float *at2 = p; p += feat * B;
-
+    const Net n = net_of(B, n_conv, cg, n_fc, fg, pool);
+    const int T = 2 * (n_conv + n_fc), n_cls = n_classes(&n), m = cg[GC] * cg[GH] * cg[GW];
+    float *grad = ws, *G[MAXT];
+    Saved s;
+    Scratch w;
+    carve_scratch(&n, carve_saved(&n, grad + n.n_params, &s), &w);
+    G[0] = grad;
+    for (int t = 1; t < T; t++) G[t] = G[t - 1] + n.sizes[t - 1];
     for (int kc = 0; kc < K; kc++) {
-        const float *P[MAXT];
-        float *G[MAXT];
-        {
-            float *gp = grad;
-            for (int t = 0; t < T; t++) { P[t] = params[t] + kc * sizes[t]; G[t] = gp; gp += sizes[t]; }
-        }
+        float *P[MAXT];
+        client_tensors(&n, params, kc, P);
         const int64_t *yk = y + (int64_t)kc * B;
         for (int b = 0; b < B; b++)
             if (yk[b] < 0 || yk[b] >= n_cls) return 1 + kc;
-        /* input, batch-last */
-        const float *xk = x + (int64_t)kc * B * C0 * H0 * W0;
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < C0 * H0 * W0; j++) in0[j * B + b] = xk[b * C0 * H0 * W0 + j];
-        /* forward */
-        const float *cur = in0;
-        for (int l = 0; l < n_conv; l++) {
-            const int *g = cg + l * NG;
-            conv_fwd(cur, g, B, P[2 * l], P[2 * l + 1], z[l]);
-            pool_relu(z[l], g, B, pool, h[l], idx[l]);
-            cur = h[l];
-        }
-        const float *fin = cur;
-        for (int j = 0; j < n_fc; j++) {
-            const int t = 2 * (n_conv + j);
-            fc_fwd(j ? a[j - 1] : fin, fg[2 * j], fg[2 * j + 1], B, P[t], P[t + 1], a[j], j < n_fc - 1);
-        }
+        client_forward(&n, P, x + (int64_t)kc * B * m, &s, w.zd);
         /* cross-entropy and its gradient */
-        const float *lg = a[n_fc - 1];
+        const float *lg = s.a[n_fc - 1];
         float lsum = 0.f;
         for (int b = 0; b < B; b++) {
-            float m = -INFINITY;
-            for (int c = 0; c < n_cls; c++) m = lg[c * B + b] > m ? lg[c * B + b] : m;
-            float s = 0.f;
-            for (int c = 0; c < n_cls; c++) s += expf(lg[c * B + b] - m);
-            const float lse = m + logf(s);
+            float mx = -INFINITY;
+            for (int c = 0; c < n_cls; c++) mx = lg[c * B + b] > mx ? lg[c * B + b] : mx;
+            float sum = 0.f;
+            for (int c = 0; c < n_cls; c++) sum += expf(lg[c * B + b] - mx);
+            const float lse = mx + logf(sum);
             for (int c = 0; c < n_cls; c++)
-                ga[c * B + b] = (expf(lg[c * B + b] - lse) - (float)(c == yk[b])) / (float)B;
+                w.ga[c * B + b] = (expf(lg[c * B + b] - lse) - (float)(c == yk[b])) / (float)B;
             lsum += lse - lg[yk[b] * B + b];
         }
         losses[kc] = lsum / (float)B;
-        /* backward through the fully connected layers */
-        float *g = ga, *gn = gb;
-        for (int j = n_fc - 1; j >= 0; j--) {
-            const int t = 2 * (n_conv + j);
-            const float *ain = j ? a[j - 1] : fin;
-            const int want = j > 0 || n_conv > 0;
-            fc_bwd(ain, fg[2 * j], fg[2 * j + 1], B, P[t], g, G[t], G[t + 1], want ? gn : 0, at, at2);
-            float *tmp = g; g = gn; gn = tmp;
-        }
-        /* g: the gradient at the last pooled output (already through its ReLU) */
-        for (int l = n_conv - 1; l >= 0; l--) {
-            const int *cgl = cg + l * NG;
-            unpool(g, idx[l], cgl, B, pool, dz);
-            const float *lin = l ? h[l - 1] : in0;
-            conv_wgrad(lin, cgl, B, dz, G[2 * l], G[2 * l + 1]);
-            if (l == 0) break;
-            conv_dgrad(cgl, B, P[2 * l], dz, dh);
-            const int64_t n = (int64_t)cgl[GC] * cgl[GH] * cgl[GW] * B;
-            for (int64_t j = 0; j < n; j++) dh[j] *= (float)(lin[j] > 0.f);
-            g = dh; /* read once by the next layer's unpooling, before its own dgrad writes dh again */
-        }
+        client_backward(&n, P, &s, G, &w);
         for (int t = 0; t < T; t++) {
-            float *o = out[t] + kc * sizes[t];
-            const float *pp = P[t], *gg = G[t];
+            float *o = out[t] + kc * n.sizes[t];
             if (sgd)
-                sgd_update(sizes[t], pp, gg, o, lr, wd);
+                sgd_update(n.sizes[t], P[t], G[t], o, lr, wd);
             else
-                memcpy(o, gg, sizeof(float) * sizes[t]);
+                memcpy(o, G[t], sizeof(float) * n.sizes[t]);
         }
     }
     return 0;
+}
+
+/* The forward of K clients alone: logits (K, B, n_classes), and saved (K, convnet_saved_floats) for
+ * convnet_backward. */
+void convnet_forward(int K, int B, int n_conv, const int *cg, int n_fc, const int *fg, int pool,
+                     float *const *params, const float *x, float *logits, float *saved, float *ws) {
+    const Net n = net_of(B, n_conv, cg, n_fc, fg, pool);
+    const int n_cls = n_classes(&n), m = cg[GC] * cg[GH] * cg[GW];
+    Scratch w;
+    carve_scratch(&n, ws, &w);
+    for (int kc = 0; kc < K; kc++) {
+        float *P[MAXT];
+        Saved s;
+        client_tensors(&n, params, kc, P);
+        carve_saved(&n, saved + kc * n.n_saved, &s);
+        client_forward(&n, P, x + (int64_t)kc * B * m, &s, w.zd);
+        transpose(n_cls, B, s.a[n_fc - 1], logits + (int64_t)kc * B * n_cls);
+    }
+}
+
+/* The backward of K clients from their logits' gradients dlogits (K, B, n_classes) and convnet_forward's saved:
+ * every parameter's gradient into grads[t] (K, *shape). */
+void convnet_backward(int K, int B, int n_conv, const int *cg, int n_fc, const int *fg, int pool,
+                      float *const *params, float *saved, const float *dlogits, float *const *grads, float *ws) {
+    const Net n = net_of(B, n_conv, cg, n_fc, fg, pool);
+    const int n_cls = n_classes(&n);
+    Scratch w;
+    carve_scratch(&n, ws, &w);
+    for (int kc = 0; kc < K; kc++) {
+        float *P[MAXT], *G[MAXT];
+        Saved s;
+        client_tensors(&n, params, kc, P);
+        client_tensors(&n, grads, kc, G);
+        carve_saved(&n, saved + kc * n.n_saved, &s);
+        transpose(B, n_cls, dlogits + (int64_t)kc * B * n_cls, w.ga);
+        client_backward(&n, P, &s, G, &w);
+    }
 }

@@ -1,6 +1,9 @@
 """The batched CNN's SGD step in compiled C (``native_cnn.c``): each client's whole LeNet-style network forward and
 backward in its own cache, the clients split over the job's threads. :func:`fedrepro.learning.batched_cnn.ce_grads`
-takes this path where it applies (:func:`usable`) and its own PyTorch formulation elsewhere.
+takes this path where it applies (:func:`usable`) and its own PyTorch formulation elsewhere. Losses the kernel does
+not compute (AdaPeD's, pFedMe's, QuPeD's, FML's, through :func:`fedrepro.learning.batched_cnn.logits` under
+``vmap``) take its :func:`forward` and :func:`backward`: the same per-client network as two calls, what the backward
+reads (the input, each pooling's output and positions, each layer's output; no im2col) kept between them.
 
 Why hand-written: PyTorch runs the engine's per-client convolutions as im2col copies and products of 6 or 16 rows
 per client, the first convolution at 13-17 GFLOP/s (``benchmarks/engine.py --profile-only``), and every other op
@@ -96,9 +99,13 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     lib.convnet_step.argtypes += [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     lib.convnet_step.argtypes += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float]
     lib.convnet_step.argtypes += [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
-    lib.convnet_workspace_floats.restype = ctypes.c_int64
-    lib.convnet_workspace_floats.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-    lib.convnet_workspace_floats.argtypes += [ctypes.c_void_p]
+    geometry = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]  # B, conv, fc
+    for sizing in (lib.convnet_workspace_floats, lib.convnet_saved_floats):
+        sizing.restype, sizing.argtypes = ctypes.c_int64, geometry
+    # K, geometry, pool, params, then forward: x, logits, saved, ws; backward: saved, dlogits, grads, ws
+    lib.convnet_forward.restype = lib.convnet_backward.restype = None
+    lib.convnet_forward.argtypes = [ctypes.c_int, *geometry, ctypes.c_int, *[ctypes.c_void_p] * 5]
+    lib.convnet_backward.argtypes = lib.convnet_forward.argtypes
     return lib, f"native ({SOURCE.name} {key}, {compiler}, {' '.join(FLAGS[:2])})"
 
 
@@ -120,20 +127,31 @@ def kernel() -> str:
 
 @contextlib.contextmanager
 def disabled():
-    """The PyTorch formulation inside, e.g. to count its FLOPs (``benchmarks/engine.py``) or to time both."""
+    """The PyTorch formulation inside, e.g. to count its FLOPs (``benchmarks/engine.py``), to time both, or to
+    replay a run made before the kernel existed (fedrepro.archive.replay); in the worker processes started inside
+    too (``FEDREPRO_NATIVE=0`` in their environment)."""
     _off.append(True)
+    before = os.environ.get("FEDREPRO_NATIVE")
+    os.environ["FEDREPRO_NATIVE"] = "0"
     try:
         yield
     finally:
         _off.pop()
+        if before is None:
+            os.environ.pop("FEDREPRO_NATIVE", None)
+        else:
+            os.environ["FEDREPRO_NATIVE"] = before
 
 
-def usable(model: nn.Module, params: dict[str, Tensor], x: Tensor, y: Tensor) -> bool:
-    """Whether :func:`ce_grads` computes this step: a :class:`ConvNet` of unpadded square convolutions and at most
-    16 positions a pooling window, float32 on the CPU, int64 labels, the library built, and not :func:`disabled`."""
+def usable(model: nn.Module, params: dict[str, Tensor], x: Tensor, y: Tensor | None = None) -> bool:
+    """Whether the kernel computes this step (:func:`ce_grads`; without ``y``, :func:`forward` and
+    :func:`backward`): a :class:`ConvNet` of unpadded square convolutions and at most 16 positions a pooling window,
+    float32 on the CPU, int64 labels, the library built, and not :func:`disabled`."""
     if _off or not isinstance(model, ConvNet) or x.device.type != "cpu" or x.dtype != torch.float32:
         return False
-    if y.dtype != torch.int64 or any(v.dtype != torch.float32 or v.device.type != "cpu" for v in params.values()):
+    if y is not None and y.dtype != torch.int64:
+        return False
+    if any(v.dtype != torch.float32 or v.device.type != "cpu" for v in params.values()):
         return False
     convs = [getattr(model, n) for n in model.conv_layers]
     if not 1 <= len(convs) <= _MAX_CONV or not 1 <= len(model.fc_layers) <= _MAX_FC or model.pool**2 > 16:
@@ -163,63 +181,121 @@ def _workspace(i: int, n: int) -> Tensor:
     return ws
 
 
+class _Step:
+    """A call's shapes as the kernel takes them: the parameters (in its order, contiguous), the geometry arrays and
+    one thread's workspace size, for x (K, B, *feature_shape)."""
+
+    def __init__(self, model: ConvNet, params: dict[str, Tensor], feature_shape: tuple[int, ...], B: int) -> None:
+        self.lib = library()
+        self.names = [f"{n}.{w}" for n in (*model.conv_layers, *model.fc_layers) for w in ("weight", "bias")]
+        self.params = [params[n].contiguous() for n in self.names]
+        self.per_client = [p[0].numel() for p in self.params]
+        self.conv, self.fc = _geometry(model, feature_shape)
+        self.geometry = (B, len(model.conv_layers), self.conv, len(model.fc_layers), self.fc)
+        self.n_ws = self.lib.convnet_workspace_floats(*self.geometry)
+        self.pool = model.pool
+
+    def pointers(self, tensors: list[Tensor], a: int) -> ctypes.Array:
+        """Where client ``a``'s slice of each of ``tensors`` (shaped as the parameters) starts."""
+        return (ctypes.c_void_p * len(tensors))(*[_at(t, a, n) for t, n in zip(tensors, self.per_client)])
+
+
+def _at(t: Tensor, a: int, step: int) -> int:
+    """The address of row ``a`` of a contiguous ``t`` whose rows are ``step`` elements."""
+    return t.data_ptr() + a * step * t.element_size()
+
+
+def _over_clients(K: int, run) -> list:
+    """``run(i, a, b)`` over the clients a..b of K, i the worker (its workspace), on ``torch.get_num_threads()``
+    threads (the kernel releases the GIL): the results of every call."""
+    threads = min(torch.get_num_threads(), K)
+    if threads == 1:
+        return [run(0, 0, K)]
+    # chunks of clients taken in turn, so that a thread whose core another process shares takes fewer
+    size = -(-K // (CHUNKS_PER_THREAD * threads))
+    starts = iter(range(0, K, size))  # next() holds the GIL: each chunk is taken once
+
+    def work(i: int) -> list:
+        return [run(i, a, min(a + size, K)) for a in starts]
+
+    with _lock:
+        if _pool.get("pid") != os.getpid() or _pool["size"] < threads - 1:
+            executor = ThreadPoolExecutor(threads - 1, thread_name_prefix="fedrepro-cnn")
+            _pool.update(executor=executor, pid=os.getpid(), size=threads - 1)
+    futures = [_pool["executor"].submit(work, i) for i in range(1, threads)]
+    return [*work(0), *(r for f in futures for r in f.result())]
+
+
 def ce_grads(
     model: ConvNet, params: dict[str, Tensor], x: Tensor, y: Tensor, sgd: tuple[float, float] | None = None
 ) -> tuple[dict[str, Tensor], Tensor]:
     """:func:`fedrepro.learning.batched_cnn.ce_grads` (without ``chunk``) in the compiled kernel: x (K, B, ...), y
     (K, B) -> (grads, or the parameters after ``sgd=(lr, weight_decay)``, name -> (K, *shape); losses (K,)). The
     clients are split over ``torch.get_num_threads()`` threads. Call only where :func:`usable` is true."""
-    lib = library()
     K, B = y.shape
-    names = [f"{n}.{w}" for n in (*model.conv_layers, *model.fc_layers) for w in ("weight", "bias")]
-    ps = [params[n].contiguous() for n in names]
-    out = [torch.empty_like(p) for p in ps]
+    st = _Step(model, params, tuple(x.shape[2:]), B)
+    out = [torch.empty_like(p) for p in st.params]
     losses = x.new_empty(K)
     x, y = x.contiguous(), y.contiguous()
-    conv, fc = _geometry(model, tuple(x.shape[2:]))
-    n_conv, n_fc = len(model.conv_layers), len(model.fc_layers)
-    n_ws = lib.convnet_workspace_floats(B, n_conv, conv, n_fc, fc)
     lr, weight_decay = sgd if sgd is not None else (0.0, 0.0)
-    per_client = [p[0].numel() for p in ps]
-    x_step, y_step = x[0].numel(), B
 
     def run(i: int, a: int, b: int) -> int:
-        def at(t: Tensor, step: int) -> int:
-            return t.data_ptr() + a * step * t.element_size()
-
-        p_ptrs = (ctypes.c_void_p * len(ps))(*[at(p, n) for p, n in zip(ps, per_client)])
-        o_ptrs = (ctypes.c_void_p * len(ps))(*[at(o, n) for o, n in zip(out, per_client)])
-        rc = lib.convnet_step(
-            b - a, B, n_conv, conv, n_fc, fc, model.pool, p_ptrs, o_ptrs, at(x, x_step), at(y, y_step),
-            at(losses, 1), lr, weight_decay, int(sgd is not None), _workspace(i, n_ws).data_ptr(),
+        rc = st.lib.convnet_step(
+            b - a, *st.geometry, st.pool, st.pointers(st.params, a), st.pointers(out, a), _at(x, a, x[0].numel()),
+            _at(y, a, B), _at(losses, a, 1), lr, weight_decay, int(sgd is not None),
+            _workspace(i, st.n_ws).data_ptr(),
         )  # fmt: skip
         return rc and rc + a
 
-    threads = min(torch.get_num_threads(), K)
-    if threads == 1:
-        rcs = [run(0, 0, K)]
-    else:
-        # chunks of clients taken in turn, so that a thread whose core another process shares takes fewer
-        size = -(-K // (CHUNKS_PER_THREAD * threads))
-        starts = iter(range(0, K, size))  # next() holds the GIL: each chunk is taken once
-
-        def work(i: int) -> int:
-            return next((rc for a in starts if (rc := run(i, a, min(a + size, K)))), 0)
-
-        with _lock:
-            if _pool.get("pid") != os.getpid() or _pool["size"] < threads - 1:
-                executor = ThreadPoolExecutor(threads - 1, thread_name_prefix="fedrepro-cnn")
-                _pool.update(executor=executor, pid=os.getpid(), size=threads - 1)
-        futures = [_pool["executor"].submit(work, i) for i in range(1, threads)]
-        rcs = [work(0), *(f.result() for f in futures)]
-    bad = next((rc for rc in rcs if rc), 0)
+    bad = next((rc for rc in _over_clients(K, run) if rc), 0)
     if bad:
         n_classes = getattr(model, model.fc_layers[-1]).out_features
         raise IndexError(
             f"batched CNN: client {bad - 1} of the step has a label outside 0..{n_classes - 1}: "
             f"{sorted(set(y[bad - 1].tolist()))}"
         )
-    return dict(zip(names, out)), losses
+    return dict(zip(st.names, out)), losses
 
 
-__all__ = ["SOURCE", "ce_grads", "disabled", "kernel", "library", "usable"]
+def forward(model: ConvNet, params: dict[str, Tensor], x: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`fedrepro.learning.batched_cnn.forward` in the compiled kernel: params name -> (K, *shape), x (K, B,
+    ...) -> (logits (K, B, n_classes), what :func:`backward` needs: (K, n) floats a client). Call only where
+    :func:`usable` is true."""
+    K, B = x.shape[:2]
+    st = _Step(model, params, tuple(x.shape[2:]), B)
+    n_saved = st.lib.convnet_saved_floats(*st.geometry)
+    logits = x.new_empty(K, B, getattr(model, model.fc_layers[-1]).out_features)
+    saved = x.new_empty(K, n_saved)
+    x = x.contiguous()
+
+    def run(i: int, a: int, b: int) -> None:
+        st.lib.convnet_forward(
+            b - a, *st.geometry, st.pool, st.pointers(st.params, a), _at(x, a, x[0].numel()),
+            _at(logits, a, logits[0].numel()), _at(saved, a, n_saved), _workspace(i, st.n_ws).data_ptr(),
+        )  # fmt: skip
+
+    _over_clients(K, run)
+    return logits, saved
+
+
+def backward(
+    model: ConvNet, params: dict[str, Tensor], saved: Tensor, dlogits: Tensor, feature_shape: tuple[int, ...]
+) -> dict[str, Tensor]:
+    """:func:`fedrepro.learning.batched_cnn.backward` in the compiled kernel: every parameter's gradient (K,
+    *shape) from the logits' gradient (K, B, n_classes) and :func:`forward`'s ``saved``."""
+    K, B = dlogits.shape[:2]
+    st = _Step(model, params, feature_shape, B)
+    grads = [torch.empty_like(p) for p in st.params]
+    dlogits, saved = dlogits.contiguous(), saved.contiguous()
+
+    def run(i: int, a: int, b: int) -> None:
+        st.lib.convnet_backward(
+            b - a, *st.geometry, st.pool, st.pointers(st.params, a), _at(saved, a, saved.shape[1]),
+            _at(dlogits, a, dlogits[0].numel()), st.pointers(grads, a), _workspace(i, st.n_ws).data_ptr(),
+        )  # fmt: skip
+
+    _over_clients(K, run)
+    return dict(zip(st.names, grads))
+
+
+__all__ = ["SOURCE", "backward", "ce_grads", "disabled", "forward", "kernel", "library", "usable"]
