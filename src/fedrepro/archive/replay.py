@@ -21,10 +21,17 @@ on its own CPU through other kernels (ATen's AVX2 path, MKL's compatible GEMM; b
   losses of 2 rounds, where another seed's run has a median of 7.5e-4 or more (single losses as close as 2.5e-5:
   the round-1 losses all start near ln 10). A run that is not this code's, seed's and parameters' fails here even
   where few of its losses stray past the first bound.
+
+The CNN arithmetic is the run's: a run whose machine record does not name the compiled CNN kernel
+(``machine.cnn_kernel``: made with the PyTorch formulation, or before the kernel existed) is replayed with the
+PyTorch formulation (fedrepro.learning.native_cnn.disabled), one made with the kernel with the kernel. Where the
+kernel the run used cannot be built here, the replay's arithmetic differs as another CPU's does, and the first bound
+is not applied either.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -87,11 +94,18 @@ def replay(cfg: Mapping, entry: Entry, rounds: int) -> Replayed:
     if not archived:
         source = entry.dir / "history.parquet"
         raise FedreproError(f"{source}: no per-round trace ({TRACE}): {entry.experiment} cannot be replayed")
+    from fedrepro.learning import native_cnn
     from fedrepro.provenance import machine
 
-    made_on = (entry.manifest.get("made", {}).get("machine") or {}).get("cpu")
-    again = replayed_traces(cfg, entry, rounds)
-    return compare(archived, again, rounds, entry.dir / "history.parquet", made_on, machine()["cpu"])
+    made = entry.manifest.get("made", {}).get("machine") or {}
+    made_on, here = made.get("cpu"), machine()["cpu"]
+    native = str(made.get("cnn_kernel") or "").startswith("native")
+    with contextlib.nullcontext() if native else native_cnn.disabled():
+        again = replayed_traces(cfg, entry, rounds)
+    if native and not native_cnn.kernel().startswith("native"):
+        here = f"{here} without the compiled CNN kernel ({native_cnn.kernel()})"
+        made_on = f"{made_on} with it"
+    return compare(archived, again, rounds, entry.dir / "history.parquet", made_on, here)
 
 
 def replayed_traces(cfg: Mapping, entry: Entry, rounds: int) -> dict[tuple, np.ndarray]:
