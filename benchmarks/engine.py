@@ -22,8 +22,9 @@ What it measures, in this order:
    ``--rounds`` timed rounds of training (evaluation excluded), measured ``--repeat`` times interleaved; the best
    and the median measurement are kept, each with ``os.getloadavg()`` before and after. Achieved GFLOP/s = FLOPs of
    a round / s per round; the ratio to the peak at the same thread count; engine / loop at equal threads.
-4. ``--profile``: torch.profiler of one batched FedAvg round (1 thread) in the PyTorch formulation (the compiled
-   kernel is one opaque call to the profiler), per op: self time, FLOPs and GFLOP/s, and the bound the GEMMs alone
+4. ``--profile``: torch.profiler of one batched round of each of ``--algorithms`` (1 thread) in the PyTorch
+   formulation (``torch`` among ``--paths``) and with the compiled kernel (``engine``, its calls as ``native_cnn.*``
+   rows: opaque, their FLOPs not counted), per op: self time, FLOPs and GFLOP/s, and the bound the GEMMs alone
    would give (what remains when every other op took no time).
 
 Timings on a shared machine: ``--quiet-load L`` (default 0.5) waits up to ``--wait`` seconds before each
@@ -200,16 +201,23 @@ def wait_for_quiet(limit: float, wait_s: float) -> list[float]:
 
 
 def profile_round(
-    data: ClientData, *, batch_size: int, tau: int, device: str, gemm: bool | None = None, top: int = 18
+    data: ClientData,
+    *,
+    batch_size: int,
+    tau: int,
+    device: str,
+    gemm: bool | None = None,
+    algorithm: str = "fedavg",
+    top: int = 18,
 ) -> dict:
-    """Per-op profile of one batched FedAvg round (after a warm-up round): self time, FLOPs, GFLOP/s."""
+    """Per-op profile of one batched round of ``algorithm`` (after a warm-up round): self time, FLOPs, GFLOP/s."""
     from torch.profiler import ProfilerActivity, profile
 
     kw = dict(batch_size=batch_size, tau=tau, device=device, gemm=gemm, stop_at_eval=True)
-    train("fedavg", data, vectorize=True, rounds=1, **kw)
+    train(algorithm, data, vectorize=True, rounds=1, **kw)
     with profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as prof:  # training only
         t = time.perf_counter()
-        train("fedavg", data, vectorize=True, rounds=1, **kw)
+        train(algorithm, data, vectorize=True, rounds=1, **kw)
         train_s = time.perf_counter() - t
     rows = []
     for e in prof.key_averages():
@@ -245,9 +253,11 @@ def profile_round(
     }
 
 
-def print_profile(p: dict) -> None:
+def print_profile(p: dict, label: str = "fedavg/torch") -> None:
+    algorithm, path = label.split("/")
+    formulation = "PyTorch formulation" if path == "torch" else "compiled kernel"
     print(
-        f"profile of one batched FedAvg round (1 thread, PyTorch formulation): {p['self_ms_total']:.0f} ms self time, "
+        f"profile of one batched {algorithm} round (1 thread, {formulation}): {p['self_ms_total']:.0f} ms self time, "
         f"{p['gflop']:.2f} GFLOP -> {p['achieved_gflop_per_s']:.1f} GFLOP/s; GEMM ops {p['gemm_ms']:.0f} ms "
         f"({p['gemm_only_gflop_per_s']:.1f} GFLOP/s), everything else {p['other_ms']:.0f} ms"
     )
@@ -277,12 +287,13 @@ def main() -> None:
         default="auto",
         help="the engine's im2col + matmul CNN formulation (auto: on CPU only)",
     )
-    ap.add_argument("--profile", action="store_true", help="per-op profile of one batched FedAvg round")
+    ap.add_argument("--profile", action="store_true", help="per-op profile of one batched round of each algorithm")
     ap.add_argument("--profile-only", action="store_true", help="the peak and the profile, no timed rounds")
     ap.add_argument("--quiet-load", type=float, default=0.5, help="wait for the 1-min load to fall below this")
     ap.add_argument("--wait", type=float, default=300.0, help="seconds to wait for it before each measurement")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "engine.json")
     args = ap.parse_args()
+    profiled = args.algorithms
     if args.profile_only:
         args.repeat, args.profile, args.algorithms = 0, True, []
 
@@ -405,10 +416,13 @@ def main() -> None:
     }
     if args.profile:
         torch.set_num_threads(1)
-        load = wait_for_quiet(args.quiet_load, args.wait)
-        with native_cnn.disabled():
-            out["profile"] = {**profile_round(data, **kw), "loadavg_before": load}
-        print_profile(out["profile"])
+        out["profile"] = {}
+        for label in [f"{a}/{p}" for a in profiled for p in ("torch", "engine") if p in args.paths]:
+            load = wait_for_quiet(args.quiet_load, args.wait)
+            algorithm, path = label.split("/")
+            with native_cnn.disabled() if path == "torch" else contextlib.nullcontext():
+                out["profile"][label] = {**profile_round(data, algorithm=algorithm, **kw), "loadavg_before": load}
+            print_profile(out["profile"][label], label)
     out["wall_s"] = time.perf_counter() - wall0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -205,9 +205,17 @@ def _at(t: Tensor, a: int, step: int) -> int:
     return t.data_ptr() + a * step * t.element_size()
 
 
-def _over_clients(K: int, run) -> list:
+def _over_clients(K: int, run, name: str) -> list:
     """``run(i, a, b)`` over the clients a..b of K, i the worker (its workspace), on ``torch.get_num_threads()``
-    threads (the kernel releases the GIL): the results of every call."""
+    threads (the kernel releases the GIL): the results of every call. Under torch.profiler one ``native_cnn.<name>``
+    row (``benchmarks/engine.py --profile``)."""
+    if torch.autograd._profiler_enabled():
+        with torch.profiler.record_function(f"native_cnn.{name}"):
+            return _over_clients_now(K, run)
+    return _over_clients_now(K, run)
+
+
+def _over_clients_now(K: int, run) -> list:
     threads = min(torch.get_num_threads(), K)
     if threads == 1:
         return [run(0, 0, K)]
@@ -247,7 +255,7 @@ def ce_grads(
         )  # fmt: skip
         return rc and rc + a
 
-    bad = next((rc for rc in _over_clients(K, run) if rc), 0)
+    bad = next((rc for rc in _over_clients(K, run, "step") if rc), 0)
     if bad:
         n_classes = getattr(model, model.fc_layers[-1]).out_features
         raise IndexError(
@@ -274,7 +282,7 @@ def forward(model: ConvNet, params: dict[str, Tensor], x: Tensor) -> tuple[Tenso
             _at(logits, a, logits[0].numel()), _at(saved, a, n_saved), _workspace(i, st.n_ws).data_ptr(),
         )  # fmt: skip
 
-    _over_clients(K, run)
+    _over_clients(K, run, "forward")
     return logits, saved
 
 
@@ -294,7 +302,7 @@ def backward(
             _at(dlogits, a, dlogits[0].numel()), st.pointers(grads, a), _workspace(i, st.n_ws).data_ptr(),
         )  # fmt: skip
 
-    _over_clients(K, run)
+    _over_clients(K, run, "backward")
     return dict(zip(st.names, grads))
 
 
