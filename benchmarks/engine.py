@@ -253,8 +253,7 @@ def profile_round(
     }
 
 
-def print_profile(p: dict, label: str = "fedavg/torch") -> None:
-    algorithm, path = label.split("/")
+def print_profile(p: dict, algorithm: str = "fedavg", path: str = "torch") -> None:
     formulation = "PyTorch formulation" if path == "torch" else "compiled kernel"
     print(
         f"profile of one batched {algorithm} round (1 thread, {formulation}): {p['self_ms_total']:.0f} ms self time, "
@@ -417,12 +416,12 @@ def main() -> None:
     if args.profile:
         torch.set_num_threads(1)
         out["profile"] = {}
-        for label in [f"{a}/{p}" for a in profiled for p in ("torch", "engine") if p in args.paths]:
+        for algorithm, path in [(a, p) for a in profiled for p in ("torch", "engine") if p in args.paths]:
             load = wait_for_quiet(args.quiet_load, args.wait)
-            algorithm, path = label.split("/")
             with native_cnn.disabled() if path == "torch" else contextlib.nullcontext():
-                out["profile"][label] = {**profile_round(data, algorithm=algorithm, **kw), "loadavg_before": load}
-            print_profile(out["profile"][label], label)
+                prof = {**profile_round(data, algorithm=algorithm, **kw), "loadavg_before": load}
+            out["profile"][f"{algorithm}/{path}"] = prof
+            print_profile(prof, algorithm, path)
     out["wall_s"] = time.perf_counter() - wall0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -450,37 +450,47 @@ typedef struct {
     float *zd, *dh, *ga, *gb, *at, *at2;
 } Scratch;
 
-static float *carve_saved(const Net *n, float *p, Saved *s) {
-    const int B = n->B;
-    s->in0 = p; p += (int64_t)n->cg[GC] * n->cg[GH] * n->cg[GW] * B;
-    for (int l = 0; l < n->n_conv; l++) {
-        const int *g = n->cg + l * NG;
-        const int64_t hs = (int64_t)g[GO] * g[GHP] * g[GWP] * B;
-        s->h[l] = p; p += hs;
-        s->idx[l] = p; p += hs;
-    }
-    for (int j = 0; j < n->n_fc; j++) { s->a[j] = p; p += (int64_t)n->fg[2 * j + 1] * B; }
+/* the next len floats from base + *off (NULL where base is: a layout's size only) */
+static float *take(float *base, int64_t *off, int64_t len) {
+    float *p = base ? base + *off : 0;
+    *off += len;
     return p;
 }
 
-static float *carve_scratch(const Net *n, float *p, Scratch *w) {
+/* Saved laid out from base (NULL: its size only); returns its floats */
+static int64_t carve_saved(const Net *n, float *base, Saved *s) {
+    const int B = n->B;
+    int64_t off = 0;
+    s->in0 = take(base, &off, (int64_t)n->cg[GC] * n->cg[GH] * n->cg[GW] * B);
+    for (int l = 0; l < n->n_conv; l++) {
+        const int *g = n->cg + l * NG;
+        const int64_t hs = (int64_t)g[GO] * g[GHP] * g[GWP] * B;
+        s->h[l] = take(base, &off, hs);
+        s->idx[l] = take(base, &off, hs);
+    }
+    for (int j = 0; j < n->n_fc; j++) s->a[j] = take(base, &off, (int64_t)n->fg[2 * j + 1] * B);
+    return off;
+}
+
+/* Scratch laid out from base (NULL: its size only); returns its floats */
+static int64_t carve_scratch(const Net *n, float *base, Scratch *w) {
     const int64_t fb = n->feat * n->B;
-    w->zd = p; p += n->big;
-    w->dh = p; p += n->big;
-    w->ga = p; p += fb;
-    w->gb = p; p += fb;
-    w->at = p; p += fb;
-    w->at2 = p; p += fb;
-    return p;
+    int64_t off = 0;
+    w->zd = take(base, &off, n->big);
+    w->dh = take(base, &off, n->big);
+    w->ga = take(base, &off, fb);
+    w->gb = take(base, &off, fb);
+    w->at = take(base, &off, fb);
+    w->at2 = take(base, &off, fb);
+    return off;
 }
 
 static Net net_of(int B, int n_conv, const int *cg, int n_fc, const int *fg, int pool) {
     Net n = {.B = B, .n_conv = n_conv, .n_fc = n_fc, .pool = pool, .cg = cg, .fg = fg};
     n.n_params = param_count(n_conv, cg, n_fc, fg, n.sizes);
     extents(B, n_conv, cg, n_fc, fg, &n.big, &n.feat);
-    n.n_saved = (int64_t)cg[GC] * cg[GH] * cg[GW] * B; /* carve_saved's layout */
-    for (int l = 0; l < n_conv; l++) n.n_saved += 2 * (int64_t)cg[l * NG + GO] * cg[l * NG + GHP] * cg[l * NG + GWP] * B;
-    for (int j = 0; j < n_fc; j++) n.n_saved += (int64_t)fg[2 * j + 1] * B;
+    Saved unused;
+    n.n_saved = carve_saved(&n, 0, &unused);
     return n;
 }
 
@@ -543,7 +553,8 @@ int64_t convnet_saved_floats(int B, int n_conv, const int *cg, int n_fc, const i
 /* floats of one thread's workspace (any of the entry points below) */
 int64_t convnet_workspace_floats(int B, int n_conv, const int *cg, int n_fc, const int *fg) {
     const Net n = net_of(B, n_conv, cg, n_fc, fg, 1);
-    return n.n_params + n.n_saved + 2 * n.big + 4 * n.feat * B + 64;
+    Scratch unused;
+    return n.n_params + n.n_saved + carve_scratch(&n, 0, &unused) + 64;
 }
 
 /* K clients, each B rows. params[t] / out[t]: (K, *shape) of parameter t in the order conv weights and biases, then
@@ -557,7 +568,7 @@ int convnet_step(int K, int B, int n_conv, const int *cg, int n_fc, const int *f
     float *grad = ws, *G[MAXT];
     Saved s;
     Scratch w;
-    carve_scratch(&n, carve_saved(&n, grad + n.n_params, &s), &w);
+    carve_scratch(&n, grad + n.n_params + carve_saved(&n, grad + n.n_params, &s), &w);
     G[0] = grad;
     for (int t = 1; t < T; t++) G[t] = G[t - 1] + n.sizes[t - 1];
     for (int kc = 0; kc < K; kc++) {
